@@ -1,0 +1,190 @@
+"""Baseline files: JSON schema, validation, paths, and atomic read-merge-write (pure: stdlib only).
+
+One file per device key and test module::
+
+    <baseline dir>/<device key>/<module path with "/" as "__", no ".py">.json
+    baselines/cpu-amd-epyc/tests__perf__test_workloads.json
+
+File layout (keys sorted, 2-space indent, trailing newline, so an update is a readable diff)::
+
+    {
+      "benchmarks": {"<benchmark id>": <entry>, ...},
+      "device_key": "cpu-amd-epyc",
+      "module": "tests/perf/test_workloads.py",
+      "schema_version": 1
+    }
+
+An entry holds ``schema_version``, ``id``, ``group``, ``device``, ``stats`` (summary statistics in
+ms), ``samples_ms`` (at most 2,000 raw per-call times, thinned deterministically), ``rounds``,
+``calls_per_round``, ``warmup_rounds``, ``options``, ``environment``, ``git_commit`` and
+``timestamp_utc``. Baselines are never pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+
+
+class BaselineError(Exception):
+    """A baseline file cannot be used; the message names the file and what is wrong with it.
+
+    The file is never modified after this error.
+    """
+
+    def __init__(self, path: os.PathLike[str] | str, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(
+            f"baseline file {self.path} is unusable: {problem}. Fix or delete the file, then "
+            f"re-record it with `pytest --gpuperf-update-baselines` (the file was left untouched)"
+        )
+
+
+@dataclass(frozen=True)
+class BaselineFile:
+    """A loaded baseline file: ``benchmarks`` maps benchmark id -> entry dict."""
+
+    path: str
+    device_key: str | None
+    module: str | None
+    benchmarks: dict[str, dict[str, Any]]
+
+    def samples_ms(self, benchmark_id: str) -> list[float] | None:
+        entry = self.benchmarks.get(benchmark_id)
+        return None if entry is None else list(entry["samples_ms"])
+
+
+def module_file_name(module_path: str) -> str:
+    """``tests/perf/test_models.py`` -> ``tests__perf__test_models.json``."""
+    p = module_path.replace("\\", "/")
+    if p.endswith(".py"):
+        p = p[:-3]
+    return p.strip("/").replace("/", "__") + ".json"
+
+
+def baseline_path(baseline_dir: os.PathLike[str] | str, device_key: str, module_path: str) -> Path:
+    """Where the baselines of ``module_path`` (relative to the rootdir) on ``device_key`` live."""
+    return Path(baseline_dir) / device_key / module_file_name(module_path)
+
+
+def _check_entry(path: Path, bid: str, entry: Any) -> None:
+    if not isinstance(entry, dict):
+        raise BaselineError(path, f"entry {bid!r} is not a JSON object")
+    samples = entry.get("samples_ms")
+    if not isinstance(samples, list) or not samples:
+        raise BaselineError(path, f"entry {bid!r} has no 'samples_ms' list")
+    for v in samples:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise BaselineError(path, f"entry {bid!r} has a sample that is not a positive number: {v!r}")
+    version = entry.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise BaselineError(
+            path,
+            f"entry {bid!r} has schema_version {version!r}; this pytest-gpuperf reads up to "
+            f"{SCHEMA_VERSION} (upgrade the plugin)",
+        )
+
+
+def parse(path: os.PathLike[str] | str, text: str) -> BaselineFile:
+    """Validate the text of a baseline file. Raises :class:`BaselineError` naming the file."""
+    p = Path(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(p, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise BaselineError(p, "the top level is not a JSON object")
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise BaselineError(p, "missing or non-integer 'schema_version'")
+    if version > SCHEMA_VERSION:
+        raise BaselineError(
+            p, f"schema_version {version} is newer than this pytest-gpuperf reads ({SCHEMA_VERSION}); upgrade the plugin"
+        )
+    benchmarks = data.get("benchmarks")
+    if not isinstance(benchmarks, dict):
+        raise BaselineError(p, "missing 'benchmarks' object")
+    for bid, entry in benchmarks.items():
+        _check_entry(p, bid, entry)
+    return BaselineFile(str(p), data.get("device_key"), data.get("module"), benchmarks)
+
+
+def load(path: os.PathLike[str] | str) -> BaselineFile | None:
+    """Load and validate a baseline file; ``None`` when it does not exist.
+
+    Raises :class:`BaselineError` (naming the file) when it is unreadable, not JSON, or does
+    not follow the schema. Never writes.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BaselineError(p, f"cannot be read ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BaselineError(p, "not UTF-8 text") from None
+    return parse(p, text)
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    """Serialize as the project writes every JSON file: sorted keys, 2-space indent, trailing newline."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_atomic(path: os.PathLike[str] | str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    Readers see either the old or the new file, never a partial one.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def update(
+    path: os.PathLike[str] | str,
+    entries: Mapping[str, dict[str, Any]],
+    *,
+    device_key: str,
+    module: str,
+) -> None:
+    """Merge ``entries`` (benchmark id -> entry) into the file at ``path`` and write it atomically.
+
+    Entries not named are kept as they are. Raises :class:`BaselineError` without writing when
+    the existing file is unusable, so stored data is never lost to a bad file.
+    """
+    existing = load(path)
+    benchmarks = dict(existing.benchmarks) if existing else {}
+    for bid, entry in entries.items():
+        _check_entry(Path(path), bid, entry)
+        benchmarks[bid] = entry
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "device_key": device_key,
+        "module": module,
+        "benchmarks": benchmarks,
+    }
+    write_atomic(path, dumps(data))

@@ -1,0 +1,134 @@
+"""The object behind the ``gpu_bench`` fixture (no pytest imports; the plugin wires it up)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .compare import decide
+from .options import BenchOptions
+from .result import BenchResult
+from .timing import measure, time_once
+
+
+class GpuBenchUsageError(RuntimeError):
+    """The fixture was used in a way it does not support (the message says how to fix it)."""
+
+
+class GpuBench:
+    """Measures callables for one test: ``gpu_bench(fn, *args, **kwargs) -> BenchResult``.
+
+    ``device`` is the ``torch.device`` the benchmark should allocate its tensors on. With
+    ``--gpuperf`` each call warms up, times rounds (CUDA events on a GPU, the CPU clock
+    otherwise) and compares with the stored baseline; without it, ``fn`` runs exactly once
+    (smoke mode). A test may measure several things when each has a distinct ``name=``.
+    """
+
+    def __init__(
+        self,
+        *,
+        test_id: str,
+        module: str = "",
+        options: BenchOptions,
+        device: Any,
+        measuring: bool,
+        baseline_samples: Callable[[str], list[float] | None] = lambda _id: None,
+        baseline_file: str | None = None,
+        on_result: Callable[[BenchResult], None] = lambda _r: None,
+    ) -> None:
+        self.test_id = test_id
+        self.module = module
+        self.options = options
+        self._device = device
+        self.measuring = measuring
+        self._baseline_samples = baseline_samples
+        self._baseline_file = baseline_file
+        self._on_result = on_result
+        self.results: list[BenchResult] = []
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` to benchmark on (``cuda:N`` or ``cpu``)."""
+        return self._device
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BenchResult:
+        """Benchmark ``fn(*args, **kwargs)`` with the options of the test's marker."""
+        return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_rounds=None, name=None)
+
+    def pedantic(
+        self,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        setup: Callable[[], Any] | None = None,
+        rounds: int | None = None,
+        warmup_rounds: int | None = None,
+        name: str | None = None,
+    ) -> BenchResult:
+        """Benchmark with explicit control.
+
+        ``setup`` runs untimed before every round (one call per round then) and may return
+        ``(args, kwargs)`` to use for that round; ``rounds`` fixes the number of timed rounds and
+        ``warmup_rounds`` the number of warmup calls (0 allowed); ``name`` labels the measurement
+        (``<test id>::<name>``) so one test can hold several. Raises ``ValueError`` for
+        non-integer or out-of-range counts.
+        """
+        if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
+            raise ValueError(f"gpu_bench.pedantic: rounds={rounds!r}: expected an integer >= 1")
+        if warmup_rounds is not None and (
+            isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0
+        ):
+            raise ValueError(f"gpu_bench.pedantic: warmup_rounds={warmup_rounds!r}: expected an integer >= 0")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ValueError(f"gpu_bench.pedantic: name={name!r}: expected a non-empty string")
+        return self._run(fn, tuple(args), dict(kwargs or {}), setup=setup, rounds=rounds,
+                         warmup_rounds=warmup_rounds, name=name)
+
+    def _benchmark_id(self, name: str | None) -> str:
+        bid = self.test_id if name is None else f"{self.test_id}::{name}"
+        if any(r.benchmark_id == bid for r in self.results):
+            if name is None:
+                raise GpuBenchUsageError(
+                    f"gpu_bench was already called without a name in {self.test_id}; to measure "
+                    f"several things in one test give each a distinct name, e.g. "
+                    f"gpu_bench.pedantic(fn, args=(x,), name='forward')"
+                )
+            raise GpuBenchUsageError(
+                f"gpu_bench measurement name {name!r} is used twice in {self.test_id}; names must be distinct"
+            )
+        return bid
+
+    def _run(self, fn, args, kwargs, *, setup, rounds, warmup_rounds, name) -> BenchResult:
+        if not callable(fn):
+            raise TypeError(f"gpu_bench: expected a callable as first argument, got {type(fn).__name__}")
+        bid = self._benchmark_id(name)
+        label = name or self.test_id.split("::")[-1]
+        common = dict(name=label, device=str(self._device), benchmark_id=bid,
+                      group=self.options.group, options=self.options.to_dict())
+        if not self.measuring:
+            if setup is not None:
+                out = setup()
+                if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+                    args, kwargs = tuple(out[0]), dict(out[1])
+            t = time_once(fn, args, kwargs, self._device)
+            result = BenchResult.from_samples(
+                t.samples_ms, rounds=1, calls_per_round=1, warmup_rounds=0, smoke=True, value=t.value, **common
+            )
+        else:
+            t = measure(fn, args, kwargs, options=self.options, device=self._device, setup=setup,
+                        rounds=rounds, warmup_rounds=warmup_rounds)
+            comparison = decide(
+                t.samples_ms,
+                self._baseline_samples(bid),
+                threshold=self.options.threshold,
+                alpha=self.options.alpha,
+                benchmark_id=f"{self.module}::{bid}" if self.module else bid,
+                baseline_file=self._baseline_file,
+            )
+            result = BenchResult.from_samples(
+                t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
+                warmup_rounds=t.warmup_rounds, comparison=comparison, value=t.value, **common
+            )
+        self.results.append(result)
+        self._on_result(result)
+        return result

@@ -1,0 +1,392 @@
+"""The pytest plugin: options, marker, the ``gpu_bench`` fixture, verdicts, baselines, summary.
+
+Registered through the ``pytest11`` entry point. At import and configure time it imports
+neither torch nor numpy: those load when a ``gpu_bench`` test first runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from . import options as opts
+from .baseline import BaselineError, BaselineFile
+
+STATE_KEY = pytest.StashKey["GpuPerfState"]()
+BENCH_KEY = pytest.StashKey["Any"]()
+
+_OPTION_HELP = {
+    "group": "group name shown in the summary table",
+    "warmup_time": "seconds of warmup before timing (at least 3 calls; default 0.025)",
+    "min_rounds": "minimum timed rounds (default 10)",
+    "max_rounds": "maximum timed rounds (default 10000)",
+    "max_time": "seconds of timed rounds per benchmark (default 1.0)",
+    "target_precision": "stop early when the 95%% CI half-width of the median is below this fraction (default 0.005; 0 disables)",
+    "threshold": "smallest relative slowdown that fails a test (default 0.05 = 5%%)",
+    "alpha": "significance level of the one-sided Mann-Whitney U test (default 0.01)",
+    "flush_l2": "CUDA: overwrite a buffer of twice the L2 size before each timed call (default false)",
+    "cuda_graph": "CUDA: capture the call in a CUDA graph and time replays (default false)",
+    "device": "auto, cpu, cuda or cuda:N (default auto: CUDA when available)",
+}
+
+
+@dataclass
+class Recorded:
+    """One measurement of the session, with where it came from."""
+
+    nodeid: str
+    module: str
+    result: Any  # BenchResult
+    baseline_path: str | None
+    device_key: str | None
+    environment: dict[str, Any] | None
+    updated: bool = False
+
+
+@dataclass
+class GpuPerfState:
+    """Per-session state of the plugin (stored in ``config.stash``)."""
+
+    measuring: bool
+    updating: bool
+    baseline_dir: Path
+    json_path: Path | None
+    cli: dict[str, Any]
+    ini: dict[str, Any]
+    rootpath: Path
+    recorded: list[Recorded] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    _baselines: dict[str, BaselineFile | None] = field(default_factory=dict)
+    _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def environment(self, device: Any) -> dict[str, Any]:
+        key = str(device)
+        if key not in self._environments:
+            from .environment import fingerprint
+
+            self._environments[key] = fingerprint(device)
+        return self._environments[key]
+
+    def baseline(self, path: Path) -> BaselineFile | None:
+        """Load (once per session) the baseline file at ``path``; raises BaselineError."""
+        key = str(path)
+        if key not in self._baselines:
+            from .baseline import load
+
+            self._baselines[key] = load(path)
+        return self._baselines[key]
+
+    def relpath(self, path: Path) -> str:
+        try:
+            return os.path.relpath(path, self.rootpath)
+        except ValueError:  # another drive on Windows
+            return str(path)
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
+    group.addoption("--gpuperf", action="store_true", default=False,
+                    help="measure gpu_bench tests and compare them with the stored baselines")
+    group.addoption("--gpuperf-update-baselines", action="store_true", default=False,
+                    help="measure and write baselines for the tests that pass (implies --gpuperf)")
+    group.addoption("--gpuperf-baseline-dir", metavar="DIR", default=None,
+                    help="folder of baseline files (ini gpuperf_baseline_dir; default: baselines/ under the rootdir)")
+    group.addoption("--gpuperf-device", metavar="DEVICE", default=None,
+                    help="auto|cpu|cuda|cuda:N (auto: CUDA when available)")
+    group.addoption("--gpuperf-json", metavar="PATH", default=None,
+                    help="write this run's results (baseline schema plus verdicts) to PATH")
+    group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None,
+                    help="smallest relative slowdown that fails a test (default 0.05)")
+    group.addoption("--gpuperf-alpha", metavar="P", default=None,
+                    help="significance level of the regression test (default 0.01)")
+    group.addoption("--gpuperf-max-time", metavar="SECONDS", default=None,
+                    help="seconds of timed rounds per benchmark (default 1.0)")
+    parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
+    for name in opts.OPTION_NAMES:
+        parser.addini(f"gpuperf_{name}", f"gpu_bench default: {_OPTION_HELP[name]}", default="")
+
+
+def _cli_values(config: pytest.Config) -> dict[str, Any]:
+    return {name: config.getoption(f"--gpuperf-{name.replace('_', '-')}") for name in opts.CLI_OPTIONS}
+
+
+def _ini_values(config: pytest.Config) -> dict[str, Any]:
+    out = {}
+    for name in opts.OPTION_NAMES:
+        value = config.getini(f"gpuperf_{name}")
+        if isinstance(value, str) and value.strip():
+            out[name] = value.strip()
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "gpu_bench(**options): a performance benchmark measured by the gpu_bench fixture; options: "
+        + ", ".join(opts.OPTION_NAMES),
+    )
+    cli, ini = _cli_values(config), _ini_values(config)
+    try:
+        opts.resolve(cli=cli, ini=ini)
+    except opts.OptionError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    updating = bool(config.getoption("--gpuperf-update-baselines"))
+    cli_dir = config.getoption("--gpuperf-baseline-dir")
+    ini_dir = config.getini("gpuperf_baseline_dir")
+    if cli_dir:
+        baseline_dir = Path(config.invocation_params.dir, cli_dir)
+    elif ini_dir:
+        ini_base = config.inipath.parent if config.inipath else config.rootpath
+        baseline_dir = Path(ini_base, ini_dir)
+    else:
+        baseline_dir = config.rootpath / "baselines"
+    json_opt = config.getoption("--gpuperf-json")
+    config.stash[STATE_KEY] = GpuPerfState(
+        measuring=bool(config.getoption("--gpuperf")) or updating,
+        updating=updating,
+        baseline_dir=baseline_dir.resolve(),
+        json_path=Path(config.invocation_params.dir, json_opt) if json_opt else None,
+        cli=cli,
+        ini=ini,
+        rootpath=config.rootpath,
+    )
+
+
+def _marker_options(item: pytest.Item) -> dict[str, Any]:
+    """Merge every gpu_bench marker on the item; the closest (function) marker wins."""
+    merged: dict[str, Any] = {}
+    for mark in reversed(list(item.iter_markers("gpu_bench"))):
+        if mark.args:
+            raise opts.OptionError(
+                f"{item.nodeid}: gpu_bench marker takes keyword options only, got positional {mark.args!r}"
+            )
+        merged.update(mark.kwargs)
+    return merged
+
+
+def _options_for(item: pytest.Item, state: GpuPerfState) -> opts.BenchOptions:
+    return opts.resolve(_marker_options(item), state.cli, state.ini, where=f"{item.nodeid}: gpu_bench marker")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = config.stash[STATE_KEY]
+    for item in items:
+        if item.get_closest_marker("gpu_bench") is None:
+            continue
+        try:
+            _options_for(item, state)
+        except opts.OptionError as exc:
+            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+
+
+# ----------------------------------------------------------------------------- fixture
+
+
+def _split_nodeid(nodeid: str) -> tuple[str, str]:
+    module, _, rest = nodeid.partition("::")
+    return module, rest or module
+
+
+@pytest.fixture
+def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Benchmark a callable: ``gpu_bench(fn, *args, **kwargs) -> BenchResult``.
+
+    See :class:`pytest_gpuperf.bench.GpuBench`. Skips when the requested device is absent;
+    errors (naming the file) when the module's baseline file is unusable.
+    """
+    from .bench import GpuBench
+    from .timing import DeviceUnavailable, resolve_device
+
+    state: GpuPerfState = request.config.stash[STATE_KEY]
+    item = request.node
+    try:
+        options = _options_for(item, state)
+    except opts.OptionError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        device = resolve_device(options.device)
+    except DeviceUnavailable as exc:
+        pytest.skip(f"pytest-gpuperf: {exc}")
+    module, test_id = _split_nodeid(item.nodeid)
+    path = env = key = None
+    baseline = None
+    if state.measuring:
+        from .environment import device_key
+
+        env = state.environment(device)
+        key = device_key(env)
+        from .baseline import baseline_path
+
+        path = baseline_path(state.baseline_dir, key, module)
+        try:
+            baseline = state.baseline(path)
+        except BaselineError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    def on_result(result: Any) -> None:
+        state.recorded.append(
+            Recorded(item.nodeid, module, result, str(path) if path else None, key, env)
+        )
+        if baseline is not None and env is not None:
+            entry = baseline.benchmarks.get(result.benchmark_id)
+            if entry is not None:
+                from .environment import differences
+
+                diffs = differences(entry.get("environment"), env)
+                if diffs:
+                    state.warnings.append(
+                        f"{module}::{result.benchmark_id}: environment differs from the baseline's: "
+                        + "; ".join(diffs)
+                    )
+
+    bench = GpuBench(
+        test_id=test_id,
+        module=module,
+        options=options,
+        device=device,
+        measuring=state.measuring,
+        baseline_samples=(baseline.samples_ms if baseline is not None else (lambda _id: None)),
+        baseline_file=state.relpath(path) if path else None,
+        on_result=on_result,
+    )
+    item.stash[BENCH_KEY] = bench
+    yield bench
+
+
+# ----------------------------------------------------------------------------- verdicts and baselines
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    bench = item.stash.get(BENCH_KEY, None)
+    if bench is None or report.when != "call" or not report.passed or not bench.results:
+        return
+    state: GpuPerfState = item.config.stash[STATE_KEY]
+    if state.updating:
+        problem = _write_baselines(state, item)
+        if problem:
+            report.outcome = "failed"
+            report.longrepr = problem
+        return
+    failed = [r.comparison for r in bench.results if r.comparison is not None and r.comparison.failed]
+    if failed:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(c.message() for c in failed)
+
+
+def _write_baselines(state: GpuPerfState, item: pytest.Item) -> str | None:
+    """Write the item's measurements into its baseline file; returns an error message or None."""
+    from .baseline import update
+    from .environment import git_commit, utc_now
+    from .report import result_entry
+
+    mine = [r for r in state.recorded if r.nodeid == item.nodeid and not r.result.smoke]
+    if not mine:
+        return None
+    stamp, commit = utc_now(), git_commit(str(state.rootpath))
+    by_path: dict[str, list[Recorded]] = {}
+    for rec in mine:
+        by_path.setdefault(rec.baseline_path or "", []).append(rec)
+    for path, recs in by_path.items():
+        entries = {
+            rec.result.benchmark_id: result_entry(
+                rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
+            )
+            for rec in recs
+        }
+        try:
+            update(path, entries, device_key=recs[0].device_key or "", module=recs[0].module)
+        except (BaselineError, OSError) as exc:
+            return f"pytest-gpuperf: could not write baseline: {exc}"
+        for rec in recs:
+            rec.updated = True
+        state._baselines.pop(path, None)
+    return None
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state: GpuPerfState | None = config.stash.get(STATE_KEY, None)
+    if state is None or not state.recorded:
+        return
+    from .report import summary_lines
+
+    tr = terminalreporter
+    if not state.measuring:
+        tr.write_line(
+            f"gpuperf: {len(state.recorded)} benchmark(s) ran once (smoke mode); "
+            f"run with --gpuperf to measure and compare them"
+        )
+        return
+    mode = "update baselines" if state.updating else "compare"
+    tr.write_sep("=", f"gpuperf: {len(state.recorded)} benchmark(s), mode: {mode}")
+    items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated) for rec in state.recorded]
+    for line in summary_lines(items):
+        tr.write_line(line)
+    tr.write_line(f"baselines: {state.relpath(state.baseline_dir)}")
+    keys = sorted({r.device_key for r in state.recorded if r.device_key})
+    if keys:
+        tr.write_line(f"device key: {', '.join(keys)}")
+    notes = [
+        f"  {rec.module}::{rec.result.benchmark_id}: {rec.result.comparison.note}"
+        for rec in state.recorded
+        if rec.result.comparison is not None and rec.result.comparison.note
+    ]
+    if notes:
+        tr.write_line("* notes:")
+        for n in notes:
+            tr.write_line(n)
+    missing = sum(
+        1 for rec in state.recorded
+        if rec.result.comparison is not None and rec.result.comparison.verdict.value == "no-baseline" and not rec.updated
+    )
+    if missing and not state.updating:
+        tr.write_line(
+            f"{missing} benchmark(s) have no baseline: record them with `pytest --gpuperf-update-baselines`"
+        )
+    for w in dict.fromkeys(state.warnings):
+        tr.write_line(f"warning: {w}", yellow=True)
+    if state.json_path is not None:
+        tr.write_line(f"results written to {state.json_path}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state: GpuPerfState | None = session.config.stash.get(STATE_KEY, None)
+    if state is None or state.json_path is None:
+        return
+    from .baseline import SCHEMA_VERSION, dumps, write_atomic
+    from .environment import git_commit, utc_now
+    from .report import result_entry
+
+    stamp, commit = utc_now(), git_commit(str(state.rootpath))
+    environments = {rec.device_key: rec.environment for rec in state.recorded if rec.device_key}
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "report",
+        "created_utc": stamp,
+        "git_commit": commit,
+        "environments": environments,
+        "benchmarks": {
+            f"{rec.module}::{rec.result.benchmark_id}": dict(
+                result_entry(rec.result, environment=rec.environment or {}, git_commit=commit,
+                             timestamp_utc=stamp, with_comparison=True),
+                module=rec.module,
+                baseline_file=state.relpath(Path(rec.baseline_path)) if rec.baseline_path else None,
+                smoke=rec.result.smoke,
+            )
+            for rec in state.recorded
+        },
+        "warnings": list(dict.fromkeys(state.warnings)),
+    }
+    write_atomic(state.json_path, dumps(data))

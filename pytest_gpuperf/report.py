@@ -1,0 +1,115 @@
+"""Reports: the terminal summary table and JSON entries (pure: no torch, no pytest)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Any, Iterable, Sequence
+
+from .baseline import SCHEMA_VERSION
+from .compare import Comparison
+from .result import BenchResult
+from .stats import thin
+from .units import format_ms, format_ratio
+
+COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "verdict")
+
+
+def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
+    """A :class:`Comparison` as JSON-ready dict (verdict as a string, CI as a 2-list)."""
+    if c is None:
+        return None
+    d = dataclasses.asdict(c)
+    d["verdict"] = c.verdict.value
+    d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
+    d["message"] = c.message()
+    return d
+
+
+def result_entry(
+    result: BenchResult,
+    *,
+    environment: dict[str, Any],
+    git_commit: str | None,
+    timestamp_utc: str,
+    with_comparison: bool = False,
+) -> dict[str, Any]:
+    """The JSON entry of one benchmark, as stored in baselines (and, with the verdict, in reports)."""
+    entry: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "id": result.benchmark_id,
+        "name": result.name,
+        "group": result.group,
+        "device": result.device,
+        "stats": result.stats_dict(),
+        "samples_ms": thin(result.samples_ms),
+        "rounds": result.rounds,
+        "calls_per_round": result.calls_per_round,
+        "warmup_rounds": result.warmup_rounds,
+        "options": dict(result.options),
+        "environment": environment,
+        "git_commit": git_commit,
+        "timestamp_utc": timestamp_utc,
+    }
+    if with_comparison:
+        entry["comparison"] = comparison_dict(result.comparison)
+        entry["verdict"] = result.comparison.verdict.value if result.comparison else None
+    return entry
+
+
+def _verdict_text(r: BenchResult, updated: bool) -> str:
+    if r.smoke:
+        return "smoke"
+    text = r.comparison.verdict.value if r.comparison else "-"
+    if r.comparison is not None and r.comparison.note and r.comparison.verdict.value == "unchanged":
+        text += "*"
+    if updated:
+        text += " (baseline updated)"
+    return text
+
+
+def summary_row(label: str, r: BenchResult, updated: bool = False) -> tuple[str, ...]:
+    """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s)."""
+    c = r.comparison
+    iqr = f"{r.iqr_fraction * 100:.1f}%" if not r.smoke else "-"
+    return (
+        label,
+        r.device,
+        format_ms(r.median_ms),
+        format_ms(r.p95_ms) if not r.smoke else "-",
+        iqr,
+        str(r.rounds),
+        format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
+        format_ratio(c.ratio) if c else "-",
+        _verdict_text(r, updated),
+    )
+
+
+def format_table(rows: Sequence[Sequence[str]], header: Sequence[str] = COLUMNS) -> list[str]:
+    """Left-align text columns and right-align the numeric ones; returns the lines."""
+    all_rows = [tuple(header)] + [tuple(r) for r in rows]
+    widths = [max(len(row[i]) for row in all_rows) for i in range(len(header))]
+    right = {2, 3, 4, 5, 6, 7}
+    lines = []
+    for k, row in enumerate(all_rows):
+        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def summary_lines(
+    items: Iterable[tuple[str, BenchResult, bool]],
+) -> list[str]:
+    """The terminal summary: a table per group of (label, result, baseline-updated) triples."""
+    groups: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+    for label, r, updated in items:
+        groups[r.group or ""].append(summary_row(label, r, updated))
+    lines: list[str] = []
+    for group in sorted(groups):
+        if group or len(groups) > 1:
+            lines.append(f"group: {group or '(none)'}")
+        lines.extend(format_table(groups[group]))
+        lines.append("")
+    return lines

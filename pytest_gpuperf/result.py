@@ -1,0 +1,94 @@
+"""``BenchResult``: what one ``gpu_bench`` measurement returns (pure: no torch, no pytest)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .compare import Comparison
+from .stats import Outliers, summarize
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Timing of one benchmark: per-call times and their statistics, all in milliseconds.
+
+    ``samples_ms`` holds one per-call time per round (a round of ``calls_per_round`` calls is
+    timed as one interval and divided), in measurement order. ``median_ci_ms`` is the 95% CI of
+    the median (order-statistic method; ``None`` under 6 rounds). ``outliers`` counts samples
+    outside the Tukey fences; outliers are reported, never dropped. ``comparison`` is the verdict
+    against the stored baseline, or ``None`` when not compared (smoke mode).
+
+    ``smoke`` is True when the plugin ran without ``--gpuperf``: ``fn`` was called exactly once,
+    ``samples_ms`` holds that single call's synchronized wall time, and there is no CI and no
+    comparison. ``value`` is the return value of the last call of ``fn`` (handy for correctness
+    checks); it is never stored.
+    """
+
+    name: str
+    device: str
+    samples_ms: tuple[float, ...]
+    rounds: int
+    calls_per_round: int
+    warmup_rounds: int
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    median_ms: float
+    p5_ms: float
+    p25_ms: float
+    p75_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    iqr_ms: float
+    median_ci_ms: tuple[float, float] | None
+    outliers: Outliers
+    comparison: Comparison | None = None
+    benchmark_id: str = ""
+    group: str | None = None
+    smoke: bool = False
+    options: dict[str, Any] = field(default_factory=dict, compare=False)
+    value: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def iqr_fraction(self) -> float:
+        """IQR as a fraction of the median (a relative noise measure, dimensionless)."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else float("nan")
+
+    @classmethod
+    def from_samples(
+        cls,
+        samples_ms: tuple[float, ...],
+        *,
+        name: str,
+        device: str,
+        rounds: int,
+        calls_per_round: int,
+        warmup_rounds: int,
+        **extra: Any,
+    ) -> "BenchResult":
+        """Build a result, computing every statistic from ``samples_ms`` (ms)."""
+        s = summarize(samples_ms)
+        stats = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "n"}
+        return cls(
+            name=name,
+            device=device,
+            samples_ms=tuple(float(v) for v in samples_ms),
+            rounds=rounds,
+            calls_per_round=calls_per_round,
+            warmup_rounds=warmup_rounds,
+            **stats,
+            **extra,
+        )
+
+    def stats_dict(self) -> dict[str, Any]:
+        """The summary statistics as a JSON-ready dict (ms; CI as a 2-list; outlier counts)."""
+        keys = ("mean_ms", "std_ms", "min_ms", "max_ms", "median_ms", "p5_ms", "p25_ms",
+                "p75_ms", "p90_ms", "p95_ms", "p99_ms", "iqr_ms")
+        out: dict[str, Any] = {k: getattr(self, k) for k in keys}
+        out["median_ci_ms"] = list(self.median_ci_ms) if self.median_ci_ms else None
+        out["outliers"] = dataclasses.asdict(self.outliers)
+        return out

@@ -1,0 +1,323 @@
+"""Timing backends: CUDA events on the GPU, ``time.perf_counter_ns`` on the CPU.
+
+Both backends share one protocol (after Triton's ``do_bench`` and ``torch.utils.benchmark``):
+
+1. **warmup**: call ``fn`` until ``warmup_time`` seconds have passed and at least
+   :data:`MIN_WARMUP_CALLS` calls were made (or exactly ``warmup_rounds`` calls when given);
+   this also lets clocks ramp up and autotuners (cuDNN benchmark, ``torch.compile``) settle;
+2. **estimate** one call from the warmup and size a round: calls shorter than the backend's
+   minimum round are batched ``calls_per_round`` per timed interval and reported per call;
+3. **rounds**: time rounds until ``max_time`` seconds of rounds were spent (at least
+   ``min_rounds``, at most ``max_rounds``), stopping early once the 95% CI half-width of the
+   median is below ``target_precision`` of the median. Python's GC is disabled meanwhile.
+
+torch is imported only inside these functions.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from .options import BenchOptions
+from .stats import ci_half_width_fraction
+
+#: At least this many warmup calls, whatever ``warmup_time`` says.
+MIN_WARMUP_CALLS = 3
+#: CPU: a timed round lasts at least this long (s), so the timer's ~50 ns cost is < 0.1%.
+CPU_MIN_ROUND_S = 100e-6
+#: CUDA: calls shorter than this (s) are batched per event pair (events resolve ~0.5 µs).
+CUDA_MIN_ROUND_S = 20e-6
+#: CUDA: rounds are recorded in blocks of about this many seconds between synchronizations.
+CUDA_BLOCK_S = 0.05
+
+Setup = Callable[[], Any]
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device cannot be used here (the message says why); the test should skip."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Raw output of a backend: per-call times (ms, one per round, in measurement order)."""
+
+    samples_ms: tuple[float, ...]
+    rounds: int
+    calls_per_round: int
+    warmup_rounds: int
+    value: Any = None
+
+
+@contextmanager
+def gc_disabled() -> Iterator[None]:
+    """Disable Python's cyclic GC inside the block, restoring its previous state after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def resolve_device(requested: str | None) -> Any:
+    """Map ``None``/``"auto"``/``"cpu"``/``"cuda"``/``"cuda:N"`` to a ``torch.device``.
+
+    ``None`` or ``"auto"`` picks CUDA when available. Raises :class:`DeviceUnavailable` when CUDA
+    (or device N) is asked for where it is absent.
+    """
+    import torch
+
+    if requested in (None, "auto"):
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    dev = torch.device(requested)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable(f"device {requested!r} requested but CUDA is not available here")
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise DeviceUnavailable(
+                f"device {requested!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist"
+            )
+        return torch.device("cuda", index)
+    return dev
+
+
+def _call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None) -> tuple[tuple, dict]:
+    """Run ``setup`` (if any) and return the arguments for the next call.
+
+    ``setup`` may return ``None`` (keep the arguments) or ``(args, kwargs)`` to replace them.
+    """
+    if setup is None:
+        return args, kwargs
+    out = setup()
+    if out is None:
+        return args, kwargs
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+        return tuple(out[0]), dict(out[1])
+    raise TypeError("setup must return None or a tuple (args, kwargs)")
+
+
+class _RoundLoop:
+    """Decides when to stop timing rounds (shared by both backends)."""
+
+    def __init__(self, options: BenchOptions, fixed_rounds: int | None) -> None:
+        import scipy.stats  # noqa: F401  (imported here so its import never eats the time budget)
+
+        self.o = options
+        self.fixed = fixed_rounds
+        self.start = time.perf_counter()
+        self.next_check = options.min_rounds
+
+    def done(self, samples: list[float]) -> bool:
+        n = len(samples)
+        if self.fixed is not None:
+            return n >= self.fixed
+        if n >= self.o.max_rounds:
+            return True
+        if n < self.o.min_rounds:
+            return False
+        if time.perf_counter() - self.start >= self.o.max_time:
+            return True
+        if self.o.target_precision > 0 and n >= self.next_check:
+            self.next_check = n + max(self.o.min_rounds, n // 4)
+            return ci_half_width_fraction(samples) < self.o.target_precision
+        return False
+
+    def remaining(self, n: int) -> int:
+        if self.fixed is not None:
+            return self.fixed - n
+        return self.o.max_rounds - n
+
+
+def _warmup(
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    setup: Setup | None,
+    warmup_time: float,
+    warmup_rounds: int | None,
+    sync: Callable[[], None],
+) -> tuple[int, float, Any]:
+    """Warm up; return (calls made, estimated seconds per call, last return value)."""
+    calls, value = 0, None
+    t0 = time.perf_counter()
+    per_call: list[float] = []
+    while True:
+        if warmup_rounds is not None:
+            if calls >= warmup_rounds:
+                break
+        elif calls >= MIN_WARMUP_CALLS and time.perf_counter() - t0 >= warmup_time:
+            break
+        a, k = _call(fn, args, kwargs, setup)
+        sync()
+        s = time.perf_counter()
+        value = fn(*a, **k)
+        sync()
+        per_call.append(time.perf_counter() - s)
+        calls += 1
+    if len(per_call) < 2:  # estimate from two more calls when warmup was (nearly) skipped
+        for _ in range(2 - len(per_call)):
+            a, k = _call(fn, args, kwargs, setup)
+            sync()
+            s = time.perf_counter()
+            value = fn(*a, **k)
+            sync()
+            per_call.append(time.perf_counter() - s)
+    # the later half of the warmup is the best guide to steady state (first calls are cold)
+    late = sorted(per_call[len(per_call) // 2:])
+    estimate = late[len(late) // 2]
+    return calls, max(estimate, 1e-9), value
+
+
+def time_once(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
+    """Smoke mode: call ``fn`` exactly once (synchronized wall time, no warmup, no statistics)."""
+    sync = _sync_for(device)
+    sync()
+    t0 = time.perf_counter_ns()
+    value = fn(*args, **kwargs)
+    sync()
+    ms = (time.perf_counter_ns() - t0) / 1e6
+    return Timing(samples_ms=(max(ms, 1e-6),), rounds=1, calls_per_round=1, warmup_rounds=0, value=value)
+
+
+def _sync_for(device: Any) -> Callable[[], None]:
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def measure(
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    *,
+    options: BenchOptions,
+    device: Any,
+    setup: Setup | None = None,
+    rounds: int | None = None,
+    warmup_rounds: int | None = None,
+) -> Timing:
+    """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
+
+    ``rounds``/``warmup_rounds`` fix those counts (pedantic mode); ``setup`` runs untimed before
+    every round and forces one call per round. Exceptions from ``fn`` propagate unchanged.
+    """
+    if getattr(device, "type", "cpu") == "cuda":
+        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds)
+    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds)
+
+
+def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds) -> Timing:
+    clock = time.perf_counter_ns
+    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, lambda: None)
+    cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
+    loop = _RoundLoop(options, rounds)
+    samples: list[float] = []
+    with gc_disabled():
+        while not loop.done(samples):
+            a, k = _call(fn, args, kwargs, setup)
+            if cpr == 1:
+                t0 = clock()
+                value = fn(*a, **k)
+                t1 = clock()
+            else:
+                t0 = clock()
+                for _ in range(cpr):
+                    value = fn(*a, **k)
+                t1 = clock()
+            samples.append(max(t1 - t0, 1) / cpr / 1e6)
+    return Timing(tuple(samples), len(samples), cpr, n_warm, value)
+
+
+def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds) -> Timing:
+    import torch
+
+    with torch.cuda.device(device):
+        sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
+        if options.cuda_graph:
+            return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds)
+        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync)
+        batch_ok = setup is None and not options.flush_l2
+        cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if batch_ok else 1
+        flush = _l2_flusher(device) if options.flush_l2 else None
+        block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
+        loop = _RoundLoop(options, rounds)
+        samples: list[float] = []
+        with gc_disabled():
+            while not loop.done(samples):
+                n = min(block, max(1, loop.remaining(len(samples))))
+                pairs = []
+                for _ in range(n):
+                    a, k = _call(fn, args, kwargs, setup)
+                    if flush is not None:
+                        flush()
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for _ in range(cpr):
+                        value = fn(*a, **k)
+                    end.record()
+                    pairs.append((start, end))
+                sync()  # one synchronize per block of rounds
+                samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
+        return Timing(tuple(samples), len(samples), cpr, n_warm, value)
+
+
+def _l2_flusher(device: Any) -> Callable[[], None]:
+    """A callable that overwrites a buffer twice the device's L2 size (evicting L2 before a call)."""
+    import torch
+
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+    nbytes = max(2 * l2, 64 * 2**20)
+    buf = torch.empty(nbytes, dtype=torch.int8, device=device)
+    return buf.zero_
+
+
+def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds) -> Timing:
+    """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
+    import torch
+
+    sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
+        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync)
+    torch.cuda.current_stream(device).wait_stream(side)
+    sync()
+    cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if setup is None else 1
+    graph = torch.cuda.CUDAGraph()
+    with gc_disabled():
+        with torch.cuda.graph(graph, stream=side):
+            for _ in range(cpr):
+                value = fn(*args, **kwargs)
+    sync()
+    graph.replay()  # one untimed replay: first replays upload the graph
+    sync()
+    flush = _l2_flusher(device) if options.flush_l2 else None
+    block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
+    loop = _RoundLoop(options, rounds)
+    samples: list[float] = []
+    with gc_disabled():
+        while not loop.done(samples):
+            n = min(block, max(1, loop.remaining(len(samples))))
+            pairs = []
+            for _ in range(n):
+                if setup is not None:
+                    setup()  # in graph mode setup may only mutate captured inputs in place
+                if flush is not None:
+                    flush()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                pairs.append((start, end))
+            sync()
+            samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
+    return Timing(tuple(samples), len(samples), cpr, n_warm, value)
