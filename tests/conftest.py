@@ -1,0 +1,11 @@
+"""Test-suite setup.
+
+In-process ``pytester`` runs restore ``sys.modules`` after each inner session, and numpy's and
+torch's C extensions cannot be imported twice in one process; importing them here, in the
+outer session, keeps them loaded across inner sessions. (The plugin itself imports them lazily:
+``test_plain_session_does_not_import_torch`` checks that in a subprocess.)
+"""
+
+import numpy  # noqa: F401
+import scipy.stats  # noqa: F401
+import torch  # noqa: F401

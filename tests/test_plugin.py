@@ -1,0 +1,394 @@
+"""End-to-end tests of the plugin: real inner pytest sessions driven through ``pytester``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+# A CPU workload whose cost is set by work.txt next to the test file: a pure-Python loop is
+# steady on a loaded 2-core machine, and 2x the work is 2x the time.
+WORKLOAD = """
+import pathlib
+import pytest
+
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+
+def factor():
+    p = pathlib.Path(__file__).with_name("work.txt")
+    return float(p.read_text()) if p.exists() else 1.0
+
+@pytest.mark.gpu_bench(max_time=0.15, warmup_time=0.01, threshold=0.3, device="cpu")
+def test_loop(gpu_bench):
+    result = gpu_bench(work, int(20000 * factor()))
+    assert result.median_ms > 0
+"""
+
+FAST = dict(max_time=0.05, warmup_time=0.0)
+
+
+def _baseline_files(pytester: pytest.Pytester) -> list:
+    return sorted(pytester.path.joinpath("baselines").rglob("*.json"))
+
+
+def test_update_then_unchanged_rerun_passes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORKLOAD)
+    rec = pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1)
+    files = _baseline_files(pytester)
+    assert len(files) == 1 and files[0].name == "test_bench.json"
+    assert files[0].parent.name.startswith("cpu-")
+    rerun = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
+    rerun.assert_outcomes(passed=1)
+    rerun.stdout.fnmatch_lines(["*gpuperf: 1 benchmark(s), mode: compare*", "*test_bench.py::test_loop*cpu*"])
+    assert "regressed" not in rerun.stdout.str()
+
+
+def test_doubled_work_fails_with_regression_message(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORKLOAD)
+    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.path.joinpath("work.txt").write_text("2")
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
+    rec.assert_outcomes(failed=1)
+    out = rec.stdout.str()
+    assert "performance regression in test_bench.py::test_loop" in out
+    assert "ratio 1.9" in out or "ratio 2.0" in out or "ratio 2.1" in out
+    assert "Mann-Whitney U p=" in out and "threshold +30%" in out
+    assert "baselines/cpu-" in out and "test_bench.json" in out
+    rec.stdout.fnmatch_lines(["*test_loop*regressed*"])
+
+
+def test_smoke_mode_calls_fn_exactly_once(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        calls = []
+
+        @pytest.mark.gpu_bench
+        def test_once(gpu_bench):
+            result = gpu_bench(lambda x: calls.append(x) or x * 2, 21)
+            assert calls == [21]
+            assert result.smoke and result.value == 42
+            assert result.comparison is None and result.median_ci_ms is None
+            assert result.rounds == 1 and result.samples_ms and result.median_ms > 0
+        """
+    )
+    rec = pytester.runpytest("-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*1 benchmark(s) ran once (smoke mode)*"])
+    assert not pytester.path.joinpath("baselines").exists()
+
+
+def test_measured_result_has_statistics(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, min_rounds=12, target_precision=0)
+        def test_stats(gpu_bench):
+            r = gpu_bench(sum, range(500))
+            assert r.value == sum(range(500))
+            assert r.rounds == len(r.samples_ms) >= 12 and r.calls_per_round >= 1
+            assert r.warmup_rounds >= 3
+            assert r.min_ms <= r.p5_ms <= r.p25_ms <= r.median_ms <= r.p75_ms <= r.p95_ms <= r.p99_ms <= r.max_ms
+            lo, hi = r.median_ci_ms
+            assert lo <= r.median_ms <= hi
+            assert r.iqr_ms == pytest.approx(r.p75_ms - r.p25_ms)
+            assert r.comparison.verdict.value == "no-baseline"
+            assert r.device == "cpu" and not r.smoke
+        """
+    )
+    pytester.runpytest("--gpuperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("content", ["{ not json", '{"schema_version": 1, "benchmarks": {"test_a": {"samples_ms": [1.0, '])
+def test_corrupt_baseline_errors_that_test_only_and_stays_untouched(pytester: pytest.Pytester, content: str) -> None:
+    body = """
+        import pytest
+
+        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0)
+        def test_a(gpu_bench):
+            gpu_bench(sum, range(100))
+    """
+    pytester.makepyfile(test_one=body, test_two=body)
+    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=2)
+    bad = next(p for p in _baseline_files(pytester) if p.name == "test_one.json")
+    bad.write_text(content)
+    before = bad.read_bytes()
+    for flag in ("--gpuperf", "--gpuperf-update-baselines"):
+        rec = pytester.runpytest(flag, "-p", "no:cacheprovider")
+        rec.assert_outcomes(passed=1, errors=1)
+        out = rec.stdout.str()
+        assert "baseline file" in out and "test_one.json" in out and "unusable" in out
+        rec.stdout.fnmatch_lines(["ERROR test_one.py::test_a*"])
+        assert bad.read_bytes() == before
+
+
+def test_unknown_marker_option_is_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_bench(max_tme=1.0)
+        def test_typo(gpu_bench):
+            gpu_bench(sum, [1])
+        """
+    )
+    rec = pytester.runpytest("-p", "no:cacheprovider")
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    err = rec.stderr.str()
+    assert "max_tme" in err and "test_typo" in err
+    assert "valid options are" in err and "max_time" in err and "threshold" in err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--gpuperf-threshold", "abc"], "threshold"),
+        (["--gpuperf-alpha", "2"], "alpha"),
+        (["--gpuperf-device", "tpu"], "device"),
+        (["--gpuperf-max-time", "-1"], "max_time"),
+    ],
+)
+def test_bad_command_line_values_are_usage_errors(pytester: pytest.Pytester, args: list, needle: str) -> None:
+    pytester.makepyfile("def test_nothing(): pass")
+    rec = pytester.runpytest(*args)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in rec.stderr.str()
+
+
+def test_second_unnamed_call_is_a_clear_error_and_names_allow_several(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_bench
+        def test_twice(gpu_bench):
+            gpu_bench(sum, [1])
+            gpu_bench(sum, [2])
+
+        @pytest.mark.gpu_bench
+        def test_named(gpu_bench):
+            a = gpu_bench.pedantic(sum, args=([1],), name="small")
+            b = gpu_bench.pedantic(sum, args=([1] * 100,), name="large")
+            assert (a.benchmark_id, b.benchmark_id) == ("test_named::small", "test_named::large")
+        """
+    )
+    rec = pytester.runpytest("-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1, failed=1)
+    rec.stdout.fnmatch_lines(["*already called without a name*distinct name*"])
+
+
+def test_pedantic_setup_runs_before_every_round(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_bench
+        def test_pedantic(gpu_bench):
+            log = []
+            def setup():
+                log.append("setup")
+                return (len(log),), {}
+            def fn(k):
+                log.append(("call", k))
+            r = gpu_bench.pedantic(fn, setup=setup, rounds=7, warmup_rounds=2)
+            assert r.rounds == 7 and r.calls_per_round == 1 and r.warmup_rounds == 2
+            calls = [e for e in log if e != "setup"]
+            assert len(calls) == 9 and log.count("setup") == 9
+            assert all(log[i] == "setup" and log[i + 1][0] == "call" for i in range(0, len(log), 2))
+        """
+    )
+    pytester.runpytest("--gpuperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_baselines_written_only_for_passing_tests(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0)
+        def test_good(gpu_bench):
+            gpu_bench(sum, range(100))
+
+        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0)
+        def test_bad(gpu_bench):
+            gpu_bench(sum, range(100))
+            assert False, "a failing benchmark test"
+        """
+    )
+    rec = pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1, failed=1)
+    (path,) = _baseline_files(pytester)
+    text = path.read_text()
+    assert text.endswith("}\n") and text.startswith('{\n  "benchmarks"')
+    data = json.loads(text)
+    assert list(data["benchmarks"]) == ["test_good"]
+    entry = data["benchmarks"]["test_good"]
+    for key in ("schema_version", "id", "stats", "samples_ms", "rounds", "calls_per_round", "warmup_rounds",
+                "options", "environment", "git_commit", "timestamp_utc"):
+        assert key in entry, key
+    assert entry["environment"]["torch_version"] and entry["environment"]["device_type"] == "cpu"
+    assert entry["timestamp_utc"].endswith("Z")
+    assert json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n" == text
+
+
+def test_environment_change_warns_but_does_not_fail(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORKLOAD)
+    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (path,) = _baseline_files(pytester)
+    data = json.loads(path.read_text())
+    data["benchmarks"]["test_loop"]["environment"]["torch_version"] = "0.0.1"
+    path.write_text(json.dumps(data))
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*warning: test_bench.py::test_loop: environment differs*torch_version 0.0.1 -> *"])
+
+
+def test_json_report_has_results_and_verdicts(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORKLOAD)
+    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "out/report.json", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1)
+    report = json.loads(pytester.path.joinpath("out", "report.json").read_text())
+    entry = report["benchmarks"]["test_bench.py::test_loop"]
+    assert entry["verdict"] in ("unchanged", "improved")
+    assert entry["comparison"]["baseline_median_ms"] > 0 and entry["comparison"]["ratio"] > 0
+    assert entry["stats"]["median_ms"] > 0 and entry["samples_ms"]
+    assert report["schema_version"] == 1 and report["environments"]
+
+
+def test_ini_options_and_baseline_dir(pytester: pytest.Pytester) -> None:
+    pytester.makeini(
+        """
+        [pytest]
+        gpuperf_max_time = 0.05
+        gpuperf_min_rounds = 11
+        gpuperf_target_precision = 0
+        gpuperf_baseline_dir = perf-baselines
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_bench(warmup_time=0)
+        def test_ini(gpu_bench):
+            r = gpu_bench(sum, range(100))
+            assert r.options["max_time"] == 0.05 and r.options["min_rounds"] == 11
+            assert r.rounds >= 11
+        """
+    )
+    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert [p.name for p in pytester.path.joinpath("perf-baselines").rglob("*.json")] == ["test_ini_options_and_baseline_dir.json"]
+
+
+def test_marker_overrides_command_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_bench(threshold=0.2)
+        def test_marker(gpu_bench):
+            r = gpu_bench.pedantic(sum, args=([1],), rounds=10)
+            assert r.options["threshold"] == 0.2 and r.options["alpha"] == 0.05
+
+        @pytest.mark.gpu_bench
+        def test_cli(gpu_bench):
+            r = gpu_bench.pedantic(sum, args=([1],), rounds=10)
+            assert r.options["threshold"] == 0.1
+        """
+    )
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-threshold", "0.1", "--gpuperf-alpha", "0.05",
+                             "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=2)
+
+
+def test_cuda_device_skips_with_reason_without_cuda(pytester: pytest.Pytester) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: the skip path cannot be exercised")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu_bench(device="cuda")
+        def test_gpu_only(gpu_bench):
+            gpu_bench(sum, [1])
+        """
+    )
+    rec = pytester.runpytest("-rs", "-p", "no:cacheprovider")
+    rec.assert_outcomes(skipped=1)
+    rec.stdout.fnmatch_lines(["*SKIPPED*CUDA is not available*"])
+
+
+def test_plain_session_does_not_import_torch(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import sys
+
+        def test_plain():
+            assert "pytest_gpuperf.plugin" in sys.modules
+            assert "torch" not in sys.modules
+            assert "numpy" not in sys.modules
+        """
+    )
+    rec = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1)
+
+
+def test_benchmark_exception_fails_only_that_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def boom():
+            raise RuntimeError("kaboom")
+
+        @pytest.mark.gpu_bench(**{fast})
+        def test_raises(gpu_bench):
+            gpu_bench(boom)
+
+        @pytest.mark.gpu_bench(**{fast})
+        def test_fine(gpu_bench):
+            gpu_bench(sum, [1, 2])
+        """.replace("{fast}", repr(FAST))
+    )
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1, failed=1)
+    rec.stdout.fnmatch_lines(["*RuntimeError: kaboom*"])
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+needs_cuda = pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (none available here)")
+
+
+@needs_cuda
+@pytest.mark.parametrize("mode", ["events", "flush_l2", "cuda_graph"])
+def test_cuda_timing_modes(pytester: pytest.Pytester, mode: str) -> None:
+    opts = {"events": "", "flush_l2": "flush_l2=True,", "cuda_graph": "cuda_graph=True,"}[mode]
+    pytester.makepyfile(
+        f"""
+        import pytest, torch
+
+        @pytest.mark.gpu_bench({opts} max_time=0.2, device="cuda")
+        def test_cuda(gpu_bench):
+            a = torch.randn(1024, 1024, device=gpu_bench.device)
+            r = gpu_bench(torch.matmul, a, a)
+            assert r.device.startswith("cuda") and r.median_ms > 0 and r.rounds >= 10
+        """
+    )
+    pytester.runpytest("--gpuperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
