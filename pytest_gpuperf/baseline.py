@@ -85,7 +85,7 @@ def _check_entry(path: Path, bid: str, entry: Any) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise BaselineError(path, f"entry {bid!r} has a sample that is not a positive number: {v!r}")
     version = entry.get("schema_version", SCHEMA_VERSION)
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION:
         raise BaselineError(
             path,
             f"entry {bid!r} has schema_version {version!r}; this pytest-gpuperf reads up to "
@@ -103,7 +103,7 @@ def parse(path: os.PathLike[str] | str, text: str) -> BaselineFile:
     if not isinstance(data, dict):
         raise BaselineError(p, "the top level is not a JSON object")
     version = data.get("schema_version")
-    if not isinstance(version, int):
+    if isinstance(version, bool) or not isinstance(version, int):
         raise BaselineError(p, "missing or non-integer 'schema_version'")
     if version > SCHEMA_VERSION:
         raise BaselineError(
@@ -149,8 +149,15 @@ def write_atomic(path: os.PathLike[str] | str, text: str) -> None:
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = p.stat().st_mode & 0o777  # keep an existing file's permissions
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # what open() would give a new file
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
             fh.flush()

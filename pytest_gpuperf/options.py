@@ -52,7 +52,7 @@ def _num(kind: type, check: Callable[[float], bool], accepted: str) -> Callable[
             raise OptionError(f"{name}={value!r}: expected {accepted}")
         try:
             v = kind(value) if not isinstance(value, str) else kind(value.strip())
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise OptionError(f"{name}={value!r}: expected {accepted}") from None
         if kind is int and not isinstance(value, str) and v != value:
             raise OptionError(f"{name}={value!r}: expected {accepted}")

@@ -1,0 +1,365 @@
+"""Unit tests for pytest_gpuperf.units, pytest_gpuperf.report and BenchResult."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pytest_gpuperf import report
+from pytest_gpuperf.baseline import SCHEMA_VERSION, dumps, load, update
+from pytest_gpuperf.compare import Comparison, Verdict, decide
+from pytest_gpuperf.result import BenchResult
+from pytest_gpuperf.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
+from pytest_gpuperf.units import format_ms, format_pct, format_ratio, time_unit_for
+
+# --------------------------------------------------------------------------------------------
+# units
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ms, expected",
+    [
+        (1500.0, "1.5 s"),
+        (1000.0, "1 s"),
+        (12_345.6, "12.35 s"),
+        (999.0, "999 ms"),
+        (2.5, "2.5 ms"),
+        (1.0, "1 ms"),
+        (1.23456, "1.235 ms"),
+        (0.5, "500 µs"),
+        (0.0031, "3.1 µs"),
+        (0.001, "1 µs"),
+        (0.0005, "500 ns"),
+        (2.5e-6, "2.5 ns"),
+        (1e-6, "1 ns"),
+        (1e-7, "0.1 ns"),  # below 1 ns stays in ns
+        (0, "0 ms"),
+        (0.0, "0 ms"),
+        (-2.0, "-2 ms"),
+        (-0.002, "-2 µs"),
+    ],
+)
+def test_format_ms_picks_unit(ms, expected):
+    assert format_ms(ms) == expected
+
+
+def test_format_ms_digits_and_missing():
+    assert format_ms(1.23456, digits=2) == "1.2 ms"
+    assert format_ms(0.0123456, digits=6) == "12.3456 µs"
+    assert format_ms(None) == "-"
+    assert format_ms(float("nan")) == "-"
+    assert format_ms(np.float64("nan")) == "-"
+    assert format_ms(float("inf")) == "inf ms"
+    assert format_ms(np.float64(2.5)) == "2.5 ms"
+
+
+@pytest.mark.parametrize(
+    "ms, unit, scale",
+    [(2000.0, "s", 1e3), (5.0, "ms", 1.0), (0.05, "µs", 1e-3), (5e-5, "ns", 1e-6), (1e-9, "ns", 1e-6),
+     (0.0, "ms", 1.0), (float("inf"), "ms", 1.0), (float("nan"), "ms", 1.0)],
+)
+def test_time_unit_for(ms, unit, scale):
+    assert time_unit_for(ms) == (unit, scale)
+
+
+@pytest.mark.parametrize(
+    "ratio, expected",
+    [(1.0, "1.000x"), (1.0434, "1.043x"), (0.5, "0.500x"), (12.3456, "12.346x"), (None, "-"),
+     (float("nan"), "-")],
+)
+def test_format_ratio(ratio, expected):
+    assert format_ratio(ratio) == expected
+
+
+@pytest.mark.parametrize(
+    "fraction, expected",
+    [(0.043, "+4.3%"), (0.0, "+0.0%"), (-0.2, "-20.0%"), (1.0, "+100.0%"), (0.2049, "+20.5%"),
+     (-0.0004, "-0.0%")],
+)
+def test_format_pct(fraction, expected):
+    assert format_pct(fraction) == expected
+
+
+# --------------------------------------------------------------------------------------------
+# BenchResult
+# --------------------------------------------------------------------------------------------
+
+
+def make_result(samples, *, name="test_x", device="cpu", group=None, comparison=None, smoke=False,
+                benchmark_id=None, options=None) -> BenchResult:
+    samples = tuple(float(v) for v in samples)
+    return BenchResult.from_samples(
+        samples,
+        name=name,
+        device=device,
+        rounds=len(samples),
+        calls_per_round=4,
+        warmup_rounds=3,
+        benchmark_id=benchmark_id or name,
+        group=group,
+        comparison=comparison,
+        smoke=smoke,
+        options=options if options is not None else {"threshold": 0.05, "device": None},
+    )
+
+
+def lognormal(seed, n, factor=1.0, sigma=0.1):
+    return np.random.default_rng(seed).lognormal(math.log(2.0 * factor), sigma, n)
+
+
+def test_from_samples_computes_statistics():
+    samples = lognormal(1, 101)
+    r = make_result(samples, group="g", benchmark_id="m.py::t[1]")
+    s = summarize(samples)
+    assert r.samples_ms == tuple(float(v) for v in samples)
+    assert isinstance(r.samples_ms, tuple)
+    assert r.median_ms == s.median_ms and r.mean_ms == s.mean_ms and r.std_ms == s.std_ms
+    assert (r.min_ms, r.max_ms) == (s.min_ms, s.max_ms)
+    assert (r.p5_ms, r.p25_ms, r.p75_ms, r.p90_ms, r.p95_ms, r.p99_ms) == (
+        s.p5_ms, s.p25_ms, s.p75_ms, s.p90_ms, s.p95_ms, s.p99_ms)
+    assert r.iqr_ms == s.iqr_ms
+    assert r.median_ci_ms == s.median_ci_ms
+    assert r.outliers == s.outliers
+    assert r.iqr_fraction == pytest.approx(s.iqr_ms / s.median_ms)
+    assert (r.rounds, r.calls_per_round, r.warmup_rounds) == (101, 4, 3)
+    assert r.benchmark_id == "m.py::t[1]" and r.group == "g" and r.name == "test_x"
+    assert r.comparison is None and r.smoke is False
+
+
+def test_from_samples_rejects_bad_samples():
+    with pytest.raises(ValueError):
+        make_result([])
+    with pytest.raises(ValueError):
+        make_result([1.0, float("nan")])
+
+
+def test_stats_dict():
+    r = make_result([float(v) for v in range(1, 11)])
+    d = r.stats_dict()
+    assert set(d) == {"mean_ms", "std_ms", "min_ms", "max_ms", "median_ms", "p5_ms", "p25_ms",
+                      "p75_ms", "p90_ms", "p95_ms", "p99_ms", "iqr_ms", "median_ci_ms", "outliers"}
+    assert d["median_ms"] == 5.5
+    assert d["median_ci_ms"] == [2.0, 9.0]
+    assert d["outliers"] == {"low": 0, "high": 0, "severe": 0}
+    assert make_result([1.0, 2.0]).stats_dict()["median_ci_ms"] is None
+    json.dumps(d, allow_nan=False)  # JSON-ready
+
+
+# --------------------------------------------------------------------------------------------
+# result_entry
+# --------------------------------------------------------------------------------------------
+
+REQUIRED_KEYS = {"schema_version", "id", "stats", "samples_ms", "rounds", "options", "environment",
+                 "git_commit", "timestamp_utc"}
+
+
+def test_result_entry_keys_and_values():
+    r = make_result(lognormal(2, 50), benchmark_id="m.py::test_a", group="g")
+    env = {"python": "3.11", "torch": "2.5"}
+    e = report.result_entry(r, environment=env, git_commit="deadbeef", timestamp_utc="2025-01-02T03:04:05Z")
+    assert REQUIRED_KEYS <= set(e)
+    assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds"}
+    assert e["schema_version"] == SCHEMA_VERSION
+    assert e["id"] == "m.py::test_a"
+    assert e["name"] == "test_x" and e["group"] == "g" and e["device"] == "cpu"
+    assert e["stats"] == r.stats_dict()
+    assert e["samples_ms"] == list(r.samples_ms)
+    assert e["rounds"] == 50 and e["calls_per_round"] == 4 and e["warmup_rounds"] == 3
+    assert e["options"] == {"threshold": 0.05, "device": None}
+    assert e["options"] is not r.options  # a copy
+    assert e["environment"] == env
+    assert e["git_commit"] == "deadbeef"
+    assert e["timestamp_utc"] == "2025-01-02T03:04:05Z"
+    assert "comparison" not in e and "verdict" not in e
+    json.loads(dumps(e))  # serializable the way the project writes JSON
+
+
+def test_result_entry_thins_samples():
+    samples = lognormal(3, 7777)
+    r = make_result(samples)
+    e = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t")
+    assert len(e["samples_ms"]) <= MAX_STORED_SAMPLES
+    assert e["samples_ms"] == thin(samples)
+    assert e["samples_ms"][0] == samples[0] and e["samples_ms"][-1] == samples[-1]
+    assert e["rounds"] == 7777  # rounds still says how many were measured
+    assert e["git_commit"] is None
+    # Stats are of all samples, not of the thinned ones.
+    assert e["stats"]["median_ms"] == pytest.approx(float(np.median(samples)))
+
+
+def test_result_entry_with_comparison():
+    base = lognormal(4, 100)
+    cur = lognormal(5, 100, factor=1.3)
+    c = decide(cur, base, benchmark_id="m.py::t", baseline_file="b.json")
+    r = make_result(cur, comparison=c)
+    e = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t", with_comparison=True)
+    assert e["verdict"] == "regressed"
+    comp = e["comparison"]
+    assert comp["verdict"] == "regressed"
+    assert comp["ratio"] == c.ratio
+    assert comp["ratio_ci"] == list(c.ratio_ci)
+    assert comp["message"] == c.message()
+    assert comp["baseline_file"] == "b.json"
+    json.loads(dumps(e))
+
+    smoke = make_result([1.0], smoke=True)
+    e2 = report.result_entry(smoke, environment={}, git_commit=None, timestamp_utc="t", with_comparison=True)
+    assert e2["comparison"] is None and e2["verdict"] is None
+    json.loads(dumps(e2))
+
+
+def test_comparison_dict():
+    assert report.comparison_dict(None) is None
+    c = decide([1.0, 2.0], None, benchmark_id="x")
+    d = report.comparison_dict(c)
+    assert d["verdict"] == "no-baseline"
+    assert d["ratio_ci"] is None
+    assert "--gpuperf-update-baselines" in d["message"]
+
+
+def test_result_entry_is_a_valid_baseline_entry(tmp_path):
+    r = make_result(lognormal(6, 3000), benchmark_id="m.py::t")
+    e = report.result_entry(r, environment={"k": "v"}, git_commit="c", timestamp_utc="t")
+    path = tmp_path / "b.json"
+    update(path, {e["id"]: e}, device_key="cpu-x", module="m.py")
+    loaded = load(path)
+    assert loaded.benchmarks["m.py::t"] == e
+    assert loaded.samples_ms("m.py::t") == thin(r.samples_ms)
+
+
+# --------------------------------------------------------------------------------------------
+# format_table / summary_row / summary_lines
+# --------------------------------------------------------------------------------------------
+
+
+def _column_spans(separator: str) -> list[tuple[int, int]]:
+    spans, i = [], 0
+    for dashes in separator.split("  "):
+        spans.append((i, i + len(dashes)))
+        i += len(dashes) + 2
+    return spans
+
+
+def test_format_table_aligns_columns():
+    rows = [
+        ("short", "cpu", "1.5 ms", "2 ms", "3.0%", "10", "1.4 ms", "1.071x", "unchanged"),
+        ("a_much_longer_benchmark_name[1024]", "cuda:0", "123.4 µs", "130 µs", "12.5%", "10000",
+         "-", "-", "no-baseline"),
+    ]
+    lines = report.format_table(rows)
+    assert len(lines) == 2 + len(rows)  # header, separator, rows
+    header, sep = lines[0], lines[1]
+    assert header.split() == list(report.COLUMNS)
+    assert set(sep) <= {"-", " "}
+    spans = _column_spans(sep)
+    assert len(spans) == len(report.COLUMNS)
+    for (start, end), col in zip(spans, report.COLUMNS):
+        width = end - start
+        assert width == max(len(col), *(len(r[report.COLUMNS.index(col)]) for r in rows))
+
+    right = {"median", "p95", "IQR", "rounds", "baseline", "ratio"}
+    for line, cells in zip(lines[2:] + [header], rows + [tuple(report.COLUMNS)]):
+        padded = line.ljust(spans[-1][1])
+        for (start, end), col, cell in zip(spans, report.COLUMNS, cells):
+            field = padded[start:end]
+            if col in right:
+                assert field == cell.rjust(end - start), (col, field)
+            else:
+                assert field == cell.ljust(end - start), (col, field)
+            # Two spaces separate columns.
+            assert padded[end:end + 2].strip() == ""
+        assert line == line.rstrip()  # no trailing whitespace
+
+
+def test_format_table_exact_small():
+    lines = report.format_table([("a", "1")], header=("name", "device"))
+    assert lines == ["name  device", "----  ------", "a     1"]
+    lines = report.format_table([("xx", "d", "1 ms")], header=("n", "dev", "median"))
+    assert lines == ["n   dev  median", "--  ---  ------", "xx  d      1 ms"]
+
+
+def test_format_table_no_rows():
+    lines = report.format_table([])
+    assert len(lines) == 2
+    assert lines[0].split() == list(report.COLUMNS)
+
+
+def test_summary_row_values():
+    base = lognormal(7, 100)
+    cur = lognormal(8, 100, factor=1.3)
+    c = decide(cur, base)
+    r = make_result(cur, comparison=c, device="cuda:0")
+    row = report.summary_row("m.py::t", r)
+    assert len(row) == len(report.COLUMNS)
+    assert row[0] == "m.py::t" and row[1] == "cuda:0"
+    assert row[2] == format_ms(r.median_ms) and row[3] == format_ms(r.p95_ms)
+    assert row[4] == f"{r.iqr_fraction * 100:.1f}%"
+    assert row[5] == "100"
+    assert row[6] == format_ms(c.baseline_median_ms)
+    assert row[7] == format_ratio(c.ratio)
+    assert row[8] == "regressed"
+    assert report.summary_row("m.py::t", r, updated=True)[8] == "regressed (baseline updated)"
+
+
+def test_summary_row_smoke_and_no_comparison():
+    smoke = make_result([1.5], smoke=True)
+    row = report.summary_row("t", smoke)
+    assert row[3] == "-" and row[4] == "-" and row[6] == "-" and row[7] == "-"
+    assert row[8] == "smoke"
+    plain = make_result(lognormal(9, 20))
+    assert report.summary_row("t", plain)[8] == "-"
+
+
+def test_summary_row_marks_unchanged_with_note():
+    c = decide(lognormal(10, 2000, factor=1.02, sigma=0.01), lognormal(11, 2000, sigma=0.01))
+    assert c.verdict is Verdict.UNCHANGED and c.note
+    r = make_result([2.0, 2.1, 2.05], comparison=c)
+    assert report.summary_row("t", r)[8] == "unchanged*"
+
+
+def test_summary_lines_groups_by_group_name():
+    items = [
+        ("m.py::b1", make_result([1.0, 1.1, 1.2], group="beta"), False),
+        ("m.py::a1", make_result([2.0, 2.1, 2.2], group="alpha"), False),
+        ("m.py::n1", make_result([3.0, 3.1, 3.2], group=None), True),
+        ("m.py::a2", make_result([4.0, 4.1, 4.2], group="alpha"), False),
+    ]
+    lines = report.summary_lines(items)
+    headers = [ln for ln in lines if ln.startswith("group: ")]
+    assert headers == ["group: (none)", "group: alpha", "group: beta"]
+
+    def block(title):
+        start = lines.index(title) + 1
+        end = lines.index("", start)
+        return lines[start:end]
+
+    alpha = block("group: alpha")
+    assert [ln.split()[0] for ln in alpha[2:]] == ["m.py::a1", "m.py::a2"]  # input order kept
+    assert alpha[0].split() == list(report.COLUMNS)
+    assert [ln.split()[0] for ln in block("group: beta")[2:]] == ["m.py::b1"]
+    none_block = block("group: (none)")
+    assert [ln.split()[0] for ln in none_block[2:]] == ["m.py::n1"]
+    assert none_block[2].endswith("(baseline updated)")
+    assert lines[-1] == ""
+
+
+def test_summary_lines_single_ungrouped_table_has_no_group_header():
+    items = [("t1", make_result([1.0, 2.0]), False), ("t2", make_result([3.0, 4.0]), False)]
+    lines = report.summary_lines(items)
+    assert not any(ln.startswith("group:") for ln in lines)
+    assert lines[0].split() == list(report.COLUMNS)
+    assert [ln.split()[0] for ln in lines[2:4]] == ["t1", "t2"]
+    assert lines[4:] == [""]
+
+
+def test_summary_lines_single_named_group_has_header():
+    lines = report.summary_lines([("t", make_result([1.0, 2.0], group="mm"), False)])
+    assert lines[0] == "group: mm"
+
+
+def test_summary_lines_empty():
+    assert report.summary_lines([]) == []
