@@ -20,6 +20,12 @@ _EXPORTS = {
     "Verdict": "compare",
     "decide": "compare",
     "Outliers": "stats",
+    "parse_size": "units",
+    "format_bytes": "units",
+    "MemoryReport": "memory",
+    "MemoryLimitError": "memory",
+    "MemoryComparison": "compare",
+    "decide_memory": "compare",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

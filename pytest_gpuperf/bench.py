@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
-from .compare import decide
+from .compare import decide, decide_memory
 from .options import BenchOptions
 from .result import BenchResult
 from .timing import measure, time_once
@@ -31,16 +32,18 @@ class GpuBench:
         options: BenchOptions,
         device: Any,
         measuring: bool,
-        baseline_samples: Callable[[str], list[float] | None] = lambda _id: None,
+        baseline_entry: Callable[[str], dict[str, Any] | None] = lambda _id: None,
         baseline_file: str | None = None,
         on_result: Callable[[BenchResult], None] = lambda _r: None,
+        snapshot_dir: str | None = None,
     ) -> None:
         self.test_id = test_id
         self.module = module
         self.options = options
         self._device = device
         self.measuring = measuring
-        self._baseline_samples = baseline_samples
+        self._baseline_entry = baseline_entry
+        self._snapshot_dir = snapshot_dir
         self._baseline_file = baseline_file
         self._on_result = on_result
         self.results: list[BenchResult] = []
@@ -105,30 +108,112 @@ class GpuBench:
         label = name or self.test_id.split("::")[-1]
         common = dict(name=label, device=str(self._device), benchmark_id=bid,
                       group=self.options.group, options=self.options.to_dict())
+        try:
+            result = self._measure(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common)
+        except Exception as exc:
+            from .memory import is_oom
+
+            if not is_oom(exc):
+                raise
+            self._raise_oom(exc, fn, args, kwargs, bid)
+        self.results.append(result)
+        self._on_result(result)
+        return result
+
+    def _full_id(self, bid: str) -> str:
+        return f"{self.module}::{bid}" if self.module else bid
+
+    def _measure(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common) -> BenchResult:
         if not self.measuring:
             if setup is not None:
                 out = setup()
                 if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
                     args, kwargs = tuple(out[0]), dict(out[1])
             t = time_once(fn, args, kwargs, self._device)
-            result = BenchResult.from_samples(
+            return BenchResult.from_samples(
                 t.samples_ms, rounds=1, calls_per_round=1, warmup_rounds=0, smoke=True, value=t.value, **common
             )
-        else:
-            t = measure(fn, args, kwargs, options=self.options, device=self._device, setup=setup,
-                        rounds=rounds, warmup_rounds=warmup_rounds)
-            comparison = decide(
-                t.samples_ms,
-                self._baseline_samples(bid),
-                threshold=self.options.threshold,
-                alpha=self.options.alpha,
-                benchmark_id=f"{self.module}::{bid}" if self.module else bid,
-                baseline_file=self._baseline_file,
-            )
-            result = BenchResult.from_samples(
-                t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
-                warmup_rounds=t.warmup_rounds, comparison=comparison, value=t.value, **common
-            )
-        self.results.append(result)
-        self._on_result(result)
-        return result
+        from .memory import measure_peak
+        from .timing import prepare_call
+
+        self._reset_cuda_peak()
+        t = measure(fn, args, kwargs, options=self.options, device=self._device, setup=setup,
+                    rounds=rounds, warmup_rounds=warmup_rounds)
+        # One extra call, outside the timed rounds, measures peak memory (never perturbs timing).
+        a, k = prepare_call(fn, args, kwargs, setup)
+        mem, _ = measure_peak(fn, a, k, self._device)
+        entry = self._baseline_entry(bid)
+        comparison = decide(
+            t.samples_ms,
+            entry["samples_ms"] if entry else None,
+            threshold=self.options.threshold,
+            alpha=self.options.alpha,
+            benchmark_id=self._full_id(bid),
+            baseline_file=self._baseline_file,
+        )
+        base_peak = entry.get("peak_memory_bytes") if entry else None
+        memory = decide_memory(
+            mem.peak_bytes,
+            base_peak if isinstance(base_peak, int) else None,
+            threshold=self.options.memory_threshold,
+            max_memory_bytes=self.options.max_memory,
+            benchmark_id=self._full_id(bid),
+            device=str(self._device),
+            baseline_file=self._baseline_file,
+        )
+        if memory.failed:
+            memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
+        return BenchResult.from_samples(
+            t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
+            warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
+            memory_comparison=memory, value=t.value, **common
+        )
+
+    def _reset_cuda_peak(self) -> None:
+        if getattr(self._device, "type", "cpu") == "cuda":
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self._device)
+
+    def _snapshot(self, fn, args, kwargs, bid) -> str | None:
+        """CUDA with --gpuperf-memory-snapshot: re-run ``fn`` recording allocation history, save it."""
+        if self._snapshot_dir is None or getattr(self._device, "type", "cpu") != "cuda":
+            return None
+        import re
+        from pathlib import Path
+
+        from .memory import SnapshotRecorder, free_cached_memory, is_oom
+
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", self._full_id(bid)).strip("_")
+        rec = SnapshotRecorder(self._device, Path(self._snapshot_dir, f"{safe}.pickle"))
+        rec.start()
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:
+            if not is_oom(exc):
+                rec.discard()
+                raise
+            free_cached_memory(self._device)
+        return rec.save()
+
+    def _raise_oom(self, exc: BaseException, fn, args, kwargs, bid) -> None:
+        from .memory import MemoryLimitError, cuda_memory_summary, free_cached_memory
+        from .units import format_bytes
+
+        peak = None
+        if getattr(self._device, "type", "cpu") == "cuda":
+            import torch
+
+            peak = torch.cuda.max_memory_allocated(self._device)
+        details = cuda_memory_summary(self._device)
+        free_cached_memory(self._device)
+        budget = format_bytes(self.options.max_memory) if self.options.max_memory is not None else "none"
+        message = (
+            f"out of memory in benchmark {self._full_id(bid)} on {self._device}: max_memory {budget}, "
+            f"peak so far {format_bytes(peak) if peak is not None else 'not tracked on the CPU'} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        )
+        extra = self._snapshot(fn, args, kwargs, bid)
+        if extra:
+            message += "\n" + extra
+        raise MemoryLimitError(message, details=details) from exc

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .units import format_ms, format_pct, format_ratio
+from .units import format_bytes, format_ms, format_pct, format_ratio
 
 #: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
 BOOTSTRAP_SEED = 20251121
@@ -251,4 +251,106 @@ def decide(
         p_faster=p_faster,
         note=note,
         **common,
+    )
+
+
+# ----------------------------------------------------------------------------- memory
+
+#: Absolute slack added to the relative memory threshold (bytes): allocator rounding and small
+#: workspace changes below this never fail a test.
+MEMORY_SLACK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class MemoryComparison:
+    """Peak memory of the current run vs the baseline's, and vs an optional hard budget (bytes).
+
+    ``verdict`` is regressed / improved / unchanged / no-baseline; ``over_budget`` is True when the
+    peak exceeds ``max_memory_bytes``. Either fails the test.
+    """
+
+    verdict: Verdict
+    benchmark_id: str
+    current_bytes: int
+    baseline_bytes: int | None = None
+    threshold: float = 0.02
+    max_memory_bytes: int | None = None
+    device: str = ""
+    baseline_file: str | None = None
+    snapshot: str | None = None  # CUDA memory-snapshot text (path, largest blocks), when recorded
+
+    @property
+    def over_budget(self) -> bool:
+        return self.max_memory_bytes is not None and self.current_bytes > self.max_memory_bytes
+
+    @property
+    def change(self) -> float | None:
+        """Relative change of the peak, current / baseline - 1 (None without a baseline or at 0)."""
+        if not self.baseline_bytes:
+            return None
+        return self.current_bytes / self.baseline_bytes - 1.0
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is Verdict.REGRESSED or self.over_budget
+
+    def messages(self) -> list[str]:
+        """Failure messages (empty when the comparison passes)."""
+        out = []
+        if self.verdict is Verdict.REGRESSED:
+            assert self.baseline_bytes is not None
+            change = format_pct(self.change) if self.change is not None else "baseline allocated nothing"
+            out.append(
+                f"memory regression in {self.benchmark_id}: {format_bytes(self.baseline_bytes)} -> "
+                f"{format_bytes(self.current_bytes)} ({change}), allowed "
+                f"+{self.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}"
+                + (f"; baseline: {self.baseline_file}" if self.baseline_file else "")
+            )
+        if self.over_budget:
+            assert self.max_memory_bytes is not None
+            out.append(
+                f"memory budget exceeded in {self.benchmark_id}: peak {format_bytes(self.current_bytes)} > "
+                f"max_memory {format_bytes(self.max_memory_bytes)} on {self.device}"
+            )
+        if out and self.snapshot:
+            out.append(self.snapshot)
+        return out
+
+
+def decide_memory(
+    current_bytes: int,
+    baseline_bytes: int | None,
+    *,
+    threshold: float = 0.02,
+    max_memory_bytes: int | None = None,
+    benchmark_id: str = "benchmark",
+    device: str = "",
+    baseline_file: str | None = None,
+    slack_bytes: int = MEMORY_SLACK_BYTES,
+) -> MemoryComparison:
+    """Compare a peak-memory figure (bytes) with the baseline's.
+
+    Peak memory of a fixed program on a fixed allocator is deterministic, so no statistics are
+    needed: **regressed** when ``current > baseline * (1 + threshold) + slack_bytes``, **improved**
+    when ``current < baseline * (1 - threshold) - slack_bytes``, else **unchanged**. Raises
+    ``ValueError`` for negative sizes or threshold.
+    """
+    if current_bytes < 0 or (baseline_bytes is not None and baseline_bytes < 0):
+        raise ValueError("memory sizes must be >= 0 bytes")
+    if not threshold >= 0:  # also rejects NaN
+        raise ValueError(f"memory threshold must be >= 0, got {threshold!r}")
+    if max_memory_bytes is not None and max_memory_bytes < 0:
+        raise ValueError(f"max_memory must be >= 0 bytes, got {max_memory_bytes!r}")
+    if baseline_bytes is None:
+        verdict = Verdict.NO_BASELINE
+    elif current_bytes > baseline_bytes * (1 + threshold) + slack_bytes:
+        verdict = Verdict.REGRESSED
+    elif current_bytes < baseline_bytes * (1 - threshold) - slack_bytes:
+        verdict = Verdict.IMPROVED
+    else:
+        verdict = Verdict.UNCHANGED
+    return MemoryComparison(
+        verdict=verdict, benchmark_id=benchmark_id, current_bytes=int(current_bytes),
+        baseline_bytes=None if baseline_bytes is None else int(baseline_bytes), threshold=threshold,
+        max_memory_bytes=max_memory_bytes, device=device, baseline_file=baseline_file,
     )

@@ -20,6 +20,8 @@ class BenchOptions:
     """Resolved options of one benchmark. Times are in seconds, fractions are dimensionless.
 
     ``device`` is ``None`` for auto (CUDA when available), else ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    ``memory_threshold`` is the relative growth of peak memory that fails a test (on top of 1 MiB of
+    slack); ``max_memory`` a hard budget in bytes for the benchmarked call (``None``: no budget).
     """
 
     group: str | None = None
@@ -33,6 +35,8 @@ class BenchOptions:
     flush_l2: bool = False
     cuda_graph: bool = False
     device: str | None = None
+    memory_threshold: float = 0.02
+    max_memory: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -88,6 +92,17 @@ def _device(name: str, value: Any) -> str | None:
     return None if s == "auto" else s
 
 
+def _size(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    from .units import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise OptionError(f"{name}={value!r}: {exc}") from None
+
+
 _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "group": _group,
     "warmup_time": _num(float, lambda v: v >= 0, "a number of seconds >= 0"),
@@ -100,6 +115,8 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "flush_l2": _bool,
     "cuda_graph": _bool,
     "device": _device,
+    "memory_threshold": _num(float, lambda v: v >= 0, "a fraction >= 0 (0.02 = 2%)"),
+    "max_memory": _size,
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

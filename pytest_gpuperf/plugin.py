@@ -31,6 +31,8 @@ _OPTION_HELP = {
     "flush_l2": "CUDA: overwrite a buffer of twice the L2 size before each timed call (default false)",
     "cuda_graph": "CUDA: capture the call in a CUDA graph and time replays (default false)",
     "device": "auto, cpu, cuda or cuda:N (default auto: CUDA when available)",
+    "memory_threshold": "relative growth of peak memory (plus 1 MiB) that fails a test (default 0.02)",
+    "max_memory": "hard budget for the benchmarked call's peak memory, e.g. '2 GiB' (default none)",
 }
 
 
@@ -55,6 +57,7 @@ class GpuPerfState:
     updating: bool
     baseline_dir: Path
     json_path: Path | None
+    snapshot_dir: Path | None
     cli: dict[str, Any]
     ini: dict[str, Any]
     rootpath: Path
@@ -102,6 +105,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="auto|cpu|cuda|cuda:N (auto: CUDA when available)")
     group.addoption("--gpuperf-json", metavar="PATH", default=None,
                     help="write this run's results (baseline schema plus verdicts) to PATH")
+    group.addoption("--gpuperf-memory-snapshot", metavar="DIR", default=None,
+                    help="CUDA: when a memory check fails, save an allocation-history snapshot "
+                         "(PyTorch memory visualizer pickle) under DIR")
     group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None,
                     help="smallest relative slowdown that fails a test (default 0.05)")
     group.addoption("--gpuperf-alpha", metavar="P", default=None,
@@ -148,11 +154,13 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         baseline_dir = config.rootpath / "baselines"
     json_opt = config.getoption("--gpuperf-json")
+    snap_opt = config.getoption("--gpuperf-memory-snapshot")
     config.stash[STATE_KEY] = GpuPerfState(
         measuring=bool(config.getoption("--gpuperf")) or updating,
         updating=updating,
         baseline_dir=baseline_dir.resolve(),
         json_path=Path(config.invocation_params.dir, json_opt) if json_opt else None,
+        snapshot_dir=Path(config.invocation_params.dir, snap_opt) if snap_opt else None,
         cli=cli,
         ini=ini,
         rootpath=config.rootpath,
@@ -252,12 +260,51 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         options=options,
         device=device,
         measuring=state.measuring,
-        baseline_samples=(baseline.samples_ms if baseline is not None else (lambda _id: None)),
+        baseline_entry=(baseline.benchmarks.get if baseline is not None else (lambda _id: None)),
         baseline_file=state.relpath(path) if path else None,
         on_result=on_result,
+        snapshot_dir=str(state.snapshot_dir) if state.snapshot_dir else None,
     )
     item.stash[BENCH_KEY] = bench
     yield bench
+
+
+@pytest.fixture
+def memory_budget(request: pytest.FixtureRequest) -> Any:
+    """Fail the test when a block allocates more than a budget: ``with memory_budget("1.5 GiB") as mem:``.
+
+    ``memory_budget(budget, *, max_leak=None, device=None)``: ``budget`` and ``max_leak`` are sizes
+    (int bytes or strings such as ``"512 MiB"``, ``"2GB"``); ``device`` defaults to the test's
+    benchmark device (marker ``device=``, ``--gpuperf-device``, else CUDA when available). After
+    the block ``mem`` carries the :class:`pytest_gpuperf.memory.MemoryReport` fields.
+    """
+    from .memory import MemoryBudget, SnapshotRecorder
+    from .timing import DeviceUnavailable, resolve_device
+
+    state: GpuPerfState = request.config.stash[STATE_KEY]
+    item = request.node
+    try:
+        default_device = _options_for(item, state).device
+    except opts.OptionError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    blocks = 0
+
+    def factory(budget: int | str, *, max_leak: int | str | None = None, device: Any = None) -> MemoryBudget:
+        nonlocal blocks
+        try:
+            dev = resolve_device(str(device) if device is not None else default_device)
+        except DeviceUnavailable as exc:
+            pytest.skip(f"pytest-gpuperf: {exc}")
+        snapshot = None
+        if state.snapshot_dir is not None and dev.type == "cuda":
+            import re
+
+            blocks += 1
+            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")
+            snapshot = SnapshotRecorder(dev, state.snapshot_dir / f"{safe}.block{blocks}.pickle")
+        return MemoryBudget(budget, device=dev, max_leak=max_leak, snapshot=snapshot)
+
+    return factory
 
 
 # ----------------------------------------------------------------------------- verdicts and baselines
@@ -267,6 +314,9 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
+    details = getattr(call.excinfo.value, "details", None) if call.excinfo is not None else None
+    if details and isinstance(details, str):
+        report.sections.append(("gpuperf memory", details))
     bench = item.stash.get(BENCH_KEY, None)
     if bench is None or report.when != "call" or not report.passed or not bench.results:
         return
@@ -277,10 +327,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.outcome = "failed"
             report.longrepr = problem
         return
-    failed = [r.comparison for r in bench.results if r.comparison is not None and r.comparison.failed]
-    if failed:
+    messages = [r.comparison.message() for r in bench.results if r.comparison is not None and r.comparison.failed]
+    for r in bench.results:
+        if r.memory_comparison is not None:
+            messages.extend(r.memory_comparison.messages())
+    if messages:
         report.outcome = "failed"
-        report.longrepr = "\n".join(c.message() for c in failed)
+        report.longrepr = "\n".join(messages)
 
 
 def _write_baselines(state: GpuPerfState, item: pytest.Item) -> str | None:

@@ -7,12 +7,12 @@ from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 from .baseline import SCHEMA_VERSION
-from .compare import Comparison
+from .compare import Comparison, MemoryComparison
 from .result import BenchResult
 from .stats import thin
-from .units import format_ms, format_ratio
+from .units import format_bytes, format_ms, format_pct, format_ratio
 
-COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "verdict")
+COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "verdict")
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
@@ -23,6 +23,17 @@ def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
     d["verdict"] = c.verdict.value
     d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
     d["message"] = c.message()
+    return d
+
+
+def memory_comparison_dict(m: MemoryComparison | None) -> dict[str, Any] | None:
+    """A :class:`MemoryComparison` as a JSON-ready dict."""
+    if m is None:
+        return None
+    d = dataclasses.asdict(m)
+    d["verdict"] = m.verdict.value
+    d["over_budget"] = m.over_budget
+    d["messages"] = m.messages()
     return d
 
 
@@ -46,6 +57,7 @@ def result_entry(
         "rounds": result.rounds,
         "calls_per_round": result.calls_per_round,
         "warmup_rounds": result.warmup_rounds,
+        "peak_memory_bytes": result.peak_memory_bytes,
         "options": dict(result.options),
         "environment": environment,
         "git_commit": git_commit,
@@ -54,6 +66,7 @@ def result_entry(
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
+        entry["memory_comparison"] = memory_comparison_dict(result.memory_comparison)
     return entry
 
 
@@ -63,8 +76,23 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
     text = r.comparison.verdict.value if r.comparison else "-"
     if r.comparison is not None and r.comparison.note and r.comparison.verdict.value == "unchanged":
         text += "*"
+    m = r.memory_comparison
+    if m is not None and m.verdict.value in ("regressed", "improved"):
+        text += f", memory {m.verdict.value}"
+    if m is not None and m.over_budget:
+        text += ", over max_memory"
     if updated:
         text += " (baseline updated)"
+    return text
+
+
+def _memory_text(r: BenchResult) -> str:
+    if r.peak_memory_bytes is None:
+        return "-"
+    text = format_bytes(r.peak_memory_bytes)
+    change = r.memory_comparison.change if r.memory_comparison is not None else None
+    if change is not None and abs(change) >= 0.0005:
+        text += f" ({format_pct(change)})"
     return text
 
 
@@ -81,6 +109,7 @@ def summary_row(label: str, r: BenchResult, updated: bool = False) -> tuple[str,
         str(r.rounds),
         format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
         format_ratio(c.ratio) if c else "-",
+        _memory_text(r),
         _verdict_text(r, updated),
     )
 
@@ -89,7 +118,7 @@ def format_table(rows: Sequence[Sequence[str]], header: Sequence[str] = COLUMNS)
     """Left-align text columns and right-align the numeric ones; returns the lines."""
     all_rows = [tuple(header)] + [tuple(r) for r in rows]
     widths = [max(len(row[i]) for row in all_rows) for i in range(len(header))]
-    right = {2, 3, 4, 5, 6, 7}
+    right = {2, 3, 4, 5, 6, 7, 8}
     lines = []
     for k, row in enumerate(all_rows):
         cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]

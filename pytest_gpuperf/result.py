@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compare import Comparison
+from .compare import Comparison, MemoryComparison
 from .stats import Outliers, summarize
 
 
@@ -22,7 +22,9 @@ class BenchResult:
 
     ``smoke`` is True when the plugin ran without ``--gpuperf``: ``fn`` was called exactly once,
     ``samples_ms`` holds that single call's synchronized wall time, and there is no CI and no
-    comparison. ``value`` is the return value of the last call of ``fn`` (handy for correctness
+    comparison. ``peak_memory_bytes`` is the peak memory (bytes) allocated by one extra call of
+    ``fn`` made outside the timed rounds (``None`` in smoke mode), and ``memory_comparison`` its
+    verdict against the baseline's peak and ``max_memory``. ``value`` is the return value of the last call of ``fn`` (handy for correctness
     checks); it is never stored.
     """
 
@@ -47,6 +49,8 @@ class BenchResult:
     median_ci_ms: tuple[float, float] | None
     outliers: Outliers
     comparison: Comparison | None = None
+    peak_memory_bytes: int | None = None
+    memory_comparison: MemoryComparison | None = None
     benchmark_id: str = ""
     group: str | None = None
     smoke: bool = False

@@ -88,7 +88,7 @@ def resolve_device(requested: str | None) -> Any:
     return dev
 
 
-def _call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None) -> tuple[tuple, dict]:
+def prepare_call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None) -> tuple[tuple, dict]:
     """Run ``setup`` (if any) and return the arguments for the next call.
 
     ``setup`` may return ``None`` (keep the arguments) or ``(args, kwargs)`` to replace them.
@@ -154,7 +154,7 @@ def _warmup(
                 break
         elif calls >= MIN_WARMUP_CALLS and time.perf_counter() - t0 >= warmup_time:
             break
-        a, k = _call(fn, args, kwargs, setup)
+        a, k = prepare_call(fn, args, kwargs, setup)
         sync()
         s = time.perf_counter()
         value = fn(*a, **k)
@@ -163,7 +163,7 @@ def _warmup(
         calls += 1
     if len(per_call) < 2:  # estimate from two more calls when warmup was (nearly) skipped
         for _ in range(2 - len(per_call)):
-            a, k = _call(fn, args, kwargs, setup)
+            a, k = prepare_call(fn, args, kwargs, setup)
             sync()
             s = time.perf_counter()
             value = fn(*a, **k)
@@ -223,7 +223,7 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds) -> Tim
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
-            a, k = _call(fn, args, kwargs, setup)
+            a, k = prepare_call(fn, args, kwargs, setup)
             if cpr == 1:
                 t0 = clock()
                 value = fn(*a, **k)
@@ -256,7 +256,7 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
                 n = min(block, max(1, loop.remaining(len(samples))))
                 pairs = []
                 for _ in range(n):
-                    a, k = _call(fn, args, kwargs, setup)
+                    a, k = prepare_call(fn, args, kwargs, setup)
                     if flush is not None:
                         flush()
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -38,3 +38,103 @@ def format_ratio(ratio: float | None) -> str:
 def format_pct(fraction: float) -> str:
     """Format a signed relative change ``ratio - 1`` as ``+4.3%``."""
     return f"{fraction * 100:+.1f}%"
+
+
+# ----------------------------------------------------------------------------- sizes
+
+#: Accepted size units and their multipliers: SI (powers of 10^3) and IEC (powers of 2^10).
+SIZE_UNITS = {
+    "B": 1,
+    "kB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+_SIZE_HELP = (
+    "a size is an int number of bytes or a string with a unit: '512 B', '1.5 GiB', '800MB'; "
+    "units: B, kB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024)"
+)
+
+
+def parse_size(value: "int | str") -> int:
+    """Parse a memory size into bytes (int).
+
+    Accepts an ``int`` (bytes, >= 0) or a string of a non-negative decimal number and a unit,
+    with an optional space: ``"1.5 GiB"``, ``"800MB"``, ``"64 KiB"``, ``"12 B"``. SI units
+    (``kB``, ``MB``, ``GB``, ``TB``) are powers of 10^3, IEC units (``KiB``, ``MiB``, ``GiB``,
+    ``TiB``) powers of 2^10; units are case-sensitive. Fractional byte counts round to the
+    nearest byte. Raises ``ValueError`` listing the accepted forms for a string without a unit,
+    an unknown unit, a negative size, a float, a bool, or anything else.
+    """
+    import numbers
+    import re
+
+    if isinstance(value, bool):
+        raise ValueError(f"invalid size {value!r}: {_SIZE_HELP}")
+    if isinstance(value, numbers.Integral):
+        if value < 0:
+            raise ValueError(f"invalid size {value!r}: negative; {_SIZE_HELP}")
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"invalid size {value!r} ({type(value).__name__}): {_SIZE_HELP}")
+    m = re.fullmatch(r"\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?\s*([A-Za-z]*)\s*", value)
+    if not m:
+        raise ValueError(f"invalid size {value!r}: {_SIZE_HELP}")
+    sign, number, exponent, unit = m.groups()
+    if sign == "-":
+        raise ValueError(f"invalid size {value!r}: negative; {_SIZE_HELP}")
+    if not unit:
+        raise ValueError(f"invalid size {value!r}: no unit; {_SIZE_HELP}")
+    if unit not in SIZE_UNITS:
+        raise ValueError(f"invalid size {value!r}: unknown unit {unit!r}; {_SIZE_HELP}")
+    from decimal import Decimal, localcontext
+
+    try:
+        with localcontext() as ctx:
+            ctx.prec = 60
+            amount = Decimal(number) * (Decimal(10) ** int(exponent or 0)) * SIZE_UNITS[unit]
+            return int(amount.to_integral_value())
+    except ArithmeticError:
+        raise ValueError(f"invalid size {value!r}: too large; {_SIZE_HELP}") from None
+
+
+_IEC = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def byte_unit_for(n: float) -> tuple[str, int]:
+    """The IEC unit in which ``n`` bytes reads as >= 1 (``B`` below 1 KiB): ``(unit, bytes per unit)``."""
+    for unit, scale in _IEC:
+        if abs(n) >= scale:
+            return unit, scale
+    return "B", 1
+
+
+def format_bytes(n: "int | float | None", unit: "str | None" = None) -> str:
+    """Format a byte count in IEC units: ``812 MiB``, ``1.72 GiB``, ``512 B``.
+
+    ``unit`` forces a unit from :data:`SIZE_UNITS` (used to print several sizes alike).
+    Three significant digits, at most two decimals.
+    """
+    if n is None:
+        return "-"
+
+    def render(u: str, scale: int) -> tuple[str, float]:
+        v = n / scale
+        if u == "B":
+            return f"{round(n)} B", float(round(n))
+        digits = 0 if abs(v) >= 99.95 else 1 if abs(v) >= 9.995 else 2
+        return f"{v:.{digits}f} {u}", round(v, digits)
+
+    if unit is not None:
+        return render(unit, SIZE_UNITS[unit])[0]
+    unit, scale = byte_unit_for(n)
+    text, shown = render(unit, scale)
+    if abs(shown) >= 1024 and unit != "TiB":  # rounding reached the next unit: 1024 KiB -> 1.00 MiB
+        bigger = {"B": "KiB", "KiB": "MiB", "MiB": "GiB", "GiB": "TiB"}[unit]
+        text = render(bigger, SIZE_UNITS[bigger])[0]
+    return text

@@ -9,3 +9,9 @@ outer session, keeps them loaded across inner sessions. (The plugin itself impor
 import numpy  # noqa: F401
 import scipy.stats  # noqa: F401
 import torch  # noqa: F401
+import torch.profiler
+
+# The CPU memory measurement runs torch.profiler, which imports more of torch on first use
+# (some modules register operator libraries that must not be registered twice): run it once here.
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True):
+    torch.ones(1)

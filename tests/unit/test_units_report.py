@@ -10,10 +10,12 @@ import pytest
 
 from pytest_gpuperf import report
 from pytest_gpuperf.baseline import SCHEMA_VERSION, dumps, load, update
-from pytest_gpuperf.compare import Comparison, Verdict, decide
+from pytest_gpuperf.compare import MEMORY_SLACK_BYTES, Comparison, Verdict, decide, decide_memory
 from pytest_gpuperf.result import BenchResult
 from pytest_gpuperf.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
-from pytest_gpuperf.units import format_ms, format_pct, format_ratio, time_unit_for
+from pytest_gpuperf.units import format_bytes, format_ms, format_pct, format_ratio, time_unit_for
+
+MiB = 2**20
 
 # --------------------------------------------------------------------------------------------
 # units
@@ -90,7 +92,8 @@ def test_format_pct(fraction, expected):
 
 
 def make_result(samples, *, name="test_x", device="cpu", group=None, comparison=None, smoke=False,
-                benchmark_id=None, options=None) -> BenchResult:
+                benchmark_id=None, options=None, peak_memory_bytes=None,
+                memory_comparison=None) -> BenchResult:
     samples = tuple(float(v) for v in samples)
     return BenchResult.from_samples(
         samples,
@@ -104,6 +107,8 @@ def make_result(samples, *, name="test_x", device="cpu", group=None, comparison=
         comparison=comparison,
         smoke=smoke,
         options=options if options is not None else {"threshold": 0.05, "device": None},
+        peak_memory_bytes=peak_memory_bytes,
+        memory_comparison=memory_comparison,
     )
 
 
@@ -128,6 +133,7 @@ def test_from_samples_computes_statistics():
     assert (r.rounds, r.calls_per_round, r.warmup_rounds) == (101, 4, 3)
     assert r.benchmark_id == "m.py::t[1]" and r.group == "g" and r.name == "test_x"
     assert r.comparison is None and r.smoke is False
+    assert r.peak_memory_bytes is None and r.memory_comparison is None
 
 
 def test_from_samples_rejects_bad_samples():
@@ -162,7 +168,8 @@ def test_result_entry_keys_and_values():
     env = {"python": "3.11", "torch": "2.5"}
     e = report.result_entry(r, environment=env, git_commit="deadbeef", timestamp_utc="2025-01-02T03:04:05Z")
     assert REQUIRED_KEYS <= set(e)
-    assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds"}
+    assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
+                                      "peak_memory_bytes"}
     assert e["schema_version"] == SCHEMA_VERSION
     assert e["id"] == "m.py::test_a"
     assert e["name"] == "test_x" and e["group"] == "g" and e["device"] == "cpu"
@@ -174,8 +181,17 @@ def test_result_entry_keys_and_values():
     assert e["environment"] == env
     assert e["git_commit"] == "deadbeef"
     assert e["timestamp_utc"] == "2025-01-02T03:04:05Z"
-    assert "comparison" not in e and "verdict" not in e
+    assert e["peak_memory_bytes"] is None  # not measured
+    assert "comparison" not in e and "verdict" not in e and "memory_comparison" not in e
     json.loads(dumps(e))  # serializable the way the project writes JSON
+
+
+def test_result_entry_records_peak_memory():
+    r = make_result(lognormal(2, 20), peak_memory_bytes=851443712)
+    e = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t")
+    assert e["peak_memory_bytes"] == 851443712
+    assert isinstance(e["peak_memory_bytes"], int)
+    assert json.loads(dumps(e))["peak_memory_bytes"] == 851443712
 
 
 def test_result_entry_thins_samples():
@@ -204,12 +220,45 @@ def test_result_entry_with_comparison():
     assert comp["ratio_ci"] == list(c.ratio_ci)
     assert comp["message"] == c.message()
     assert comp["baseline_file"] == "b.json"
+    assert e["memory_comparison"] is None  # no memory measured
+    assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
+                                      "peak_memory_bytes", "comparison", "verdict", "memory_comparison"}
     json.loads(dumps(e))
 
     smoke = make_result([1.0], smoke=True)
     e2 = report.result_entry(smoke, environment={}, git_commit=None, timestamp_utc="t", with_comparison=True)
     assert e2["comparison"] is None and e2["verdict"] is None
+    assert e2["memory_comparison"] is None and e2["peak_memory_bytes"] is None
     json.loads(dumps(e2))
+
+
+def test_result_entry_with_memory_comparison():
+    m = decide_memory(1000 * MiB, 800 * MiB, threshold=0.02, max_memory_bytes=900 * MiB,
+                      benchmark_id="m.py::t", device="cuda:0", baseline_file="b.json")
+    c = decide(lognormal(4, 30), lognormal(5, 30), benchmark_id="m.py::t")
+    r = make_result(lognormal(4, 30), comparison=c, peak_memory_bytes=1000 * MiB, memory_comparison=m)
+    e = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t", with_comparison=True)
+    assert e["peak_memory_bytes"] == 1000 * MiB
+    mc = e["memory_comparison"]
+    assert mc["verdict"] == "regressed"
+    assert mc["over_budget"] is True
+    assert mc["current_bytes"] == 1000 * MiB and mc["baseline_bytes"] == 800 * MiB
+    assert mc["max_memory_bytes"] == 900 * MiB and mc["threshold"] == 0.02
+    assert mc["device"] == "cuda:0" and mc["baseline_file"] == "b.json"
+    assert mc["messages"] == m.messages() and len(mc["messages"]) == 2
+    # The verdict of the timing comparison is not changed by the memory one.
+    assert e["verdict"] == c.verdict.value
+    assert json.loads(dumps(e))["memory_comparison"] == mc
+
+
+def test_memory_comparison_dict():
+    assert report.memory_comparison_dict(None) is None
+    m = decide_memory(100 * MiB, None, benchmark_id="x")
+    d = report.memory_comparison_dict(m)
+    assert d["verdict"] == "no-baseline" and isinstance(d["verdict"], str)
+    assert d["over_budget"] is False and d["messages"] == []
+    assert d["baseline_bytes"] is None and d["snapshot"] is None
+    json.dumps(d, allow_nan=False)
 
 
 def test_comparison_dict():
@@ -244,24 +293,39 @@ def _column_spans(separator: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _cells(line: str, separator: str) -> list[str]:
+    """The stripped cells of a table line, cut at the separator line's column spans."""
+    padded = line.ljust(len(separator))
+    return [padded[start:end].strip() for start, end in _column_spans(separator)]
+
+
+def test_columns():
+    assert report.COLUMNS == ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio",
+                              "peak mem", "verdict")
+    assert report.COLUMNS.index("peak mem") == 8 and report.COLUMNS.index("verdict") == 9
+
+
 def test_format_table_aligns_columns():
     rows = [
-        ("short", "cpu", "1.5 ms", "2 ms", "3.0%", "10", "1.4 ms", "1.071x", "unchanged"),
+        ("short", "cpu", "1.5 ms", "2 ms", "3.0%", "10", "1.4 ms", "1.071x", "812 MiB (+11.0%)",
+         "unchanged"),
         ("a_much_longer_benchmark_name[1024]", "cuda:0", "123.4 µs", "130 µs", "12.5%", "10000",
-         "-", "-", "no-baseline"),
+         "-", "-", "-", "no-baseline, memory regressed"),
     ]
     lines = report.format_table(rows)
     assert len(lines) == 2 + len(rows)  # header, separator, rows
     header, sep = lines[0], lines[1]
-    assert header.split() == list(report.COLUMNS)
     assert set(sep) <= {"-", " "}
+    assert _cells(header, sep) == list(report.COLUMNS)
+    for line, row in zip(lines[2:], rows):
+        assert _cells(line, sep) == list(row)
     spans = _column_spans(sep)
     assert len(spans) == len(report.COLUMNS)
     for (start, end), col in zip(spans, report.COLUMNS):
         width = end - start
         assert width == max(len(col), *(len(r[report.COLUMNS.index(col)]) for r in rows))
 
-    right = {"median", "p95", "IQR", "rounds", "baseline", "ratio"}
+    right = {"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem"}
     for line, cells in zip(lines[2:] + [header], rows + [tuple(report.COLUMNS)]):
         padded = line.ljust(spans[-1][1])
         for (start, end), col, cell in zip(spans, report.COLUMNS, cells):
@@ -285,7 +349,21 @@ def test_format_table_exact_small():
 def test_format_table_no_rows():
     lines = report.format_table([])
     assert len(lines) == 2
-    assert lines[0].split() == list(report.COLUMNS)
+    assert _cells(lines[0], lines[1]) == list(report.COLUMNS)
+    assert lines[0].split() == "name device median p95 IQR rounds baseline ratio peak mem verdict".split()
+
+
+def test_format_table_right_aligns_peak_mem_and_left_aligns_verdict():
+    rows = [("a", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "812 MiB (+11.0%)", "regressed"),
+            ("b", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "512 B", "-")]
+    lines = report.format_table(rows)
+    (mem_start, mem_end), (verdict_start, _) = _column_spans(lines[1])[8:10]
+    assert mem_end - mem_start == len("812 MiB (+11.0%)")
+    assert lines[0][mem_start:mem_end] == "peak mem".rjust(mem_end - mem_start)
+    assert lines[3][mem_start:mem_end] == "512 B".rjust(mem_end - mem_start)
+    assert verdict_start == mem_end + 2
+    assert lines[2][verdict_start:] == "regressed"
+    assert lines[3][verdict_start:] == "-"  # trailing padding stripped
 
 
 def test_summary_row_values():
@@ -301,24 +379,126 @@ def test_summary_row_values():
     assert row[5] == "100"
     assert row[6] == format_ms(c.baseline_median_ms)
     assert row[7] == format_ratio(c.ratio)
-    assert row[8] == "regressed"
-    assert report.summary_row("m.py::t", r, updated=True)[8] == "regressed (baseline updated)"
+    assert row[8] == "-"  # no peak memory measured
+    assert row[9] == "regressed"
+    assert report.summary_row("m.py::t", r, updated=True)[9] == "regressed (baseline updated)"
 
 
 def test_summary_row_smoke_and_no_comparison():
     smoke = make_result([1.5], smoke=True)
     row = report.summary_row("t", smoke)
+    assert len(row) == len(report.COLUMNS)
     assert row[3] == "-" and row[4] == "-" and row[6] == "-" and row[7] == "-"
-    assert row[8] == "smoke"
+    assert row[8] == "-"  # smoke mode measures no memory
+    assert row[9] == "smoke"
     plain = make_result(lognormal(9, 20))
-    assert report.summary_row("t", plain)[8] == "-"
+    assert report.summary_row("t", plain)[8:] == ("-", "-")
 
 
 def test_summary_row_marks_unchanged_with_note():
     c = decide(lognormal(10, 2000, factor=1.02, sigma=0.01), lognormal(11, 2000, sigma=0.01))
     assert c.verdict is Verdict.UNCHANGED and c.note
     r = make_result([2.0, 2.1, 2.05], comparison=c)
-    assert report.summary_row("t", r)[8] == "unchanged*"
+    assert report.summary_row("t", r)[9] == "unchanged*"
+
+
+def _memory_result(current, baseline, *, max_memory_bytes=None, comparison=None, threshold=0.02):
+    m = None
+    if current is not None:
+        m = decide_memory(current, baseline, threshold=threshold, max_memory_bytes=max_memory_bytes,
+                          benchmark_id="t", device="cuda:0")
+    return make_result([2.0, 2.1, 2.05], comparison=comparison, peak_memory_bytes=current,
+                       memory_comparison=m)
+
+
+def _unchanged_comparison():
+    c = decide([2.0, 2.1, 2.05], [2.0, 2.1, 2.05])
+    assert c.verdict is Verdict.UNCHANGED and not c.note
+    return c
+
+
+def test_summary_row_memory_text_with_baseline():
+    current = 851443712  # 812 MiB
+    baseline = round(current / 1.11)
+    r = _memory_result(current, baseline, comparison=_unchanged_comparison())
+    assert r.memory_comparison.verdict is Verdict.REGRESSED
+    row = report.summary_row("t", r)
+    assert row[8] == "812 MiB (+11.0%)"
+    assert row[9] == "unchanged, memory regressed"
+    assert report.summary_row("t", r, updated=True)[9] == "unchanged, memory regressed (baseline updated)"
+
+
+def test_summary_row_memory_text_decrease_and_tiny_change():
+    # A decrease shows a negative change.
+    r = _memory_result(400 * MiB, 500 * MiB, comparison=_unchanged_comparison())
+    row = report.summary_row("t", r)
+    assert row[8] == "400 MiB (-20.0%)"
+    assert row[9] == "unchanged, memory improved"
+    # A change below 0.05% is not shown (it would read +0.0%), and the verdict is unchanged.
+    r = _memory_result(1000 * MiB + 100, 1000 * MiB, comparison=_unchanged_comparison())
+    assert report.summary_row("t", r)[8] == "1000 MiB"
+    assert report.summary_row("t", r)[9] == "unchanged"
+    # Exactly equal: no change text.
+    r = _memory_result(3 * 2**30, 3 * 2**30)
+    assert report.summary_row("t", r)[8] == "3.00 GiB"
+
+
+def test_summary_row_memory_text_without_baseline_or_comparison():
+    r = _memory_result(851443712, None)
+    assert r.memory_comparison.verdict is Verdict.NO_BASELINE
+    row = report.summary_row("t", r)
+    assert row[8] == "812 MiB"
+    assert row[9] == "-"  # no timing comparison; no-baseline memory adds nothing
+    # peak measured but never compared
+    r = make_result([1.0, 1.1], peak_memory_bytes=512)
+    assert report.summary_row("t", r)[8] == "512 B"
+    # a baseline of 0 bytes has no relative change
+    r = _memory_result(0, 0)
+    assert report.summary_row("t", r)[8] == "0 B"
+
+
+def test_summary_row_memory_dash_when_peak_is_none():
+    # Even with a memory comparison attached, a missing peak prints "-".
+    m = decide_memory(100 * MiB, 50 * MiB)
+    r = make_result([1.0, 1.1], peak_memory_bytes=None, memory_comparison=m)
+    assert report.summary_row("t", r)[8] == "-"
+    assert report.summary_row("t", make_result([1.0, 1.1]))[8] == "-"
+
+
+def test_summary_row_verdict_over_max_memory():
+    c = _unchanged_comparison()
+    # Over the budget but unchanged against the baseline.
+    r = _memory_result(1000 * MiB, 1000 * MiB, max_memory_bytes=900 * MiB, comparison=c)
+    assert r.memory_comparison.verdict is Verdict.UNCHANGED and r.memory_comparison.over_budget
+    row = report.summary_row("t", r)
+    assert row[8] == "1000 MiB"
+    assert row[9] == "unchanged, over max_memory"
+    # Regressed and over the budget: both, in that order, before "(baseline updated)".
+    r = _memory_result(1000 * MiB, 500 * MiB, max_memory_bytes=900 * MiB, comparison=c)
+    assert report.summary_row("t", r, updated=True)[9] == (
+        "unchanged, memory regressed, over max_memory (baseline updated)")
+    # Exactly at the budget is not over it.
+    r = _memory_result(900 * MiB, 900 * MiB, max_memory_bytes=900 * MiB, comparison=c)
+    assert report.summary_row("t", r)[9] == "unchanged"
+    # No baseline, over the budget.
+    r = _memory_result(1000 * MiB, None, max_memory_bytes=900 * MiB, comparison=c)
+    assert report.summary_row("t", r)[9] == "unchanged, over max_memory"
+
+
+def test_summary_row_verdict_unchanged_note_then_memory():
+    c = decide(lognormal(10, 2000, factor=1.02, sigma=0.01), lognormal(11, 2000, sigma=0.01))
+    assert c.verdict is Verdict.UNCHANGED and c.note
+    r = _memory_result(300 * MiB, 100 * MiB, comparison=c)
+    assert report.summary_row("t", r)[9] == "unchanged*, memory regressed"
+
+
+def test_summary_lines_show_memory_column():
+    r = _memory_result(851443712, round(851443712 / 1.11), comparison=_unchanged_comparison())
+    lines = report.summary_lines([("m.py::t", r, False), ("m.py::u", make_result([1.0, 2.0]), False)])
+    header, sep = lines[0], lines[1]
+    assert _cells(lines[2], sep)[8:] == ["812 MiB (+11.0%)", "unchanged, memory regressed"]
+    assert _cells(lines[3], sep)[8:] == ["-", "-"]
+    assert lines[2].endswith("812 MiB (+11.0%)  unchanged, memory regressed")
 
 
 def test_summary_lines_groups_by_group_name():
@@ -339,7 +519,7 @@ def test_summary_lines_groups_by_group_name():
 
     alpha = block("group: alpha")
     assert [ln.split()[0] for ln in alpha[2:]] == ["m.py::a1", "m.py::a2"]  # input order kept
-    assert alpha[0].split() == list(report.COLUMNS)
+    assert _cells(alpha[0], alpha[1]) == list(report.COLUMNS)
     assert [ln.split()[0] for ln in block("group: beta")[2:]] == ["m.py::b1"]
     none_block = block("group: (none)")
     assert [ln.split()[0] for ln in none_block[2:]] == ["m.py::n1"]
@@ -351,7 +531,7 @@ def test_summary_lines_single_ungrouped_table_has_no_group_header():
     items = [("t1", make_result([1.0, 2.0]), False), ("t2", make_result([3.0, 4.0]), False)]
     lines = report.summary_lines(items)
     assert not any(ln.startswith("group:") for ln in lines)
-    assert lines[0].split() == list(report.COLUMNS)
+    assert _cells(lines[0], lines[1]) == list(report.COLUMNS)
     assert [ln.split()[0] for ln in lines[2:4]] == ["t1", "t2"]
     assert lines[4:] == [""]
 
