@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable
 
 from .compare import decide, decide_memory
@@ -36,6 +37,9 @@ class GpuBench:
         baseline_file: str | None = None,
         on_result: Callable[[BenchResult], None] = lambda _r: None,
         snapshot_dir: str | None = None,
+        classify: bool = False,
+        thresholds: Any = None,
+        artifacts_dir: str | None = None,
     ) -> None:
         self.test_id = test_id
         self.module = module
@@ -44,6 +48,9 @@ class GpuBench:
         self.measuring = measuring
         self._baseline_entry = baseline_entry
         self._snapshot_dir = snapshot_dir
+        self._classify = classify
+        self._thresholds = thresholds
+        self._artifacts_dir = artifacts_dir
         self._baseline_file = baseline_file
         self._on_result = on_result
         self.results: list[BenchResult] = []
@@ -52,6 +59,16 @@ class GpuBench:
     def device(self) -> Any:
         """The ``torch.device`` to benchmark on (``cuda:N`` or ``cpu``)."""
         return self._device
+
+    def phase(self, name: str) -> Any:
+        """Label a phase inside the benchmarked function: ``with gpu_bench.phase("forward"): ...``.
+
+        A ``torch.profiler.record_function`` region; when the benchmark is classified, each
+        phase's share of device time is reported in ``result.bottleneck.evidence.phases``.
+        """
+        from .profiling import phase
+
+        return phase(name)
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BenchResult:
         """Benchmark ``fn(*args, **kwargs)`` with the options of the test's marker."""
@@ -163,11 +180,50 @@ class GpuBench:
         )
         if memory.failed:
             memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
+        import statistics
+
+        median_ms = statistics.median(t.samples_ms)
+        expected = self.options.expect_bottleneck
+        prof = bottleneck = None
+        if expected or self._classify:
+            prof, bottleneck = self._classify_fn(fn, a, k, median_ms)
+        trace_path = top_ops = None
+        mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
+        if (comparison.failed or mismatch) and self._artifacts_dir is not None:
+            from .profiling import export_trace, profile_call_count, profile_calls, top_ops_table
+
+            if prof is None:
+                prof, _ = profile_calls(fn, a, k, self._device, profile_call_count(median_ms))
+            trace_path = export_trace(prof, Path(self._artifacts_dir, f"{self._safe_id(bid)}.trace.json"))
+            top_ops = top_ops_table(prof, self._device)
         return BenchResult.from_samples(
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
             warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
-            memory_comparison=memory, value=t.value, **common
+            memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
+            value=t.value, **common
         )
+
+    def _safe_id(self, bid: str) -> str:
+        import re
+
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", self._full_id(bid)).strip("_")
+
+    def _classify_fn(self, fn, args, kwargs, median_ms: float) -> tuple[Any, Any]:
+        """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing)."""
+        from .bottleneck import Thresholds, analyze, classify, with_roofline
+        from .profiling import (calibrate, count_flops_and_bytes, cpu_op_floor_s, profile_call_count,
+                                profile_calls)
+
+        dev_type = getattr(self._device, "type", "cpu")
+        floor = cpu_op_floor_s() if dev_type == "cpu" else 0.0
+        calls = profile_call_count(median_ms)
+        prof, events = profile_calls(fn, args, kwargs, self._device, calls)
+        evidence = analyze(events, device_type=dev_type, calls=calls, cpu_op_floor_s=floor)
+        flops, nbytes, dtype = count_flops_and_bytes(fn, args, kwargs)
+        peak_flops, peak_bw = calibrate(self._device, dtype)
+        evidence = with_roofline(evidence, flops=flops, bytes_moved=nbytes, peak_flops_per_s=peak_flops,
+                                 peak_bytes_per_s=peak_bw, dtype=dtype or "float32")
+        return prof, classify(evidence, self._thresholds or Thresholds())
 
     def _reset_cuda_peak(self) -> None:
         if getattr(self._device, "type", "cpu") == "cuda":
@@ -179,13 +235,9 @@ class GpuBench:
         """CUDA with --gpuperf-memory-snapshot: re-run ``fn`` recording allocation history, save it."""
         if self._snapshot_dir is None or getattr(self._device, "type", "cpu") != "cuda":
             return None
-        import re
-        from pathlib import Path
-
         from .memory import SnapshotRecorder, free_cached_memory, is_oom
 
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", self._full_id(bid)).strip("_")
-        rec = SnapshotRecorder(self._device, Path(self._snapshot_dir, f"{safe}.pickle"))
+        rec = SnapshotRecorder(self._device, Path(self._snapshot_dir, f"{self._safe_id(bid)}.pickle"))
         rec.start()
         try:
             fn(*args, **kwargs)

@@ -22,6 +22,7 @@ class BenchOptions:
     ``device`` is ``None`` for auto (CUDA when available), else ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     ``memory_threshold`` is the relative growth of peak memory that fails a test (on top of 1 MiB of
     slack); ``max_memory`` a hard budget in bytes for the benchmarked call (``None``: no budget).
+    ``expect_bottleneck`` the accepted bottleneck classes (``None``: no expectation).
     """
 
     group: str | None = None
@@ -37,6 +38,7 @@ class BenchOptions:
     device: str | None = None
     memory_threshold: float = 0.02
     max_memory: int | None = None
+    expect_bottleneck: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,6 +105,17 @@ def _size(name: str, value: Any) -> int | None:
         raise OptionError(f"{name}={value!r}: {exc}") from None
 
 
+def _expect(name: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    from .bottleneck import check_expected
+
+    try:
+        return check_expected(value, name)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+
+
 _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "group": _group,
     "warmup_time": _num(float, lambda v: v >= 0, "a number of seconds >= 0"),
@@ -117,6 +130,7 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "device": _device,
     "memory_threshold": _num(float, lambda v: v >= 0, "a fraction >= 0 (0.02 = 2%)"),
     "max_memory": _size,
+    "expect_bottleneck": _expect,
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

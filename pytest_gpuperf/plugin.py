@@ -33,6 +33,7 @@ _OPTION_HELP = {
     "device": "auto, cpu, cuda or cuda:N (default auto: CUDA when available)",
     "memory_threshold": "relative growth of peak memory (plus 1 MiB) that fails a test (default 0.02)",
     "max_memory": "hard budget for the benchmarked call's peak memory, e.g. '2 GiB' (default none)",
+    "expect_bottleneck": "expected bottleneck class(es): compute, memory, overhead, sync, transfer, data",
 }
 
 
@@ -58,6 +59,9 @@ class GpuPerfState:
     baseline_dir: Path
     json_path: Path | None
     snapshot_dir: Path | None
+    classify: bool
+    artifacts_dir: Path
+    thresholds: Any
     cli: dict[str, Any]
     ini: dict[str, Any]
     rootpath: Path
@@ -108,6 +112,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-memory-snapshot", metavar="DIR", default=None,
                     help="CUDA: when a memory check fails, save an allocation-history snapshot "
                          "(PyTorch memory visualizer pickle) under DIR")
+    group.addoption("--gpuperf-classify", action="store_true", default=False,
+                    help="classify every measured benchmark's bottleneck (compute/memory/overhead/sync/transfer/data)")
+    group.addoption("--gpuperf-artifacts", metavar="DIR", default=None,
+                    help="where chrome traces of regressed or misclassified benchmarks go (default .gpuperf/artifacts/)")
     group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None,
                     help="smallest relative slowdown that fails a test (default 0.05)")
     group.addoption("--gpuperf-alpha", metavar="P", default=None,
@@ -115,6 +123,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-max-time", metavar="SECONDS", default=None,
                     help="seconds of timed rounds per benchmark (default 1.0)")
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
+    parser.addini("gpuperf_bottleneck_thresholds",
+                  "overrides of the classification thresholds, e.g. 'idle=0.6, data=0.4'", default="")
     for name in opts.OPTION_NAMES:
         parser.addini(f"gpuperf_{name}", f"gpu_bench default: {_OPTION_HELP[name]}", default="")
 
@@ -155,12 +165,22 @@ def pytest_configure(config: pytest.Config) -> None:
         baseline_dir = config.rootpath / "baselines"
     json_opt = config.getoption("--gpuperf-json")
     snap_opt = config.getoption("--gpuperf-memory-snapshot")
+    art_opt = config.getoption("--gpuperf-artifacts")
+    from .bottleneck import Thresholds
+
+    try:
+        thresholds = Thresholds.parse(config.getini("gpuperf_bottleneck_thresholds") or "")
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: ini gpuperf_bottleneck_thresholds: {exc}") from None
     config.stash[STATE_KEY] = GpuPerfState(
         measuring=bool(config.getoption("--gpuperf")) or updating,
         updating=updating,
         baseline_dir=baseline_dir.resolve(),
         json_path=Path(config.invocation_params.dir, json_opt) if json_opt else None,
         snapshot_dir=Path(config.invocation_params.dir, snap_opt) if snap_opt else None,
+        classify=bool(config.getoption("--gpuperf-classify")),
+        artifacts_dir=Path(config.invocation_params.dir, art_opt) if art_opt else config.rootpath / ".gpuperf" / "artifacts",
+        thresholds=thresholds,
         cli=cli,
         ini=ini,
         rootpath=config.rootpath,
@@ -264,6 +284,9 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         baseline_file=state.relpath(path) if path else None,
         on_result=on_result,
         snapshot_dir=str(state.snapshot_dir) if state.snapshot_dir else None,
+        classify=state.classify,
+        thresholds=state.thresholds,
+        artifacts_dir=str(state.artifacts_dir),
     )
     item.stash[BENCH_KEY] = bench
     yield bench
@@ -331,6 +354,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     for r in bench.results:
         if r.memory_comparison is not None:
             messages.extend(r.memory_comparison.messages())
+        mismatch = r.bottleneck_message()
+        if mismatch:
+            messages.append(f"{bench.module}::{r.benchmark_id}: {mismatch}")
+        if r.trace_path and r.comparison is not None and r.comparison.failed and not mismatch:
+            messages.append(f"{bench.module}::{r.benchmark_id}: trace of the profiled calls: {r.trace_path}")
+        if r.top_ops:
+            report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
     if messages:
         report.outcome = "failed"
         report.longrepr = "\n".join(messages)
@@ -400,6 +430,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line("* notes:")
         for n in notes:
             tr.write_line(n)
+    for rec in state.recorded:
+        b = rec.result.bottleneck
+        if b is not None and b.evidence.phases:
+            shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in b.evidence.phases.items())
+            tr.write_line(f"phases of {rec.module}::{rec.result.benchmark_id} (share of device time): {shares}")
     missing = sum(
         1 for rec in state.recorded
         if rec.result.comparison is not None and rec.result.comparison.verdict.value == "no-baseline" and not rec.updated

@@ -12,7 +12,8 @@ from .result import BenchResult
 from .stats import thin
 from .units import format_bytes, format_ms, format_pct, format_ratio
 
-COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "verdict")
+COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "bottleneck",
+           "verdict")
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
@@ -37,6 +38,13 @@ def memory_comparison_dict(m: MemoryComparison | None) -> dict[str, Any] | None:
     return d
 
 
+def _json_options(options: dict[str, Any]) -> dict[str, Any]:
+    out = dict(options)
+    if isinstance(out.get("expect_bottleneck"), tuple):
+        out["expect_bottleneck"] = list(out["expect_bottleneck"])
+    return out
+
+
 def result_entry(
     result: BenchResult,
     *,
@@ -58,7 +66,8 @@ def result_entry(
         "calls_per_round": result.calls_per_round,
         "warmup_rounds": result.warmup_rounds,
         "peak_memory_bytes": result.peak_memory_bytes,
-        "options": dict(result.options),
+        "bottleneck": result.bottleneck.to_dict() if result.bottleneck is not None else None,
+        "options": _json_options(result.options),
         "environment": environment,
         "git_commit": git_commit,
         "timestamp_utc": timestamp_utc,
@@ -67,6 +76,7 @@ def result_entry(
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
         entry["memory_comparison"] = memory_comparison_dict(result.memory_comparison)
+        entry["trace_path"] = result.trace_path
     return entry
 
 
@@ -81,6 +91,8 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
         text += f", memory {m.verdict.value}"
     if m is not None and m.over_budget:
         text += ", over max_memory"
+    if r.misclassified:
+        text += ", misclassified"
     if updated:
         text += " (baseline updated)"
     return text
@@ -94,6 +106,15 @@ def _memory_text(r: BenchResult) -> str:
     if change is not None and abs(change) >= 0.0005:
         text += f" ({format_pct(change)})"
     return text
+
+
+def _bottleneck_text(r: BenchResult) -> str:
+    if r.bottleneck is None:
+        return "-"
+    expected = r.options.get("expect_bottleneck")
+    if r.misclassified:
+        return f"{r.bottleneck.kind} (expected {'/'.join(expected)})"
+    return r.bottleneck.kind
 
 
 def summary_row(label: str, r: BenchResult, updated: bool = False) -> tuple[str, ...]:
@@ -110,6 +131,7 @@ def summary_row(label: str, r: BenchResult, updated: bool = False) -> tuple[str,
         format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
         format_ratio(c.ratio) if c else "-",
         _memory_text(r),
+        _bottleneck_text(r),
         _verdict_text(r, updated),
     )
 

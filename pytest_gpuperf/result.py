@@ -24,7 +24,10 @@ class BenchResult:
     ``samples_ms`` holds that single call's synchronized wall time, and there is no CI and no
     comparison. ``peak_memory_bytes`` is the peak memory (bytes) allocated by one extra call of
     ``fn`` made outside the timed rounds (``None`` in smoke mode), and ``memory_comparison`` its
-    verdict against the baseline's peak and ``max_memory``. ``value`` is the return value of the last call of ``fn`` (handy for correctness
+    verdict against the baseline's peak and ``max_memory``. ``bottleneck`` is the
+    :class:`~pytest_gpuperf.bottleneck.Bottleneck` (with ``expect_bottleneck`` or
+    ``--gpuperf-classify``), ``trace_path`` the chrome trace saved on a regression or a
+    misclassification, ``top_ops`` the profiler's top ops by device time then. ``value`` is the return value of the last call of ``fn`` (handy for correctness
     checks); it is never stored.
     """
 
@@ -51,11 +54,31 @@ class BenchResult:
     comparison: Comparison | None = None
     peak_memory_bytes: int | None = None
     memory_comparison: MemoryComparison | None = None
+    bottleneck: Any = None  # pytest_gpuperf.bottleneck.Bottleneck
+    trace_path: str | None = None
     benchmark_id: str = ""
     group: str | None = None
     smoke: bool = False
     options: dict[str, Any] = field(default_factory=dict, compare=False)
+    top_ops: str | None = field(default=None, repr=False, compare=False)
     value: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def misclassified(self) -> bool:
+        """True when ``expect_bottleneck`` was given and the measured class is not among them."""
+        expected = self.options.get("expect_bottleneck")
+        return bool(expected) and self.bottleneck is not None and self.bottleneck.kind not in expected
+
+    def bottleneck_message(self) -> str | None:
+        """The misclassification failure message, or None."""
+        if not self.misclassified:
+            return None
+        from .bottleneck import mismatch_message
+
+        text = mismatch_message(self.options["expect_bottleneck"], self.bottleneck)
+        if self.trace_path:
+            text += f"; trace: {self.trace_path}"
+        return text
 
     @property
     def iqr_fraction(self) -> float:

@@ -1,7 +1,8 @@
 """The bundled perf suite: real PyTorch workloads built from torch alone.
 
 Run it with ``pytest --gpuperf tests/perf`` (the README's main job). Without ``--gpuperf`` each
-benchmark runs once, so the suite doubles as a correctness test. Sizes scale with the device:
+benchmark runs once, so the suite doubles as a correctness test. Every workload declares its
+expected bottleneck (``expect_bottleneck``); a measured run classifies it and fails on a mismatch. Sizes scale with the device:
 on a 2-core CPU the whole suite finishes in well under two minutes; on CUDA the sizes fill an H100.
 """
 
@@ -16,7 +17,7 @@ def _seeded() -> None:
     torch.manual_seed(0)
 
 
-@pytest.mark.gpu_bench(group="gemm")
+@pytest.mark.gpu_bench(group="gemm", expect_bottleneck="compute")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_gemm(gpu_bench, on_cuda, dtype):
     """Square GEMM: 2*n^3 FLOP per call (n=8192 on CUDA, 384 on CPU)."""
@@ -48,7 +49,7 @@ class ConvBlock(nn.Module):
         return torch.relu(self.bn2(self.conv2(y)) + x)
 
 
-@pytest.mark.gpu_bench(group="training")
+@pytest.mark.gpu_bench(group="training", expect_bottleneck="compute")
 def test_conv_block_train_step(gpu_bench, on_cuda):
     """Forward + backward + SGD step of a small ResNet-style network (stem, 2 blocks, head)."""
     _seeded()
@@ -64,16 +65,19 @@ def test_conv_block_train_step(gpu_bench, on_cuda):
 
     def step() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+        with gpu_bench.phase("forward"):
+            loss = nn.functional.cross_entropy(model(x), y)
+        with gpu_bench.phase("backward"):
+            loss.backward()
+        with gpu_bench.phase("optimizer"):
+            opt.step()
         return loss.detach()
 
     result = gpu_bench(step)
     assert torch.isfinite(result.value)
 
 
-@pytest.mark.gpu_bench(group="training")
+@pytest.mark.gpu_bench(group="training", expect_bottleneck="compute")
 def test_transformer_layer_fwd_bwd(gpu_bench, on_cuda):
     """Forward + backward of one ``nn.TransformerEncoderLayer`` (batch-first)."""
     _seeded()
@@ -94,7 +98,7 @@ def test_transformer_layer_fwd_bwd(gpu_bench, on_cuda):
     assert layer.linear1.weight.grad is not None
 
 
-@pytest.mark.gpu_bench(group="memory-bound")
+@pytest.mark.gpu_bench(group="memory-bound", expect_bottleneck="memory")
 def test_elementwise_bandwidth(gpu_bench, on_cuda):
     """``out = a * 2 + b`` into a preallocated output: 3 x 4 bytes moved per element, ~1 FLOP each.
 
@@ -110,7 +114,7 @@ def test_elementwise_bandwidth(gpu_bench, on_cuda):
     assert result.median_ms > 0
 
 
-@pytest.mark.gpu_bench(group="optimizer")
+@pytest.mark.gpu_bench(group="optimizer", expect_bottleneck="memory")
 def test_adamw_step(gpu_bench, on_cuda):
     """One ``torch.optim.AdamW`` step over ~4M parameters (16 tensors); ~33M on CUDA."""
     _seeded()
@@ -142,7 +146,7 @@ class _SyntheticImages(torch.utils.data.Dataset):
         return (x - x.mean()) / (x.std() + 1e-6), self.y[i]  # per-sample normalisation
 
 
-@pytest.mark.gpu_bench(group="data")
+@pytest.mark.gpu_bench(group="data", expect_bottleneck="data")
 def test_dataloader_training_loop(gpu_bench, on_cuda):
     """One epoch of an MLP classifier fed by a ``DataLoader`` (16 batches; host-to-device copies on CUDA)."""
     _seeded()

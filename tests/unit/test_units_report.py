@@ -10,12 +10,15 @@ import pytest
 
 from pytest_gpuperf import report
 from pytest_gpuperf.baseline import SCHEMA_VERSION, dumps, load, update
+from pytest_gpuperf.bottleneck import Bottleneck, Evidence, classify
 from pytest_gpuperf.compare import MEMORY_SLACK_BYTES, Comparison, Verdict, decide, decide_memory
 from pytest_gpuperf.result import BenchResult
 from pytest_gpuperf.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
 from pytest_gpuperf.units import format_bytes, format_ms, format_pct, format_ratio, time_unit_for
 
 MiB = 2**20
+BOTTLENECK = 9  # report.COLUMNS.index("bottleneck"), checked in test_columns
+VERDICT = 10  # report.COLUMNS.index("verdict")
 
 # --------------------------------------------------------------------------------------------
 # units
@@ -93,7 +96,7 @@ def test_format_pct(fraction, expected):
 
 def make_result(samples, *, name="test_x", device="cpu", group=None, comparison=None, smoke=False,
                 benchmark_id=None, options=None, peak_memory_bytes=None,
-                memory_comparison=None) -> BenchResult:
+                memory_comparison=None, bottleneck=None, trace_path=None, top_ops=None) -> BenchResult:
     samples = tuple(float(v) for v in samples)
     return BenchResult.from_samples(
         samples,
@@ -109,6 +112,9 @@ def make_result(samples, *, name="test_x", device="cpu", group=None, comparison=
         options=options if options is not None else {"threshold": 0.05, "device": None},
         peak_memory_bytes=peak_memory_bytes,
         memory_comparison=memory_comparison,
+        bottleneck=bottleneck,
+        trace_path=trace_path,
+        top_ops=top_ops,
     )
 
 
@@ -134,6 +140,8 @@ def test_from_samples_computes_statistics():
     assert r.benchmark_id == "m.py::t[1]" and r.group == "g" and r.name == "test_x"
     assert r.comparison is None and r.smoke is False
     assert r.peak_memory_bytes is None and r.memory_comparison is None
+    assert r.bottleneck is None and r.trace_path is None and r.top_ops is None
+    assert r.misclassified is False and r.bottleneck_message() is None
 
 
 def test_from_samples_rejects_bad_samples():
@@ -169,7 +177,7 @@ def test_result_entry_keys_and_values():
     e = report.result_entry(r, environment=env, git_commit="deadbeef", timestamp_utc="2025-01-02T03:04:05Z")
     assert REQUIRED_KEYS <= set(e)
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
-                                      "peak_memory_bytes"}
+                                      "peak_memory_bytes", "bottleneck"}
     assert e["schema_version"] == SCHEMA_VERSION
     assert e["id"] == "m.py::test_a"
     assert e["name"] == "test_x" and e["group"] == "g" and e["device"] == "cpu"
@@ -182,7 +190,9 @@ def test_result_entry_keys_and_values():
     assert e["git_commit"] == "deadbeef"
     assert e["timestamp_utc"] == "2025-01-02T03:04:05Z"
     assert e["peak_memory_bytes"] is None  # not measured
+    assert e["bottleneck"] is None  # not classified
     assert "comparison" not in e and "verdict" not in e and "memory_comparison" not in e
+    assert "trace_path" not in e  # only in report entries (with_comparison)
     json.loads(dumps(e))  # serializable the way the project writes JSON
 
 
@@ -222,13 +232,16 @@ def test_result_entry_with_comparison():
     assert comp["baseline_file"] == "b.json"
     assert e["memory_comparison"] is None  # no memory measured
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
-                                      "peak_memory_bytes", "comparison", "verdict", "memory_comparison"}
+                                      "peak_memory_bytes", "bottleneck", "comparison", "verdict",
+                                      "memory_comparison", "trace_path"}
+    assert e["trace_path"] is None and e["bottleneck"] is None
     json.loads(dumps(e))
 
     smoke = make_result([1.0], smoke=True)
     e2 = report.result_entry(smoke, environment={}, git_commit=None, timestamp_utc="t", with_comparison=True)
     assert e2["comparison"] is None and e2["verdict"] is None
     assert e2["memory_comparison"] is None and e2["peak_memory_bytes"] is None
+    assert e2["trace_path"] is None and e2["bottleneck"] is None
     json.loads(dumps(e2))
 
 
@@ -301,16 +314,18 @@ def _cells(line: str, separator: str) -> list[str]:
 
 def test_columns():
     assert report.COLUMNS == ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio",
-                              "peak mem", "verdict")
-    assert report.COLUMNS.index("peak mem") == 8 and report.COLUMNS.index("verdict") == 9
+                              "peak mem", "bottleneck", "verdict")
+    assert report.COLUMNS.index("peak mem") == 8
+    assert report.COLUMNS.index("bottleneck") == BOTTLENECK
+    assert report.COLUMNS.index("verdict") == VERDICT
 
 
 def test_format_table_aligns_columns():
     rows = [
         ("short", "cpu", "1.5 ms", "2 ms", "3.0%", "10", "1.4 ms", "1.071x", "812 MiB (+11.0%)",
-         "unchanged"),
+         "compute", "unchanged"),
         ("a_much_longer_benchmark_name[1024]", "cuda:0", "123.4 µs", "130 µs", "12.5%", "10000",
-         "-", "-", "-", "no-baseline, memory regressed"),
+         "-", "-", "-", "memory (expected compute)", "no-baseline, memory regressed, misclassified"),
     ]
     lines = report.format_table(rows)
     assert len(lines) == 2 + len(rows)  # header, separator, rows
@@ -350,18 +365,24 @@ def test_format_table_no_rows():
     lines = report.format_table([])
     assert len(lines) == 2
     assert _cells(lines[0], lines[1]) == list(report.COLUMNS)
-    assert lines[0].split() == "name device median p95 IQR rounds baseline ratio peak mem verdict".split()
+    assert lines[0].split() == ("name device median p95 IQR rounds baseline ratio peak mem bottleneck "
+                                "verdict").split()
 
 
-def test_format_table_right_aligns_peak_mem_and_left_aligns_verdict():
-    rows = [("a", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "812 MiB (+11.0%)", "regressed"),
-            ("b", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "512 B", "-")]
+def test_format_table_right_aligns_peak_mem_and_left_aligns_bottleneck_and_verdict():
+    rows = [("a", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "812 MiB (+11.0%)", "overhead", "regressed"),
+            ("b", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "512 B", "memory (expected compute)", "-")]
     lines = report.format_table(rows)
-    (mem_start, mem_end), (verdict_start, _) = _column_spans(lines[1])[8:10]
+    (mem_start, mem_end), (bn_start, bn_end), (verdict_start, _) = _column_spans(lines[1])[8:11]
     assert mem_end - mem_start == len("812 MiB (+11.0%)")
     assert lines[0][mem_start:mem_end] == "peak mem".rjust(mem_end - mem_start)
     assert lines[3][mem_start:mem_end] == "512 B".rjust(mem_end - mem_start)
-    assert verdict_start == mem_end + 2
+    assert bn_start == mem_end + 2
+    assert bn_end - bn_start == len("memory (expected compute)")
+    assert lines[0][bn_start:bn_end] == "bottleneck".ljust(bn_end - bn_start)
+    assert lines[2][bn_start:bn_end] == "overhead".ljust(bn_end - bn_start)
+    assert lines[3][bn_start:bn_end] == "memory (expected compute)"
+    assert verdict_start == bn_end + 2
     assert lines[2][verdict_start:] == "regressed"
     assert lines[3][verdict_start:] == "-"  # trailing padding stripped
 
@@ -380,8 +401,9 @@ def test_summary_row_values():
     assert row[6] == format_ms(c.baseline_median_ms)
     assert row[7] == format_ratio(c.ratio)
     assert row[8] == "-"  # no peak memory measured
-    assert row[9] == "regressed"
-    assert report.summary_row("m.py::t", r, updated=True)[9] == "regressed (baseline updated)"
+    assert row[BOTTLENECK] == "-"  # not classified
+    assert row[VERDICT] == "regressed"
+    assert report.summary_row("m.py::t", r, updated=True)[VERDICT] == "regressed (baseline updated)"
 
 
 def test_summary_row_smoke_and_no_comparison():
@@ -390,16 +412,17 @@ def test_summary_row_smoke_and_no_comparison():
     assert len(row) == len(report.COLUMNS)
     assert row[3] == "-" and row[4] == "-" and row[6] == "-" and row[7] == "-"
     assert row[8] == "-"  # smoke mode measures no memory
-    assert row[9] == "smoke"
+    assert row[BOTTLENECK] == "-"
+    assert row[VERDICT] == "smoke"
     plain = make_result(lognormal(9, 20))
-    assert report.summary_row("t", plain)[8:] == ("-", "-")
+    assert report.summary_row("t", plain)[8:] == ("-", "-", "-")
 
 
 def test_summary_row_marks_unchanged_with_note():
     c = decide(lognormal(10, 2000, factor=1.02, sigma=0.01), lognormal(11, 2000, sigma=0.01))
     assert c.verdict is Verdict.UNCHANGED and c.note
     r = make_result([2.0, 2.1, 2.05], comparison=c)
-    assert report.summary_row("t", r)[9] == "unchanged*"
+    assert report.summary_row("t", r)[VERDICT] == "unchanged*"
 
 
 def _memory_result(current, baseline, *, max_memory_bytes=None, comparison=None, threshold=0.02):
@@ -424,8 +447,8 @@ def test_summary_row_memory_text_with_baseline():
     assert r.memory_comparison.verdict is Verdict.REGRESSED
     row = report.summary_row("t", r)
     assert row[8] == "812 MiB (+11.0%)"
-    assert row[9] == "unchanged, memory regressed"
-    assert report.summary_row("t", r, updated=True)[9] == "unchanged, memory regressed (baseline updated)"
+    assert row[VERDICT] == "unchanged, memory regressed"
+    assert report.summary_row("t", r, updated=True)[VERDICT] == "unchanged, memory regressed (baseline updated)"
 
 
 def test_summary_row_memory_text_decrease_and_tiny_change():
@@ -433,11 +456,11 @@ def test_summary_row_memory_text_decrease_and_tiny_change():
     r = _memory_result(400 * MiB, 500 * MiB, comparison=_unchanged_comparison())
     row = report.summary_row("t", r)
     assert row[8] == "400 MiB (-20.0%)"
-    assert row[9] == "unchanged, memory improved"
+    assert row[VERDICT] == "unchanged, memory improved"
     # A change below 0.05% is not shown (it would read +0.0%), and the verdict is unchanged.
     r = _memory_result(1000 * MiB + 100, 1000 * MiB, comparison=_unchanged_comparison())
     assert report.summary_row("t", r)[8] == "1000 MiB"
-    assert report.summary_row("t", r)[9] == "unchanged"
+    assert report.summary_row("t", r)[VERDICT] == "unchanged"
     # Exactly equal: no change text.
     r = _memory_result(3 * 2**30, 3 * 2**30)
     assert report.summary_row("t", r)[8] == "3.00 GiB"
@@ -448,7 +471,7 @@ def test_summary_row_memory_text_without_baseline_or_comparison():
     assert r.memory_comparison.verdict is Verdict.NO_BASELINE
     row = report.summary_row("t", r)
     assert row[8] == "812 MiB"
-    assert row[9] == "-"  # no timing comparison; no-baseline memory adds nothing
+    assert row[VERDICT] == "-"  # no timing comparison; no-baseline memory adds nothing
     # peak measured but never compared
     r = make_result([1.0, 1.1], peak_memory_bytes=512)
     assert report.summary_row("t", r)[8] == "512 B"
@@ -472,33 +495,33 @@ def test_summary_row_verdict_over_max_memory():
     assert r.memory_comparison.verdict is Verdict.UNCHANGED and r.memory_comparison.over_budget
     row = report.summary_row("t", r)
     assert row[8] == "1000 MiB"
-    assert row[9] == "unchanged, over max_memory"
+    assert row[VERDICT] == "unchanged, over max_memory"
     # Regressed and over the budget: both, in that order, before "(baseline updated)".
     r = _memory_result(1000 * MiB, 500 * MiB, max_memory_bytes=900 * MiB, comparison=c)
-    assert report.summary_row("t", r, updated=True)[9] == (
+    assert report.summary_row("t", r, updated=True)[VERDICT] == (
         "unchanged, memory regressed, over max_memory (baseline updated)")
     # Exactly at the budget is not over it.
     r = _memory_result(900 * MiB, 900 * MiB, max_memory_bytes=900 * MiB, comparison=c)
-    assert report.summary_row("t", r)[9] == "unchanged"
+    assert report.summary_row("t", r)[VERDICT] == "unchanged"
     # No baseline, over the budget.
     r = _memory_result(1000 * MiB, None, max_memory_bytes=900 * MiB, comparison=c)
-    assert report.summary_row("t", r)[9] == "unchanged, over max_memory"
+    assert report.summary_row("t", r)[VERDICT] == "unchanged, over max_memory"
 
 
 def test_summary_row_verdict_unchanged_note_then_memory():
     c = decide(lognormal(10, 2000, factor=1.02, sigma=0.01), lognormal(11, 2000, sigma=0.01))
     assert c.verdict is Verdict.UNCHANGED and c.note
     r = _memory_result(300 * MiB, 100 * MiB, comparison=c)
-    assert report.summary_row("t", r)[9] == "unchanged*, memory regressed"
+    assert report.summary_row("t", r)[VERDICT] == "unchanged*, memory regressed"
 
 
 def test_summary_lines_show_memory_column():
     r = _memory_result(851443712, round(851443712 / 1.11), comparison=_unchanged_comparison())
     lines = report.summary_lines([("m.py::t", r, False), ("m.py::u", make_result([1.0, 2.0]), False)])
     header, sep = lines[0], lines[1]
-    assert _cells(lines[2], sep)[8:] == ["812 MiB (+11.0%)", "unchanged, memory regressed"]
-    assert _cells(lines[3], sep)[8:] == ["-", "-"]
-    assert lines[2].endswith("812 MiB (+11.0%)  unchanged, memory regressed")
+    assert _cells(lines[2], sep)[8:] == ["812 MiB (+11.0%)", "-", "unchanged, memory regressed"]
+    assert _cells(lines[3], sep)[8:] == ["-", "-", "-"]
+    assert lines[2].endswith("812 MiB (+11.0%)  -           unchanged, memory regressed")
 
 
 def test_summary_lines_groups_by_group_name():
