@@ -167,11 +167,15 @@ class Evidence:
 
     @property
     def achieved_flops_per_s(self) -> float | None:
-        return None if self.flops is None else self.flops / self.compute_time_s
+        """FLOPs per second of device-busy time (None without a count or a measured time)."""
+        t = self.compute_time_s
+        return None if self.flops is None or t <= 0 else self.flops / t
 
     @property
     def achieved_bytes_per_s(self) -> float | None:
-        return None if self.bytes is None else self.bytes / self.compute_time_s
+        """Bytes per second of device-busy time (None without a count or a measured time)."""
+        t = self.compute_time_s
+        return None if self.bytes is None or t <= 0 else self.bytes / t
 
     @property
     def pct_of_peak_flops(self) -> float | None:

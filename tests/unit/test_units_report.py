@@ -566,3 +566,161 @@ def test_summary_lines_single_named_group_has_header():
 
 def test_summary_lines_empty():
     assert report.summary_lines([]) == []
+
+
+# --------------------------------------------------------------------------------------------
+# bottleneck: BenchResult fields, result entries, the summary's bottleneck column
+# --------------------------------------------------------------------------------------------
+
+
+def _memory_bound() -> Bottleneck:
+    """A CUDA region busy 90% of the time whose arithmetic intensity (1 FLOP/B) is below the ridge (100)."""
+    e = Evidence(device_type="cuda", calls=1, wall_s=1e-3, busy_s=0.9e-3, idle_s=0.1e-3, kernel_count=4,
+                 kernel_median_s=0.2e-3, flops=1e9, bytes=1e9, peak_flops_per_s=1e14,
+                 peak_bytes_per_s=1e12, dtype="float32")
+    b = classify(e)
+    assert b.kind == "memory"
+    return b
+
+
+def _overhead_bound() -> Bottleneck:
+    e = Evidence(device_type="cuda", calls=1, wall_s=4.1e-3, busy_s=0.23 * 4.1e-3, idle_s=0.77 * 4.1e-3,
+                 host_wait_s=0.71 * 4.1e-3, kernel_count=1840, kernel_median_s=3.1e-6)
+    b = classify(e)
+    assert b.kind == "overhead"
+    return b
+
+
+def test_misclassified_property():
+    mem = _memory_bound()
+    assert make_result([1.0, 2.0], bottleneck=mem,
+                       options={"expect_bottleneck": ("compute",)}).misclassified is True
+    assert make_result([1.0, 2.0], bottleneck=mem,
+                       options={"expect_bottleneck": ("compute", "memory")}).misclassified is False
+    # No expectation (absent, None or empty): never misclassified.
+    assert make_result([1.0, 2.0], bottleneck=mem).misclassified is False
+    assert make_result([1.0, 2.0], bottleneck=mem, options={"expect_bottleneck": None}).misclassified is False
+    assert make_result([1.0, 2.0], bottleneck=mem, options={"expect_bottleneck": ()}).misclassified is False
+    # An expectation but no classification: not misclassified either.
+    assert make_result([1.0, 2.0], options={"expect_bottleneck": ("compute",)}).misclassified is False
+    # A list (as read back from JSON) works like a tuple.
+    assert make_result([1.0, 2.0], bottleneck=mem,
+                       options={"expect_bottleneck": ["compute"]}).misclassified is True
+
+
+def test_bottleneck_message():
+    b = _overhead_bound()
+    r = make_result([1.0, 2.0], bottleneck=b, options={"expect_bottleneck": ("compute",)})
+    assert r.bottleneck_message() == (
+        "expected compute-bound, measured overhead-bound: device busy 23% of 4.1 ms; "
+        "1,840 kernels, median 3.1 µs; host-wait gaps 71%")
+    r = make_result([1.0, 2.0], bottleneck=b, options={"expect_bottleneck": ("compute", "memory")},
+                    trace_path="artifacts/m.py__t.trace.json")
+    assert r.bottleneck_message() == (
+        "expected compute-bound or memory-bound, measured overhead-bound: device busy 23% of 4.1 ms; "
+        "1,840 kernels, median 3.1 µs; host-wait gaps 71%; trace: artifacts/m.py__t.trace.json")
+    # As expected, or nothing expected: no message.
+    assert make_result([1.0, 2.0], bottleneck=b,
+                       options={"expect_bottleneck": ("overhead",)}).bottleneck_message() is None
+    assert make_result([1.0, 2.0], bottleneck=b, trace_path="x.json").bottleneck_message() is None
+
+
+def test_result_entry_records_bottleneck_and_trace_path():
+    b = _memory_bound()
+    opts = {"threshold": 0.05, "expect_bottleneck": ("compute", "memory")}
+    c = decide(lognormal(4, 30, factor=1.5), lognormal(5, 30), benchmark_id="m.py::t")
+    r = make_result(lognormal(4, 30, factor=1.5), comparison=c, bottleneck=b, options=opts,
+                    trace_path="artifacts/t.trace.json", top_ops="(table)")
+    e = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t", with_comparison=True)
+    assert e["bottleneck"] == b.to_dict()
+    assert e["bottleneck"]["kind"] == "memory"
+    assert e["bottleneck"]["reason"] == b.reason
+    assert e["bottleneck"]["summary"] == b.describe()
+    assert e["bottleneck"]["evidence"]["arithmetic_intensity"] == 1.0
+    assert e["trace_path"] == "artifacts/t.trace.json"
+    assert "top_ops" not in e  # the table is for the terminal, not the JSON
+    # The expected classes are a JSON list; the result's own options are left as a tuple.
+    assert e["options"]["expect_bottleneck"] == ["compute", "memory"]
+    assert r.options["expect_bottleneck"] == ("compute", "memory")
+    assert e["options"]["threshold"] == 0.05
+    back = json.loads(dumps(e))
+    assert back["bottleneck"] == e["bottleneck"]
+    assert back["options"]["expect_bottleneck"] == ["compute", "memory"]
+    # Baseline entries (no comparison) carry the bottleneck but no trace path.
+    e2 = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t")
+    assert e2["bottleneck"] == b.to_dict() and "trace_path" not in e2
+
+
+def test_result_entry_options_without_expectation_unchanged():
+    r = make_result([1.0, 2.0], options={"expect_bottleneck": None, "threshold": 0.05})
+    e = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t")
+    assert e["options"] == {"expect_bottleneck": None, "threshold": 0.05}
+
+
+def test_result_entry_with_bottleneck_is_a_valid_baseline_entry(tmp_path):
+    r = make_result(lognormal(6, 50), benchmark_id="m.py::t", bottleneck=_overhead_bound(),
+                    options={"expect_bottleneck": ("overhead",)})
+    e = report.result_entry(r, environment={}, git_commit="c", timestamp_utc="t")
+    path = tmp_path / "b.json"
+    update(path, {e["id"]: e}, device_key="cpu-x", module="m.py")
+    loaded = load(path).benchmarks["m.py::t"]
+    assert loaded["bottleneck"]["kind"] == "overhead"
+    assert loaded["options"]["expect_bottleneck"] == ["overhead"]
+    assert loaded == json.loads(dumps(e))
+
+
+def test_summary_row_bottleneck_cell():
+    mem = _memory_bound()
+    c = _unchanged_comparison()
+    # Not classified.
+    assert report.summary_row("t", make_result([2.0, 2.1], comparison=c))[BOTTLENECK] == "-"
+    # Classified (--gpuperf-classify), nothing expected: the kind.
+    row = report.summary_row("t", make_result([2.0, 2.1], comparison=c, bottleneck=mem))
+    assert row[BOTTLENECK] == "memory"
+    assert row[VERDICT] == "unchanged"
+    # As expected: the kind, and the verdict says nothing more.
+    r = make_result([2.0, 2.1], comparison=c, bottleneck=mem, options={"expect_bottleneck": ("compute", "memory")})
+    assert report.summary_row("t", r)[BOTTLENECK] == "memory"
+    assert report.summary_row("t", r)[VERDICT] == "unchanged"
+    # Misclassified: the kind and what was expected.
+    r = make_result([2.0, 2.1], comparison=c, bottleneck=mem, options={"expect_bottleneck": ("compute",)})
+    row = report.summary_row("t", r)
+    assert row[BOTTLENECK] == "memory (expected compute)"
+    assert row[VERDICT] == "unchanged, misclassified"
+    # Several expected classes are joined with "/".
+    r = make_result([2.0, 2.1], comparison=c, bottleneck=_overhead_bound(),
+                    options={"expect_bottleneck": ("compute", "memory")})
+    assert report.summary_row("t", r)[BOTTLENECK] == "overhead (expected compute/memory)"
+
+
+def test_summary_row_verdict_misclassified_order():
+    mem = _memory_bound()
+    opts = {"expect_bottleneck": ("compute",)}
+    # Without a timing comparison.
+    r = make_result([2.0, 2.1], bottleneck=mem, options=opts)
+    assert report.summary_row("t", r)[VERDICT] == "-, misclassified"
+    # After the memory parts, before "(baseline updated)".
+    m = decide_memory(1000 * MiB, 500 * MiB, threshold=0.02, max_memory_bytes=900 * MiB, benchmark_id="t")
+    r = make_result([2.0, 2.1], comparison=_unchanged_comparison(), bottleneck=mem, options=opts,
+                    peak_memory_bytes=1000 * MiB, memory_comparison=m)
+    assert report.summary_row("t", r, updated=True)[VERDICT] == (
+        "unchanged, memory regressed, over max_memory, misclassified (baseline updated)")
+    # A regression and a misclassification.
+    c = decide(lognormal(8, 100, factor=1.3), lognormal(7, 100))
+    r = make_result(lognormal(8, 100, factor=1.3), comparison=c, bottleneck=mem, options=opts)
+    assert report.summary_row("t", r)[VERDICT] == "regressed, misclassified"
+
+
+def test_summary_lines_show_bottleneck_column():
+    c = _unchanged_comparison()
+    r1 = make_result([2.0, 2.1], comparison=c, bottleneck=_memory_bound(),
+                     options={"expect_bottleneck": ("compute",)})
+    r2 = make_result([2.0, 2.1], comparison=c, bottleneck=_overhead_bound())
+    lines = report.summary_lines([("m.py::t", r1, False), ("m.py::u", r2, False),
+                                  ("m.py::v", make_result([1.0, 2.0]), False)])
+    header, sep = lines[0], lines[1]
+    assert _cells(header, sep)[BOTTLENECK:] == ["bottleneck", "verdict"]
+    assert _cells(lines[2], sep)[BOTTLENECK:] == ["memory (expected compute)", "unchanged, misclassified"]
+    assert _cells(lines[3], sep)[BOTTLENECK:] == ["overhead", "unchanged"]
+    assert _cells(lines[4], sep)[BOTTLENECK:] == ["-", "-"]
+    assert lines[2].endswith("-  memory (expected compute)  unchanged, misclassified")
