@@ -358,10 +358,6 @@ def test_bottleneck_to_dict():
     json.dumps(d, allow_nan=False)
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
-                   reason="BUG: Evidence.compute_time_s is 0 when busy_s and wall_s are 0 (e.g. analyze() of a "
-                          "trace with no events), so achieved_*_per_s divide by zero and describe()/to_dict() "
-                          "crash once FLOPs/bytes are filled in")
 def test_zero_time_evidence_with_counts_can_be_described():
     e = with_roofline(analyze([], device_type="cuda"), flops=1e9, bytes_moved=1e6, peak_flops_per_s=1e14,
                       peak_bytes_per_s=1e12, dtype="float32")
