@@ -1,20 +1,34 @@
-"""The regression decision: current samples vs baseline samples (pure: numpy and scipy only).
+"""The regression decision: current samples vs a baseline history (pure: numpy and scipy only).
 
-The rule (all in log space, so a 2x slowdown and a 2x speedup are mirror images):
+All in log space, so a 2x slowdown and a 2x speedup are mirror images. Inputs: the current
+run's per-call times, the newest baseline run's per-call times, and the medians of the last K
+stored baseline runs (the history). With T the effect floor (below):
 
-* **regressed** when all three hold: the one-sided Mann–Whitney U test (current slower) gives
-  p < ``alpha``; the Hodges–Lehmann ratio (the median of all pairwise current/baseline ratios)
-  exceeds ``1 + threshold``; and the lower bound of a seeded 99% percentile-bootstrap confidence
-  interval of the ratio of medians exceeds 1.
-* **improved** is the mirror image: Mann–Whitney U (current faster) p < ``alpha``, Hodges–Lehmann
-  ratio below ``1 / (1 + threshold)``, and the bootstrap CI's upper bound below 1.
-* **unchanged** otherwise; when the difference is statistically significant but smaller than the
-  threshold the comparison carries a note saying so.
-* **no-baseline** when nothing is stored for the benchmark.
+* **regressed** when all hold: the one-sided Mann–Whitney U test (current slower) gives p < ``alpha``;
+  the Hodges–Lehmann ratio (median of all pairwise current/baseline ratios) exceeds ``1 + T``;
+  the lower bound of a seeded 99% percentile-bootstrap CI of the ratio of medians exceeds 1; and,
+  with at least 5 stored runs, the current median lies above the one-sided 99% Student-t
+  prediction limit of the log run-medians.
+* **improved** is the mirror image (ratio below ``1 / (1 + T)``, CI below 1, below the lower limit).
+* **inconclusive** when the ratio's CI spans both 1 and ``1 + T``: the measurement is too imprecise
+  to tell either way (passes with a warning; fails under ``--gpuperf-strict``).
+* **unchanged** otherwise, with a note when the shift is significant but inside the floor.
+* **no-baseline** when nothing is stored.
 
-Sources: Mann & Whitney (1947); Hodges & Lehmann (1963) shift estimator; Efron's percentile
-bootstrap via ``scipy.stats.bootstrap``. The effect floor follows asv's ``factor`` and criterion's
-noise threshold (see the project notes on reference tools).
+**Run-to-run noise.** Samples inside one run share that run's offset (clock state, temperature,
+neighbours), so a test on samples alone over-states confidence (Kalibera & Jones, 2013). With
+at least 3 stored runs the effect floor becomes ``T = max(threshold, 3 * s_run)``, s_run the
+standard deviation of the log run-medians, and the baseline samples are re-centred on the
+median of the stored run-medians (their shape is the newest run's, their level the history's).
+With fewer runs, ``T = threshold`` and the newest run is the reference.
+
+**Confirmation.** When a first measurement says regressed, the plugin measures again from a fresh
+warmup and calls :func:`decide` on the pooled samples (``confirmation_ms``); the result says
+whether the regression was confirmed (Pinpoint's "measure more" step).
+
+Sources: Mann & Whitney (1947); Hodges & Lehmann (1963); Efron's percentile bootstrap via
+``scipy.stats.bootstrap``; the prediction interval for a new observation of a normal sample
+(as Bencher uses); asv's ``factor`` and criterion's noise threshold for the effect floor.
 """
 
 from __future__ import annotations
@@ -37,14 +51,24 @@ RATIO_CONFIDENCE = 0.99
 #: Each side is thinned to at most this many samples before the pairwise Hodges–Lehmann estimate
 #: (n*m pairwise ratios) and the bootstrap, bounding the decision's time and memory.
 MAX_DECISION_SAMPLES = 2000
+#: Stored runs needed before the effect floor uses the run-to-run spread.
+MIN_RUNS_FOR_FLOOR = 3
+#: Multiple of the run-to-run SD (log run-medians) that the effect floor is at least.
+FLOOR_SDS = 3.0
+#: Stored runs needed before the prediction limit is also required.
+MIN_RUNS_FOR_PREDICTION = 5
+#: One-sided confidence of the Student-t prediction limit of the log run-medians.
+PREDICTION_CONFIDENCE = 0.99
 
 
 class Verdict(str, Enum):
-    """Outcome of comparing a benchmark with its baseline. Only ``REGRESSED`` fails a test."""
+    """Outcome of comparing a benchmark with its baseline. ``REGRESSED`` fails a test;
+    ``INCONCLUSIVE`` fails it only in strict mode."""
 
     REGRESSED = "regressed"
     IMPROVED = "improved"
     UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
     NO_BASELINE = "no-baseline"
 
     def __str__(self) -> str:  # pragma: no cover - trivial
@@ -55,9 +79,14 @@ class Verdict(str, Enum):
 class Comparison:
     """Verdict plus the evidence behind it.
 
-    ``ratio`` is the Hodges–Lehmann estimate of current/baseline time (dimensionless; > 1 means
-    slower); ``ratio_ci`` the 99% percentile-bootstrap CI of median(current)/median(baseline);
-    ``p_slower``/``p_faster`` the one-sided Mann–Whitney U p-values. Times are in ms.
+    ``ratio`` is the Hodges–Lehmann estimate of current/baseline time (> 1 means slower);
+    ``ratio_ci`` the 99% percentile-bootstrap CI of median(current)/median(baseline);
+    ``p_slower``/``p_faster`` the one-sided Mann–Whitney U p-values. ``floor`` is the effect floor
+    T actually used (>= ``threshold``), ``runs`` the number of stored baseline runs, ``run_sd``
+    the SD of their log medians (None under 2 runs), ``prediction_limit`` the upper 99%
+    prediction limit as a ratio to the history's centre (None under 5 runs). ``confirmed`` is
+    None when no re-measure happened, else whether the pooled re-measure kept the regression.
+    Times in ms.
     """
 
     verdict: Verdict
@@ -72,11 +101,20 @@ class Comparison:
     alpha: float = 0.01
     baseline_file: str | None = None
     note: str | None = None
+    floor: float | None = None
+    runs: int = 1
+    run_sd: float | None = None
+    prediction_limit: float | None = None
+    confirmed: bool | None = None
 
     @property
     def failed(self) -> bool:
-        """True when this comparison fails the test (a regression)."""
+        """True when this comparison fails the test (a regression; see ``fails`` for strict mode)."""
         return self.verdict is Verdict.REGRESSED
+
+    def fails(self, strict: bool = False) -> bool:
+        """True when the test should fail: a regression, or (strict) an inconclusive result."""
+        return self.verdict is Verdict.REGRESSED or (strict and self.verdict is Verdict.INCONCLUSIVE)
 
     def message(self) -> str:
         """One paragraph saying what was compared and why the verdict is what it is."""
@@ -97,13 +135,24 @@ class Comparison:
             Verdict.REGRESSED: "performance regression",
             Verdict.IMPROVED: "performance improvement",
             Verdict.UNCHANGED: "no significant change",
+            Verdict.INCONCLUSIVE: "inconclusive comparison",
         }[self.verdict]
+        floor = self.floor if self.floor is not None else self.threshold
+        gate = f"threshold +{self.threshold * 100:g}%"
+        if floor > self.threshold + 1e-12:
+            gate = f"effect floor +{floor * 100:.1f}% (3 x run-to-run SD {self.run_sd * 100:.1f}% > threshold +{self.threshold * 100:g}%)"
         text = (
             f"{head} in {self.benchmark_id}: median {format_ms(self.baseline_median_ms)} -> "
             f"{format_ms(self.current_median_ms)}, ratio {format_ratio(self.ratio)} "
             f"({format_pct(self.ratio - 1)}){ci}, Mann-Whitney U p={_fmt_p(p)} "
-            f"(alpha {self.alpha:g}), threshold +{self.threshold * 100:g}%"
+            f"(alpha {self.alpha:g}), {gate}; baseline history: {self.runs} run(s)"
         )
+        if self.prediction_limit is not None:
+            text += f", 99% prediction limit {format_ratio(self.prediction_limit)}"
+        if self.confirmed is True:
+            text += "; confirmed on re-measure"
+        elif self.confirmed is False:
+            text += "; not confirmed on re-measure (noise)"
         if self.baseline_file:
             text += f"; baseline: {self.baseline_file}"
         if self.note:
@@ -138,6 +187,19 @@ def hodges_lehmann_ratio(current_ms: Sequence[float], baseline_ms: Sequence[floa
     return float(np.exp(np.median(np.subtract.outer(lc, lb))))
 
 
+def _bootstrap_log_ci(lc: np.ndarray, lb: np.ndarray, confidence: float, seed: int, n_resamples: int) -> tuple[float, float]:
+    from scipy import stats as sps
+
+    def stat(c: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.median(c, axis=axis) - np.median(b, axis=axis)
+
+    res = sps.bootstrap(
+        (lc, lb), stat, n_resamples=n_resamples, batch=200, vectorized=True, paired=False,
+        confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def median_ratio_ci(
     current_ms: Sequence[float],
     baseline_ms: Sequence[float],
@@ -154,24 +216,41 @@ def median_ratio_ci(
     lb = _log_samples(baseline_ms, "baseline")
     if lc.size < 2 or lb.size < 2:
         return None
-    from scipy import stats as sps
+    lo, hi = _bootstrap_log_ci(lc, lb, confidence, seed, n_resamples)
+    return (math.exp(lo), math.exp(hi))
 
-    def stat(c: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.median(c, axis=axis) - np.median(b, axis=axis)
 
-    res = sps.bootstrap(
-        (lc, lb),
-        stat,
-        n_resamples=n_resamples,
-        batch=200,
-        vectorized=True,
-        paired=False,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    lo, hi = res.confidence_interval.low, res.confidence_interval.high
-    return (float(math.exp(lo)), float(math.exp(hi)))
+@dataclass(frozen=True)
+class RunStats:
+    """What the history says about run-to-run noise (log space)."""
+
+    runs: int
+    center: float | None  # median of log run-medians (>= 3 runs)
+    sd: float | None  # SD of log run-medians (>= 2 runs)
+    upper_limit: float | None  # one-sided 99% t prediction limit, log (>= 5 runs)
+    lower_limit: float | None
+
+
+def run_stats(run_medians_ms: Sequence[float] | None) -> RunStats:
+    """Centre, spread and 99% prediction limits of stored run medians (ms), in log space.
+
+    Prediction limit for a new run: mean ± t(0.99, k-1) · s · sqrt(1 + 1/k) (one-sided each).
+    """
+    if not run_medians_ms:
+        return RunStats(0, None, None, None, None)
+    x = np.log(np.asarray(run_medians_ms, dtype=np.float64))
+    if not np.all(np.isfinite(x)):
+        raise ValueError("run medians must be finite and positive (ms)")
+    k = int(x.size)
+    sd = float(np.std(x, ddof=1)) if k >= 2 else None
+    center = float(np.median(x)) if k >= MIN_RUNS_FOR_FLOOR else None
+    upper = lower = None
+    if k >= MIN_RUNS_FOR_PREDICTION and sd is not None:
+        from scipy import stats as sps
+
+        half = float(sps.t.ppf(PREDICTION_CONFIDENCE, k - 1)) * sd * math.sqrt(1 + 1 / k)
+        upper, lower = float(np.mean(x)) + half, float(np.mean(x)) - half
+    return RunStats(k, center, sd, upper, lower)
 
 
 def decide(
@@ -182,13 +261,18 @@ def decide(
     alpha: float = 0.01,
     benchmark_id: str = "benchmark",
     baseline_file: str | None = None,
+    run_medians_ms: Sequence[float] | None = None,
+    confirmation_ms: Sequence[float] | None = None,
 ) -> Comparison:
-    """Compare per-call times of the current run (ms) with the baseline's (ms).
+    """Compare per-call times of the current run (ms) with the baseline (see the module doc).
 
-    ``threshold`` is the smallest relative slowdown that may fail a test (0.05 = 5%);
-    ``alpha`` the significance level of the one-sided Mann–Whitney U tests. Returns a
-    :class:`Comparison`; never raises for a regression (the caller decides how to fail).
-    Raises ``ValueError`` for empty, non-finite or non-positive samples or bad options.
+    ``baseline_ms``: the newest stored run's per-call times (ms). ``run_medians_ms``: medians of
+    the stored runs, oldest first, the newest included (None: a single-run baseline).
+    ``confirmation_ms``: samples of a re-measure; when given, the decision uses the pooled
+    current + confirmation samples and ``confirmed`` says whether a regression held.
+    ``threshold`` is the smallest relative slowdown that may fail a test (0.05 = 5%); ``alpha``
+    the significance level of the one-sided Mann–Whitney U tests. Pure and deterministic (seeded
+    bootstrap). Raises ``ValueError`` for empty, non-finite or non-positive samples or bad options.
     """
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
@@ -196,6 +280,10 @@ def decide(
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     cur = np.asarray(current_ms, dtype=np.float64)
     _log_samples(cur, "current")
+    if confirmation_ms is not None:
+        conf = np.asarray(confirmation_ms, dtype=np.float64)
+        _log_samples(conf, "confirmation")
+        cur = np.concatenate([cur, conf])
     cur_med = float(np.median(cur))
     if baseline_ms is None or len(baseline_ms) == 0:
         return Comparison(
@@ -205,10 +293,18 @@ def decide(
             threshold=threshold,
             alpha=alpha,
             baseline_file=baseline_file,
+            runs=0,
         )
-    base = np.asarray(baseline_ms, dtype=np.float64)
-    lc, lb = _log_samples(cur, "current"), _log_samples(base, "baseline")
-    base_med = float(np.median(base))
+    hist = run_stats(run_medians_ms)
+    lc, lb = _log_samples(cur, "current"), _log_samples(baseline_ms, "baseline")
+    if hist.center is not None:  # the history sets the level, the newest run the shape
+        lb = lb - float(np.median(lb)) + hist.center
+        base_med = math.exp(hist.center)
+    else:
+        base_med = float(np.median(np.asarray(baseline_ms, dtype=np.float64)))
+    floor = threshold
+    if hist.runs >= MIN_RUNS_FOR_FLOOR and hist.sd is not None:
+        floor = max(threshold, math.expm1(FLOOR_SDS * hist.sd))
     ratio = float(np.exp(np.median(np.subtract.outer(lc, lb))))
     common = dict(
         benchmark_id=benchmark_id,
@@ -218,6 +314,10 @@ def decide(
         threshold=threshold,
         alpha=alpha,
         baseline_file=baseline_file,
+        floor=floor,
+        runs=max(1, hist.runs),
+        run_sd=hist.sd,
+        prediction_limit=(math.exp(hist.upper_limit - hist.center) if hist.upper_limit is not None and hist.center is not None else None),
     )
     if lc.size < 2 or lb.size < 2:
         return Comparison(
@@ -229,27 +329,43 @@ def decide(
 
     p_slower = float(sps.mannwhitneyu(lc, lb, alternative="greater").pvalue)
     p_faster = float(sps.mannwhitneyu(lc, lb, alternative="less").pvalue)
-    ci = median_ratio_ci(cur, base)
-    assert ci is not None
-    upper_gate, lower_gate = 1.0 + threshold, 1.0 / (1.0 + threshold)
+    lo, hi = _bootstrap_log_ci(lc, lb, RATIO_CONFIDENCE, BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES)
+    ci = (math.exp(lo), math.exp(hi))
+    up_gate, down_gate = math.log1p(floor), -math.log1p(floor)
+    log_cur = float(np.median(lc))
+    above_limit = hist.upper_limit is None or log_cur > hist.upper_limit
+    below_limit = hist.lower_limit is None or log_cur < hist.lower_limit
+    log_ratio = math.log(ratio)
     verdict, note = Verdict.UNCHANGED, None
-    if p_slower < alpha and ratio > upper_gate and ci[0] > 1.0:
+    if p_slower < alpha and log_ratio > up_gate and lo > 0 and above_limit:
         verdict = Verdict.REGRESSED
-    elif p_faster < alpha and ratio < lower_gate and ci[1] < 1.0:
+    elif p_faster < alpha and log_ratio < down_gate and hi < 0 and below_limit:
         verdict = Verdict.IMPROVED
-    elif (p_slower < alpha and ci[0] > 1.0) or (p_faster < alpha and ci[1] < 1.0):
+    elif lo < 0 < hi and hi > up_gate:
+        verdict = Verdict.INCONCLUSIVE
         note = (
-            f"significant but within the threshold: {format_pct(ratio - 1)} is inside "
-            f"±{threshold * 100:g}%"
+            f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} spans both 1 and "
+            f"1+T={format_ratio(1 + floor)}: not enough evidence either way (measure longer: max_time)"
+        )
+    elif p_slower < alpha and log_ratio > up_gate and lo > 0 and not above_limit:
+        note = "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    elif (p_slower < alpha and lo > 0) or (p_faster < alpha and hi < 0):
+        note = (
+            f"significant but within the effect floor: {format_pct(ratio - 1)} is inside "
+            f"±{floor * 100:.1f}%"
         )
     elif p_slower < alpha or p_faster < alpha:
         note = "rank test significant but the CI of the ratio includes 1"
+    confirmed = None
+    if confirmation_ms is not None:
+        confirmed = verdict is Verdict.REGRESSED
     return Comparison(
         verdict=verdict,
         ratio_ci=ci,
         p_slower=p_slower,
         p_faster=p_faster,
         note=note,
+        confirmed=confirmed,
         **common,
     )
 
