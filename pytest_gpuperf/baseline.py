@@ -17,7 +17,10 @@ File layout (keys sorted, 2-space indent, trailing newline, so an update is a re
 An entry holds ``schema_version``, ``id``, ``group``, ``device``, ``stats`` (summary statistics in
 ms), ``samples_ms`` (at most 2,000 raw per-call times, thinned deterministically), ``rounds``,
 ``calls_per_round``, ``warmup_rounds``, ``options``, ``environment``, ``git_commit`` and
-``timestamp_utc``. Baselines are never pickled.
+``timestamp_utc`` — all of the newest run — and ``history``: the last K accepted runs, oldest
+first, each with ``median_ms``, ``iqr_ms``, ``rounds``, ``timestamp_utc``, ``environment``,
+``git_commit`` and ``peak_memory_bytes``. Schema 1 files (one run, no ``history``) still load;
+their run becomes the first of the history on the next update. Baselines are never pickled.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Stored runs kept per benchmark when the entry's options do not say (option ``history``).
+DEFAULT_HISTORY = 10
 
 
 class BaselineError(Exception):
@@ -60,6 +65,53 @@ class BaselineFile:
     def samples_ms(self, benchmark_id: str) -> list[float] | None:
         entry = self.benchmarks.get(benchmark_id)
         return None if entry is None else list(entry["samples_ms"])
+
+    def run_medians_ms(self, benchmark_id: str) -> list[float] | None:
+        """Medians (ms) of the stored runs of a benchmark, oldest first (None if absent)."""
+        entry = self.benchmarks.get(benchmark_id)
+        return None if entry is None else [r["median_ms"] for r in history_of(entry)]
+
+
+def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The history record of the run an entry describes (its newest run)."""
+    stats = entry.get("stats") or {}
+    median = stats.get("median_ms")
+    if not isinstance(median, (int, float)) or isinstance(median, bool):
+        samples = sorted(entry["samples_ms"])
+        n = len(samples)
+        median = samples[n // 2] if n % 2 else (samples[n // 2 - 1] + samples[n // 2]) / 2
+    return {
+        "median_ms": float(median),
+        "iqr_ms": stats.get("iqr_ms"),
+        "rounds": entry.get("rounds"),
+        "timestamp_utc": entry.get("timestamp_utc"),
+        "environment": entry.get("environment"),
+        "git_commit": entry.get("git_commit"),
+        "peak_memory_bytes": entry.get("peak_memory_bytes"),
+    }
+
+
+def history_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The stored runs of an entry, oldest first; a schema-1 entry is a history of one run."""
+    hist = entry.get("history")
+    if isinstance(hist, list) and hist:
+        return list(hist)
+    return [run_record(entry)]
+
+
+def merge_entry(old: Mapping[str, Any] | None, new: dict[str, Any], keep: int | None = None) -> dict[str, Any]:
+    """Append the run ``new`` describes to ``old``'s history, keeping the last ``keep`` runs.
+
+    ``keep`` defaults to ``new["options"]["history"]`` (else :data:`DEFAULT_HISTORY`). The result
+    is ``new`` (newest samples and statistics) with the merged ``history``.
+    """
+    if keep is None:
+        keep = int((new.get("options") or {}).get("history") or DEFAULT_HISTORY)
+    runs = (history_of(old) if old is not None else []) + [run_record(new)]
+    merged = dict(new)
+    merged["history"] = runs[-max(1, keep):]
+    merged["schema_version"] = SCHEMA_VERSION
+    return merged
 
 
 def module_file_name(module_path: str) -> str:
@@ -91,6 +143,14 @@ def _check_entry(path: Path, bid: str, entry: Any) -> None:
             f"entry {bid!r} has schema_version {version!r}; this pytest-gpuperf reads up to "
             f"{SCHEMA_VERSION} (upgrade the plugin)",
         )
+    hist = entry.get("history")
+    if hist is not None:
+        if not isinstance(hist, list):
+            raise BaselineError(path, f"entry {bid!r} has a 'history' that is not a list")
+        for run in hist:
+            m = run.get("median_ms") if isinstance(run, dict) else None
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0:
+                raise BaselineError(path, f"entry {bid!r} has a history run without a positive 'median_ms': {run!r}")
 
 
 def parse(path: os.PathLike[str] | str, text: str) -> BaselineFile:
@@ -180,14 +240,17 @@ def update(
 ) -> None:
     """Merge ``entries`` (benchmark id -> entry) into the file at ``path`` and write it atomically.
 
-    Entries not named are kept as they are. Raises :class:`BaselineError` without writing when
+    Each new entry's run is appended to the stored history of that benchmark (see
+    :func:`merge_entry`); entries not named are kept as they are. Raises :class:`BaselineError` without writing when
     the existing file is unusable, so stored data is never lost to a bad file.
     """
     existing = load(path)
     benchmarks = dict(existing.benchmarks) if existing else {}
     for bid, entry in entries.items():
-        _check_entry(Path(path), bid, entry)
-        benchmarks[bid] = entry
+        _check_entry(Path(path), bid, entry)  # a malformed new entry is refused before merging
+        merged = merge_entry(benchmarks.get(bid), entry)
+        _check_entry(Path(path), bid, merged)
+        benchmarks[bid] = merged
     data = {
         "schema_version": SCHEMA_VERSION,
         "device_key": device_key,

@@ -23,6 +23,8 @@ class BenchOptions:
     ``memory_threshold`` is the relative growth of peak memory that fails a test (on top of 1 MiB of
     slack); ``max_memory`` a hard budget in bytes for the benchmarked call (``None``: no budget).
     ``expect_bottleneck`` the accepted bottleneck classes (``None``: no expectation).
+    ``history`` the number of baseline runs kept per benchmark; ``confirm`` the number of extra
+    measurements (from a fresh warmup) made when a first measurement says regressed.
     """
 
     group: str | None = None
@@ -39,6 +41,8 @@ class BenchOptions:
     memory_threshold: float = 0.02
     max_memory: int | None = None
     expect_bottleneck: tuple[str, ...] | None = None
+    history: int = 10
+    confirm: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -47,7 +51,7 @@ class BenchOptions:
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(BenchOptions))
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
-CLI_OPTIONS: tuple[str, ...] = ("threshold", "alpha", "max_time", "device")
+CLI_OPTIONS: tuple[str, ...] = ("threshold", "alpha", "max_time", "device", "confirm")
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -131,6 +135,8 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "memory_threshold": _num(float, lambda v: v >= 0, "a fraction >= 0 (0.02 = 2%)"),
     "max_memory": _size,
     "expect_bottleneck": _expect,
+    "history": _num(int, lambda v: v >= 1, "an integer >= 1"),
+    "confirm": _num(int, lambda v: v >= 0, "an integer >= 0"),
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

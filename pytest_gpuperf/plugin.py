@@ -34,6 +34,8 @@ _OPTION_HELP = {
     "memory_threshold": "relative growth of peak memory (plus 1 MiB) that fails a test (default 0.02)",
     "max_memory": "hard budget for the benchmarked call's peak memory, e.g. '2 GiB' (default none)",
     "expect_bottleneck": "expected bottleneck class(es): compute, memory, overhead, sync, transfer, data",
+    "history": "baseline runs kept per benchmark (default 10)",
+    "confirm": "extra measurements when a first one says regressed (default 1)",
 }
 
 
@@ -60,6 +62,7 @@ class GpuPerfState:
     json_path: Path | None
     snapshot_dir: Path | None
     classify: bool
+    strict: bool
     artifacts_dir: Path
     thresholds: Any
     cli: dict[str, Any]
@@ -116,6 +119,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="classify every measured benchmark's bottleneck (compute/memory/overhead/sync/transfer/data)")
     group.addoption("--gpuperf-artifacts", metavar="DIR", default=None,
                     help="where chrome traces of regressed or misclassified benchmarks go (default .gpuperf/artifacts/)")
+    group.addoption("--gpuperf-confirm", metavar="N", default=None,
+                    help="extra measurements (fresh warmup) when a first one says regressed (default 1)")
+    group.addoption("--gpuperf-strict", action="store_true", default=False,
+                    help="fail inconclusive comparisons too (default: they pass with a warning)")
     group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None,
                     help="smallest relative slowdown that fails a test (default 0.05)")
     group.addoption("--gpuperf-alpha", metavar="P", default=None,
@@ -179,6 +186,7 @@ def pytest_configure(config: pytest.Config) -> None:
         json_path=Path(config.invocation_params.dir, json_opt) if json_opt else None,
         snapshot_dir=Path(config.invocation_params.dir, snap_opt) if snap_opt else None,
         classify=bool(config.getoption("--gpuperf-classify")),
+        strict=bool(config.getoption("--gpuperf-strict")),
         artifacts_dir=Path(config.invocation_params.dir, art_opt) if art_opt else config.rootpath / ".gpuperf" / "artifacts",
         thresholds=thresholds,
         cli=cli,
@@ -264,6 +272,9 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         )
         if baseline is not None and env is not None:
             entry = baseline.benchmarks.get(result.benchmark_id)
+            c = result.comparison
+            if c is not None and c.verdict.value == "inconclusive" and not state.strict:
+                state.warnings.append(f"{module}::{result.benchmark_id}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
             if entry is not None:
                 from .environment import differences
 
@@ -287,6 +298,7 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         classify=state.classify,
         thresholds=state.thresholds,
         artifacts_dir=str(state.artifacts_dir),
+        confirm_regressions=not state.updating,
     )
     item.stash[BENCH_KEY] = bench
     yield bench
@@ -350,7 +362,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.outcome = "failed"
             report.longrepr = problem
         return
-    messages = [r.comparison.message() for r in bench.results if r.comparison is not None and r.comparison.failed]
+    messages = [r.comparison.message() for r in bench.results
+                if r.comparison is not None and r.comparison.fails(state.strict)]
     for r in bench.results:
         if r.memory_comparison is not None:
             messages.extend(r.memory_comparison.messages())

@@ -93,6 +93,10 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
         text += ", over max_memory"
     if r.misclassified:
         text += ", misclassified"
+    if r.comparison is not None and r.comparison.confirmed is True:
+        text += " (confirmed)"
+    elif r.comparison is not None and r.comparison.confirmed is False:
+        text += " (not confirmed)"
     if updated:
         text += " (baseline updated)"
     return text

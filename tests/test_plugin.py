@@ -264,7 +264,7 @@ def test_json_report_has_results_and_verdicts(pytester: pytest.Pytester) -> None
     assert entry["verdict"] in ("unchanged", "improved")
     assert entry["comparison"]["baseline_median_ms"] > 0 and entry["comparison"]["ratio"] > 0
     assert entry["stats"]["median_ms"] > 0 and entry["samples_ms"]
-    assert report["schema_version"] == 1 and report["environments"]
+    assert report["schema_version"] == 2 and report["environments"]
 
 
 def test_ini_options_and_baseline_dir(pytester: pytest.Pytester) -> None:
