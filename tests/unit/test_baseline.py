@@ -46,6 +46,12 @@ def entry(bid: str, samples=(1.0, 1.1, 0.9, 1.05, 1.2, 0.95), **extra) -> dict:
     return e
 
 
+def stored(e: dict, *runs: dict) -> dict:
+    """What ``update`` stores for the new entry ``e``: ``e`` itself (every field preserved) plus a
+    ``history`` of the earlier ``runs`` (entries, oldest first) and ``e``'s own run, appended last."""
+    return {**e, "schema_version": SCHEMA_VERSION, "history": [bl.run_record(r) for r in (*runs, e)]}
+
+
 def write_file(path: Path, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -102,7 +108,12 @@ def test_update_then_load_round_trips(tmp_path):
     assert loaded.path == str(path)
     assert loaded.device_key == DEVICE_KEY
     assert loaded.module == MODULE
-    assert loaded.benchmarks == entries
+    assert loaded.benchmarks == {bid: stored(e) for bid, e in entries.items()}
+    for bid, e in entries.items():  # every field of the entry preserved, plus a 1-run history
+        got = loaded.benchmarks[bid]
+        assert {k: v for k, v in got.items() if k != "history"} == e
+        assert got["history"] == [bl.run_record(e)]
+        assert got["history"][0]["median_ms"] == e["stats"]["median_ms"]
     assert loaded.samples_ms("m.py::test_b[2]") == [3.0, 4.0]
     assert loaded.samples_ms("m.py::test_a") == list(entries["m.py::test_a"]["samples_ms"])
     assert loaded.samples_ms("m.py::missing") is None
@@ -130,12 +141,17 @@ def test_file_layout_sorted_indent_trailing_newline(tmp_path):
         "schema_version": SCHEMA_VERSION,
         "device_key": DEVICE_KEY,
         "module": MODULE,
-        "benchmarks": {"a": entry("a"), "z": entry("z")},
+        "benchmarks": {"a": stored(entry("a")), "z": stored(entry("z"))},
     }
     lines = text.splitlines()
     top_keys = [ln.split('"')[1] for ln in lines if ln.startswith('  "')]
     assert top_keys == ["benchmarks", "device_key", "module", "schema_version"]
     assert '\n    "a": {' in text  # 2-space indent, one level deeper
+    assert '\n      "history": [\n        {\n          "environment": {' in text  # nested levels too
+    for bid in ("a", "z"):  # keys sorted inside entries and history records too
+        body = data["benchmarks"][bid]
+        assert list(body) == sorted(body)
+        assert list(body["history"][0]) == sorted(body["history"][0])
     assert text.index('"a": {') < text.index('"z": {')
     assert "Ω-accelerator" in text  # written as UTF-8, not \u escapes
     assert "\r" not in text
@@ -148,11 +164,26 @@ def test_dumps_format():
 
 
 def test_rewriting_same_data_is_byte_identical(tmp_path):
-    path = tmp_path / "b.json"
-    update(path, {"a": entry("a")}, device_key=DEVICE_KEY, module=MODULE)
+    # The same sequence of updates gives the same bytes (no timestamps, ordering or float
+    # formatting of its own), and a rewrite that adds no run leaves the file byte-identical.
+    path, twin = tmp_path / "b.json", tmp_path / "twin.json"
+    for p in (path, twin):
+        update(p, {"a": entry("a")}, device_key=DEVICE_KEY, module=MODULE)
+        update(p, {"a": entry("a")}, device_key=DEVICE_KEY, module=MODULE)
     first = path.read_bytes()
-    update(path, {"a": entry("a")}, device_key=DEVICE_KEY, module=MODULE)
+    assert twin.read_bytes() == first
+    assert first.decode("utf-8") == dumps(valid_file_data(a=stored(entry("a"), entry("a"))))
+    update(path, {}, device_key=DEVICE_KEY, module=MODULE)
     assert path.read_bytes() == first
+    # Re-writing what was loaded, through the same serializer, is the identity.
+    loaded = load(path)
+    data = {"schema_version": SCHEMA_VERSION, "device_key": loaded.device_key,
+            "module": loaded.module, "benchmarks": loaded.benchmarks}
+    write_atomic(path, dumps(data))
+    assert path.read_bytes() == first
+    # Recording the same run again only appends one more (identical) history record.
+    update(path, {"a": entry("a")}, device_key=DEVICE_KEY, module=MODULE)
+    assert load(path).benchmarks["a"] == stored(entry("a"), entry("a"), entry("a"))
 
 
 def test_update_merges_and_keeps_other_entries(tmp_path):
@@ -162,9 +193,11 @@ def test_update_merges_and_keeps_other_entries(tmp_path):
     update(path, {"b": new_b, "c": entry("c")}, device_key=DEVICE_KEY, module=MODULE)
     loaded = load(path)
     assert set(loaded.benchmarks) == {"a", "b", "c"}
-    assert loaded.benchmarks["a"] == entry("a")
-    assert loaded.benchmarks["b"] == new_b
+    assert loaded.benchmarks["a"] == stored(entry("a"))  # not named: kept as it was
+    assert loaded.benchmarks["b"] == stored(new_b, entry("b"))  # new run appended to b's history
+    assert loaded.benchmarks["c"] == stored(entry("c"))
     assert loaded.samples_ms("b") == [5.0, 5.5, 6.0]
+    assert [r["rounds"] for r in loaded.benchmarks["b"]["history"]] == [6, 3]  # oldest first
 
 
 def test_update_with_no_entries_creates_empty_file(tmp_path):

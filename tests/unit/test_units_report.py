@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_gpuperf import report
-from pytest_gpuperf.baseline import SCHEMA_VERSION, dumps, load, update
+from pytest_gpuperf.baseline import SCHEMA_VERSION, dumps, load, run_record, update
 from pytest_gpuperf.bottleneck import Bottleneck, Evidence, classify
 from pytest_gpuperf.compare import MEMORY_SLACK_BYTES, Comparison, Verdict, decide, decide_memory
 from pytest_gpuperf.result import BenchResult
@@ -289,7 +289,14 @@ def test_result_entry_is_a_valid_baseline_entry(tmp_path):
     path = tmp_path / "b.json"
     update(path, {e["id"]: e}, device_key="cpu-x", module="m.py")
     loaded = load(path)
-    assert loaded.benchmarks["m.py::t"] == e
+    got = loaded.benchmarks["m.py::t"]
+    assert {k: v for k, v in got.items() if k != "history"} == e  # every field preserved
+    assert got["history"] == [run_record(e)]  # plus the run it describes, as a 1-run history
+    assert got["history"][0]["median_ms"] == pytest.approx(r.median_ms)
+    assert got["history"][0]["iqr_ms"] == pytest.approx(r.iqr_ms)
+    assert got["history"][0]["rounds"] == r.rounds == 3000
+    assert (got["history"][0]["environment"], got["history"][0]["git_commit"],
+            got["history"][0]["timestamp_utc"]) == ({"k": "v"}, "c", "t")
     assert loaded.samples_ms("m.py::t") == thin(r.samples_ms)
 
 
@@ -667,7 +674,8 @@ def test_result_entry_with_bottleneck_is_a_valid_baseline_entry(tmp_path):
     loaded = load(path).benchmarks["m.py::t"]
     assert loaded["bottleneck"]["kind"] == "overhead"
     assert loaded["options"]["expect_bottleneck"] == ["overhead"]
-    assert loaded == json.loads(dumps(e))
+    assert loaded == json.loads(dumps({**e, "history": [run_record(e)]}))
+    assert len(loaded["history"]) == 1
 
 
 def test_summary_row_bottleneck_cell():

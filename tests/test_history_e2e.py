@@ -1,0 +1,130 @@
+"""End-to-end: baseline history, confirmation re-measure, strict mode, and schema-1 upgrades."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+RUN = ("-p", "no:cacheprovider")
+
+# The first 35 calls (5 warmup + 30 rounds of the first measurement) do twice the work when
+# slowfirst.txt exists; work.txt scales the work of every call.
+BENCH = """
+import itertools, pathlib
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+calls = itertools.count()
+
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+
+def fn():
+    k = next(calls)
+    factor = float(HERE.joinpath("work.txt").read_text()) if HERE.joinpath("work.txt").exists() else 1.0
+    if HERE.joinpath("slowfirst.txt").exists() and k < 35:
+        factor *= 2
+    return work(int(10000 * factor))
+
+@pytest.mark.gpu_bench(confirm=2, threshold=0.3, device="cpu")
+def test_loop(gpu_bench):
+    gpu_bench.pedantic(fn, rounds=30, warmup_rounds=5)
+"""
+
+
+def _entry(pytester: pytest.Pytester) -> dict:
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    return json.loads(path.read_text())["benchmarks"]["test_loop"]
+
+
+def test_one_off_slow_first_measurement_is_not_confirmed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    pytester.path.joinpath("slowfirst.txt").write_text("1")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*test_loop*not confirmed*"])
+    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
+    assert c["confirmed"] is False and c["verdict"] != "regressed"
+    assert "not confirmed on re-measure (noise)" in c["message"]
+
+
+def test_genuine_slowdown_is_confirmed_and_fails(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    pytester.path.joinpath("work.txt").write_text("2")
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*performance regression in test_bench.py::test_loop*confirmed on re-measure*"])
+    assert "not confirmed" not in rec.stdout.str()
+
+
+def test_no_confirmation_when_disabled(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    pytester.path.joinpath("slowfirst.txt").write_text("1")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-confirm", "0", *RUN)
+    rec.assert_outcomes(passed=1)  # the marker's confirm=2 wins over the command line
+    bench = BENCH.replace("confirm=2, ", "")
+    pytester.makepyfile(test_bench=bench)
+    pytester.path.joinpath("slowfirst.txt").unlink()
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    pytester.path.joinpath("slowfirst.txt").write_text("1")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-confirm", "0", *RUN)
+    rec.assert_outcomes(failed=1)  # no re-measure: the one-off slow measurement fails the test
+    assert "confirmed" not in rec.stdout.str()
+
+
+def test_updates_append_history_and_old_single_run_file_upgrades(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    # Rewrite the file as the schema-1 plugin wrote it: one run, no history.
+    data = json.loads(path.read_text())
+    data["schema_version"] = 1
+    old = data["benchmarks"]["test_loop"]
+    old.pop("history")
+    old["schema_version"] = 1
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*test_loop*unchanged*"])
+    for expected_runs in (2, 3):
+        pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+        entry = _entry(pytester)
+        assert entry["schema_version"] == 2 and len(entry["history"]) == expected_runs
+    assert entry["history"][0]["median_ms"] == pytest.approx(old["stats"]["median_ms"])
+    assert [set(r) >= {"median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit"}
+            for r in entry["history"]] == [True] * 3
+
+
+def test_history_is_truncated_to_the_history_option(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH.replace("confirm=2,", "confirm=2, history=2,"))
+    for _ in range(3):
+        pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    assert len(_entry(pytester)["history"]) == 2
+
+
+def test_inconclusive_passes_with_warning_and_fails_in_strict_mode(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    data = json.loads(path.read_text())
+    entry = data["benchmarks"]["test_loop"]
+    med = entry["stats"]["median_ms"]
+    # A baseline of six widely spread samples: the ratio's CI spans both 1 and 1 + T.
+    entry["samples_ms"] = [med * f for f in (0.4, 0.6, 0.9, 1.1, 1.6, 2.4)]
+    entry["history"] = entry["history"][:1]
+    path.write_text(json.dumps(data))
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*test_loop*inconclusive*", "*warning: *test_loop: inconclusive (passes; fails with --gpuperf-strict)*"])
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-strict", *RUN)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*inconclusive comparison in test_bench.py::test_loop*measure longer*"])
