@@ -236,11 +236,12 @@ def run_stats(run_medians_ms: Sequence[float] | None) -> RunStats:
 
     Prediction limit for a new run: mean ± t(0.99, k-1) · s · sqrt(1 + 1/k) (one-sided each).
     """
-    if not run_medians_ms:
+    if run_medians_ms is None or len(run_medians_ms) == 0:
         return RunStats(0, None, None, None, None)
-    x = np.log(np.asarray(run_medians_ms, dtype=np.float64))
-    if not np.all(np.isfinite(x)):
+    raw = np.asarray(run_medians_ms, dtype=np.float64)
+    if not np.all(np.isfinite(raw)) or np.any(raw <= 0):
         raise ValueError("run medians must be finite and positive (ms)")
+    x = np.log(raw)
     k = int(x.size)
     sd = float(np.std(x, ddof=1)) if k >= 2 else None
     center = float(np.median(x)) if k >= MIN_RUNS_FOR_FLOOR else None
@@ -349,6 +350,8 @@ def decide(
         )
     elif p_slower < alpha and log_ratio > up_gate and lo > 0 and not above_limit:
         note = "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    elif p_faster < alpha and log_ratio < down_gate and hi < 0 and not below_limit:
+        note = "beyond the effect floor but within the history's 99% prediction limit (run-to-run noise)"
     elif (p_slower < alpha and lo > 0) or (p_faster < alpha and hi < 0):
         note = (
             f"significant but within the effect floor: {format_pct(ratio - 1)} is inside "

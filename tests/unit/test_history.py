@@ -297,11 +297,6 @@ def test_improvement_above_floor_inside_lower_prediction_limit_is_unchanged():
     assert c.verdict is Verdict.UNCHANGED and not c.failed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="package bug: compare.decide has no mirror of the 'within the prediction limit' note "
-    "for improvements; a -7% shift beyond a 6.2% floor gets the false note '-7.1% is inside ±6.2%'",
-)
 def test_improvement_inside_lower_prediction_limit_note_is_truthful():
     c = decide(samples(7, 200, 1 / 1.075, 0.01), samples(8, 200, 1.0, 0.01), run_medians_ms=FIVE_RUNS)
     assert math.log(c.ratio) < -math.log1p(c.floor)  # beyond the floor, downwards
@@ -444,13 +439,6 @@ def test_verdict_is_a_function_of_the_inputs_only():
     assert a == b
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="package bug: compare.run_stats tests `if not run_medians_ms`, so a numpy array of "
-    "run medians raises 'truth value of an array ... is ambiguous' (the sample arguments of "
-    "decide accept arrays)",
-)
 def test_run_medians_as_numpy_array():
     cur, base = samples(7, 200, 1.075, 0.01), samples(8, 200, 1.0, 0.01)
     assert decide(cur, base, run_medians_ms=np.array(FIVE_RUNS)) == decide(cur, base, run_medians_ms=FIVE_RUNS)
