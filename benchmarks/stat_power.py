@@ -141,6 +141,7 @@ RULES: dict[str, str] = {
     "mwu01": "MWU p<0.01",
     "ours_first": "(info) ours, first decision only, no confirmation",
     "ours_strict": "(info) ours --gpuperf-strict (inconclusive also fails)",
+    "ours_t3": "(info) ours with --gpuperf-threshold 0.03 (not the default)",
 }
 
 # ----------------------------------------------------------------------------- collection
@@ -241,6 +242,9 @@ def apply_rules(cur: np.ndarray, conf: np.ndarray, base: np.ndarray, run_medians
     if first.verdict is Verdict.REGRESSED:
         final = decide(cur, base, threshold=THRESHOLD, alpha=ALPHA, run_medians_ms=list(run_medians),
                        confirmation_ms=conf)
+    t3 = decide(cur, base, threshold=0.03, alpha=ALPHA, run_medians_ms=list(run_medians))
+    if t3.verdict is Verdict.REGRESSED:
+        t3 = decide(cur, base, threshold=0.03, alpha=ALPHA, run_medians_ms=list(run_medians), confirmation_ms=conf)
     p = float(mannwhitneyu(cur, base, alternative="greater").pvalue)
     return {
         "ours": final.verdict is Verdict.REGRESSED,
@@ -249,6 +253,7 @@ def apply_rules(cur: np.ndarray, conf: np.ndarray, base: np.ndarray, run_medians
         "mwu01": p < 0.01,
         "ours_first": first.verdict is Verdict.REGRESSED,
         "ours_strict": final.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE),
+        "ours_t3": t3.verdict is Verdict.REGRESSED,
     }
 
 
