@@ -49,20 +49,23 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"{len(runs)} A/A runs; runs with at least one (false) regression: {failing_runs}",
         "",
-        "| benchmark | baseline median (ms) | run medians (ms) | ratio range | regressed | improved | unchanged |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| benchmark | baseline median (ms) | baseline runs | effect floor T | run medians (ms) | ratio range | regressed | improved | inconclusive | unchanged |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, entries in per.items():
         meds = [e["stats"]["median_ms"] for e in entries]
         ratios = [e["comparison"]["ratio"] for e in entries if e["comparison"]["ratio"] is not None]
         base = entries[0]["comparison"]["baseline_median_ms"]
         count = collections.Counter(e["verdict"] for e in entries)
+        comp = entries[0]["comparison"]
+        floor = comp.get("floor")
         lines.append(
-            f"| {name} | {base:.4g} | {min(meds):.4g}-{max(meds):.4g} | "
+            f"| {name} | {base:.4g} | {comp.get('runs', 1)} | "
+            f"{'-' if floor is None else f'{floor * 100:.1f}%'} | {min(meds):.4g}-{max(meds):.4g} | "
             f"{min(ratios):.3f}-{max(ratios):.3f} | {count['regressed']} | {count['improved']} | "
-            f"{count['unchanged']} |"
+            f"{count['inconclusive']} | {count['unchanged']} |"
             if ratios and base
-            else f"| {name} | - | {min(meds):.4g}-{max(meds):.4g} | - | - | - | {count['no-baseline']} no-baseline |"
+            else f"| {name} | - | 0 | - | {min(meds):.4g}-{max(meds):.4g} | - | - | - | - | {count['no-baseline']} no-baseline |"
         )
     text = "\n".join(lines)
     print(text)

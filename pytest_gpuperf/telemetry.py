@@ -1,0 +1,331 @@
+"""Machine state while benchmarks run: NVML telemetry on GPUs, frequency and load on CPUs.
+
+Every NVML call is optional and guarded: no ``pynvml`` module, no driver, an NVML error or a call
+a driver does not support leaves the corresponding field ``None`` and never raises. NVML comes
+from the ``nvidia-ml-py`` distribution (``import pynvml``).
+
+* :func:`gpu_info` — static facts of a GPU at session start (name, UUID, driver and CUDA driver
+  versions, compute capability, SM count, L2 and memory size, max clocks, power limit,
+  persistence and MIG mode, ECC, PCIe generation and width).
+* :class:`Sampler` — a bounded background thread reading, every ~20 ms, the SM clock, the
+  clocks-event (throttle) reasons, temperature, power and utilization while a benchmark runs.
+* :func:`summarize` — reduces the samples to what a result keeps (``BenchResult.telemetry``).
+* :func:`throttle_verdict` — whether a run was throttled enough to make a regression verdict
+  inconclusive (nvbench discards samples under 75% of the default clock; we do the same test on
+  the share of samples).
+* :func:`cpu_info` — CPU model, frequency governor, current/max frequency, load average.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+#: Sampling interval of the background sampler (s).
+SAMPLE_INTERVAL_S = 0.02
+#: The sampler keeps at most this many samples (older ones are thinned away by halving).
+MAX_SAMPLES = 50_000
+#: Clocks-event reason bits (nvml.h ``nvmlClocksEventReason*``) and their names.
+REASONS = {
+    0x1: "GPU idle",
+    0x2: "applications clocks setting",
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x10: "sync boost",
+    0x20: "SW thermal",
+    0x40: "HW thermal",
+    0x80: "HW power brake",
+    0x100: "display clock setting",
+}
+#: Reasons that make a timing untrustworthy (thermal, power brake, hardware slowdown).
+THROTTLE_REASONS = frozenset({0x8, 0x20, 0x40, 0x80})
+#: A run is throttled when a throttle reason was active in more than this share of samples...
+THROTTLE_SHARE = 0.10
+#: ...or when the SM clock was below this fraction of its maximum in more than THROTTLE_SHARE.
+LOW_CLOCK_FRACTION = 0.75
+
+
+def _nvml() -> Any | None:
+    """The initialised ``pynvml`` module, or None when NVML is unusable here."""
+    try:
+        import pynvml
+    except Exception:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    return pynvml
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    try:
+        v = fn()
+    except Exception:
+        return None
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def nvml_status() -> str | None:
+    """None when NVML works, else a one-line reason (for the summary)."""
+    try:
+        import pynvml
+    except Exception:
+        return "NVML unavailable: the pynvml module (nvidia-ml-py) is not installed; GPU telemetry is off"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return f"NVML unavailable ({type(exc).__name__}: {exc}); GPU telemetry is off"
+    return None
+
+
+def handle_for(index: int) -> Any | None:
+    """The NVML handle of CUDA device ``index`` (by PCI bus id when torch can tell), or None."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    bus_id = None
+    try:
+        import torch
+
+        props = torch.cuda.get_device_properties(index)
+        bus_id = "{:08X}:{:02X}:{:02X}.0".format(
+            getattr(props, "pci_domain_id", 0), props.pci_bus_id, props.pci_device_id
+        )
+    except Exception:
+        pass
+    if bus_id is not None:
+        h = _call(lambda: nv.nvmlDeviceGetHandleByPciBusId(bus_id))
+        if h is not None:
+            return h
+    return _call(lambda: nv.nvmlDeviceGetHandleByIndex(index))
+
+
+def gpu_info(handle: Any) -> dict[str, Any] | None:
+    """Static facts of a GPU (None without NVML). Sizes in bytes, clocks in MHz, power in W."""
+    nv = _nvml()
+    if nv is None or handle is None:
+        return None
+    cc = _call(lambda: nv.nvmlDeviceGetCudaComputeCapability(handle))
+    mem = _call(lambda: nv.nvmlDeviceGetMemoryInfo(handle))
+    limit_mw = _call(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
+    ecc = _call(lambda: nv.nvmlDeviceGetEccMode(handle))
+    mig = _call(lambda: nv.nvmlDeviceGetMigMode(handle))
+    cuda_drv = _call(nv.nvmlSystemGetCudaDriverVersion)
+    return {
+        "name": _call(lambda: nv.nvmlDeviceGetName(handle)),
+        "uuid": _call(lambda: nv.nvmlDeviceGetUUID(handle)),
+        "driver_version": _call(nv.nvmlSystemGetDriverVersion),
+        "cuda_driver_version": f"{cuda_drv // 1000}.{cuda_drv % 1000 // 10}" if isinstance(cuda_drv, int) else None,
+        "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+        "memory_total_bytes": getattr(mem, "total", None),
+        "max_sm_clock_mhz": _call(lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM)),
+        "max_memory_clock_mhz": _call(lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_MEM)),
+        "power_limit_w": limit_mw / 1000.0 if isinstance(limit_mw, (int, float)) else None,
+        "persistence_mode": _call(lambda: nv.nvmlDeviceGetPersistenceMode(handle)),
+        "mig_mode": mig[0] if isinstance(mig, (list, tuple)) else mig,
+        "ecc_mode": ecc[0] if isinstance(ecc, (list, tuple)) else ecc,
+        "pcie_generation": _call(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+        "pcie_width": _call(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+    }
+
+
+def other_processes(handle: Any, own_pid: int | None = None) -> list[dict[str, Any]] | None:
+    """Other compute processes on the GPU: ``[{"pid", "used_memory_bytes"}]`` (None without NVML)."""
+    nv = _nvml()
+    if nv is None or handle is None:
+        return None
+    procs = _call(lambda: nv.nvmlDeviceGetComputeRunningProcesses(handle))
+    if procs is None:
+        return None
+    own = os.getpid() if own_pid is None else own_pid
+    return [
+        {"pid": getattr(p, "pid", None), "used_memory_bytes": getattr(p, "usedGpuMemory", None)}
+        for p in procs if getattr(p, "pid", None) != own
+    ]
+
+
+def _reasons_reader(nv: Any, handle: Any) -> Callable[[], int | None]:
+    """``nvmlDeviceGetCurrentClocksEventReasons``, falling back to the older throttle-reasons call."""
+    new = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    old = getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    state = {"fn": new}
+
+    def read() -> int | None:
+        fn = state["fn"]
+        if fn is not None:
+            try:
+                return int(fn(handle))
+            except Exception:
+                state["fn"] = None if fn is old else old  # an old driver: try the older call once
+                fn = state["fn"]
+                if fn is None:
+                    return None
+                try:
+                    return int(fn(handle))
+                except Exception:
+                    state["fn"] = None
+        return None
+
+    return read
+
+
+@dataclass
+class Sampler:
+    """Background NVML sampler: ``with Sampler(handle) as s: run(); s.samples``.
+
+    A daemon thread reads every ``interval_s`` (default 20 ms) and keeps at most
+    :data:`MAX_SAMPLES` samples; it stops cleanly on exit even when the block raised, and an
+    exception inside the thread ends sampling (recorded in ``error``) without affecting the
+    benchmark. Each sample: ``t``, ``sm_clock_mhz``, ``reasons`` (bitmask), ``temperature_c``,
+    ``power_w``, ``gpu_util_pct``, ``memory_util_pct`` (any may be None).
+    """
+
+    handle: Any
+    interval_s: float = SAMPLE_INTERVAL_S
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _read(self, nv: Any, reasons: Callable[[], int | None]) -> dict[str, Any]:
+        h = self.handle
+        util = _call(lambda: nv.nvmlDeviceGetUtilizationRates(h))
+        power = _call(lambda: nv.nvmlDeviceGetPowerUsage(h))
+        return {
+            "t": time.monotonic(),
+            "sm_clock_mhz": _call(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            "reasons": reasons(),
+            "temperature_c": _call(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+            "power_w": power / 1000.0 if isinstance(power, (int, float)) else None,
+            "gpu_util_pct": getattr(util, "gpu", None),
+            "memory_util_pct": getattr(util, "memory", None),
+        }
+
+    def _run(self, nv: Any) -> None:
+        reasons = _reasons_reader(nv, self.handle)
+        try:
+            while not self._stop.is_set():
+                self.samples.append(self._read(nv, reasons))
+                if len(self.samples) >= MAX_SAMPLES:
+                    del self.samples[::2]  # bounded: thin by half, keep the time span
+                self._stop.wait(self.interval_s)
+        except Exception as exc:  # the sampler must never take the benchmark down
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def __enter__(self) -> "Sampler":
+        nv = _nvml()
+        if nv is not None and self.handle is not None:
+            self._thread = threading.Thread(target=self._run, args=(nv,), name="gpuperf-nvml", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+
+
+def summarize(samples: list[dict[str, Any]], max_sm_clock_mhz: float | None) -> dict[str, Any] | None:
+    """Reduce sampler output to a result's ``telemetry`` (None when there are no samples).
+
+    Keys: ``samples``, ``sm_clock_min_mhz``, ``sm_clock_median_mhz``, ``sm_clock_pct_of_max``
+    (median / max), ``low_clock_share`` (share of samples under 75% of max), ``reasons`` (reason
+    name -> share of samples it was active), ``gpu_util_mean_pct``, ``memory_util_mean_pct``,
+    ``temperature_max_c``, ``power_mean_w``. Pure.
+    """
+    if not samples:
+        return None
+
+    def vals(key: str) -> list[float]:
+        return [s[key] for s in samples if isinstance(s.get(key), (int, float))]
+
+    clocks = vals("sm_clock_mhz")
+    n = len(samples)
+    reason_share: dict[str, float] = {}
+    with_reasons = [s["reasons"] for s in samples if isinstance(s.get("reasons"), int)]
+    for bit, name in REASONS.items():
+        share = sum(1 for r in with_reasons if r & bit) / len(with_reasons) if with_reasons else 0.0
+        if share > 0:
+            reason_share[name] = share
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    med_clock = statistics.median(clocks) if clocks else None
+    return {
+        "samples": n,
+        "sm_clock_min_mhz": min(clocks) if clocks else None,
+        "sm_clock_median_mhz": med_clock,
+        "sm_clock_pct_of_max": (100.0 * med_clock / max_sm_clock_mhz) if med_clock and max_sm_clock_mhz else None,
+        "low_clock_share": (
+            sum(1 for c in clocks if c < LOW_CLOCK_FRACTION * max_sm_clock_mhz) / len(clocks)
+            if clocks and max_sm_clock_mhz else None
+        ),
+        "reasons": reason_share,
+        "throttle_share": (
+            sum(1 for r in with_reasons if any(r & b for b in THROTTLE_REASONS)) / len(with_reasons)
+            if with_reasons else None
+        ),
+        "gpu_util_mean_pct": mean(vals("gpu_util_pct")),
+        "memory_util_mean_pct": mean(vals("memory_util_pct")),
+        "temperature_max_c": max(vals("temperature_c")) if vals("temperature_c") else None,
+        "power_mean_w": mean(vals("power_w")),
+    }
+
+
+def throttle_verdict(telemetry: dict[str, Any] | None) -> str | None:
+    """``"throttled: HW thermal 34% of samples"`` when a run was throttled, else None. Pure.
+
+    Throttled: a thermal, power-brake or hardware-slowdown reason active in more than 10% of
+    samples, or the SM clock under 75% of its maximum in more than 10% of samples.
+    """
+    if not telemetry:
+        return None
+    reasons = telemetry.get("reasons") or {}
+    bad = {REASONS[b]: reasons.get(REASONS[b], 0.0) for b in THROTTLE_REASONS}
+    worst = max(bad.items(), key=lambda kv: kv[1])
+    if worst[1] > THROTTLE_SHARE:
+        return f"throttled: {worst[0]} {worst[1] * 100:.0f}% of samples"
+    low = telemetry.get("low_clock_share")
+    if isinstance(low, (int, float)) and low > THROTTLE_SHARE:
+        return f"throttled: SM clock below {LOW_CLOCK_FRACTION * 100:.0f}% of max in {low * 100:.0f}% of samples"
+    return None
+
+
+# ----------------------------------------------------------------------------- CPU
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_info() -> dict[str, Any]:
+    """CPU facts where readable (Linux sysfs/procfs), else None fields.
+
+    Keys: ``governor``, ``cur_freq_mhz``, ``max_freq_mhz``, ``load_average`` (1, 5, 15 min).
+    """
+    gov = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    cur = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq")
+    mx = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    if cur is None:
+        for line in (_read("/proc/cpuinfo") or "").splitlines():
+            if line.lower().startswith("cpu mhz"):
+                cur = str(float(line.split(":", 1)[1]) * 1000)
+                break
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    return {
+        "governor": gov,
+        "cur_freq_mhz": float(cur) / 1000.0 if cur else None,
+        "max_freq_mhz": float(mx) / 1000.0 if mx else None,
+        "load_average": load,
+    }
