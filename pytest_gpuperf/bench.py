@@ -41,6 +41,8 @@ class GpuBench:
         thresholds: Any = None,
         artifacts_dir: str | None = None,
         confirm_regressions: bool = True,
+        reference: dict[str, Any] | None = None,
+        normalize: bool = False,
     ) -> None:
         self.test_id = test_id
         self.module = module
@@ -53,6 +55,8 @@ class GpuBench:
         self._thresholds = thresholds
         self._artifacts_dir = artifacts_dir
         self._confirm_regressions = confirm_regressions
+        self._reference = reference
+        self._normalize = normalize
         self._baseline_file = baseline_file
         self._on_result = on_result
         self.results: list[BenchResult] = []
@@ -155,9 +159,14 @@ class GpuBench:
         from .memory import measure_peak
         from .timing import prepare_call
 
+        from .telemetry import sampler_for
+
         self._reset_cuda_peak()
-        t = measure(fn, args, kwargs, options=self.options, device=self._device, setup=setup,
-                    rounds=rounds, warmup_rounds=warmup_rounds)
+        sampler = sampler_for(self._device)
+        with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
+            t = measure(fn, args, kwargs, options=self.options, device=self._device, setup=setup,
+                        rounds=rounds, warmup_rounds=warmup_rounds)
+        telemetry = sampler.summary()
         # One extra call, outside the timed rounds, measures peak memory (never perturbs timing).
         a, k = prepare_call(fn, args, kwargs, setup)
         mem, _ = measure_peak(fn, a, k, self._device)
@@ -173,7 +182,13 @@ class GpuBench:
             run_medians_ms=[r["median_ms"] for r in history_of(entry)] if entry else None,
         )
         base_samples = entry["samples_ms"] if entry else None
-        comparison = decide(t.samples_ms, base_samples, **decide_args)
+        current = list(t.samples_ms)
+        norm = self._drift_ratio(entry)
+        if norm is not None:
+            from .drift import normalize
+
+            current = normalize(current, norm[1])
+        comparison = decide(current, base_samples, **decide_args)
         if comparison.verdict is Verdict.REGRESSED and self.options.confirm > 0 and self._confirm_regressions:
             # Confirm from a fresh warmup and decide on the pooled evidence (a one-off slow
             # period, e.g. a neighbour's burst, is then outvoted).
@@ -184,8 +199,16 @@ class GpuBench:
                              rounds=rounds, warmup_rounds=warmup_rounds)
                 extra.extend(t2.samples_ms)
                 rounds_total += t2.rounds
-            comparison = decide(t.samples_ms, base_samples, confirmation_ms=extra, **decide_args)
+            conf = extra if norm is None else normalize(extra, norm[1])
+            comparison = decide(current, base_samples, confirmation_ms=conf, **decide_args)
             t = dataclasses.replace(t, samples_ms=tuple(t.samples_ms) + tuple(extra), rounds=rounds_total)
+        if norm is not None and comparison.ratio is not None:
+            raw = decide(list(t.samples_ms), base_samples, **decide_args).ratio
+            comparison = dataclasses.replace(comparison, raw_ratio=raw, normalized_by=f"{norm[0]} x{norm[1]:.3f}")
+        from .compare import downgrade_throttled
+        from .telemetry import throttle_verdict
+
+        comparison = downgrade_throttled(comparison, throttle_verdict(telemetry))
         base_peak = entry.get("peak_memory_bytes") if entry else None
         memory = decide_memory(
             mem.peak_bytes,
@@ -218,8 +241,18 @@ class GpuBench:
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
             warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
-            value=t.value, **common
+            telemetry=telemetry, value=t.value, **common
         )
+
+    def _drift_ratio(self, entry: dict[str, Any] | None) -> tuple[str, float] | None:
+        """With --gpuperf-normalize: (reference name, now/then ratio) to divide samples by."""
+        if not self._normalize or not entry:
+            return None
+        from .drift import drift_ratios, ratio_for
+
+        ratios = drift_ratios(self._reference, (entry.get("environment") or {}).get("reference"))
+        expected = self.options.expect_bottleneck
+        return ratio_for(ratios, expected[0] if expected else None)
 
     def _safe_id(self, bid: str) -> str:
         import re

@@ -86,6 +86,8 @@ class Comparison:
     the SD of their log medians (None under 2 runs), ``prediction_limit`` the upper 99%
     prediction limit as a ratio to the history's centre (None under 5 runs). ``confirmed`` is
     None when no re-measure happened, else whether the pooled re-measure kept the regression.
+    With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
+    (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that.
     Times in ms.
     """
 
@@ -106,6 +108,8 @@ class Comparison:
     run_sd: float | None = None
     prediction_limit: float | None = None
     confirmed: bool | None = None
+    raw_ratio: float | None = None
+    normalized_by: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -149,6 +153,8 @@ class Comparison:
         )
         if self.prediction_limit is not None:
             text += f", 99% prediction limit {format_ratio(self.prediction_limit)}"
+        if self.normalized_by and self.raw_ratio is not None:
+            text += f"; normalized by machine-speed drift ({self.normalized_by}), raw ratio {format_ratio(self.raw_ratio)}"
         if self.confirmed is True:
             text += "; confirmed on re-measure"
         elif self.confirmed is False:
@@ -371,6 +377,20 @@ def decide(
         confirmed=confirmed,
         **common,
     )
+
+
+def downgrade_throttled(c: Comparison, reason: str | None) -> Comparison:
+    """A regression measured while the device was throttled becomes inconclusive (pure).
+
+    ``reason`` comes from :func:`pytest_gpuperf.telemetry.throttle_verdict`
+    (``"throttled: HW thermal 34% of samples"``); other verdicts are returned unchanged.
+    """
+    if reason is None or c.verdict is not Verdict.REGRESSED:
+        return c
+    import dataclasses
+
+    note = f"{reason}; the regression is not trusted (fails with --gpuperf-strict)"
+    return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, note=note if not c.note else f"{note}; {c.note}")
 
 
 # ----------------------------------------------------------------------------- memory

@@ -55,7 +55,10 @@ def fingerprint(device: Any) -> dict[str, Any]:
 
     Keys: device_type, device_name (GPU name or CPU model), compute_capability ("9.0" or None),
     cpu_model, driver_version (NVML; None without it), cuda_version, torch_version,
-    python_version, plugin_version, torch_num_threads, platform.
+    python_version, plugin_version, torch_num_threads, platform, ``cpu`` (governor, frequency,
+    load average: :func:`pytest_gpuperf.telemetry.cpu_info`) and ``gpu`` (NVML facts:
+    :func:`pytest_gpuperf.telemetry.gpu_info`, plus SM count and L2 size; None on CPU or without
+    NVML). The plugin adds ``reference`` (machine-speed reference medians) when measuring.
     """
     import torch
 
@@ -71,11 +74,20 @@ def fingerprint(device: Any) -> dict[str, Any]:
         "driver_version": None,
         "compute_capability": None,
     }
+    from .telemetry import cpu_info, gpu_info, handle_for
+
+    env["cpu"] = cpu_info()
+    env["gpu"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env["device_name"] = props.name
         env["compute_capability"] = f"{props.major}.{props.minor}"
         env["driver_version"] = _nvml_driver_version()
+        gpu = gpu_info(handle_for(device.index or 0))
+        if gpu is not None:
+            gpu["sm_count"] = props.multi_processor_count
+            gpu["l2_cache_bytes"] = getattr(props, "L2_cache_size", None)
+        env["gpu"] = gpu
     else:
         env["device_name"] = env["cpu_model"]
     return env

@@ -63,6 +63,7 @@ class GpuPerfState:
     snapshot_dir: Path | None
     classify: bool
     strict: bool
+    normalize: bool
     artifacts_dir: Path
     thresholds: Any
     cli: dict[str, Any]
@@ -70,15 +71,35 @@ class GpuPerfState:
     rootpath: Path
     recorded: list[Recorded] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     _baselines: dict[str, BaselineFile | None] = field(default_factory=dict)
     _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def environment(self, device: Any) -> dict[str, Any]:
+        """Fingerprint of ``device`` with its reference-workload medians (once per session)."""
         key = str(device)
         if key not in self._environments:
+            from .drift import measure_reference
             from .environment import fingerprint
 
-            self._environments[key] = fingerprint(device)
+            env = fingerprint(device)
+            env["reference"] = _reference_for(device, measure_reference)
+            self._environments[key] = env
+            if device.type == "cuda":
+                from .telemetry import handle_for, nvml_status, other_processes
+
+                status = nvml_status()
+                if status:
+                    self.notes.append(status)
+                others = other_processes(handle_for(device.index or 0))
+                if others:
+                    mem = sum(p["used_memory_bytes"] or 0 for p in others)
+                    from .units import format_bytes
+
+                    self.warnings.append(
+                        f"{len(others)} other compute process(es) on {device} using {format_bytes(mem)}: "
+                        f"timings may be disturbed (pids {', '.join(str(p['pid']) for p in others)})"
+                    )
         return self._environments[key]
 
     def baseline(self, path: Path) -> BaselineFile | None:
@@ -95,6 +116,20 @@ class GpuPerfState:
             return os.path.relpath(path, self.rootpath)
         except ValueError:  # another drive on Windows
             return str(path)
+
+
+_REFERENCE_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def _reference_for(device: Any, measure: Any) -> dict[str, Any] | None:
+    """Reference-workload medians of ``device``, measured once per process (about 0.3 s)."""
+    key = str(device)
+    if key not in _REFERENCE_CACHE:
+        try:
+            _REFERENCE_CACHE[key] = measure(device)
+        except Exception as exc:  # a failing reference must not take the session down
+            return {"error": f"{type(exc).__name__}: {exc}"}
+    return _REFERENCE_CACHE[key]
 
 
 # ----------------------------------------------------------------------------- options
@@ -123,6 +158,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="extra measurements (fresh warmup) when a first one says regressed (default 1)")
     group.addoption("--gpuperf-strict", action="store_true", default=False,
                     help="fail inconclusive comparisons too (default: they pass with a warning)")
+    group.addoption("--gpuperf-normalize", action="store_true", default=False,
+                    help="divide current times by the machine-speed drift of the reference workloads before deciding")
     group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None,
                     help="smallest relative slowdown that fails a test (default 0.05)")
     group.addoption("--gpuperf-alpha", metavar="P", default=None,
@@ -187,6 +224,7 @@ def pytest_configure(config: pytest.Config) -> None:
         snapshot_dir=Path(config.invocation_params.dir, snap_opt) if snap_opt else None,
         classify=bool(config.getoption("--gpuperf-classify")),
         strict=bool(config.getoption("--gpuperf-strict")),
+        normalize=bool(config.getoption("--gpuperf-normalize")),
         artifacts_dir=Path(config.invocation_params.dir, art_opt) if art_opt else config.rootpath / ".gpuperf" / "artifacts",
         thresholds=thresholds,
         cli=cli,
@@ -276,6 +314,11 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
             if c is not None and c.verdict.value == "inconclusive" and not state.strict:
                 state.warnings.append(f"{module}::{result.benchmark_id}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
             if entry is not None:
+                from .drift import drift_ratios, drift_warning
+
+                drift = drift_warning(drift_ratios(env.get("reference"), (entry.get("environment") or {}).get("reference")))
+                if drift:
+                    state.warnings.append(f"{state.relpath(path)}: {drift}" + ("" if state.normalize else " (--gpuperf-normalize corrects for it)"))
                 from .environment import differences
 
                 diffs = differences(entry.get("environment"), env)
@@ -299,6 +342,8 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         thresholds=state.thresholds,
         artifacts_dir=str(state.artifacts_dir),
         confirm_regressions=not state.updating,
+        reference=(env or {}).get("reference"),
+        normalize=state.normalize,
     )
     item.stash[BENCH_KEY] = bench
     yield bench
@@ -456,6 +501,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(
             f"{missing} benchmark(s) have no baseline: record them with `pytest --gpuperf-update-baselines`"
         )
+    for n in dict.fromkeys(state.notes):
+        tr.write_line(f"telemetry: {n}")
     for w in dict.fromkeys(state.warnings):
         tr.write_line(f"warning: {w}", yellow=True)
     if state.json_path is not None:

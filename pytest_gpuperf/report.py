@@ -67,6 +67,7 @@ def result_entry(
         "warmup_rounds": result.warmup_rounds,
         "peak_memory_bytes": result.peak_memory_bytes,
         "bottleneck": result.bottleneck.to_dict() if result.bottleneck is not None else None,
+        "telemetry": result.telemetry,
         "options": _json_options(result.options),
         "environment": environment,
         "git_commit": git_commit,

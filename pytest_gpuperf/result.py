@@ -27,7 +27,9 @@ class BenchResult:
     verdict against the baseline's peak and ``max_memory``. ``bottleneck`` is the
     :class:`~pytest_gpuperf.bottleneck.Bottleneck` (with ``expect_bottleneck`` or
     ``--gpuperf-classify``), ``trace_path`` the chrome trace saved on a regression or a
-    misclassification, ``top_ops`` the profiler's top ops by device time then. ``value`` is the return value of the last call of ``fn`` (handy for correctness
+    misclassification, ``top_ops`` the profiler's top ops by device time then. ``telemetry`` is
+    what the machine did during the timed rounds (GPU: NVML SM clock, throttle reasons,
+    utilization, temperature, power; CPU: frequency and load), None where unavailable. ``value`` is the return value of the last call of ``fn`` (handy for correctness
     checks); it is never stored.
     """
 
@@ -56,6 +58,7 @@ class BenchResult:
     memory_comparison: MemoryComparison | None = None
     bottleneck: Any = None  # pytest_gpuperf.bottleneck.Bottleneck
     trace_path: str | None = None
+    telemetry: dict[str, Any] | None = None
     benchmark_id: str = ""
     group: str | None = None
     smoke: bool = False

@@ -329,3 +329,51 @@ def cpu_info() -> dict[str, Any]:
         "max_freq_mhz": float(mx) / 1000.0 if mx else None,
         "load_average": load,
     }
+
+
+class CpuSampler:
+    """The CPU backend's per-benchmark telemetry: frequency and load read at the end of the run."""
+
+    def __init__(self) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self.error: str | None = None
+
+    def __enter__(self) -> "CpuSampler":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.samples.append(cpu_info())
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.samples:
+            return None
+        last = self.samples[-1]
+        return {"cur_freq_mhz": last.get("cur_freq_mhz"), "load_average": last.get("load_average")}
+
+
+class GpuSampler(Sampler):
+    """:class:`Sampler` plus its summary against the device's maximum SM clock."""
+
+    max_sm_clock_mhz: float | None = None
+
+    def summary(self) -> dict[str, Any] | None:
+        out = summarize(self.samples, self.max_sm_clock_mhz)
+        if out is not None and self.error:
+            out["sampler_error"] = self.error
+        return out
+
+
+def sampler_for(device: Any) -> Any:
+    """A context manager sampling the machine while a benchmark runs on ``device``.
+
+    CUDA: an NVML :class:`GpuSampler` (summary None without NVML); CPU: a :class:`CpuSampler`.
+    Its ``summary()`` after the block is the result's ``telemetry``.
+    """
+    if getattr(device, "type", "cpu") != "cuda":
+        return CpuSampler()
+    index = device.index or 0
+    handle = handle_for(index)
+    s = GpuSampler(handle)
+    info = gpu_info(handle) if handle is not None else None
+    s.max_sm_clock_mhz = (info or {}).get("max_sm_clock_mhz")
+    return s

@@ -177,7 +177,7 @@ def test_result_entry_keys_and_values():
     e = report.result_entry(r, environment=env, git_commit="deadbeef", timestamp_utc="2025-01-02T03:04:05Z")
     assert REQUIRED_KEYS <= set(e)
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
-                                      "peak_memory_bytes", "bottleneck"}
+                                      "peak_memory_bytes", "bottleneck", "telemetry"}
     assert e["schema_version"] == SCHEMA_VERSION
     assert e["id"] == "m.py::test_a"
     assert e["name"] == "test_x" and e["group"] == "g" and e["device"] == "cpu"
@@ -232,7 +232,7 @@ def test_result_entry_with_comparison():
     assert comp["baseline_file"] == "b.json"
     assert e["memory_comparison"] is None  # no memory measured
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
-                                      "peak_memory_bytes", "bottleneck", "comparison", "verdict",
+                                      "peak_memory_bytes", "bottleneck", "telemetry", "comparison", "verdict",
                                       "memory_comparison", "trace_path"}
     assert e["trace_path"] is None and e["bottleneck"] is None
     json.loads(dumps(e))
