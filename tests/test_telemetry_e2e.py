@@ -1,0 +1,142 @@
+"""End-to-end: telemetry in results, the throttle guard, machine-speed drift and normalization."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pytest_gpuperf.plugin as plugin
+
+pytest_plugins = ["pytester"]
+
+RUN = ("-p", "no:cacheprovider")
+
+WORK = """
+import pathlib
+import pytest
+
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+
+@pytest.mark.gpu_bench(max_time=0.15, warmup_time=0.01, threshold=0.3, device="cpu", confirm=0)
+def test_loop(gpu_bench):
+    p = pathlib.Path(__file__).with_name("work.txt")
+    f = float(p.read_text()) if p.exists() else 1.0
+    gpu_bench(work, int(20000 * f))
+"""
+
+THROTTLED_SAMPLER = """
+import pytest
+import pytest_gpuperf.telemetry as telemetry
+
+class ThrottledSampler:
+    # what an NVML sampler summarizes for a GPU that ran hot: HW thermal in 34% of samples
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        return None
+    def summary(self):
+        return {"samples": 50, "reasons": {"HW thermal": 0.34}, "throttle_share": 0.34,
+                "low_clock_share": 0.0, "sm_clock_median_mhz": 1500, "sm_clock_pct_of_max": 76.0}
+
+@pytest.fixture(autouse=True)
+def throttled(monkeypatch):
+    monkeypatch.setattr(telemetry, "sampler_for", lambda device: ThrottledSampler())
+"""
+
+
+def test_throttled_regression_is_inconclusive_and_strict_fails(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORK)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    pytester.makeconftest(THROTTLED_SAMPLER)
+    pytester.path.joinpath("work.txt").write_text("2")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*test_loop*inconclusive*", "*warning: *test_loop: inconclusive*throttled: HW thermal 34% of samples*"])
+    entry = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
+    assert entry["verdict"] == "inconclusive" and entry["telemetry"]["reasons"] == {"HW thermal": 0.34}
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-strict", *RUN)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*inconclusive comparison in test_bench.py::test_loop*throttled: HW thermal 34% of samples*"])
+
+
+def test_unthrottled_regression_still_fails(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORK)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    pytester.path.joinpath("work.txt").write_text("2")
+    pytester.runpytest("--gpuperf", *RUN).assert_outcomes(failed=1)
+
+
+def test_results_carry_cpu_telemetry_and_reference(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORK)
+    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-json", "r.json", *RUN)
+    rec.assert_outcomes(passed=1)
+    report = json.loads(pytester.path.joinpath("r.json").read_text())
+    entry = report["benchmarks"]["test_bench.py::test_loop"]
+    assert set(entry["telemetry"]) == {"cur_freq_mhz", "load_average"}
+    env = next(iter(report["environments"].values()))
+    assert env["reference"]["matmul_ms"] > 0 and env["reference"]["copy_ms"] > 0
+    assert set(env["cpu"]) == {"governor", "cur_freq_mhz", "max_freq_mhz", "load_average"}
+    assert env["gpu"] is None
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    stored = json.loads(path.read_text())["benchmarks"]["test_loop"]
+    assert stored["environment"]["reference"] == env["reference"] and "telemetry" in stored
+
+
+def test_drift_warns_and_normalize_corrects(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_bench=WORK)
+    cache = plugin._REFERENCE_CACHE
+    monkeypatch.setitem(cache, "cpu", {"matmul_ms": 1.0, "copy_ms": 1.0})
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    # The machine is now twice as slow on both reference workloads, and so is the benchmark.
+    monkeypatch.setitem(cache, "cpu", {"matmul_ms": 2.0, "copy_ms": 2.0})
+    pytester.path.joinpath("work.txt").write_text("2")
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*warning: *machine speed drift since the baseline was recorded*matmul +100.0%, copy +100.0%*--gpuperf-normalize*"])
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-normalize", "--gpuperf-json", "r.json", *RUN)
+    rec.assert_outcomes(passed=1)
+    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
+    assert c["normalized_by"] == "copy x2.000"
+    assert 1.6 < c["raw_ratio"] < 2.6 and 0.8 < c["ratio"] < 1.3
+    assert "raw ratio" in c["message"]
+
+
+def test_no_gpu_means_no_nvml_line_and_no_failure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=WORK)
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    rec.assert_outcomes(passed=1)
+    assert "NVML" not in rec.stdout.str()  # CPU backend: NVML is irrelevant, nothing to report
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU with an NVIDIA driver (none available here)")
+def test_real_nvml_smoke() -> None:
+    import torch
+
+    from pytest_gpuperf import telemetry
+
+    assert telemetry.nvml_status() is None
+    handle = telemetry.handle_for(0)
+    info = telemetry.gpu_info(handle)
+    assert info["name"] and info["uuid"] and info["driver_version"] and info["max_sm_clock_mhz"] > 0
+    sampler = telemetry.sampler_for(torch.device("cuda", 0))
+    a = torch.randn(4096, 4096, device="cuda")
+    with sampler:
+        for _ in range(200):
+            a @ a
+        torch.cuda.synchronize()
+    summary = sampler.summary()
+    assert summary["samples"] > 0 and summary["sm_clock_median_mhz"] > 0
+    print(info, summary)
