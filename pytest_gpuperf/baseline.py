@@ -231,6 +231,22 @@ def write_atomic(path: os.PathLike[str] | str, text: str) -> None:
         raise
 
 
+def lock_for(path: os.PathLike[str] | str) -> Any:
+    """A cross-process ``filelock.FileLock`` for a baseline file.
+
+    The lock file lives in the system temp folder, keyed by the file's absolute path, so nothing
+    but baselines ever appears under the baseline folder.
+    """
+    import hashlib
+
+    from filelock import FileLock
+
+    key = hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir(), "gpuperf-locks")
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder / f"{key}.lock"), timeout=300)
+
+
 def update(
     path: os.PathLike[str] | str,
     entries: Mapping[str, dict[str, Any]],
@@ -241,20 +257,24 @@ def update(
     """Merge ``entries`` (benchmark id -> entry) into the file at ``path`` and write it atomically.
 
     Each new entry's run is appended to the stored history of that benchmark (see
-    :func:`merge_entry`); entries not named are kept as they are. Raises :class:`BaselineError` without writing when
+    :func:`merge_entry`); entries not named are kept as they are. The read-merge-write runs under
+    a cross-process file lock (:func:`lock_for`), so pytest-xdist workers updating one file
+    concurrently lose nothing. Raises :class:`BaselineError` without writing when
     the existing file is unusable, so stored data is never lost to a bad file.
     """
-    existing = load(path)
-    benchmarks = dict(existing.benchmarks) if existing else {}
     for bid, entry in entries.items():
         _check_entry(Path(path), bid, entry)  # a malformed new entry is refused before merging
-        merged = merge_entry(benchmarks.get(bid), entry)
-        _check_entry(Path(path), bid, merged)
-        benchmarks[bid] = merged
-    data = {
-        "schema_version": SCHEMA_VERSION,
-        "device_key": device_key,
-        "module": module,
-        "benchmarks": benchmarks,
-    }
-    write_atomic(path, dumps(data))
+    with lock_for(path):  # read-merge-write under a lock: concurrent workers lose nothing
+        existing = load(path)
+        benchmarks = dict(existing.benchmarks) if existing else {}
+        for bid, entry in entries.items():
+            merged = merge_entry(benchmarks.get(bid), entry)
+            _check_entry(Path(path), bid, merged)
+            benchmarks[bid] = merged
+        data = {
+            "schema_version": SCHEMA_VERSION,
+            "device_key": device_key,
+            "module": module,
+            "benchmarks": benchmarks,
+        }
+        write_atomic(path, dumps(data))

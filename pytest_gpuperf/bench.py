@@ -43,6 +43,8 @@ class GpuBench:
         confirm_regressions: bool = True,
         reference: dict[str, Any] | None = None,
         normalize: bool = False,
+        device_lock: Callable[[], Any] | None = None,
+        progress: Callable[[int, float, float], None] | None = None,
     ) -> None:
         self.test_id = test_id
         self.module = module
@@ -57,6 +59,8 @@ class GpuBench:
         self._confirm_regressions = confirm_regressions
         self._reference = reference
         self._normalize = normalize
+        self._device_lock = device_lock
+        self._progress = progress
         self._baseline_file = baseline_file
         self._on_result = on_result
         self.results: list[BenchResult] = []
@@ -147,6 +151,13 @@ class GpuBench:
         return f"{self.module}::{bid}" if self.module else bid
 
     def _measure(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common) -> BenchResult:
+        if self.measuring and self._device_lock is not None:
+            # pytest-xdist: never let two workers time the same device at once
+            with self._device_lock():
+                return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common)
+        return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common)
+
+    def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common) -> BenchResult:
         if not self.measuring:
             if setup is not None:
                 out = setup()
@@ -165,7 +176,7 @@ class GpuBench:
         sampler = sampler_for(self._device)
         with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
             t = measure(fn, args, kwargs, options=self.options, device=self._device, setup=setup,
-                        rounds=rounds, warmup_rounds=warmup_rounds)
+                        rounds=rounds, warmup_rounds=warmup_rounds, progress=self._progress)
         telemetry = sampler.summary()
         # One extra call, outside the timed rounds, measures peak memory (never perturbs timing).
         a, k = prepare_call(fn, args, kwargs, setup)

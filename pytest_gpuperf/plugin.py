@@ -72,6 +72,13 @@ class GpuPerfState:
     recorded: list[Recorded] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    worker_id: str | None = None  # "gw3" inside a pytest-xdist worker
+    xdist_dir: Path | None = None  # shared folder of the run's locks and worker results
+    owns_xdist_dir: bool = False
+    markdown_path: Path | None = None
+    plot_dir: Path | None = None
+    verbose: int = 0
+    workers_seen: int = 0
     _baselines: dict[str, BaselineFile | None] = field(default_factory=dict)
     _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -110,6 +117,20 @@ class GpuPerfState:
 
             self._baselines[key] = load(path)
         return self._baselines[key]
+
+    @property
+    def worker_index(self) -> int | None:
+        return int(self.worker_id[2:]) if self.worker_id and self.worker_id[2:].isdigit() else None
+
+    def device_lock(self, device: Any) -> Any:
+        """Under pytest-xdist, a file lock serializing measurements on one device across workers."""
+        if self.xdist_dir is None:
+            import contextlib
+
+            return contextlib.nullcontext()
+        from filelock import FileLock
+
+        return FileLock(str(self.xdist_dir / f"device-{str(device).replace(':', '_')}.lock"))
 
     def relpath(self, path: Path) -> str:
         try:
@@ -160,6 +181,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail inconclusive comparisons too (default: they pass with a warning)")
     group.addoption("--gpuperf-normalize", action="store_true", default=False,
                     help="divide current times by the machine-speed drift of the reference workloads before deciding")
+    group.addoption("--gpuperf-markdown", metavar="PATH", default=None,
+                    help="write a Markdown summary (for a CI step summary or a PR comment) to PATH")
+    group.addoption("--gpuperf-plot", metavar="DIR", default=None,
+                    help="write PNG plots (per benchmark and a suite forest plot) under DIR; needs pytest-gpuperf[plot]")
     group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None,
                     help="smallest relative slowdown that fails a test (default 0.05)")
     group.addoption("--gpuperf-alpha", metavar="P", default=None,
@@ -207,6 +232,24 @@ def pytest_configure(config: pytest.Config) -> None:
         baseline_dir = Path(ini_base, ini_dir)
     else:
         baseline_dir = config.rootpath / "baselines"
+    plot_opt = config.getoption("--gpuperf-plot")
+    if plot_opt:
+        from .plots import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ImportError as exc:
+            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    md_opt = config.getoption("--gpuperf-markdown")
+    worker_id = getattr(config, "workerinput", {}).get("workerid")
+    xdist_dir, owns = None, False
+    if worker_id is not None:
+        xdist_dir = Path(os.environ["GPUPERF_XDIST_DIR"]) if os.environ.get("GPUPERF_XDIST_DIR") else None
+    elif getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
+        import tempfile
+
+        xdist_dir, owns = Path(tempfile.mkdtemp(prefix="gpuperf-xdist-")), True
+        os.environ["GPUPERF_XDIST_DIR"] = str(xdist_dir)  # inherited by the workers it spawns
     json_opt = config.getoption("--gpuperf-json")
     snap_opt = config.getoption("--gpuperf-memory-snapshot")
     art_opt = config.getoption("--gpuperf-artifacts")
@@ -230,7 +273,23 @@ def pytest_configure(config: pytest.Config) -> None:
         cli=cli,
         ini=ini,
         rootpath=config.rootpath,
+        worker_id=worker_id,
+        xdist_dir=xdist_dir,
+        owns_xdist_dir=owns,
+        markdown_path=Path(config.invocation_params.dir, md_opt) if md_opt else None,
+        plot_dir=Path(config.invocation_params.dir, plot_opt) if plot_opt else None,
+        verbose=config.getoption("verbose", 0) or 0,
     )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state: GpuPerfState | None = config.stash.get(STATE_KEY, None)
+    if state is not None and state.owns_xdist_dir and state.xdist_dir is not None:
+        import shutil
+
+        shutil.rmtree(state.xdist_dir, ignore_errors=True)
+        if os.environ.get("GPUPERF_XDIST_DIR") == str(state.xdist_dir):
+            del os.environ["GPUPERF_XDIST_DIR"]
 
 
 def _marker_options(item: pytest.Item) -> dict[str, Any]:
@@ -285,7 +344,7 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
     except opts.OptionError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
-        device = resolve_device(options.device)
+        device = resolve_device(options.device, default_index=state.worker_index)
     except DeviceUnavailable as exc:
         pytest.skip(f"pytest-gpuperf: {exc}")
     module, test_id = _split_nodeid(item.nodeid)
@@ -308,6 +367,7 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         state.recorded.append(
             Recorded(item.nodeid, module, result, str(path) if path else None, key, env)
         )
+        _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         if baseline is not None and env is not None:
             entry = baseline.benchmarks.get(result.benchmark_id)
             c = result.comparison
@@ -344,9 +404,47 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         confirm_regressions=not state.updating,
         reference=(env or {}).get("reference"),
         normalize=state.normalize,
+        device_lock=lambda: state.device_lock(device),
+        progress=_progress_writer(request.config, item.nodeid) if state.verbose > 0 and state.measuring else None,
     )
     item.stash[BENCH_KEY] = bench
     yield bench
+
+
+def _record_properties(item: pytest.Item, result: Any, several: bool) -> None:
+    """JUnit XML properties of a benchmark (``record_property`` style), for CI dashboards."""
+    c, b = result.comparison, result.bottleneck
+    props = {
+        "median_ms": result.median_ms,
+        "baseline_median_ms": c.baseline_median_ms if c is not None else None,
+        "ratio": c.ratio if c is not None else None,
+        "verdict": (c.verdict.value if c is not None else ("smoke" if result.smoke else None)),
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "bottleneck": b.kind if b is not None else None,
+    }
+    prefix = f"{result.name}." if several else ""
+    for name, value in props.items():
+        if value is not None:
+            item.user_properties.append((f"{prefix}{name}", value))
+
+
+def _progress_writer(config: pytest.Config, nodeid: str) -> Any:
+    """In verbose mode: a callback printing rounds, elapsed time and median of a long benchmark."""
+    from .units import format_ms
+
+    def write(rounds: int, elapsed_s: float, median_ms: float) -> None:
+        tr = config.pluginmanager.getplugin("terminalreporter")
+        capman = config.pluginmanager.getplugin("capturemanager")
+        if tr is None:
+            return
+        line = f"  gpuperf {nodeid}: {rounds} rounds, {elapsed_s:.1f} s, median {format_ms(median_ms)}"
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(line)
+        else:
+            tr.write_line(line)
+
+    return write
 
 
 @pytest.fixture
@@ -459,7 +557,7 @@ def _write_baselines(state: GpuPerfState, item: pytest.Item) -> str | None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state: GpuPerfState | None = config.stash.get(STATE_KEY, None)
-    if state is None or not state.recorded:
+    if state is None or not state.recorded or state.worker_id is not None:
         return
     from .report import summary_lines
 
@@ -505,14 +603,115 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"telemetry: {n}")
     for w in dict.fromkeys(state.warnings):
         tr.write_line(f"warning: {w}", yellow=True)
-    if state.json_path is not None:
-        tr.write_line(f"results written to {state.json_path}")
+    if state.workers_seen:
+        tr.write_line(
+            f"pytest-xdist: results of {state.workers_seen} worker(s) merged; measurements on the same "
+            f"device were serialized with a file lock (never two benchmarks on one device at once)"
+        )
+    for label, p in (("results", state.json_path), ("Markdown summary", state.markdown_path), ("plots", state.plot_dir)):
+        if p is not None:
+            tr.write_line(f"{label} written to {p}")
 
 
+def _worker_payload(state: GpuPerfState) -> dict[str, Any]:
+    from .environment import utc_now
+    from .report import result_entry
+
+    stamp = utc_now()
+    return {
+        "records": [
+            {
+                "nodeid": rec.nodeid, "module": rec.module, "baseline_path": rec.baseline_path,
+                "device_key": rec.device_key, "environment": rec.environment, "updated": rec.updated,
+                "entry": dict(result_entry(rec.result, environment=rec.environment or {}, git_commit=None,
+                                           timestamp_utc=stamp, with_comparison=True), smoke=rec.result.smoke),
+            }
+            for rec in state.recorded
+        ],
+        "warnings": state.warnings,
+        "notes": state.notes,
+    }
+
+
+def _merge_workers(state: GpuPerfState) -> None:
+    """Controller: add every pytest-xdist worker's measurements to this session's."""
+    import json
+
+    from .report import result_from_entry
+
+    if state.xdist_dir is None:
+        return
+    for path in sorted(state.xdist_dir.glob("worker-*.json")):
+        state.workers_seen += 1
+        try:
+            payload = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            state.warnings.append(f"could not read the results of pytest-xdist worker file {path}: {exc}")
+            continue
+        for r in payload.get("records", []):
+            state.recorded.append(Recorded(
+                r["nodeid"], r["module"], result_from_entry(r["entry"]), r.get("baseline_path"),
+                r.get("device_key"), r.get("environment"), bool(r.get("updated")),
+            ))
+        state.warnings.extend(payload.get("warnings", []))
+        state.notes.extend(payload.get("notes", []))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state: GpuPerfState | None = session.config.stash.get(STATE_KEY, None)
-    if state is None or state.json_path is None:
+    if state is None:
         return
+    if state.worker_id is not None:
+        # A pytest-xdist worker hands its measurements to the controller through the run's folder.
+        if state.xdist_dir is not None and state.recorded:
+            from .baseline import dumps, write_atomic
+
+            write_atomic(state.xdist_dir / f"worker-{state.worker_id}.json", dumps(_worker_payload(state)))
+        return
+    _merge_workers(state)
+    state.recorded.sort(key=lambda rec: (rec.nodeid, rec.result.benchmark_id))
+    if state.json_path is not None:
+        _write_json(state)
+    if state.markdown_path is not None:
+        from .baseline import write_atomic
+        from .report import markdown
+
+        items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result) for rec in state.recorded]
+        devices = sorted({rec.result.device for rec in state.recorded})
+        write_atomic(state.markdown_path, markdown(items, devices=devices, strict=state.strict,
+                                                   warnings=list(dict.fromkeys(state.warnings))))
+    if state.plot_dir is not None:
+        _write_plots(state)
+
+
+def _write_plots(state: GpuPerfState) -> None:
+    from .baseline import load
+    from .plots import plot_benchmark, plot_forest, safe_filename
+    from .report import comparison_dict
+
+    rows = []
+    for rec in state.recorded:
+        c = rec.result.comparison
+        if c is None or c.ratio is None or not rec.baseline_path:
+            continue
+        name = f"{rec.module}::{rec.result.benchmark_id}"
+        try:
+            base = load(rec.baseline_path)
+        except BaselineError:
+            continue
+        entry = base.benchmarks.get(rec.result.benchmark_id) if base else None
+        if entry is None:
+            continue
+        d = comparison_dict(c)
+        plot_benchmark(name, rec.result.samples_ms, entry["samples_ms"], d,
+                       state.plot_dir / f"{safe_filename(name)}.png")
+        rows.append(dict(d, name=name))
+    if rows:
+        plot_forest(rows, state.plot_dir / "forest.png")
+
+
+def _write_json(state: GpuPerfState) -> None:
     from .baseline import SCHEMA_VERSION, dumps, write_atomic
     from .environment import git_commit, utc_now
     from .report import result_entry

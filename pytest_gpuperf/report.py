@@ -169,3 +169,128 @@ def summary_lines(
         lines.extend(format_table(groups[group]))
         lines.append("")
     return lines
+
+
+def result_from_entry(entry: dict[str, Any]) -> BenchResult:
+    """Rebuild a :class:`BenchResult` from a report entry (as :func:`result_entry` wrote it).
+
+    Used to merge pytest-xdist workers' results on the controller and by the command line. The
+    return value of ``fn`` and the top-ops table are not stored, so they come back as None.
+    Raises ``KeyError``/``TypeError`` for entries that are not report entries.
+    """
+    from .bottleneck import Bottleneck, Evidence
+    from .compare import Comparison, MemoryComparison, Verdict
+    from .stats import Outliers
+
+    def comparison(d: dict[str, Any] | None) -> Comparison | None:
+        if not d:
+            return None
+        fields = {f.name for f in dataclasses.fields(Comparison)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        kw["verdict"] = Verdict(d["verdict"])
+        kw["ratio_ci"] = tuple(d["ratio_ci"]) if d.get("ratio_ci") else None
+        return Comparison(**kw)
+
+    def memory(d: dict[str, Any] | None) -> MemoryComparison | None:
+        if not d:
+            return None
+        fields = {f.name for f in dataclasses.fields(MemoryComparison)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        kw["verdict"] = Verdict(d["verdict"])
+        return MemoryComparison(**kw)
+
+    def bottleneck(d: dict[str, Any] | None) -> Bottleneck | None:
+        if not d:
+            return None
+        fields = {f.name for f in dataclasses.fields(Evidence)}
+        ev = Evidence(**{k: v for k, v in d["evidence"].items() if k in fields})
+        return Bottleneck(d["kind"], ev, d.get("reason", ""))
+
+    stats = dict(entry["stats"])
+    ci = stats.pop("median_ci_ms", None)
+    out = stats.pop("outliers", None) or {}
+    options = dict(entry.get("options") or {})
+    if isinstance(options.get("expect_bottleneck"), list):
+        options["expect_bottleneck"] = tuple(options["expect_bottleneck"])
+    return BenchResult(
+        name=entry.get("name") or entry["id"],
+        device=entry["device"],
+        samples_ms=tuple(entry["samples_ms"]),
+        rounds=entry["rounds"],
+        calls_per_round=entry.get("calls_per_round", 1),
+        warmup_rounds=entry.get("warmup_rounds", 0),
+        median_ci_ms=tuple(ci) if ci else None,
+        outliers=Outliers(**out),
+        comparison=comparison(entry.get("comparison")),
+        peak_memory_bytes=entry.get("peak_memory_bytes"),
+        memory_comparison=memory(entry.get("memory_comparison")),
+        bottleneck=bottleneck(entry.get("bottleneck")),
+        trace_path=entry.get("trace_path"),
+        telemetry=entry.get("telemetry"),
+        benchmark_id=entry["id"],
+        group=entry.get("group"),
+        smoke=bool(entry.get("smoke", False)),
+        options=options,
+        **{k: stats[k] for k in ("mean_ms", "std_ms", "min_ms", "max_ms", "median_ms", "p5_ms", "p25_ms",
+                                 "p75_ms", "p90_ms", "p95_ms", "p99_ms", "iqr_ms")},
+    )
+
+
+_ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3, "no-baseline": 4, None: 5}
+_MARK = {"regressed": "[REGRESSED]", "inconclusive": "[INCONCLUSIVE]", "improved": "[improved]",
+         "unchanged": "[ok]", "no-baseline": "[new]"}
+
+
+def _failing(r: BenchResult, strict: bool) -> bool:
+    c, m = r.comparison, r.memory_comparison
+    return bool((c is not None and c.fails(strict)) or (m is not None and m.failed) or r.misclassified)
+
+
+def markdown(
+    items: Sequence[tuple[str, BenchResult]],
+    *,
+    devices: Sequence[str],
+    strict: bool = False,
+    warnings: Sequence[str] = (),
+) -> str:
+    """A Markdown summary for a CI step summary or a PR comment.
+
+    A header line with the device(s) and the verdict counts, then one table: regressions first,
+    then inconclusive, improvements and the rest; each row with baseline and current median, ratio
+    and CI, verdict, peak memory and bottleneck. Plain-text markers (``[REGRESSED]``...), no emoji.
+    """
+    def verdict(r: BenchResult) -> str | None:
+        return r.comparison.verdict.value if r.comparison is not None else None
+
+    counts: dict[str, int] = defaultdict(int)
+    for _, r in items:
+        counts[verdict(r) or "smoke"] += 1
+    failing = sum(_failing(r, strict) for _, r in items)
+    head = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 9)))
+    lines = [
+        "## pytest-gpuperf results",
+        "",
+        f"**{'FAILED' if failing else 'PASSED'}**: {len(items)} benchmark(s) on {', '.join(devices) or '-'}: "
+        f"{head}; {failing} failing.",
+        "",
+        "| | benchmark | baseline median | current median | ratio (99% CI) | verdict | peak memory | bottleneck |",
+        "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    ordered = sorted(items, key=lambda it: (not _failing(it[1], strict), _ORDER.get(verdict(it[1]), 5), it[0]))
+    for label, r in ordered:
+        c = r.comparison
+        ratio = "-"
+        if c is not None and c.ratio is not None:
+            ratio = format_ratio(c.ratio)
+            if c.ratio_ci:
+                ratio += f" ({format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])})"
+        mark = "[FAIL]" if _failing(r, strict) else _MARK.get(verdict(r) or "", "")
+        name = label.replace("|", "\\|")
+        lines.append(
+            f"| {mark} | `{name}` | {format_ms(c.baseline_median_ms) if c and c.baseline_median_ms else '-'} | "
+            f"{format_ms(r.median_ms)} | {ratio} | {_verdict_text(r, False)} | {_memory_text(r)} | "
+            f"{_bottleneck_text(r)} |"
+        )
+    if warnings:
+        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
+    return "\n".join(lines) + "\n"

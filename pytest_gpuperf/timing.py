@@ -36,6 +36,10 @@ CUDA_MIN_ROUND_S = 20e-6
 CUDA_BLOCK_S = 0.05
 
 Setup = Callable[[], Any]
+#: ``progress(rounds_done, elapsed_s, current_median_ms)``, called about every PROGRESS_EVERY_S.
+Progress = Callable[[int, float, float], None]
+#: Interval of progress reports in verbose mode (s).
+PROGRESS_EVERY_S = 1.0
 
 
 class DeviceUnavailable(RuntimeError):
@@ -65,21 +69,27 @@ def gc_disabled() -> Iterator[None]:
             gc.enable()
 
 
-def resolve_device(requested: str | None) -> Any:
+def resolve_device(requested: str | None, default_index: int | None = None) -> Any:
     """Map ``None``/``"auto"``/``"cpu"``/``"cuda"``/``"cuda:N"`` to a ``torch.device``.
 
-    ``None`` or ``"auto"`` picks CUDA when available. Raises :class:`DeviceUnavailable` when CUDA
-    (or device N) is asked for where it is absent.
+    ``None`` or ``"auto"`` picks CUDA when available. ``default_index`` (a pytest-xdist worker's
+    number k) picks GPU ``k mod device_count`` when no index is given, so workers spread over the
+    GPUs. Raises :class:`DeviceUnavailable` when CUDA (or device N) is asked for where it is absent.
     """
     import torch
 
+    def pick() -> int:
+        if default_index is not None:
+            return default_index % torch.cuda.device_count()
+        return torch.cuda.current_device()
+
     if requested in (None, "auto"):
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        return torch.device("cuda", pick()) if torch.cuda.is_available() else torch.device("cpu")
     dev = torch.device(requested)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise DeviceUnavailable(f"device {requested!r} requested but CUDA is not available here")
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        index = dev.index if dev.index is not None else pick()
         if index >= torch.cuda.device_count():
             raise DeviceUnavailable(
                 f"device {requested!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist"
@@ -106,16 +116,24 @@ def prepare_call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
 class _RoundLoop:
     """Decides when to stop timing rounds (shared by both backends)."""
 
-    def __init__(self, options: BenchOptions, fixed_rounds: int | None) -> None:
+    def __init__(self, options: BenchOptions, fixed_rounds: int | None, progress: Progress | None = None) -> None:
         import scipy.stats  # noqa: F401  (imported here so its import never eats the time budget)
 
         self.o = options
         self.fixed = fixed_rounds
         self.start = time.perf_counter()
         self.next_check = options.min_rounds
+        self.progress = progress
+        self.next_progress = self.start + PROGRESS_EVERY_S
 
     def done(self, samples: list[float]) -> bool:
         n = len(samples)
+        if self.progress is not None and n and time.perf_counter() >= self.next_progress:
+            import statistics
+
+            now = time.perf_counter()
+            self.progress(n, now - self.start, statistics.median(samples))
+            self.next_progress = now + PROGRESS_EVERY_S
         if self.fixed is not None:
             return n >= self.fixed
         if n >= self.o.max_rounds:
@@ -204,22 +222,24 @@ def measure(
     setup: Setup | None = None,
     rounds: int | None = None,
     warmup_rounds: int | None = None,
+    progress: Progress | None = None,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
     ``rounds``/``warmup_rounds`` fix those counts (pedantic mode); ``setup`` runs untimed before
-    every round and forces one call per round. Exceptions from ``fn`` propagate unchanged.
+    every round and forces one call per round. ``progress`` is called about once a second with
+    (rounds done, elapsed s, current median ms). Exceptions from ``fn`` propagate unchanged.
     """
     if getattr(device, "type", "cpu") == "cuda":
-        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds)
-    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds)
+        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress)
+    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress)
 
 
-def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds) -> Timing:
+def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress=None) -> Timing:
     clock = time.perf_counter_ns
     n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, lambda: None)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
-    loop = _RoundLoop(options, rounds)
+    loop = _RoundLoop(options, rounds, progress)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
@@ -237,19 +257,19 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds) -> Tim
     return Timing(tuple(samples), len(samples), cpr, n_warm, value)
 
 
-def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds) -> Timing:
+def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None) -> Timing:
     import torch
 
     with torch.cuda.device(device):
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
         if options.cuda_graph:
-            return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds)
+            return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress)
         n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync)
         batch_ok = setup is None and not options.flush_l2
         cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if batch_ok else 1
         flush = _l2_flusher(device) if options.flush_l2 else None
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-        loop = _RoundLoop(options, rounds)
+        loop = _RoundLoop(options, rounds, progress)
         samples: list[float] = []
         with gc_disabled():
             while not loop.done(samples):
@@ -280,7 +300,7 @@ def _l2_flusher(device: Any) -> Callable[[], None]:
     return buf.zero_
 
 
-def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds) -> Timing:
+def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None) -> Timing:
     """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
     import torch
 
@@ -302,7 +322,7 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     sync()
     flush = _l2_flusher(device) if options.flush_l2 else None
     block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-    loop = _RoundLoop(options, rounds)
+    loop = _RoundLoop(options, rounds, progress)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):

@@ -1,0 +1,484 @@
+"""The ``gpuperf`` command line: compare two result files, list stored baselines.
+
+Run as ``gpuperf ...`` (the console script) or ``python -m pytest_gpuperf ...``::
+
+    gpuperf compare BASELINE CURRENT [--threshold F] [--alpha A] [--fail-on regressed|inconclusive]
+    gpuperf show [DIR]
+
+``compare`` accepts, on either side, a baseline file (``baselines/<device key>/<module>.json``)
+or a JSON report written by ``pytest --gpuperf-json PATH``; the kind is detected from the
+content (a report has ``"kind": "report"``). Benchmarks are matched by their full name
+``<module path>::<test id>`` (a report's keys; for a baseline file the file's ``module`` field
+plus the entry's id). When no full name is common to both sides (say, two baseline files of
+different modules, or a baseline file without a ``module`` field) they are matched by the test
+id alone, the part after the ``::`` that follows the module path; an id present in several
+modules of one file is then ambiguous and not compared. Each common benchmark goes through
+:func:`pytest_gpuperf.compare.decide` exactly as in a pytest run (the baseline side's stored
+run history included), so the verdict is the one the plugin would give for those samples.
+
+Exit codes: 0 nothing failed; 1 a benchmark regressed (or, with ``--fail-on inconclusive``,
+was inconclusive); 2 unusable input (a missing or unreadable file, not JSON, not a report or
+baseline file, no benchmark in common) or a bad command line. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+#: Threshold (relative slowdown, 0.05 = 5%) used when neither the flag nor the current entry's
+#: options give one; the plugin's default.
+DEFAULT_THRESHOLD = 0.05
+#: Significance level of the Mann-Whitney U tests used when neither the flag nor the options give one.
+DEFAULT_ALPHA = 0.01
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+
+
+class InputError(Exception):
+    """An input file cannot be used; the message names the file and what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """A loaded report or baseline file.
+
+    ``kind`` is ``"report"`` or ``"baseline"``; ``entries`` maps the full benchmark name
+    (``<module>::<test id>``, or the bare test id for a baseline file without ``module``) to its
+    entry; ``test_ids`` maps the same names to the bare test id.
+    """
+
+    path: str
+    kind: str
+    entries: dict[str, dict[str, Any]]
+    test_ids: dict[str, str]
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a report or baseline file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text (expected a JSON report or baseline file)") from None
+
+
+def _test_id(key: str, entry: dict[str, Any], module: str | None) -> str:
+    """The bare test id of a benchmark named ``key``: what follows ``<module path>::``."""
+    mod = module if module is not None else entry.get("module")
+    if isinstance(mod, str) and mod and key.startswith(mod + "::"):
+        return key[len(mod) + 2:]
+    if module is None and "::" in key:  # a report key whose entry does not say its module
+        return key.split("::", 1)[1]
+    return key
+
+
+def load_result_file(path: os.PathLike[str] | str) -> ResultFile:
+    """Load a JSON report (``pytest --gpuperf-json``) or a baseline file, detected by content.
+
+    Both are validated with :func:`pytest_gpuperf.baseline.parse` (every entry needs a non-empty
+    ``samples_ms`` list of positive ms values, a supported ``schema_version``, a valid
+    ``history``). Raises :class:`InputError` naming the file and the problem: missing,
+    unreadable, not UTF-8, not JSON, or not shaped like a report or baseline file (for a
+    baseline file the message is :class:`~pytest_gpuperf.baseline.BaselineError`'s).
+    """
+    from .baseline import BaselineError, parse
+
+    p = Path(path)
+    text = _read_text(p)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    what = "expected a pytest-gpuperf JSON report (pytest --gpuperf-json) or a baseline file"
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: the top level is not a JSON object; {what}")
+    kind = data.get("kind")
+    if kind is not None and kind != "report":
+        raise InputError(f"{p}: unknown 'kind' {kind!r}; {what}")
+    if kind is None and "benchmarks" not in data and "schema_version" not in data:
+        raise InputError(f"{p}: has neither 'schema_version' nor 'benchmarks'; {what}")
+    try:
+        parsed = parse(p, text)
+    except BaselineError as exc:
+        if kind == "report":
+            raise InputError(f"report file {p} is unusable: {exc.problem}") from None
+        raise InputError(str(exc)) from None
+    if kind == "report":
+        entries = {str(k): v for k, v in parsed.benchmarks.items()}
+        ids = {k: _test_id(k, v, None) for k, v in entries.items()}
+        return ResultFile(str(p), "report", entries, ids)
+    module = parsed.module if isinstance(parsed.module, str) and parsed.module else None
+    entries, ids = {}, {}
+    for bid, entry in parsed.benchmarks.items():
+        key = f"{module}::{bid}" if module else str(bid)
+        entries[key] = entry
+        ids[key] = str(bid)
+    return ResultFile(str(p), "baseline", entries, ids)
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+@dataclass(frozen=True)
+class Matching:
+    """Which benchmarks of two files correspond.
+
+    ``pairs`` are ``(name, baseline key, current key)``; ``by_test_id`` is True when the full
+    names had nothing in common and the bare test ids were used; ``ambiguous`` lists test ids
+    found in several modules of one file (not compared in that mode).
+    """
+
+    pairs: list[tuple[str, str, str]]
+    only_baseline: list[str]
+    only_current: list[str]
+    by_test_id: bool = False
+    ambiguous: tuple[str, ...] = ()
+
+
+def match_benchmarks(baseline: ResultFile, current: ResultFile) -> Matching:
+    """Pair the benchmarks of two files by full name, else (nothing in common) by test id."""
+    common = sorted(set(baseline.entries) & set(current.entries))
+    if common:
+        return Matching(
+            [(k, k, k) for k in common],
+            sorted(set(baseline.entries) - set(common)),
+            sorted(set(current.entries) - set(common)),
+        )
+
+    def by_id(f: ResultFile) -> tuple[dict[str, str], set[str]]:
+        out: dict[str, str] = {}
+        dup: set[str] = set()
+        for key, tid in f.test_ids.items():
+            if tid in out:
+                dup.add(tid)
+            out[tid] = key
+        return out, dup
+
+    b_ids, b_dup = by_id(baseline)
+    c_ids, c_dup = by_id(current)
+    ambiguous = (set(b_ids) & set(c_ids)) & (b_dup | c_dup)
+    ids = sorted((set(b_ids) & set(c_ids)) - ambiguous)
+    if not ids:
+        return Matching([], sorted(baseline.entries), sorted(current.entries))
+    used_b = {b_ids[t] for t in ids}
+    used_c = {c_ids[t] for t in ids}
+    return Matching(
+        [(c_ids[t], b_ids[t], c_ids[t]) for t in ids],
+        sorted(set(baseline.entries) - used_b),
+        sorted(set(current.entries) - used_c),
+        by_test_id=True,
+        ambiguous=tuple(sorted(ambiguous)),
+    )
+
+
+# ----------------------------------------------------------------------------- output helpers
+
+
+def _aligned_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """``report.format_table`` with our own choice of right-aligned columns.
+
+    ``format_table`` right-aligns fixed column positions (those of the plugin's summary table),
+    so the cells are padded to the column width here first, which makes its alignment a no-op.
+    """
+    from .report import format_table
+
+    all_rows = [list(header)] + [list(r) for r in rows]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(header))]
+    padded = [
+        [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        for r in all_rows
+    ]
+    return format_table(padded[1:], header=padded[0])
+
+
+def _option(entry: dict[str, Any], name: str, default: float) -> float:
+    value = (entry.get("options") or {}).get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    return float(value)
+
+
+def _err(msg: str) -> None:
+    print(f"gpuperf: error: {msg}", file=sys.stderr)
+
+
+def _names(keys: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "") if keys else "(none)"
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``gpuperf compare``: decide every common benchmark; returns the exit code (0, 1 or 2)."""
+    try:
+        base = load_result_file(args.baseline)
+        cur = load_result_file(args.current)
+    except InputError as exc:
+        _err(str(exc))
+        return EXIT_INPUT
+    m = match_benchmarks(base, cur)
+    if not m.pairs:
+        _err(
+            f"{base.path} and {cur.path} have no benchmark in common (matched by "
+            f"'<module>::<test id>', then by test id); {base.path} has: {_names(sorted(base.entries))}; "
+            f"{cur.path} has: {_names(sorted(cur.entries))}"
+        )
+        return EXIT_INPUT
+
+    from .baseline import history_of
+    from .compare import Verdict, decide
+    from .units import format_ms, format_ratio
+
+    comparisons = []
+    for name, bkey, ckey in m.pairs:
+        b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
+        threshold = args.threshold if args.threshold is not None else _option(c_entry, "threshold", DEFAULT_THRESHOLD)
+        alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULT_ALPHA)
+        try:
+            c = decide(
+                c_entry["samples_ms"], b_entry["samples_ms"], threshold=threshold, alpha=alpha,
+                benchmark_id=name, run_medians_ms=[r["median_ms"] for r in history_of(b_entry)],
+            )
+        except ValueError as exc:  # bad options stored in the current entry
+            _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
+            return EXIT_INPUT
+        comparisons.append(c)
+
+    print(f"baseline: {base.path} ({base.kind})")
+    print(f"current:  {cur.path} ({cur.kind})")
+    if m.by_test_id:
+        print("no '<module>::<test id>' name in common: matched by test id")
+    print()
+    rows, starred = [], False
+    for c in comparisons:
+        verdict = c.verdict.value
+        if c.verdict is Verdict.UNCHANGED and c.note:
+            verdict += "*"
+            starred = True
+        ci = f"{format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else "-"
+        rows.append((c.benchmark_id, format_ms(c.baseline_median_ms), format_ms(c.current_median_ms),
+                     format_ratio(c.ratio), ci, verdict))
+    header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict")
+    for line in _aligned_table(header, rows, right={1, 2, 3, 4}):
+        print(line)
+    if starred:
+        print("* unchanged, with a note (significant but inside the effect floor or the prediction limit; -v says)")
+    details = [c for c in comparisons
+               if args.verbose or c.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
+    if details:
+        print()
+        for c in details:
+            print(c.message())
+    if m.only_baseline or m.only_current or m.ambiguous:
+        print()
+    for key in m.only_baseline:
+        print(f"only in baseline {base.path}: {key}")
+    for key in m.only_current:
+        print(f"only in current {cur.path}: {key}")
+    for tid in m.ambiguous:
+        print(f"not compared: test id {tid} is in several modules of one file")
+    counts = {v: sum(c.verdict is v for c in comparisons) for v in Verdict}
+    print()
+    print(f"{counts[Verdict.REGRESSED]} regressed, {counts[Verdict.IMPROVED]} improved, "
+          f"{counts[Verdict.INCONCLUSIVE]} inconclusive, {counts[Verdict.UNCHANGED]} unchanged")
+    failing = {Verdict.REGRESSED}
+    if args.fail_on == "inconclusive":
+        failing.add(Verdict.INCONCLUSIVE)
+    return EXIT_FAILED if any(c.verdict in failing for c in comparisons) else EXIT_OK
+
+
+# ----------------------------------------------------------------------------- show
+
+
+def _show_rows(benchmarks: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
+    from .baseline import history_of
+    from .units import format_bytes, format_ms
+
+    rows = []
+    for bid in sorted(benchmarks):
+        entry = benchmarks[bid]
+        runs = history_of(entry)
+        last = runs[-1]
+        stamp = last.get("timestamp_utc") or entry.get("timestamp_utc")
+        peak = last.get("peak_memory_bytes")
+        if peak is None:
+            peak = entry.get("peak_memory_bytes")
+        rows.append((
+            str(bid),
+            str(len(runs)),
+            format_ms(last.get("median_ms")),
+            stamp[:10] if isinstance(stamp, str) and stamp else "-",
+            format_bytes(peak) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else "-",
+        ))
+    return rows
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``gpuperf show``: list the baselines under a folder; returns the exit code (0 or 2)."""
+    from .baseline import BaselineError, load
+
+    root = Path(args.dir)
+    if not root.exists():
+        _err(f"baseline folder {root} does not exist")
+        return EXIT_INPUT
+    if not root.is_dir():
+        _err(f"{root} is not a folder (expected <dir>/<device key>/<module>.json)")
+        return EXIT_INPUT
+    devices = sorted(d for d in root.iterdir() if d.is_dir())
+    files = [(d, sorted(f for f in d.glob("*.json") if f.is_file())) for d in devices]
+    if not any(fs for _, fs in files):
+        print(f"no baseline files under {root} (expected {root}/<device key>/<module>.json)")
+        return EXIT_OK
+    bad = 0
+    header = ("benchmark", "runs", "latest median", "date", "peak memory")
+    first = True
+    for device, fs in files:
+        if not fs:
+            continue
+        if not first:
+            print()
+        first = False
+        print(f"device {device.name}:")
+        for f in fs:
+            try:
+                bf = load(f)
+            except BaselineError as exc:
+                bad += 1
+                print(f"  {f}: UNREADABLE: {exc.problem}")
+                continue
+            if bf is None:  # removed while listing
+                continue
+            module = f" ({bf.module})" if bf.module else ""
+            print(f"  {f}{module}: {len(bf.benchmarks)} benchmark(s)")
+            if bf.benchmarks:
+                for line in _aligned_table(header, _show_rows(bf.benchmarks), right={1, 2, 4}):
+                    print(f"    {line}")
+    if bad:
+        _err(f"{bad} unreadable baseline file(s) under {root} (listed above)")
+        return EXIT_INPUT
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def _fraction(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not x >= 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0.05 = 5%), got {value!r}")
+    return x
+
+
+def _alpha(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 < x < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {value!r}")
+    return x
+
+
+_COMPARE_EPILOG = """\
+examples:
+  {prog} compare baselines/cpu-amd-epyc/tests__perf__test_workloads.json results.json
+  pytest --gpuperf --gpuperf-json main.json; ...; pytest --gpuperf --gpuperf-json pr.json
+  {prog} compare main.json pr.json --threshold 0.1 --fail-on inconclusive
+
+Benchmarks are matched by '<module>::<test id>' (a report's keys; for a baseline file its
+'module' field plus the id); when no such name is common, by the test id alone. Threshold and
+alpha default to the current entry's options (else 0.05 and 0.01).
+exit codes: 0 ok, 1 regressed (or inconclusive with --fail-on inconclusive), 2 unusable input
+or no benchmark in common.
+"""
+
+_SHOW_EPILOG = """\
+example:
+  {prog} show baselines
+
+Lists DIR/<device key>/*.json: per benchmark the runs stored, the latest run's median, its date
+and peak memory. exit codes: 0 ok, 2 missing DIR or an unreadable baseline file (still listed).
+"""
+
+
+def build_parser(prog: str = "gpuperf") -> argparse.ArgumentParser:
+    """The ``argparse`` parser of the command line (subcommands ``compare`` and ``show``)."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="pytest-gpuperf: compare benchmark results and list stored baselines.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{compare,show}")
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    c = sub.add_parser(
+        "compare", help="compare two reports or baseline files with the regression gate",
+        description="Compare CURRENT against BASELINE, benchmark by benchmark, with the same "
+                    "statistical decision as a pytest run. Each may be a JSON report "
+                    "(pytest --gpuperf-json) or a baseline file; the kind is detected from the content.",
+        epilog=_COMPARE_EPILOG.format(prog=prog), formatter_class=fmt,
+    )
+    c.add_argument("baseline", metavar="BASELINE", help="report or baseline file to compare against")
+    c.add_argument("current", metavar="CURRENT", help="report or baseline file of the run under test")
+    c.add_argument("--threshold", type=_fraction, default=None, metavar="F",
+                   help="smallest relative slowdown that counts as a regression (0.05 = 5%%); "
+                        "default: the current entry's option, else 0.05")
+    c.add_argument("--alpha", type=_alpha, default=None, metavar="A",
+                   help="significance level of the Mann-Whitney U tests; default: the current entry's option, else 0.01")
+    c.add_argument("--fail-on", choices=("regressed", "inconclusive"), default="regressed",
+                   help="exit 1 on a regression (default), or also on an inconclusive comparison")
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="print the full explanation of every verdict, not only regressed/inconclusive ones")
+    c.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser(
+        "show", help="list the stored baselines", description="List the baseline files under DIR.",
+        epilog=_SHOW_EPILOG.format(prog=prog), formatter_class=fmt,
+    )
+    s.add_argument("dir", metavar="DIR", nargs="?", default="baselines",
+                   help="baseline folder (default: baselines)")
+    s.set_defaults(func=cmd_show)
+    return parser
+
+
+def _prog() -> str:
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m pytest_gpuperf" if argv0 == "__main__.py" else "gpuperf"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    0: nothing failed (or ``--help``); 1: a benchmark regressed (``--fail-on inconclusive``:
+    or was inconclusive); 2: unusable input or a bad command line. Never raises ``SystemExit``.
+    """
+    parser = build_parser(_prog())
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_INPUT)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    return int(args.func(args))
