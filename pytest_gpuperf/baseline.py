@@ -143,6 +143,13 @@ def _check_entry(path: Path, bid: str, entry: Any) -> None:
             f"entry {bid!r} has schema_version {version!r}; this pytest-gpuperf reads up to "
             f"{SCHEMA_VERSION} (upgrade the plugin)",
         )
+    stats = entry.get("stats")
+    if stats is not None:
+        if not isinstance(stats, dict):
+            raise BaselineError(path, f"entry {bid!r} has 'stats' that is not a JSON object")
+        m = stats.get("median_ms")
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m <= 0):
+            raise BaselineError(path, f"entry {bid!r} has a 'stats.median_ms' that is not a positive number: {m!r}")
     hist = entry.get("history")
     if hist is not None:
         if not isinstance(hist, list):

@@ -209,7 +209,8 @@ def _aligned_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: 
 
 
 def _option(entry: dict[str, Any], name: str, default: float) -> float:
-    value = (entry.get("options") or {}).get(name)
+    options = entry.get("options")
+    value = options.get(name) if isinstance(options, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
     return float(value)
@@ -254,11 +255,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         threshold = args.threshold if args.threshold is not None else _option(c_entry, "threshold", DEFAULT_THRESHOLD)
         alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULT_ALPHA)
         try:
+            run_medians = [r["median_ms"] for r in history_of(b_entry)]
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # e.g. 'stats' not an object
+            bid = base.test_ids[bkey] if base.kind == "baseline" else bkey
+            _err(f"{base.path}: entry {bid!r} has no usable run median ('stats' or 'history'): {exc!r}")
+            return EXIT_INPUT
+        try:
             c = decide(
                 c_entry["samples_ms"], b_entry["samples_ms"], threshold=threshold, alpha=alpha,
-                benchmark_id=name, run_medians_ms=[r["median_ms"] for r in history_of(b_entry)],
+                benchmark_id=name, run_medians_ms=run_medians,
             )
-        except ValueError as exc:  # bad options stored in the current entry
+        except ValueError as exc:  # bad options stored in the current entry, bad stored medians
             _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
             return EXIT_INPUT
         comparisons.append(c)
@@ -367,10 +374,16 @@ def cmd_show(args: argparse.Namespace) -> int:
                 continue
             if bf is None:  # removed while listing
                 continue
+            try:
+                rows = _show_rows(bf.benchmarks)
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:  # passes parse, not history_of
+                bad += 1
+                print(f"  {f}: UNREADABLE: an entry has no usable run median ('stats' or 'history'): {exc!r}")
+                continue
             module = f" ({bf.module})" if bf.module else ""
             print(f"  {f}{module}: {len(bf.benchmarks)} benchmark(s)")
-            if bf.benchmarks:
-                for line in _aligned_table(header, _show_rows(bf.benchmarks), right={1, 2, 4}):
+            if rows:
+                for line in _aligned_table(header, rows, right={1, 2, 4}):
                     print(f"    {line}")
     if bad:
         _err(f"{bad} unreadable baseline file(s) under {root} (listed above)")

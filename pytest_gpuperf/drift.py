@@ -82,7 +82,7 @@ def normalize(samples_ms: Sequence[float], ratio: float) -> list[float]:
 
 def drift_warning(ratios: Mapping[str, float] | None) -> str | None:
     """``"machine speed drift since the baseline: matmul +7.2%, copy -1.0%"`` above 5%, else None."""
-    if not ratios or all(abs(r - 1) <= DRIFT_WARN for r in ratios.values()):
+    if not ratios or all(abs(r - 1) <= DRIFT_WARN + 1e-9 for r in ratios.values()):  # "above 5%"
         return None
     parts = ", ".join(f"{k} {(r - 1) * 100:+.1f}%" for k, r in ratios.items())
     return f"machine speed drift since the baseline was recorded (reference workloads now/then): {parts}"

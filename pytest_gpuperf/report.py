@@ -141,11 +141,20 @@ def summary_row(label: str, r: BenchResult, updated: bool = False) -> tuple[str,
     )
 
 
-def format_table(rows: Sequence[Sequence[str]], header: Sequence[str] = COLUMNS) -> list[str]:
-    """Left-align text columns and right-align the numeric ones; returns the lines."""
+#: Columns of the summary table that hold numbers (right-aligned).
+NUMERIC_COLUMNS = frozenset({"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem"})
+
+
+def format_table(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str] = COLUMNS,
+    numeric: Iterable[str] = NUMERIC_COLUMNS,
+) -> list[str]:
+    """Left-align text columns and right-align the columns named in ``numeric``; returns the lines."""
     all_rows = [tuple(header)] + [tuple(r) for r in rows]
     widths = [max(len(row[i]) for row in all_rows) for i in range(len(header))]
-    right = {2, 3, 4, 5, 6, 7, 8}
+    numeric = set(numeric)
+    right = {i for i, name in enumerate(header) if name in numeric}
     lines = []
     for k, row in enumerate(all_rows):
         cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]

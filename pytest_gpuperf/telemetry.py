@@ -5,8 +5,8 @@ a driver does not support leaves the corresponding field ``None`` and never rais
 from the ``nvidia-ml-py`` distribution (``import pynvml``).
 
 * :func:`gpu_info` — static facts of a GPU at session start (name, UUID, driver and CUDA driver
-  versions, compute capability, SM count, L2 and memory size, max clocks, power limit,
-  persistence and MIG mode, ECC, PCIe generation and width).
+  versions, compute capability, memory size, max clocks, power limit, persistence and MIG mode,
+  ECC, PCIe generation and width); the environment adds SM count and L2 size from torch.
 * :class:`Sampler` — a bounded background thread reading, every ~20 ms, the SM clock, the
   clocks-event (throttle) reasons, temperature, power and utilization while a benchmark runs.
 * :func:`summarize` — reduces the samples to what a result keeps (``BenchResult.telemetry``).
@@ -154,7 +154,7 @@ def _reasons_reader(nv: Any, handle: Any) -> Callable[[], int | None]:
     """``nvmlDeviceGetCurrentClocksEventReasons``, falling back to the older throttle-reasons call."""
     new = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
     old = getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-    state = {"fn": new}
+    state = {"fn": new if new is not None else old}  # an old nvidia-ml-py has only the older call
 
     def read() -> int | None:
         fn = state["fn"]
@@ -358,8 +358,8 @@ class GpuSampler(Sampler):
 
     def summary(self) -> dict[str, Any] | None:
         out = summarize(self.samples, self.max_sm_clock_mhz)
-        if out is not None and self.error:
-            out["sampler_error"] = self.error
+        if self.error:
+            out = dict(out or {"samples": 0}, sampler_error=self.error)
         return out
 
 
