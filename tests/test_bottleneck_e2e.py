@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from cuda_marks import needs_cuda  # noqa: E402
+
 pytest_plugins = ["pytester"]
 
 RUN = ("-p", "no:cacheprovider")
@@ -191,15 +193,6 @@ def test_ini_thresholds_change_the_decision(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--gpuperf", "--gpuperf-classify", "--gpuperf-device", "cpu", *RUN).assert_outcomes(passed=1)
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (none available here)")
 
 CUDA_WORKLOADS = """
 import pytest, torch

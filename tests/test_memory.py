@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from cuda_marks import needs_cuda  # noqa: E402
+
 pytest_plugins = ["pytester"]
 
 RUN = ("-p", "no:cacheprovider")
@@ -210,15 +212,6 @@ def test_smoke_mode_records_no_memory(pytester: pytest.Pytester) -> None:
     pytester.runpytest(*RUN).assert_outcomes(passed=1)
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (none available here)")
 
 
 @needs_cuda

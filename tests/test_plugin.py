@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from cuda_marks import needs_cuda  # noqa: E402
+
 pytest_plugins = ["pytester"]
 
 # A CPU workload whose cost is set by work.txt next to the test file: a pure-Python loop is
@@ -368,15 +370,6 @@ def test_benchmark_exception_fails_only_that_test(pytester: pytest.Pytester) -> 
     rec.stdout.fnmatch_lines(["*RuntimeError: kaboom*"])
 
 
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-needs_cuda = pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (none available here)")
 
 
 @needs_cuda

@@ -8,6 +8,8 @@ import pytest
 
 import pytest_gpuperf.plugin as plugin
 
+from cuda_marks import needs_cuda  # noqa: E402
+
 pytest_plugins = ["pytester"]
 
 RUN = ("-p", "no:cacheprovider")
@@ -113,15 +115,7 @@ def test_no_gpu_means_no_nvml_line_and_no_failure(pytester: pytest.Pytester) -> 
     assert "NVML" not in rec.stdout.str()  # CPU backend: NVML is irrelevant, nothing to report
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU with an NVIDIA driver (none available here)")
+@needs_cuda
 def test_real_nvml_smoke() -> None:
     import torch
 
