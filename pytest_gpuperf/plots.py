@@ -236,7 +236,7 @@ def plot_benchmark(
     if hi / lo < 1.02:  # (nearly) constant samples: widen to +-1% so bins and ticks exist
         mid = math.sqrt(lo * hi)
         lo, hi = mid / 1.01, mid * 1.01
-    pad = (hi / lo) ** 0.04
+    pad = (hi / lo) ** 0.05
     xlo, xhi = lo / pad, hi * pad
     n_bins = int(min(60, max(8, math.ceil(2 * max(x.size for _, x, _, _ in sides) ** (1 / 3)))))
     edges = np.geomspace(lo, hi, n_bins + 1)
@@ -257,7 +257,7 @@ def plot_benchmark(
         if ci:
             ax_hist.axvspan(ci[0], ci[1], color=color, alpha=0.22, linewidth=0)
         y = row + rng.uniform(-0.22, 0.22, x.size)
-        ax_strip.scatter(x, y, s=7, color=color, alpha=0.35 if x.size > 200 else 0.6, linewidths=0,
+        ax_strip.scatter(x, y, s=7 if x.size > 200 else 16, color=color, alpha=0.35 if x.size > 200 else 0.6, linewidths=0,
                          marker="o" if label == "current" else "s")
         xerr = None if ci is None else [[med - ci[0]], [ci[1] - med]]
         ax_strip.errorbar([med], [row], xerr=xerr, fmt="|", markersize=22, markeredgewidth=2.5,
