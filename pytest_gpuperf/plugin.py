@@ -704,11 +704,18 @@ def _write_plots(state: GpuPerfState) -> None:
         if entry is None:
             continue
         d = comparison_dict(c)
-        plot_benchmark(name, rec.result.samples_ms, entry["samples_ms"], d,
-                       state.plot_dir / f"{safe_filename(name)}.png")
+        try:
+            plot_benchmark(name, rec.result.samples_ms, entry["samples_ms"], d,
+                           state.plot_dir / f"{safe_filename(name)}.png")
+        except (ValueError, OSError) as exc:  # a plot never takes the session down
+            state.warnings.append(f"could not plot {name}: {exc}")
         rows.append(dict(d, name=name))
     if rows:
-        plot_forest(rows, state.plot_dir / "forest.png")
+        threshold = opts.resolve(cli=state.cli, ini=state.ini).threshold
+        try:
+            plot_forest(rows, state.plot_dir / "forest.png", threshold=threshold)
+        except (ValueError, OSError) as exc:
+            state.warnings.append(f"could not write the forest plot: {exc}")
 
 
 def _write_json(state: GpuPerfState) -> None:
