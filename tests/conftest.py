@@ -15,3 +15,12 @@ import torch.profiler
 # (some modules register operator libraries that must not be registered twice): run it once here.
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True):
     torch.ones(1)
+
+try:  # optional (pytest-gpuperf[plot]); keep its modules loaded across inner sessions too
+    import matplotlib  # noqa: F401
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.gridspec  # noqa: F401
+    import matplotlib.image  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
