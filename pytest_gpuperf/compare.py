@@ -130,7 +130,7 @@ class Comparison:
             )
         assert self.ratio is not None and self.baseline_median_ms is not None
         ci = (
-            f" (99% CI {format_ratio(self.ratio_ci[0])}-{format_ratio(self.ratio_ci[1])})"
+            f"; 99% CI of the median ratio {format_ratio(self.ratio_ci[0])}-{format_ratio(self.ratio_ci[1])}"
             if self.ratio_ci
             else ""
         )
@@ -147,7 +147,7 @@ class Comparison:
             gate = f"effect floor +{floor * 100:.1f}% (3 x run-to-run SD {self.run_sd * 100:.1f}% > threshold +{self.threshold * 100:g}%)"
         text = (
             f"{head} in {self.benchmark_id}: median {format_ms(self.baseline_median_ms)} -> "
-            f"{format_ms(self.current_median_ms)}, ratio {format_ratio(self.ratio)} "
+            f"{format_ms(self.current_median_ms)}, Hodges-Lehmann ratio {format_ratio(self.ratio)} "
             f"({format_pct(self.ratio - 1)}){ci}, Mann-Whitney U p={_fmt_p(p)} "
             f"(alpha {self.alpha:g}), {gate}; baseline history: {self.runs} run(s)"
         )
