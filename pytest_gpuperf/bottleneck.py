@@ -48,6 +48,8 @@ DATALOADER_PREFIX = "enumerate(DataLoader)"
 PHASE_PREFIX = "gpuperf::phase::"
 #: Annotation around the profiled calls.
 REGION_NAME = "gpuperf::region"
+#: Annotation around the plugin's own closing synchronize (not counted as a sync stall).
+FINAL_SYNC_NAME = "gpuperf::final_sync"
 
 
 @dataclass(frozen=True)
@@ -364,8 +366,10 @@ def analyze(
         copy = _clip([(c.start_ns, c.end_ns) for c in h2d], lo, hi)
         busy_ns, copy_ns = total_ns(busy), total_ns(copy)
         active_ns = total_ns(busy + copy)
+        ours = [(e.start_ns, e.end_ns) for e in events if e.kind == "annotation" and e.name == FINAL_SYNC_NAME]
         sync_ns = total_ns(_clip(((e.start_ns, e.end_ns) for e in events
-                                  if e.kind == "runtime" and e.name in SYNC_CALLS), lo, hi))
+                                  if e.kind == "runtime" and e.name in SYNC_CALLS
+                                  and not any(s <= e.start_ns < t for s, t in ours)), lo, hi))
         launches = {e.correlation: e.start_ns for e in events if e.kind == "runtime" and e.correlation}
         ordered = sorted(kernels + d2d + h2d, key=lambda k: k.start_ns)
         host_wait = 0

@@ -917,3 +917,20 @@ def test_classify_cpu_trace_one_big_op_goes_to_roofline():
     assert e.overhead_s == pytest.approx(21e-6)
     assert classify(with_roofline(e, flops=2e9, bytes_moved=12e6, peak_flops_per_s=1e12,
                                   peak_bytes_per_s=1e10, dtype="float32")).kind == "compute"
+
+
+def test_plugin_final_synchronize_is_not_counted_as_a_sync_stall():
+    # the profiled region ends with the plugin's own cudaDeviceSynchronize, annotated
+    # gpuperf::final_sync; only the user's synchronizing calls count
+    from pytest_gpuperf.bottleneck import FINAL_SYNC_NAME
+
+    events = [
+        TraceEvent("gpuperf::region", "annotation", 0, 10_000),
+        TraceEvent("cudaLaunchKernel", "runtime", 100, 200, correlation=1),
+        TraceEvent("gemm", "kernel", 300, 9_000, correlation=1),
+        TraceEvent("cudaStreamSynchronize", "runtime", 250, 1_250),  # the user's .item(): 1 us
+        TraceEvent(FINAL_SYNC_NAME, "annotation", 1_300, 9_100),
+        TraceEvent("cudaDeviceSynchronize", "runtime", 1_310, 9_050),  # ours: 7.74 us, ignored
+    ]
+    e = analyze(events, device_type="cuda")
+    assert e.sync_s == pytest.approx(1_000e-9)
