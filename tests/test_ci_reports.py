@@ -165,7 +165,7 @@ def test_verbose_mode_shows_progress_of_long_benchmarks(pytester: pytest.Pyteste
         """
         import pytest
 
-        @pytest.mark.gpu_bench(max_time=2.5, warmup_time=0.0, target_precision=0, device="cpu")
+        @pytest.mark.gpu_bench(max_time=2.5, max_rounds=10**6, warmup_time=0.0, target_precision=0, device="cpu")
         def test_long(gpu_bench):
             gpu_bench(sum, range(2000))
         """
