@@ -381,11 +381,8 @@ def analyze(
                     host_wait += k.start_ns - frontier
             frontier = k.end_ns if frontier is None else max(frontier, k.end_ns)
         durations = [k.duration_ns for k in kernels]
-        phases = {
-            name: total_ns(_clip(((k.start_ns, k.end_ns) for k in kernels
-                                  if any(s <= launches.get(k.correlation, k.start_ns) < e for s, e in spans)), lo, hi))
-            for name, spans in phases_spans.items()
-        }
+        # a kernel belongs to the phase its launch happened in
+        phases = _phase_ns([(launches.get(k.correlation, k.start_ns), k) for k in kernels], phases_spans, lo, hi)
         return Evidence(
             device_type="cuda",
             calls=calls,
@@ -411,10 +408,7 @@ def analyze(
     top_outside_data = [o for o in top if not any(s <= o.start_ns < e for s, e in data_spans)]
     overhead_ns = min(wall_ns, python_gap_ns + int(len(top_outside_data) * cpu_op_floor_s * 1e9))
     durations = [o.duration_ns for o in top]
-    phases = {
-        name: total_ns(_clip([(o.start_ns, o.end_ns) for o in top if any(s <= o.start_ns < e for s, e in spans)], lo, hi))
-        for name, spans in phases_spans.items()
-    }
+    phases = _phase_ns([(o.start_ns, o) for o in top], phases_spans, lo, hi)
     return Evidence(
         device_type="cpu",
         calls=calls,
@@ -426,6 +420,17 @@ def analyze(
         kernel_median_s=(statistics.median(durations) / 1e9) if durations else 0.0,
         phases=_shares(phases),
     )
+
+
+def _phase_ns(
+    anchored: Sequence[tuple[int, TraceEvent]], spans: Mapping[str, list[tuple[int, int]]], lo: int, hi: int
+) -> dict[str, int]:
+    """Busy ns per phase: each (anchor time, event) counts for the phase whose span holds its anchor."""
+    return {
+        name: total_ns(_clip([(ev.start_ns, ev.end_ns) for t, ev in anchored
+                              if any(s <= t < e for s, e in phase_spans)], lo, hi))
+        for name, phase_spans in spans.items()
+    }
 
 
 def _shares(times: Mapping[str, int]) -> dict[str, float]:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from .report import format_table
+
 #: Threshold (relative slowdown, 0.05 = 5%) used when neither the flag nor the current entry's
 #: options give one; the plugin's default.
 DEFAULT_THRESHOLD = 0.05
@@ -191,23 +193,6 @@ def match_benchmarks(baseline: ResultFile, current: ResultFile) -> Matching:
 # ----------------------------------------------------------------------------- output helpers
 
 
-def _aligned_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
-    """``report.format_table`` with our own choice of right-aligned columns.
-
-    ``format_table`` right-aligns fixed column positions (those of the plugin's summary table),
-    so the cells are padded to the column width here first, which makes its alignment a no-op.
-    """
-    from .report import format_table
-
-    all_rows = [list(header)] + [list(r) for r in rows]
-    widths = [max(len(r[i]) for r in all_rows) for i in range(len(header))]
-    padded = [
-        [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        for r in all_rows
-    ]
-    return format_table(padded[1:], header=padded[0])
-
-
 def _option(entry: dict[str, Any], name: str, default: float) -> float:
     options = entry.get("options")
     value = options.get(name) if isinstance(options, dict) else None
@@ -285,7 +270,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows.append((c.benchmark_id, format_ms(c.baseline_median_ms), format_ms(c.current_median_ms),
                      format_ratio(c.ratio), ci, verdict))
     header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict")
-    for line in _aligned_table(header, rows, right={1, 2, 3, 4}):
+    for line in format_table(rows, header=header, numeric=header[1:5]):
         print(line)
     if starred:
         print("* unchanged, with a note (significant but inside the effect floor or the prediction limit; -v says)")
@@ -383,7 +368,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             module = f" ({bf.module})" if bf.module else ""
             print(f"  {f}{module}: {len(bf.benchmarks)} benchmark(s)")
             if rows:
-                for line in _aligned_table(header, rows, right={1, 2, 4}):
+                for line in format_table(rows, header=header, numeric=(header[1], header[2], header[4])):
                     print(f"    {line}")
     if bad:
         _err(f"{bad} unreadable baseline file(s) under {root} (listed above)")
@@ -394,24 +379,17 @@ def cmd_show(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- parser
 
 
-def _fraction(value: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not x >= 0 or x == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0.05 = 5%), got {value!r}")
-    return x
+def _option_type(name: str) -> Any:
+    """An argparse type that validates like the plugin's ``gpu_bench`` option ``name``."""
+    from .options import OptionError, convert
 
+    def parse(value: str) -> float:
+        try:
+            return convert(name, value)
+        except OptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-def _alpha(value: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not 0 < x < 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {value!r}")
-    return x
+    return parse
 
 
 _COMPARE_EPILOG = """\
@@ -453,10 +431,10 @@ def build_parser(prog: str = "gpuperf") -> argparse.ArgumentParser:
     )
     c.add_argument("baseline", metavar="BASELINE", help="report or baseline file to compare against")
     c.add_argument("current", metavar="CURRENT", help="report or baseline file of the run under test")
-    c.add_argument("--threshold", type=_fraction, default=None, metavar="F",
+    c.add_argument("--threshold", type=_option_type("threshold"), default=None, metavar="F",
                    help="smallest relative slowdown that counts as a regression (0.05 = 5%%); "
                         "default: the current entry's option, else 0.05")
-    c.add_argument("--alpha", type=_alpha, default=None, metavar="A",
+    c.add_argument("--alpha", type=_option_type("alpha"), default=None, metavar="A",
                    help="significance level of the Mann-Whitney U tests; default: the current entry's option, else 0.01")
     c.add_argument("--fail-on", choices=("regressed", "inconclusive"), default="regressed",
                    help="exit 1 on a regression (default), or also on an inconclusive comparison")

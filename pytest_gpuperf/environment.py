@@ -36,20 +36,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown-cpu"
 
 
-def _nvml_driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            v = pynvml.nvmlSystemGetDriverVersion()
-            return v.decode() if isinstance(v, bytes) else str(v)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no library, no driver, or an NVML error: the field stays null
-        return None
-
-
 def fingerprint(device: Any) -> dict[str, Any]:
     """Describe where a measurement ran. ``device`` is a ``torch.device``.
 
@@ -82,9 +68,9 @@ def fingerprint(device: Any) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         env["device_name"] = props.name
         env["compute_capability"] = f"{props.major}.{props.minor}"
-        env["driver_version"] = _nvml_driver_version()
         gpu = gpu_info(handle_for(device.index or 0))
         if gpu is not None:
+            env["driver_version"] = gpu.get("driver_version")
             gpu["sm_count"] = props.multi_processor_count
             gpu["l2_cache_bytes"] = getattr(props, "L2_cache_size", None)
         env["gpu"] = gpu

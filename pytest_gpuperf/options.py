@@ -6,6 +6,7 @@ Pure: knows nothing of pytest or torch. The plugin feeds it the three sources as
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -66,7 +67,7 @@ def _num(kind: type, check: Callable[[float], bool], accepted: str) -> Callable[
             raise OptionError(f"{name}={value!r}: expected {accepted}") from None
         if kind is int and not isinstance(value, str) and v != value:
             raise OptionError(f"{name}={value!r}: expected {accepted}")
-        if not check(v):
+        if not math.isfinite(v) or not check(v):  # inf would silently disable a gate or a budget
             raise OptionError(f"{name}={value!r}: expected {accepted}")
         return v
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from typing import Any, Callable
 
 from .bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME, TraceEvent
@@ -131,27 +130,14 @@ def count_flops_and_bytes(fn: Callable[..., Any], args: tuple, kwargs: dict) -> 
     return total_flops, float(counter.bytes), dtype
 
 
-def _time_best(fn: Callable[[], Any], device: Any, reps: int) -> float:
-    """Median seconds of ``reps`` synchronized calls after two warmup calls."""
-    fn()
-    fn()
-    _sync(device)
-    times = []
-    for _ in range(reps):
-        if getattr(device, "type", "cpu") == "cuda":
-            import torch
+def _median_s(fn: Callable[[], Any], device: Any, reps: int) -> float:
+    """Median seconds per call of ``fn`` over exactly ``reps`` rounds, timed by the plugin's own backend."""
+    from .options import BenchOptions
+    from .timing import measure
 
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3)
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    opts = BenchOptions(warmup_time=0.0, min_rounds=reps, max_rounds=reps, target_precision=0.0)
+    t = measure(fn, (), {}, options=opts, device=device)
+    return statistics.median(t.samples_ms) / 1e3
 
 
 def calibrate(device: Any, dtype: str | None = None) -> tuple[float, float]:
@@ -173,12 +159,12 @@ def calibrate(device: Any, dtype: str | None = None) -> tuple[float, float]:
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, generator=g).to(dt)
     b = torch.randn(n, n, device=device, generator=g).to(dt)
-    mm_s = _time_best(lambda: torch.matmul(a, b), device, reps=10 if cuda else 3)
+    mm_s = _median_s(lambda: torch.matmul(a, b), device, reps=10 if cuda else 3)
     del a, b
     numel = (1 << 28) if cuda else (1 << 26)
     src = torch.empty(numel, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    cp_s = _time_best(lambda: dst.copy_(src), device, reps=10 if cuda else 5)
+    cp_s = _median_s(lambda: dst.copy_(src), device, reps=10 if cuda else 5)
     result = (2.0 * n**3 / mm_s, 2.0 * numel * 4 / cp_s)
     _CALIBRATION[key] = result
     return result

@@ -297,3 +297,11 @@ def test_boundary_values_accepted():
 def test_infinite_value_for_integer_option_is_option_error(name):
     with pytest.raises(OptionError, match=name):
         resolve({name: float("inf")})
+
+
+@pytest.mark.parametrize("name", ["threshold", "max_time", "warmup_time", "memory_threshold"])
+@pytest.mark.parametrize("value", [float("inf"), "inf", float("-inf")])
+def test_infinite_numbers_are_rejected(name, value):
+    # an infinite threshold or time budget would silently disable the gate
+    with pytest.raises(OptionError, match=name):
+        resolve({name: value})
