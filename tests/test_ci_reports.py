@@ -28,7 +28,9 @@ def factor(name):
     p = pathlib.Path(__file__).with_name(name)
     return float(p.read_text()) if p.exists() else 1.0
 
-FAST = dict(max_time=0.1, warmup_time=0.01, threshold=0.3, device="cpu", confirm=0)
+# threshold 1.0: only the 3x slowdown may fail; the other benchmarks (a page-faulting
+# allocation among them) are compared with a single stored run and can wander by tens of percent
+FAST = dict(max_time=0.1, warmup_time=0.01, threshold=1.0, device="cpu", confirm=0)
 
 @pytest.mark.gpu_bench(**FAST)
 def test_steady(gpu_bench):
