@@ -17,10 +17,10 @@ delta (common random numbers), so the rows of one table differ only by the rule 
 
 Rules (all compare the current run with the baseline):
 
-* **ours** - the plugin's default: :func:`pytest_gpuperf.compare.decide` with ``threshold=0.05``,
+* **ours** - the plugin's default: :func:`pytest_gpuperf.gate.judge` (the plugin's verdict pipeline) with ``threshold=0.05``,
   ``alpha=0.01``, a history of K=10 stored baseline runs (their medians as ``run_medians_ms``,
   oldest first; the newest run's samples as ``baseline_ms``), and ONE confirmation: when the first
-  decision is ``REGRESSED``, ``decide`` is called again with ``confirmation_ms`` = a second
+  decision is ``REGRESSED``, ``judge`` re-measures: ``remeasure`` returns a second
   measurement from the same run/process, and that final verdict counts. Fails iff the final
   verdict is ``Verdict.REGRESSED``. Two extra rows, for information: the first decision alone (no
   confirmation), and strict mode (``--gpuperf-strict``: a final ``INCONCLUSIVE`` fails too).
@@ -76,7 +76,7 @@ every noise model; power >= 95% at +10% and >= 80% at +5% wherever the run-offse
 (for real data: the measured run-to-run SD of the log process medians).
 
 Runtime on 2 CPU cores at the defaults: collection about 24 x 10 s; analysis a few minutes
-(``decide`` takes ~10 ms). ``--jobs 2`` splits the analysis over two processes (at most 2).
+(``judge`` takes ~10 ms). ``--jobs 2`` splits the analysis over two processes (at most 2).
 """
 
 from __future__ import annotations
@@ -92,14 +92,17 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 try:
-    from pytest_gpuperf.compare import Verdict, decide
-    from pytest_gpuperf.options import BenchOptions
+    from pytest_gpuperf.baseline import BaselineEntry
+    from pytest_gpuperf.compare import Verdict
+    from pytest_gpuperf.gate import judge
+    from pytest_gpuperf.options import DEFAULTS, BenchOptions
 except ImportError as exc:  # pragma: no cover - environment problem
     raise SystemExit(
         f"cannot import pytest_gpuperf ({exc}); install the plugin first (pip install -e .)"
@@ -108,8 +111,8 @@ except ImportError as exc:  # pragma: no cover - environment problem
 HERE = Path(__file__).resolve().parent
 DELTAS = (0.0, 0.02, 0.05, 0.10, 0.20)
 HISTORY = 10  # K: stored baseline runs (the plugin's default ``history``)
-THRESHOLD = 0.05  # the plugin's default threshold
-ALPHA = 0.01  # the plugin's default alpha
+THRESHOLD = DEFAULTS.threshold  # the plugin's default threshold
+ALPHA = DEFAULTS.alpha  # the plugin's default alpha
 SYN_N = 100  # samples per synthetic measurement
 SYN_JITTER = 0.03  # log-normal jitter SD (log space)
 SYN_BASE_MS = 1.0
@@ -237,14 +240,12 @@ def apply_rules(cur: np.ndarray, conf: np.ndarray, base: np.ndarray, run_medians
     """Decide every rule for one comparison; True = fail (regression detected)."""
     from scipy.stats import mannwhitneyu
 
-    first = decide(cur, base, threshold=THRESHOLD, alpha=ALPHA, run_medians_ms=list(run_medians))
-    final = first
-    if first.verdict is Verdict.REGRESSED:
-        final = decide(cur, base, threshold=THRESHOLD, alpha=ALPHA, run_medians_ms=list(run_medians),
-                       confirmation_ms=conf)
-    t3 = decide(cur, base, threshold=0.03, alpha=ALPHA, run_medians_ms=list(run_medians))
-    if t3.verdict is Verdict.REGRESSED:
-        t3 = decide(cur, base, threshold=0.03, alpha=ALPHA, run_medians_ms=list(run_medians), confirmation_ms=conf)
+    entry = BaselineEntry.from_samples("study", base, run_medians)
+    ours = dataclasses.replace(DEFAULTS, threshold=THRESHOLD, alpha=ALPHA, confirm=1)
+    t3_options = dataclasses.replace(ours, threshold=0.03)
+    first = judge(cur, entry, ours)  # the first measurement alone (no confirmation)
+    final = judge(cur, entry, ours, remeasure=lambda: conf)
+    t3 = judge(cur, entry, t3_options, remeasure=lambda: conf)
     p = float(mannwhitneyu(cur, base, alternative="greater").pvalue)
     return {
         "ours": final.verdict is Verdict.REGRESSED,
@@ -448,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"n per cell: {args.trials} trials (seed {args.seed}; trial t of table j draws from "
         f"`default_rng([{args.seed}, j, t])`, the same draw for every delta). Cells are % of trials "
-        "that failed. Rules: **ours** = `decide(threshold=0.05, alpha=0.01)` with K=10 history run "
+        "that failed. Rules: **ours** = `gate.judge(threshold=0.05, alpha=0.01, confirm=1)` with K=10 history run "
         "medians + newest run's samples, plus one confirmation re-measure when the first verdict is "
         "REGRESSED (fails iff the final verdict is REGRESSED); **fixed 5% on mean** = "
         "mean(current) > 1.05 x mean(newest baseline run); **gpucheck** = one-sided MWU p < 0.05 and "

@@ -29,9 +29,9 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 SCHEMA_VERSION = 2
 #: Stored runs kept per benchmark when the entry's options do not say (option ``history``).
@@ -54,22 +54,111 @@ class BaselineError(Exception):
 
 
 @dataclass(frozen=True)
+class RunRecord:
+    """One stored baseline run in an entry's history: its median (ms) and where it came from.
+
+    ``iqr_ms`` in ms, ``peak_memory_bytes`` in bytes; ``environment`` is the fingerprint of the
+    machine that recorded it (with the reference-workload medians under ``"reference"``).
+    """
+
+    median_ms: float
+    iqr_ms: float | None = None
+    rounds: int | None = None
+    timestamp_utc: str | None = None
+    environment: Mapping[str, Any] | None = None
+    git_commit: str | None = None
+    peak_memory_bytes: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
+        """From a stored history record (unknown keys are ignored)."""
+        return cls(**{f: d.get(f) for f in _RUN_FIELDS if f != "median_ms"}, median_ms=float(d["median_ms"]))
+
+
+_RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes")
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One benchmark's stored baseline, typed (what every reader uses instead of the raw JSON).
+
+    ``samples_ms``: per-call times of the newest stored run (ms, measurement order, at most 2,000);
+    ``history``: the stored runs, oldest first, the newest included (a schema-1 entry is a history
+    of one run); ``environment``, ``options``, ``peak_memory_bytes`` (bytes), ``stats`` (summary
+    statistics, ms) and ``git_commit`` are the newest run's. ``data`` is the entry as stored
+    (kept so that an update rewrites exactly what was read).
+    """
+
+    benchmark_id: str
+    samples_ms: tuple[float, ...]
+    history: tuple[RunRecord, ...]
+    environment: Mapping[str, Any] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+    stats: Mapping[str, Any] | None = None
+    git_commit: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def run_medians_ms(self) -> tuple[float, ...]:
+        """Medians (ms) of the stored runs, oldest first."""
+        return tuple(r.median_ms for r in self.history)
+
+    @property
+    def median_ms(self) -> float:
+        """Median (ms) of the newest stored run."""
+        return self.history[-1].median_ms
+
+    @property
+    def reference(self) -> Mapping[str, Any] | None:
+        """The reference-workload medians recorded with the newest run (``environment.reference``)."""
+        ref = (self.environment or {}).get("reference")
+        return ref if isinstance(ref, Mapping) else None
+
+    @classmethod
+    def from_samples(cls, benchmark_id: str, samples_ms: Sequence[float],
+                     run_medians_ms: Sequence[float] | None = None) -> "BaselineEntry":
+        """An entry built from samples alone (studies, tests): a history of the given run medians
+        (default: one run whose median is that of ``samples_ms``)."""
+        samples = tuple(float(v) for v in samples_ms)
+        medians = list(run_medians_ms) if run_medians_ms else [_median(samples)]
+        return cls(benchmark_id, samples, tuple(RunRecord(float(m)) for m in medians))
+
+    @classmethod
+    def from_json(cls, benchmark_id: str, d: Mapping[str, Any]) -> "BaselineEntry":
+        """From a stored entry that :func:`_check_entry` accepted."""
+        peak = d.get("peak_memory_bytes")
+        return cls(
+            benchmark_id=str(benchmark_id),
+            samples_ms=tuple(float(v) for v in d["samples_ms"]),
+            history=tuple(RunRecord.from_dict(r) for r in history_of(d)),
+            environment=d.get("environment") if isinstance(d.get("environment"), Mapping) else None,
+            options=dict(d.get("options") or {}),
+            peak_memory_bytes=peak if isinstance(peak, int) and not isinstance(peak, bool) else None,
+            stats=d.get("stats"),
+            git_commit=d.get("git_commit"),
+            data=d,
+        )
+
+
+def _median(x: Sequence[float]) -> float:
+    s = sorted(x)
+    n = len(s)
+    return float(s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
+
+
+@dataclass(frozen=True)
 class BaselineFile:
-    """A loaded baseline file: ``benchmarks`` maps benchmark id -> entry dict."""
+    """A loaded baseline file: ``benchmarks`` maps benchmark id -> :class:`BaselineEntry`."""
 
     path: str
     device_key: str | None
     module: str | None
-    benchmarks: dict[str, dict[str, Any]]
+    benchmarks: dict[str, BaselineEntry]
 
-    def samples_ms(self, benchmark_id: str) -> list[float] | None:
-        entry = self.benchmarks.get(benchmark_id)
-        return None if entry is None else list(entry["samples_ms"])
-
-    def run_medians_ms(self, benchmark_id: str) -> list[float] | None:
-        """Medians (ms) of the stored runs of a benchmark, oldest first (None if absent)."""
-        entry = self.benchmarks.get(benchmark_id)
-        return None if entry is None else [r["median_ms"] for r in history_of(entry)]
+    def get(self, benchmark_id: str) -> BaselineEntry | None:
+        """The entry of ``benchmark_id``, or None."""
+        return self.benchmarks.get(benchmark_id)
 
 
 def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,9 +166,7 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
     stats = entry.get("stats") or {}
     median = stats.get("median_ms")
     if not isinstance(median, (int, float)) or isinstance(median, bool):
-        samples = sorted(entry["samples_ms"])
-        n = len(samples)
-        median = samples[n // 2] if n % 2 else (samples[n // 2 - 1] + samples[n // 2]) / 2
+        median = _median(entry["samples_ms"])
     return {
         "median_ms": float(median),
         "iqr_ms": stats.get("iqr_ms"),
@@ -143,6 +230,12 @@ def _check_entry(path: Path, bid: str, entry: Any) -> None:
             f"entry {bid!r} has schema_version {version!r}; this pytest-gpuperf reads up to "
             f"{SCHEMA_VERSION} (upgrade the plugin)",
         )
+    for key in ("options", "environment"):
+        if entry.get(key) is not None and not isinstance(entry.get(key), dict):
+            raise BaselineError(path, f"entry {bid!r} has {key!r} that is not a JSON object: {entry.get(key)!r}")
+    peak = entry.get("peak_memory_bytes")
+    if peak is not None and (isinstance(peak, bool) or not isinstance(peak, int) or peak < 0):
+        raise BaselineError(path, f"entry {bid!r} has a 'peak_memory_bytes' that is not a whole number of bytes >= 0: {peak!r}")
     stats = entry.get("stats")
     if stats is not None:
         if not isinstance(stats, dict):
@@ -179,9 +272,11 @@ def parse(path: os.PathLike[str] | str, text: str) -> BaselineFile:
     benchmarks = data.get("benchmarks")
     if not isinstance(benchmarks, dict):
         raise BaselineError(p, "missing 'benchmarks' object")
+    entries = {}
     for bid, entry in benchmarks.items():
         _check_entry(p, bid, entry)
-    return BaselineFile(str(p), data.get("device_key"), data.get("module"), benchmarks)
+        entries[bid] = BaselineEntry.from_json(bid, entry)
+    return BaselineFile(str(p), data.get("device_key"), data.get("module"), entries)
 
 
 def load(path: os.PathLike[str] | str) -> BaselineFile | None:
@@ -273,7 +368,7 @@ def update(
         _check_entry(Path(path), bid, entry)  # a malformed new entry is refused before merging
     with lock_for(path):  # read-merge-write under a lock: concurrent workers lose nothing
         existing = load(path)
-        benchmarks = dict(existing.benchmarks) if existing else {}
+        benchmarks = {bid: dict(e.data) for bid, e in existing.benchmarks.items()} if existing else {}
         for bid, entry in entries.items():
             merged = merge_entry(benchmarks.get(bid), entry)
             _check_entry(Path(path), bid, merged)

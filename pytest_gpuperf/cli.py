@@ -13,7 +13,7 @@ plus the entry's id). When no full name is common to both sides (say, two baseli
 different modules, or a baseline file without a ``module`` field) they are matched by the test
 id alone, the part after the ``::`` that follows the module path; an id present in several
 modules of one file is then ambiguous and not compared. Each common benchmark goes through
-:func:`pytest_gpuperf.compare.decide` exactly as in a pytest run (the baseline side's stored
+:func:`pytest_gpuperf.gate.judge` exactly as in a pytest run (the baseline side's stored
 run history included), so the verdict is the one the plugin would give for those samples.
 
 Exit codes: 0 nothing failed; 1 a benchmark regressed (or, with ``--fail-on inconclusive``,
@@ -31,13 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from .baseline import BaselineEntry
+from .options import DEFAULTS
 from .report import format_table
-
-#: Threshold (relative slowdown, 0.05 = 5%) used when neither the flag nor the current entry's
-#: options give one; the plugin's default.
-DEFAULT_THRESHOLD = 0.05
-#: Significance level of the Mann-Whitney U tests used when neither the flag nor the options give one.
-DEFAULT_ALPHA = 0.01
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -59,7 +55,7 @@ class ResultFile:
 
     path: str
     kind: str
-    entries: dict[str, dict[str, Any]]
+    entries: dict[str, BaselineEntry]
     test_ids: dict[str, str]
 
 
@@ -81,9 +77,9 @@ def _read_text(path: Path) -> str:
         raise InputError(f"{path}: not UTF-8 text (expected a JSON report or baseline file)") from None
 
 
-def _test_id(key: str, entry: dict[str, Any], module: str | None) -> str:
+def _test_id(key: str, entry: BaselineEntry, module: str | None) -> str:
     """The bare test id of a benchmark named ``key``: what follows ``<module path>::``."""
-    mod = module if module is not None else entry.get("module")
+    mod = module if module is not None else entry.data.get("module")
     if isinstance(mod, str) and mod and key.startswith(mod + "::"):
         return key[len(mod) + 2:]
     if module is None and "::" in key:  # a report key whose entry does not say its module
@@ -193,9 +189,8 @@ def match_benchmarks(baseline: ResultFile, current: ResultFile) -> Matching:
 # ----------------------------------------------------------------------------- output helpers
 
 
-def _option(entry: dict[str, Any], name: str, default: float) -> float:
-    options = entry.get("options")
-    value = options.get(name) if isinstance(options, dict) else None
+def _option(entry: BaselineEntry, name: str, default: float) -> float:
+    value = entry.options.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
     return float(value)
@@ -230,26 +225,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
         return EXIT_INPUT
 
-    from .baseline import history_of
-    from .compare import Verdict, decide
+    import dataclasses
+
+    from .compare import Verdict
+    from .gate import judge
     from .units import format_ms, format_ratio
 
     comparisons = []
     for name, bkey, ckey in m.pairs:
         b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
-        threshold = args.threshold if args.threshold is not None else _option(c_entry, "threshold", DEFAULT_THRESHOLD)
-        alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULT_ALPHA)
+        threshold = args.threshold if args.threshold is not None else _option(c_entry, "threshold", DEFAULTS.threshold)
+        alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULTS.alpha)
         try:
-            run_medians = [r["median_ms"] for r in history_of(b_entry)]
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # e.g. 'stats' not an object
-            bid = base.test_ids[bkey] if base.kind == "baseline" else bkey
-            _err(f"{base.path}: entry {bid!r} has no usable run median ('stats' or 'history'): {exc!r}")
-            return EXIT_INPUT
-        try:
-            c = decide(
-                c_entry["samples_ms"], b_entry["samples_ms"], threshold=threshold, alpha=alpha,
-                benchmark_id=name, run_medians_ms=run_medians,
-            )
+            options = dataclasses.replace(DEFAULTS, threshold=threshold, alpha=alpha)
+            c = judge(c_entry.samples_ms, b_entry, options, benchmark_id=name)
         except ValueError as exc:  # bad options stored in the current entry, bad stored medians
             _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
             return EXIT_INPUT
@@ -301,23 +290,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- show
 
 
-def _show_rows(benchmarks: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
-    from .baseline import history_of
+def _show_rows(benchmarks: dict[str, BaselineEntry]) -> list[tuple[str, ...]]:
     from .units import format_bytes, format_ms
 
     rows = []
     for bid in sorted(benchmarks):
         entry = benchmarks[bid]
-        runs = history_of(entry)
-        last = runs[-1]
-        stamp = last.get("timestamp_utc") or entry.get("timestamp_utc")
-        peak = last.get("peak_memory_bytes")
-        if peak is None:
-            peak = entry.get("peak_memory_bytes")
+        last = entry.history[-1]
+        stamp = last.timestamp_utc or entry.data.get("timestamp_utc")
+        peak = last.peak_memory_bytes if last.peak_memory_bytes is not None else entry.peak_memory_bytes
         rows.append((
             str(bid),
-            str(len(runs)),
-            format_ms(last.get("median_ms")),
+            str(len(entry.history)),
+            format_ms(last.median_ms),
             stamp[:10] if isinstance(stamp, str) and stamp else "-",
             format_bytes(peak) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else "-",
         ))
@@ -359,12 +344,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 continue
             if bf is None:  # removed while listing
                 continue
-            try:
-                rows = _show_rows(bf.benchmarks)
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:  # passes parse, not history_of
-                bad += 1
-                print(f"  {f}: UNREADABLE: an entry has no usable run median ('stats' or 'history'): {exc!r}")
-                continue
+            rows = _show_rows(bf.benchmarks)
             module = f" ({bf.module})" if bf.module else ""
             print(f"  {f}{module}: {len(bf.benchmarks)} benchmark(s)")
             if rows:
@@ -400,7 +380,7 @@ examples:
 
 Benchmarks are matched by '<module>::<test id>' (a report's keys; for a baseline file its
 'module' field plus the id); when no such name is common, by the test id alone. Threshold and
-alpha default to the current entry's options (else 0.05 and 0.01).
+alpha default to the current entry's options (else the plugin's defaults).
 exit codes: 0 ok, 1 regressed (or inconclusive with --fail-on inconclusive), 2 unusable input
 or no benchmark in common.
 """
@@ -433,9 +413,10 @@ def build_parser(prog: str = "gpuperf") -> argparse.ArgumentParser:
     c.add_argument("current", metavar="CURRENT", help="report or baseline file of the run under test")
     c.add_argument("--threshold", type=_option_type("threshold"), default=None, metavar="F",
                    help="smallest relative slowdown that counts as a regression (0.05 = 5%%); "
-                        "default: the current entry's option, else 0.05")
+                        f"default: the current entry's option, else {DEFAULTS.threshold:g}")
     c.add_argument("--alpha", type=_option_type("alpha"), default=None, metavar="A",
-                   help="significance level of the Mann-Whitney U tests; default: the current entry's option, else 0.01")
+                   help="significance level of the Mann-Whitney U tests; default: the current entry's option, "
+                        f"else {DEFAULTS.alpha:g}")
     c.add_argument("--fail-on", choices=("regressed", "inconclusive"), default="regressed",
                    help="exit 1 on a regression (default), or also on an inconclusive comparison")
     c.add_argument("-v", "--verbose", action="store_true",

@@ -40,6 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .options import BenchOptions
 from .units import format_bytes, format_ms, format_pct, format_ratio
 
 #: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
@@ -57,6 +58,9 @@ MIN_RUNS_FOR_FLOOR = 3
 FLOOR_SDS = 3.0
 #: Stored runs needed before the prediction limit is also required.
 MIN_RUNS_FOR_PREDICTION = 5
+#: Defaults of the gate options, from the one place options are defined.
+DEFAULT_THRESHOLD = BenchOptions.threshold
+DEFAULT_ALPHA = BenchOptions.alpha
 #: One-sided confidence of the Student-t prediction limit of the log run-medians.
 PREDICTION_CONFIDENCE = 0.99
 
@@ -99,8 +103,8 @@ class Comparison:
     ratio_ci: tuple[float, float] | None = None
     p_slower: float | None = None
     p_faster: float | None = None
-    threshold: float = 0.05
-    alpha: float = 0.01
+    threshold: float = DEFAULT_THRESHOLD
+    alpha: float = DEFAULT_ALPHA
     baseline_file: str | None = None
     note: str | None = None
     floor: float | None = None
@@ -182,10 +186,15 @@ def _log_samples(samples_ms: Sequence[float], what: str) -> np.ndarray:
     return np.log(x)
 
 
+# ----------------------------------------------------------------------------- the steps of decide
+# Each step is a small pure function (as asv's statistics.py keeps each test); decide() composes them.
+
+
 def hodges_lehmann_ratio(current_ms: Sequence[float], baseline_ms: Sequence[float]) -> float:
     """Hodges–Lehmann ratio: exp(median over all pairs (i, j) of log c_i - log b_j).
 
     A robust estimate of how many times slower current is than baseline (dimensionless).
+    Source: Hodges & Lehmann (1963), the shift estimator paired with the Mann–Whitney U test.
     Raises ``ValueError`` on empty or non-positive samples.
     """
     lc = _log_samples(current_ms, "current")
@@ -215,8 +224,8 @@ def median_ratio_ci(
 ) -> tuple[float, float] | None:
     """Seeded percentile-bootstrap CI of median(current) / median(baseline) (dimensionless).
 
-    Resamples each side independently (``scipy.stats.bootstrap``, ``method="percentile"``).
-    Returns ``None`` when either side has fewer than 2 samples.
+    Resamples each side independently (``scipy.stats.bootstrap``, ``method="percentile"``; Efron's
+    percentile bootstrap). Returns ``None`` when either side has fewer than 2 samples.
     """
     lc = _log_samples(current_ms, "current")
     lb = _log_samples(baseline_ms, "baseline")
@@ -224,6 +233,20 @@ def median_ratio_ci(
         return None
     lo, hi = _bootstrap_log_ci(lc, lb, confidence, seed, n_resamples)
     return (math.exp(lo), math.exp(hi))
+
+
+def rank_test(current_ms: Sequence[float], baseline_ms: Sequence[float]) -> tuple[float, float]:
+    """One-sided Mann–Whitney U p-values ``(p_slower, p_faster)`` of current vs baseline times.
+
+    ``p_slower`` tests "current is stochastically slower", ``p_faster`` the mirror image
+    (``scipy.stats.mannwhitneyu``; Mann & Whitney, 1947). Needs >= 2 samples a side.
+    """
+    from scipy import stats as sps
+
+    lc = _log_samples(current_ms, "current")
+    lb = _log_samples(baseline_ms, "baseline")
+    return (float(sps.mannwhitneyu(lc, lb, alternative="greater").pvalue),
+            float(sps.mannwhitneyu(lc, lb, alternative="less").pvalue))
 
 
 @dataclass(frozen=True)
@@ -240,7 +263,8 @@ class RunStats:
 def run_stats(run_medians_ms: Sequence[float] | None) -> RunStats:
     """Centre, spread and 99% prediction limits of stored run medians (ms), in log space.
 
-    Prediction limit for a new run: mean ± t(0.99, k-1) · s · sqrt(1 + 1/k) (one-sided each).
+    Prediction limit for a new run: mean ± t(0.99, k-1) · s · sqrt(1 + 1/k) (one-sided each),
+    the Student-t prediction interval of a new observation (as Bencher uses).
     """
     if run_medians_ms is None or len(run_medians_ms) == 0:
         return RunStats(0, None, None, None, None)
@@ -260,12 +284,87 @@ def run_stats(run_medians_ms: Sequence[float] | None) -> RunStats:
     return RunStats(k, center, sd, upper, lower)
 
 
+def effect_floor(threshold: float, hist: RunStats) -> float:
+    """The effect floor T: ``max(threshold, exp(3 * s_run) - 1)`` with >= 3 stored runs, else ``threshold``.
+
+    An effect above run-to-run noise (asv's ``factor``, criterion's noise threshold); dimensionless.
+    """
+    if hist.runs >= MIN_RUNS_FOR_FLOOR and hist.sd is not None:
+        return max(threshold, math.expm1(FLOOR_SDS * hist.sd))
+    return threshold
+
+
+def recentred_baseline(baseline_ms: Sequence[float], hist: RunStats) -> tuple[np.ndarray, float]:
+    """The baseline samples (ms) to compare with, and their median (ms).
+
+    With >= 3 stored runs the newest run's samples are moved (in log space) so that their median
+    is the history's centre: their shape is the newest run's, their level the history's.
+    """
+    lb = _log_samples(baseline_ms, "baseline")
+    if hist.center is not None:
+        return np.exp(lb - float(np.median(lb)) + hist.center), math.exp(hist.center)
+    return np.exp(lb), float(np.median(np.asarray(baseline_ms, dtype=np.float64)))
+
+
+def within_prediction_limits(current_median_ms: float, hist: RunStats) -> tuple[bool, bool]:
+    """``(above_upper, below_lower)``: is the current median beyond the history's 99% limits?
+
+    Both are True when the history is too short (< 5 runs) for a prediction limit.
+    """
+    x = math.log(current_median_ms)
+    return (hist.upper_limit is None or x > hist.upper_limit,
+            hist.lower_limit is None or x < hist.lower_limit)
+
+
+def shift_verdict(
+    ratio: float,
+    ci: tuple[float, float],
+    p_slower: float,
+    p_faster: float,
+    *,
+    floor: float,
+    alpha: float,
+    above_limit: bool = True,
+    below_limit: bool = True,
+) -> tuple[Verdict, str | None]:
+    """The verdict and its note from the evidence (pure; see the module doc for the rule).
+
+    ``ratio`` is the Hodges–Lehmann ratio, ``ci`` the CI of the median ratio, ``floor`` the
+    effect floor T (fraction), ``above_limit``/``below_limit`` from :func:`within_prediction_limits`.
+    """
+    lo, hi = math.log(ci[0]), math.log(ci[1])
+    up_gate, down_gate = math.log1p(floor), -math.log1p(floor)
+    log_ratio = math.log(ratio)
+    slower = p_slower < alpha and log_ratio > up_gate and lo > 0
+    faster = p_faster < alpha and log_ratio < down_gate and hi < 0
+    if slower and above_limit:
+        return Verdict.REGRESSED, None
+    if faster and below_limit:
+        return Verdict.IMPROVED, None
+    if lo < 0 < hi and hi > up_gate:
+        return Verdict.INCONCLUSIVE, (
+            f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} spans both 1 and "
+            f"1+T={format_ratio(1 + floor)}: not enough evidence either way"
+        )
+    if slower:
+        return Verdict.UNCHANGED, "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    if faster:
+        return Verdict.UNCHANGED, "beyond the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    if (p_slower < alpha and lo > 0) or (p_faster < alpha and hi < 0):
+        return Verdict.UNCHANGED, (
+            f"significant but within the effect floor: {format_pct(ratio - 1)} is inside ±{floor * 100:.1f}%"
+        )
+    if p_slower < alpha or p_faster < alpha:
+        return Verdict.UNCHANGED, "rank test significant but the CI of the ratio includes 1"
+    return Verdict.UNCHANGED, None
+
+
 def decide(
     current_ms: Sequence[float],
     baseline_ms: Sequence[float] | None,
     *,
-    threshold: float = 0.05,
-    alpha: float = 0.01,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
     benchmark_id: str = "benchmark",
     baseline_file: str | None = None,
     run_medians_ms: Sequence[float] | None = None,
@@ -280,103 +379,43 @@ def decide(
     ``threshold`` is the smallest relative slowdown that may fail a test (0.05 = 5%); ``alpha``
     the significance level of the one-sided Mann–Whitney U tests. Pure and deterministic (seeded
     bootstrap). Raises ``ValueError`` for empty, non-finite or non-positive samples or bad options.
+    Prefer :func:`pytest_gpuperf.gate.judge`, which adds confirmation, normalization and telemetry.
     """
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    _log_samples(current_ms, "current")
     cur = np.asarray(current_ms, dtype=np.float64)
-    _log_samples(cur, "current")
     if confirmation_ms is not None:
-        conf = np.asarray(confirmation_ms, dtype=np.float64)
-        _log_samples(conf, "confirmation")
-        cur = np.concatenate([cur, conf])
+        _log_samples(confirmation_ms, "confirmation")
+        cur = np.concatenate([cur, np.asarray(confirmation_ms, dtype=np.float64)])
     cur_med = float(np.median(cur))
+    common: dict = dict(benchmark_id=benchmark_id, current_median_ms=cur_med, threshold=threshold,
+                        alpha=alpha, baseline_file=baseline_file)
     if baseline_ms is None or len(baseline_ms) == 0:
-        return Comparison(
-            verdict=Verdict.NO_BASELINE,
-            benchmark_id=benchmark_id,
-            current_median_ms=cur_med,
-            threshold=threshold,
-            alpha=alpha,
-            baseline_file=baseline_file,
-            runs=0,
-        )
+        return Comparison(verdict=Verdict.NO_BASELINE, runs=0, **common)
     hist = run_stats(run_medians_ms)
-    lc, lb = _log_samples(cur, "current"), _log_samples(baseline_ms, "baseline")
-    if hist.center is not None:  # the history sets the level, the newest run the shape
-        lb = lb - float(np.median(lb)) + hist.center
-        base_med = math.exp(hist.center)
-    else:
-        base_med = float(np.median(np.asarray(baseline_ms, dtype=np.float64)))
-    floor = threshold
-    if hist.runs >= MIN_RUNS_FOR_FLOOR and hist.sd is not None:
-        floor = max(threshold, math.expm1(FLOOR_SDS * hist.sd))
-    ratio = float(np.exp(np.median(np.subtract.outer(lc, lb))))
-    common = dict(
-        benchmark_id=benchmark_id,
-        current_median_ms=cur_med,
-        baseline_median_ms=base_med,
-        ratio=ratio,
-        threshold=threshold,
-        alpha=alpha,
-        baseline_file=baseline_file,
-        floor=floor,
-        runs=max(1, hist.runs),
-        run_sd=hist.sd,
-        prediction_limit=(math.exp(hist.upper_limit - hist.center) if hist.upper_limit is not None and hist.center is not None else None),
+    base, base_med = recentred_baseline(baseline_ms, hist)
+    floor = effect_floor(threshold, hist)
+    common.update(
+        baseline_median_ms=base_med, ratio=hodges_lehmann_ratio(cur, base), floor=floor,
+        runs=max(1, hist.runs), run_sd=hist.sd,
+        prediction_limit=(math.exp(hist.upper_limit - hist.center)
+                          if hist.upper_limit is not None and hist.center is not None else None),
     )
-    if lc.size < 2 or lb.size < 2:
-        return Comparison(
-            verdict=Verdict.UNCHANGED,
-            note="too few samples for a statistical test (run with --gpuperf)",
-            **common,
-        )
-    from scipy import stats as sps
-
-    p_slower = float(sps.mannwhitneyu(lc, lb, alternative="greater").pvalue)
-    p_faster = float(sps.mannwhitneyu(lc, lb, alternative="less").pvalue)
-    lo, hi = _bootstrap_log_ci(lc, lb, RATIO_CONFIDENCE, BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES)
-    ci = (math.exp(lo), math.exp(hi))
-    up_gate, down_gate = math.log1p(floor), -math.log1p(floor)
-    log_cur = float(np.median(lc))
-    above_limit = hist.upper_limit is None or log_cur > hist.upper_limit
-    below_limit = hist.lower_limit is None or log_cur < hist.lower_limit
-    log_ratio = math.log(ratio)
-    verdict, note = Verdict.UNCHANGED, None
-    if p_slower < alpha and log_ratio > up_gate and lo > 0 and above_limit:
-        verdict = Verdict.REGRESSED
-    elif p_faster < alpha and log_ratio < down_gate and hi < 0 and below_limit:
-        verdict = Verdict.IMPROVED
-    elif lo < 0 < hi and hi > up_gate:
-        verdict = Verdict.INCONCLUSIVE
-        note = (
-            f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} spans both 1 and "
-            f"1+T={format_ratio(1 + floor)}: not enough evidence either way (measure longer: max_time)"
-        )
-    elif p_slower < alpha and log_ratio > up_gate and lo > 0 and not above_limit:
-        note = "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"
-    elif p_faster < alpha and log_ratio < down_gate and hi < 0 and not below_limit:
-        note = "beyond the effect floor but within the history's 99% prediction limit (run-to-run noise)"
-    elif (p_slower < alpha and lo > 0) or (p_faster < alpha and hi < 0):
-        note = (
-            f"significant but within the effect floor: {format_pct(ratio - 1)} is inside "
-            f"±{floor * 100:.1f}%"
-        )
-    elif p_slower < alpha or p_faster < alpha:
-        note = "rank test significant but the CI of the ratio includes 1"
-    confirmed = None
-    if confirmation_ms is not None:
-        confirmed = verdict is Verdict.REGRESSED
-    return Comparison(
-        verdict=verdict,
-        ratio_ci=ci,
-        p_slower=p_slower,
-        p_faster=p_faster,
-        note=note,
-        confirmed=confirmed,
-        **common,
-    )
+    if cur.size < 2 or base.size < 2:
+        return Comparison(verdict=Verdict.UNCHANGED, note="too few samples for a statistical test (run with --gpuperf)",
+                          **common)
+    p_slower, p_faster = rank_test(cur, base)
+    ci = median_ratio_ci(cur, base)
+    assert ci is not None
+    above, below = within_prediction_limits(float(np.exp(np.median(_log_samples(cur, "current")))), hist)
+    verdict, note = shift_verdict(common["ratio"], ci, p_slower, p_faster, floor=floor, alpha=alpha,
+                                  above_limit=above, below_limit=below)
+    return Comparison(verdict=verdict, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
+                      confirmed=(verdict is Verdict.REGRESSED) if confirmation_ms is not None else None,
+                      **common)
 
 
 def downgrade_throttled(c: Comparison, reason: str | None) -> Comparison:
@@ -433,10 +472,14 @@ class MemoryComparison:
     def failed(self) -> bool:
         return self.verdict is Verdict.REGRESSED or self.over_budget
 
-    def messages(self) -> list[str]:
-        """Failure messages (empty when the comparison passes)."""
+    def messages(self, *, include_regression: bool = True) -> list[str]:
+        """Failure messages (empty when the comparison passes).
+
+        ``include_regression=False`` reports the hard budget only (what still fails while
+        baselines are being updated).
+        """
         out = []
-        if self.verdict is Verdict.REGRESSED:
+        if self.verdict is Verdict.REGRESSED and include_regression:
             assert self.baseline_bytes is not None
             change = format_pct(self.change) if self.change is not None else "baseline allocated nothing"
             out.append(

@@ -68,6 +68,16 @@ def is_oom(exc: BaseException | None) -> bool:
     return oom is not None and isinstance(exc, oom)
 
 
+def oom_message(where: str, device: Any, budget: str, peak_bytes: int | None, exc: BaseException) -> str:
+    """The one-line message of an out-of-memory error: where, on which device, the budget (text,
+    e.g. ``"max_memory 2 GiB"``), the peak so far (bytes; None where not tracked) and the error."""
+    from .units import format_bytes
+
+    peak = format_bytes(peak_bytes) if peak_bytes is not None else "not tracked on the CPU"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"out of memory {where} on {device}: {budget}, peak so far {peak} ({type(exc).__name__}: {first})"
+
+
 def free_cached_memory(device: Any) -> None:
     """Collect garbage and return cached CUDA blocks, so the next test starts clean after an OOM."""
     gc.collect()
@@ -268,11 +278,8 @@ class MemoryBudget:
         failure: str | None = None
         details: str | None = None
         if is_oom(exc):
-            failure = (
-                f"out of memory inside the memory_budget block on {report.device}: budget "
-                f"{format_bytes(self._budget_bytes)}, peak so far {format_bytes(report.peak_bytes)} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-            )
+            failure = oom_message("inside the memory_budget block", report.device,
+                                  f"budget {format_bytes(self._budget_bytes)}", report.peak_bytes, exc)
             details = cuda_memory_summary(self._device)
             free_cached_memory(self._device)
         elif exc_type is None and report.peak_bytes > self._budget_bytes:

@@ -51,6 +51,31 @@ class BenchOptions:
 
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(BenchOptions))
 
+#: The defaults, from the one place they are written (the dataclass above).
+DEFAULTS = BenchOptions()
+
+#: One line of help per option (plain text: ``%`` is literal), with the default from :data:`DEFAULTS`.
+OPTION_HELP: dict[str, str] = {
+    "group": "group name shown in the summary table",
+    "warmup_time": f"seconds of warmup before timing (at least 3 calls; default {DEFAULTS.warmup_time:g})",
+    "min_rounds": f"minimum timed rounds (default {DEFAULTS.min_rounds})",
+    "max_rounds": f"maximum timed rounds (default {DEFAULTS.max_rounds})",
+    "max_time": f"seconds of timed rounds per benchmark (default {DEFAULTS.max_time:g})",
+    "target_precision": "stop early when the 95% CI half-width of the median is below this fraction "
+                        f"(default {DEFAULTS.target_precision:g}; 0 disables)",
+    "threshold": f"smallest relative slowdown that fails a test (default {DEFAULTS.threshold:g} = "
+                 f"{DEFAULTS.threshold * 100:g}%)",
+    "alpha": f"significance level of the one-sided Mann-Whitney U test (default {DEFAULTS.alpha:g})",
+    "flush_l2": "CUDA: overwrite a buffer of twice the L2 size before each timed call (default false)",
+    "cuda_graph": "CUDA: capture the call in a CUDA graph and time replays (default false)",
+    "device": "auto, cpu, cuda or cuda:N (default auto: CUDA when available)",
+    "memory_threshold": f"relative growth of peak memory (plus 1 MiB) that fails a test (default {DEFAULTS.memory_threshold:g})",
+    "max_memory": "hard budget for the benchmarked call's peak memory, e.g. '2 GiB' (default none)",
+    "expect_bottleneck": "expected bottleneck class(es): compute, memory, overhead, sync, transfer, data",
+    "history": f"baseline runs kept per benchmark (default {DEFAULTS.history})",
+    "confirm": f"extra measurements when a first one says regressed (default {DEFAULTS.confirm})",
+}
+
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
 CLI_OPTIONS: tuple[str, ...] = ("threshold", "alpha", "max_time", "device", "confirm")
 
@@ -162,6 +187,39 @@ def convert(name: str, value: Any, where: str = "") -> Any:
         raise OptionError(f"{where}: {exc}" if where else str(exc)) from None
 
 
+def _checked(opts: BenchOptions, where: str) -> BenchOptions:
+    if opts.max_rounds < opts.min_rounds:
+        raise OptionError(
+            f"{where}: max_rounds={opts.max_rounds} is smaller than min_rounds={opts.min_rounds}"
+        )
+    return opts
+
+
+def resolve_session(cli: Mapping[str, Any] | None = None, ini: Mapping[str, Any] | None = None) -> BenchOptions:
+    """The session's defaults: command line over ini over :data:`DEFAULTS` (resolved once).
+
+    ``None`` values mean "not set". Raises :class:`OptionError` naming the source of a bad value.
+    """
+    values: dict[str, Any] = {}
+    for source, label in ((ini or {}, "ini"), (cli or {}, "command line")):
+        for name, value in source.items():
+            if value is not None:
+                values[name] = convert(name, value, f"{label} {name}")
+    return _checked(BenchOptions(**values), "command line/ini")
+
+
+def with_marker(session: BenchOptions, marker: Mapping[str, Any] | None, *,
+                where: str = "gpu_bench marker") -> BenchOptions:
+    """The options of one test: its marker's values over the session's (see :func:`resolve_session`).
+
+    Raises :class:`OptionError` for an unknown name or a bad value, naming ``where``.
+    """
+    marker = dict(marker or {})
+    check_names(marker, where)
+    values = {name: convert(name, value, where) for name, value in marker.items()}
+    return _checked(dataclasses.replace(session, **values), where)
+
+
 def resolve(
     marker: Mapping[str, Any] | None = None,
     cli: Mapping[str, Any] | None = None,
@@ -174,17 +232,4 @@ def resolve(
     ``None`` values in ``cli`` and ``ini`` mean "not set". Raises :class:`OptionError` for an
     unknown name (in ``marker``) or a bad value, naming the source.
     """
-    marker = dict(marker or {})
-    check_names(marker, where)
-    values: dict[str, Any] = {}
-    for source, label in ((ini or {}, "ini"), (cli or {}, "command line"), (marker, where)):
-        for name, value in source.items():
-            if value is None and source is not marker:
-                continue
-            values[name] = convert(name, value, label if source is marker else f"{label} {name}")
-    opts = BenchOptions(**values)
-    if opts.max_rounds < opts.min_rounds:
-        raise OptionError(
-            f"{where}: max_rounds={opts.max_rounds} is smaller than min_rounds={opts.min_rounds}"
-        )
-    return opts
+    return with_marker(resolve_session(cli, ini), marker, where=where)

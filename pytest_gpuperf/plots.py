@@ -292,7 +292,7 @@ def _row_floor(row: dict[str, Any], threshold: float) -> float:
     return threshold
 
 
-def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], threshold: float = 0.05) -> str:
+def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], threshold: float | None = None) -> str:
     """Write the suite's forest plot of current/baseline ratios as a PNG; return its path.
 
     ``rows``: one dict per benchmark with ``name`` and the keys of
@@ -306,7 +306,7 @@ def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], th
     the right edge the ratio and the verdict in words. The x axis is logarithmic, so a 2x slowdown
     and a 2x speedup are equally far from the vertical line at 1.
 
-    The grey band is [1/(1+T), 1+T] for T = ``threshold`` (fraction: 0.05 = 5%). A row whose own
+    The grey band is [1/(1+T), 1+T] for T = ``threshold`` (fraction: 0.05 = 5%; default the plugin's). A row whose own
     effect floor (``floor``, else its ``threshold``) differs from it gets ``[`` and ``]`` marks at
     its own 1/(1+T_row) and 1+T_row, and ``T=...%`` in its right-hand label. The figure is 0.3 in
     taller per row (width grows with the longest name, which is cut from the left beyond 70
@@ -323,6 +323,10 @@ def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], th
     fig = _new_figure(width, height)
     ax = fig.subplots()
 
+    if threshold is None:
+        from .options import DEFAULTS
+
+        threshold = DEFAULTS.threshold
     band_lo, band_hi = 1.0 / (1.0 + threshold), 1.0 + threshold
     ax.axvspan(band_lo, band_hi, color="#BBBBBB", alpha=0.45, linewidth=0, zorder=0)
     ax.axvline(1.0, color="black", linewidth=1.0, zorder=1)

@@ -9,34 +9,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
 from . import options as opts
-from .baseline import BaselineError, BaselineFile
+
+if TYPE_CHECKING:
+    from .baseline import BaselineFile
 
 STATE_KEY = pytest.StashKey["GpuPerfState"]()
 BENCH_KEY = pytest.StashKey["Any"]()
 
-_OPTION_HELP = {
-    "group": "group name shown in the summary table",
-    "warmup_time": "seconds of warmup before timing (at least 3 calls; default 0.025)",
-    "min_rounds": "minimum timed rounds (default 10)",
-    "max_rounds": "maximum timed rounds (default 10000)",
-    "max_time": "seconds of timed rounds per benchmark (default 1.0)",
-    "target_precision": "stop early when the 95%% CI half-width of the median is below this fraction (default 0.005; 0 disables)",
-    "threshold": "smallest relative slowdown that fails a test (default 0.05 = 5%%)",
-    "alpha": "significance level of the one-sided Mann-Whitney U test (default 0.01)",
-    "flush_l2": "CUDA: overwrite a buffer of twice the L2 size before each timed call (default false)",
-    "cuda_graph": "CUDA: capture the call in a CUDA graph and time replays (default false)",
-    "device": "auto, cpu, cuda or cuda:N (default auto: CUDA when available)",
-    "memory_threshold": "relative growth of peak memory (plus 1 MiB) that fails a test (default 0.02)",
-    "max_memory": "hard budget for the benchmarked call's peak memory, e.g. '2 GiB' (default none)",
-    "expect_bottleneck": "expected bottleneck class(es): compute, memory, overhead, sync, transfer, data",
-    "history": "baseline runs kept per benchmark (default 10)",
-    "confirm": "extra measurements when a first one says regressed (default 1)",
-}
 
 
 @dataclass
@@ -65,9 +49,8 @@ class GpuPerfState:
     strict: bool
     normalize: bool
     artifacts_dir: Path
-    thresholds: Any
-    cli: dict[str, Any]
-    ini: dict[str, Any]
+    thresholds: Any  # bottleneck.Thresholds from the ini, or None for the built-in ones
+    options: opts.BenchOptions  # the session's defaults: command line over ini over the built-in ones
     rootpath: Path
     recorded: list[Recorded] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -79,7 +62,7 @@ class GpuPerfState:
     plot_dir: Path | None = None
     verbose: int = 0
     workers_seen: int = 0
-    _baselines: dict[str, BaselineFile | None] = field(default_factory=dict)
+    _baselines: dict[str, "BaselineFile | None"] = field(default_factory=dict)
     _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def environment(self, device: Any) -> dict[str, Any]:
@@ -109,7 +92,7 @@ class GpuPerfState:
                     )
         return self._environments[key]
 
-    def baseline(self, path: Path) -> BaselineFile | None:
+    def baseline(self, path: Path) -> "BaselineFile | None":
         """Load (once per session) the baseline file at ``path``; raises BaselineError."""
         key = str(path)
         if key not in self._baselines:
@@ -156,6 +139,11 @@ def _reference_for(device: Any, measure: Any) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- options
 
 
+def _help(name: str) -> str:
+    """An option's help for argparse (which formats ``%``, so it is escaped)."""
+    return opts.OPTION_HELP[name].replace("%", "%%")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
     group.addoption("--gpuperf", action="store_true", default=False,
@@ -164,8 +152,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="measure and write baselines for the tests that pass (implies --gpuperf)")
     group.addoption("--gpuperf-baseline-dir", metavar="DIR", default=None,
                     help="folder of baseline files (ini gpuperf_baseline_dir; default: baselines/ under the rootdir)")
-    group.addoption("--gpuperf-device", metavar="DEVICE", default=None,
-                    help="auto|cpu|cuda|cuda:N (auto: CUDA when available)")
+    group.addoption("--gpuperf-device", metavar="DEVICE", default=None, help=_help("device"))
     group.addoption("--gpuperf-json", metavar="PATH", default=None,
                     help="write this run's results (baseline schema plus verdicts) to PATH")
     group.addoption("--gpuperf-memory-snapshot", metavar="DIR", default=None,
@@ -175,8 +162,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="classify every measured benchmark's bottleneck (compute/memory/overhead/sync/transfer/data)")
     group.addoption("--gpuperf-artifacts", metavar="DIR", default=None,
                     help="where chrome traces of regressed or misclassified benchmarks go (default .gpuperf/artifacts/)")
-    group.addoption("--gpuperf-confirm", metavar="N", default=None,
-                    help="extra measurements (fresh warmup) when a first one says regressed (default 1)")
+    group.addoption("--gpuperf-confirm", metavar="N", default=None, help=_help("confirm"))
     group.addoption("--gpuperf-strict", action="store_true", default=False,
                     help="fail inconclusive comparisons too (default: they pass with a warning)")
     group.addoption("--gpuperf-normalize", action="store_true", default=False,
@@ -185,17 +171,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write a Markdown summary (for a CI step summary or a PR comment) to PATH")
     group.addoption("--gpuperf-plot", metavar="DIR", default=None,
                     help="write PNG plots (per benchmark and a suite forest plot) under DIR; needs pytest-gpuperf[plot]")
-    group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None,
-                    help="smallest relative slowdown that fails a test (default 0.05)")
-    group.addoption("--gpuperf-alpha", metavar="P", default=None,
-                    help="significance level of the regression test (default 0.01)")
-    group.addoption("--gpuperf-max-time", metavar="SECONDS", default=None,
-                    help="seconds of timed rounds per benchmark (default 1.0)")
+    group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None, help=_help("threshold"))
+    group.addoption("--gpuperf-alpha", metavar="P", default=None, help=_help("alpha"))
+    group.addoption("--gpuperf-max-time", metavar="SECONDS", default=None, help=_help("max_time"))
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_bottleneck_thresholds",
                   "overrides of the classification thresholds, e.g. 'idle=0.6, data=0.4'", default="")
     for name in opts.OPTION_NAMES:
-        parser.addini(f"gpuperf_{name}", f"gpu_bench default: {_OPTION_HELP[name]}", default="")
+        parser.addini(f"gpuperf_{name}", f"gpu_bench default: {opts.OPTION_HELP[name]}", default="")
 
 
 def _cli_values(config: pytest.Config) -> dict[str, Any]:
@@ -217,9 +200,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "gpu_bench(**options): a performance benchmark measured by the gpu_bench fixture; options: "
         + ", ".join(opts.OPTION_NAMES),
     )
-    cli, ini = _cli_values(config), _ini_values(config)
     try:
-        opts.resolve(cli=cli, ini=ini)
+        session_options = opts.resolve_session(_cli_values(config), _ini_values(config))
     except opts.OptionError as exc:
         raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
     updating = bool(config.getoption("--gpuperf-update-baselines"))
@@ -253,12 +235,14 @@ def pytest_configure(config: pytest.Config) -> None:
     json_opt = config.getoption("--gpuperf-json")
     snap_opt = config.getoption("--gpuperf-memory-snapshot")
     art_opt = config.getoption("--gpuperf-artifacts")
-    from .bottleneck import Thresholds
+    thresholds = None  # the built-in classification thresholds
+    if config.getini("gpuperf_bottleneck_thresholds"):
+        from .bottleneck import Thresholds
 
-    try:
-        thresholds = Thresholds.parse(config.getini("gpuperf_bottleneck_thresholds") or "")
-    except ValueError as exc:
-        raise pytest.UsageError(f"pytest-gpuperf: ini gpuperf_bottleneck_thresholds: {exc}") from None
+        try:
+            thresholds = Thresholds.parse(config.getini("gpuperf_bottleneck_thresholds"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest-gpuperf: ini gpuperf_bottleneck_thresholds: {exc}") from None
     config.stash[STATE_KEY] = GpuPerfState(
         measuring=bool(config.getoption("--gpuperf")) or updating,
         updating=updating,
@@ -270,8 +254,7 @@ def pytest_configure(config: pytest.Config) -> None:
         normalize=bool(config.getoption("--gpuperf-normalize")),
         artifacts_dir=Path(config.invocation_params.dir, art_opt) if art_opt else config.rootpath / ".gpuperf" / "artifacts",
         thresholds=thresholds,
-        cli=cli,
-        ini=ini,
+        options=session_options,
         rootpath=config.rootpath,
         worker_id=worker_id,
         xdist_dir=xdist_dir,
@@ -304,8 +287,15 @@ def _marker_options(item: pytest.Item) -> dict[str, Any]:
     return merged
 
 
+OPTIONS_KEY = pytest.StashKey[opts.BenchOptions]()
+
+
 def _options_for(item: pytest.Item, state: GpuPerfState) -> opts.BenchOptions:
-    return opts.resolve(_marker_options(item), state.cli, state.ini, where=f"{item.nodeid}: gpu_bench marker")
+    """The item's options: its markers over the session's; merged once per item (raises OptionError)."""
+    if OPTIONS_KEY not in item.stash:
+        item.stash[OPTIONS_KEY] = opts.with_marker(state.options, _marker_options(item),
+                                                   where=f"{item.nodeid}: gpu_bench marker")
+    return item.stash[OPTIONS_KEY]
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -328,13 +318,25 @@ def _split_nodeid(nodeid: str) -> tuple[str, str]:
 
 
 @pytest.fixture
-def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
+def _gpuperf_measurer() -> Any:
+    """The timing backend of ``gpu_bench`` (a :class:`pytest_gpuperf.timing.Measurer`).
+
+    Not public API: the plugin's own tests override this fixture in an inner conftest to inject
+    scripted timings (``pytest_gpuperf._testing.ScriptedMeasurer``).
+    """
+    from .timing import Measurer
+
+    return Measurer()
+
+
+@pytest.fixture
+def gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Iterator[Any]:
     """Benchmark a callable: ``gpu_bench(fn, *args, **kwargs) -> BenchResult``.
 
     See :class:`pytest_gpuperf.bench.GpuBench`. Skips when the requested device is absent;
     errors (naming the file) when the module's baseline file is unusable.
     """
-    from .bench import GpuBench
+    from .bench import BenchContext, GpuBench
     from .timing import DeviceUnavailable, resolve_device
 
     state: GpuPerfState = request.config.stash[STATE_KEY]
@@ -355,7 +357,7 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
 
         env = state.environment(device)
         key = device_key(env)
-        from .baseline import baseline_path
+        from .baseline import BaselineError, baseline_path
 
         path = baseline_path(state.baseline_dir, key, module)
         try:
@@ -369,34 +371,33 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         )
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         if baseline is not None and env is not None:
-            entry = baseline.benchmarks.get(result.benchmark_id)
+            entry = baseline.get(result.benchmark_id)
             c = result.comparison
             if c is not None and c.verdict.value == "inconclusive" and not state.strict:
                 state.warnings.append(f"{module}::{result.benchmark_id}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
             if entry is not None:
                 from .drift import drift_ratios, drift_warning
 
-                drift = drift_warning(drift_ratios(env.get("reference"), (entry.get("environment") or {}).get("reference")))
+                drift = drift_warning(drift_ratios(env.get("reference"), entry.reference))
                 if drift:
                     state.warnings.append(f"{state.relpath(path)}: {drift}" + ("" if state.normalize else " (--gpuperf-normalize corrects for it)"))
                 from .environment import differences
 
-                diffs = differences(entry.get("environment"), env)
+                diffs = differences(entry.environment, env)
                 if diffs:
                     state.warnings.append(
                         f"{module}::{result.benchmark_id}: environment differs from the baseline's: "
                         + "; ".join(diffs)
                     )
 
-    bench = GpuBench(
+    bench = GpuBench(BenchContext(
         test_id=test_id,
         module=module,
         options=options,
         device=device,
         measuring=state.measuring,
-        baseline_entry=(baseline.benchmarks.get if baseline is not None else (lambda _id: None)),
+        baseline=baseline,
         baseline_file=state.relpath(path) if path else None,
-        on_result=on_result,
         snapshot_dir=str(state.snapshot_dir) if state.snapshot_dir else None,
         classify=state.classify,
         thresholds=state.thresholds,
@@ -406,7 +407,8 @@ def gpu_bench(request: pytest.FixtureRequest) -> Iterator[Any]:
         normalize=state.normalize,
         device_lock=lambda: state.device_lock(device),
         progress=_progress_writer(request.config, item.nodeid) if state.verbose > 0 and state.measuring else None,
-    )
+        measurer=_gpuperf_measurer,
+    ), on_result)
     item.stash[BENCH_KEY] = bench
     yield bench
 
@@ -499,24 +501,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if bench is None or report.when != "call" or not report.passed or not bench.results:
         return
     state: GpuPerfState = item.config.stash[STATE_KEY]
+    messages = []
+    for r in bench.results:
+        messages.extend(r.failures(strict=state.strict, updating=state.updating, label=f"{bench.module}::{r.benchmark_id}"))
+        if r.top_ops:
+            report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
     if state.updating:
-        problem = _write_baselines(state, item)
+        # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).
+        problem = ("baseline not updated: " + "\n".join(messages)) if messages else _write_baselines(state, item)
         if problem:
             report.outcome = "failed"
             report.longrepr = problem
         return
-    messages = [r.comparison.message() for r in bench.results
-                if r.comparison is not None and r.comparison.fails(state.strict)]
-    for r in bench.results:
-        if r.memory_comparison is not None:
-            messages.extend(r.memory_comparison.messages())
-        mismatch = r.bottleneck_message()
-        if mismatch:
-            messages.append(f"{bench.module}::{r.benchmark_id}: {mismatch}")
-        if r.trace_path and r.comparison is not None and r.comparison.failed and not mismatch:
-            messages.append(f"{bench.module}::{r.benchmark_id}: trace of the profiled calls: {r.trace_path}")
-        if r.top_ops:
-            report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
     if messages:
         report.outcome = "failed"
         report.longrepr = "\n".join(messages)
@@ -524,7 +520,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def _write_baselines(state: GpuPerfState, item: pytest.Item) -> str | None:
     """Write the item's measurements into its baseline file; returns an error message or None."""
-    from .baseline import update
+    from .baseline import BaselineError, update
     from .environment import git_commit, utc_now
     from .report import result_entry
 
@@ -635,12 +631,11 @@ def _worker_payload(state: GpuPerfState) -> dict[str, Any]:
 
 def _merge_workers(state: GpuPerfState) -> None:
     """Controller: add every pytest-xdist worker's measurements to this session's."""
+    if state.xdist_dir is None:
+        return
     import json
 
     from .report import result_from_entry
-
-    if state.xdist_dir is None:
-        return
     for path in sorted(state.xdist_dir.glob("worker-*.json")):
         state.workers_seen += 1
         try:
@@ -686,7 +681,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _write_plots(state: GpuPerfState) -> None:
-    from .baseline import load
+    from .baseline import BaselineError, load
     from .plots import plot_benchmark, plot_forest, safe_filename
     from .report import comparison_dict
 
@@ -700,20 +695,19 @@ def _write_plots(state: GpuPerfState) -> None:
             base = load(rec.baseline_path)
         except BaselineError:
             continue
-        entry = base.benchmarks.get(rec.result.benchmark_id) if base else None
+        entry = base.get(rec.result.benchmark_id) if base else None
         if entry is None:
             continue
         d = comparison_dict(c)
         try:
-            plot_benchmark(name, rec.result.samples_ms, entry["samples_ms"], d,
+            plot_benchmark(name, rec.result.samples_ms, entry.samples_ms, d,
                            state.plot_dir / f"{safe_filename(name)}.png")
         except (ValueError, OSError) as exc:  # a plot never takes the session down
             state.warnings.append(f"could not plot {name}: {exc}")
         rows.append(dict(d, name=name))
     if rows:
-        threshold = opts.resolve(cli=state.cli, ini=state.ini).threshold
         try:
-            plot_forest(rows, state.plot_dir / "forest.png", threshold=threshold)
+            plot_forest(rows, state.plot_dir / "forest.png", threshold=state.options.threshold)
         except (ValueError, OSError) as exc:
             state.warnings.append(f"could not write the forest plot: {exc}")
 

@@ -189,7 +189,7 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
     """
     from .bottleneck import Bottleneck, Evidence
     from .compare import Comparison, MemoryComparison, Verdict
-    from .stats import Outliers
+    from .stats import STAT_FIELDS, Outliers
 
     def comparison(d: dict[str, Any] | None) -> Comparison | None:
         if not d:
@@ -240,8 +240,7 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         group=entry.get("group"),
         smoke=bool(entry.get("smoke", False)),
         options=options,
-        **{k: stats[k] for k in ("mean_ms", "std_ms", "min_ms", "max_ms", "median_ms", "p5_ms", "p25_ms",
-                                 "p75_ms", "p90_ms", "p95_ms", "p99_ms", "iqr_ms")},
+        **{k: stats[k] for k in STAT_FIELDS},
     )
 
 
@@ -251,8 +250,7 @@ _MARK = {"regressed": "[REGRESSED]", "inconclusive": "[INCONCLUSIVE]", "improved
 
 
 def _failing(r: BenchResult, strict: bool) -> bool:
-    c, m = r.comparison, r.memory_comparison
-    return bool((c is not None and c.fails(strict)) or (m is not None and m.failed) or r.misclassified)
+    return bool(r.failures(strict=strict))
 
 
 def markdown(

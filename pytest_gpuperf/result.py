@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compare import Comparison, MemoryComparison
-from .stats import Outliers, summarize
+from .stats import STAT_FIELDS, Outliers, summarize
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,30 @@ class BenchResult:
             text += f"; trace: {self.trace_path}"
         return text
 
+    def failures(self, *, strict: bool = False, updating: bool = False, label: str | None = None) -> list[str]:
+        """Why this result fails its test, one message each (empty: it passes).
+
+        The one place that decides pass or fail, for the plugin and the reports alike: a timing
+        regression (or, ``strict``, an inconclusive comparison), a memory regression, a peak over
+        ``max_memory``, a misclassified bottleneck. While ``updating`` baselines only the hard
+        checks count (``max_memory``, ``expect_bottleneck``): a new baseline may be slower than the
+        old one, but never over its own budget. ``label`` names the benchmark in messages that do
+        not carry its full id (default ``benchmark_id``).
+        """
+        label = label or self.benchmark_id
+        out: list[str] = []
+        c, m = self.comparison, self.memory_comparison
+        mismatch = self.bottleneck_message()
+        if c is not None and c.fails(strict) and not updating:
+            out.append(c.message())
+            if self.trace_path and not mismatch:
+                out.append(f"{label}: trace of the profiled calls: {self.trace_path}")
+        if m is not None:
+            out.extend(m.messages(include_regression=not updating))
+        if mismatch:
+            out.append(f"{label}: {mismatch}")
+        return out
+
     @property
     def iqr_fraction(self) -> float:
         """IQR as a fraction of the median (a relative noise measure, dimensionless)."""
@@ -102,7 +126,7 @@ class BenchResult:
     ) -> "BenchResult":
         """Build a result, computing every statistic from ``samples_ms`` (ms)."""
         s = summarize(samples_ms)
-        stats = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "n"}
+        stats = {name: getattr(s, name) for name in STAT_FIELDS + ("median_ci_ms", "outliers")}
         return cls(
             name=name,
             device=device,
@@ -116,9 +140,7 @@ class BenchResult:
 
     def stats_dict(self) -> dict[str, Any]:
         """The summary statistics as a JSON-ready dict (ms; CI as a 2-list; outlier counts)."""
-        keys = ("mean_ms", "std_ms", "min_ms", "max_ms", "median_ms", "p5_ms", "p25_ms",
-                "p75_ms", "p90_ms", "p95_ms", "p99_ms", "iqr_ms")
-        out: dict[str, Any] = {k: getattr(self, k) for k in keys}
+        out: dict[str, Any] = {k: getattr(self, k) for k in STAT_FIELDS}
         out["median_ci_ms"] = list(self.median_ci_ms) if self.median_ci_ms else None
         out["outliers"] = dataclasses.asdict(self.outliers)
         return out

@@ -6,6 +6,7 @@ returns plain floats in milliseconds unless its name says otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -62,6 +63,12 @@ class Summary:
     iqr_ms: float
     median_ci_ms: tuple[float, float] | None
     outliers: Outliers
+
+
+#: The scalar statistics (ms) of :class:`Summary`, in its order: the names every report and
+#: baseline entry uses (``stats`` objects, :class:`~pytest_gpuperf.result.BenchResult` fields).
+STAT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Summary)
+                                     if f.name not in ("n", "median_ci_ms", "outliers"))
 
 
 def _as_array(samples_ms: Sequence[float]) -> np.ndarray:

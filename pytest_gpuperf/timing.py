@@ -37,6 +37,8 @@ CUDA_MIN_ROUND_S = 20e-6
 CUDA_BLOCK_S = 0.05
 
 Setup = Callable[[], Any]
+#: A monotonic clock in nanoseconds (default ``time.perf_counter_ns``); tests inject a fake one.
+Clock = Callable[[], int]
 #: ``progress(rounds_done, elapsed_s, current_median_ms)``, called about every PROGRESS_EVERY_S.
 Progress = Callable[[int, float, float], None]
 #: Interval of progress reports in verbose mode (s).
@@ -117,22 +119,28 @@ def prepare_call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
 class _RoundLoop:
     """Decides when to stop timing rounds (shared by both backends)."""
 
-    def __init__(self, options: BenchOptions, fixed_rounds: int | None, progress: Progress | None = None) -> None:
+    def __init__(self, options: BenchOptions, fixed_rounds: int | None, progress: Progress | None = None,
+                 clock: Clock = time.perf_counter_ns) -> None:
         import scipy.stats  # noqa: F401  (imported here so its import never eats the time budget)
 
         self.o = options
         self.fixed = fixed_rounds
-        self.start = time.perf_counter()
+        self.clock = clock
+        self.start = self.now()
         self.next_check = options.min_rounds
         self.progress = progress
         self.next_progress = self.start + PROGRESS_EVERY_S
 
+    def now(self) -> float:
+        """The clock in seconds."""
+        return self.clock() / 1e9
+
     def done(self, samples: list[float]) -> bool:
         n = len(samples)
-        if self.progress is not None and n and time.perf_counter() >= self.next_progress:
+        if self.progress is not None and n and self.now() >= self.next_progress:
             import statistics
 
-            now = time.perf_counter()
+            now = self.now()
             self.progress(n, now - self.start, statistics.median(samples))
             self.next_progress = now + PROGRESS_EVERY_S
         if self.fixed is not None:
@@ -141,7 +149,7 @@ class _RoundLoop:
             return True
         if n < self.o.min_rounds:
             return False
-        if time.perf_counter() - self.start >= self.o.max_time:
+        if self.now() - self.start >= self.o.max_time:
             return True
         if self.o.target_precision > 0 and n >= self.next_check:
             self.next_check = n + max(self.o.min_rounds, n // 4)
@@ -162,46 +170,47 @@ def _warmup(
     warmup_time: float,
     warmup_rounds: int | None,
     sync: Callable[[], None],
+    clock: Clock = time.perf_counter_ns,
 ) -> tuple[int, float, Any]:
     """Warm up; return (calls made, estimated seconds per call, last return value)."""
     calls, value = 0, None
-    t0 = time.perf_counter()
+    t0 = clock()
     per_call: list[float] = []
+
+    def timed_call() -> Any:
+        a, k = prepare_call(fn, args, kwargs, setup)
+        sync()
+        s = clock()
+        out = fn(*a, **k)
+        sync()
+        per_call.append((clock() - s) / 1e9)
+        return out
+
     while True:
         if warmup_rounds is not None:
             if calls >= warmup_rounds:
                 break
-        elif calls >= MIN_WARMUP_CALLS and time.perf_counter() - t0 >= warmup_time:
+        elif calls >= MIN_WARMUP_CALLS and (clock() - t0) / 1e9 >= warmup_time:
             break
-        a, k = prepare_call(fn, args, kwargs, setup)
-        sync()
-        s = time.perf_counter()
-        value = fn(*a, **k)
-        sync()
-        per_call.append(time.perf_counter() - s)
+        value = timed_call()
         calls += 1
-    if len(per_call) < 2:  # estimate from two more calls when warmup was (nearly) skipped
-        for _ in range(2 - len(per_call)):
-            a, k = prepare_call(fn, args, kwargs, setup)
-            sync()
-            s = time.perf_counter()
-            value = fn(*a, **k)
-            sync()
-            per_call.append(time.perf_counter() - s)
+    while len(per_call) < 2:  # estimate from two more calls when warmup was (nearly) skipped
+        value = timed_call()
     # the later half of the warmup is the best guide to steady state (first calls are cold)
     late = sorted(per_call[len(per_call) // 2:])
     estimate = late[len(late) // 2]
     return calls, max(estimate, 1e-9), value
 
 
-def time_once(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
+def time_once(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any,
+              clock: Clock = time.perf_counter_ns) -> Timing:
     """Smoke mode: call ``fn`` exactly once (synchronized wall time, no warmup, no statistics)."""
     sync = _sync_for(device)
     sync()
-    t0 = time.perf_counter_ns()
+    t0 = clock()
     value = fn(*args, **kwargs)
     sync()
-    ms = (time.perf_counter_ns() - t0) / 1e6
+    ms = (clock() - t0) / 1e6
     return Timing(samples_ms=(max(ms, 1e-6),), rounds=1, calls_per_round=1, warmup_rounds=0, value=value)
 
 
@@ -224,23 +233,49 @@ def measure(
     rounds: int | None = None,
     warmup_rounds: int | None = None,
     progress: Progress | None = None,
+    clock: Clock = time.perf_counter_ns,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
     ``rounds``/``warmup_rounds`` fix those counts (pedantic mode); ``setup`` runs untimed before
     every round and forces one call per round. ``progress`` is called about once a second with
-    (rounds done, elapsed s, current median ms). Exceptions from ``fn`` propagate unchanged.
+    (rounds done, elapsed s, current median ms). ``clock`` (ns) times CPU rounds and every time
+    budget (warmup, ``max_time``); CUDA rounds are timed with CUDA events. Exceptions from ``fn``
+    propagate unchanged.
     """
     if getattr(device, "type", "cpu") == "cuda":
-        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress)
-    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress)
+        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress, clock)
+    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress, clock)
 
 
-def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress=None) -> Timing:
-    clock = time.perf_counter_ns
-    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, lambda: None)
+class Measurer:
+    """The fixture's timing backend: :func:`measure` and :func:`time_once` with one clock.
+
+    The default times for real (``time.perf_counter_ns`` on the CPU, CUDA events on a GPU).
+    The plugin takes it from the ``_gpuperf_measurer`` fixture, which a test suite may override
+    (the plugin's own tests inject scripted timings this way; see ``pytest_gpuperf._testing``).
+    """
+
+    def __init__(self, clock: Clock = time.perf_counter_ns) -> None:
+        self.clock = clock
+
+    def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
+                setup: Setup | None = None, rounds: int | None = None, warmup_rounds: int | None = None,
+                progress: Progress | None = None) -> Timing:
+        """Warm up and time rounds of ``fn`` (see :func:`measure`); per-call times in ms."""
+        return measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
+                       warmup_rounds=warmup_rounds, progress=progress, clock=self.clock)
+
+    def once(self, fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
+        """Smoke mode: one synchronized call (see :func:`time_once`)."""
+        return time_once(fn, args, kwargs, device, clock=self.clock)
+
+
+def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress=None,
+                 clock: Clock = time.perf_counter_ns) -> Timing:
+    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, lambda: None, clock)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
-    loop = _RoundLoop(options, rounds, progress)
+    loop = _RoundLoop(options, rounds, progress, clock)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
@@ -258,21 +293,23 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progre
     return Timing(tuple(samples), len(samples), cpr, n_warm, value)
 
 
-def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None) -> Timing:
+def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
+                  clock: Clock = time.perf_counter_ns) -> Timing:
     import torch
 
     with torch.cuda.device(device):
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
         if options.cuda_graph:
-            return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress)
-        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync)
+            return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress,
+                                       clock)
+        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
         batch_ok = setup is None and not options.flush_l2
         if batch_ok:
             est = min(est, _cuda_event_estimate(fn, args, kwargs))
         cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if batch_ok else 1
         flush = _l2_flusher(device) if options.flush_l2 else None
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-        loop = _RoundLoop(options, rounds, progress)
+        loop = _RoundLoop(options, rounds, progress, clock)
         samples: list[float] = []
         with gc_disabled():
             while not loop.done(samples):
@@ -320,7 +357,8 @@ def _l2_flusher(device: Any) -> Callable[[], None]:
     return buf.zero_
 
 
-def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None) -> Timing:
+def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
+                        clock: Clock = time.perf_counter_ns) -> Timing:
     """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
     import torch
 
@@ -328,7 +366,7 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
-        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync)
+        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
         if setup is None:
             est = min(est, _cuda_event_estimate(fn, args, kwargs))
     torch.cuda.current_stream(device).wait_stream(side)
@@ -344,7 +382,7 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     sync()
     flush = _l2_flusher(device) if options.flush_l2 else None
     block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-    loop = _RoundLoop(options, rounds, progress)
+    loop = _RoundLoop(options, rounds, progress, clock)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):

@@ -6,36 +6,31 @@ import json
 
 import pytest
 
+from scripted import script_timings, set_timings
+
 pytest_plugins = ["pytester"]
 
 RUN = ("-p", "no:cacheprovider")
 
-# The first 35 calls (5 warmup + 30 rounds of the first measurement) do twice the work when
-# slowfirst.txt exists; work.txt scales the work of every call.
+# Timings are scripted (tests/scripted.py): the verdicts below are the same on any machine.
 BENCH = """
-import itertools, pathlib
 import pytest
-
-HERE = pathlib.Path(__file__).parent
-calls = itertools.count()
-
-def work(n):
-    s = 0
-    for i in range(n):
-        s += i
-    return s
-
-def fn():
-    k = next(calls)
-    factor = float(HERE.joinpath("work.txt").read_text()) if HERE.joinpath("work.txt").exists() else 1.0
-    if HERE.joinpath("slowfirst.txt").exists() and k < 35:
-        factor *= 2
-    return work(int(10000 * factor))
 
 @pytest.mark.gpu_bench(confirm=2, threshold=0.3, device="cpu")
 def test_loop(gpu_bench):
-    gpu_bench.pedantic(fn, rounds=30, warmup_rounds=5)
+    gpu_bench.pedantic(sum, args=(range(100),), rounds=30, warmup_rounds=5)
 """
+STEADY = {"ms": 1.0, "cv": 0.02, "seed": 1}
+RERUN = {"ms": 1.0, "cv": 0.02, "seed": 2}
+# The first 35 calls (5 warmup + the 30 rounds of the first measurement) take twice as long.
+SLOW_FIRST = dict(RERUN, slow_calls=35, slow_factor=2.0)
+TWICE_AS_SLOW = {"ms": 2.0, "cv": 0.02, "seed": 3}
+
+
+def _record(pytester: pytest.Pytester, bench: str = BENCH) -> None:
+    pytester.makepyfile(test_bench=bench)
+    script_timings(pytester, STEADY)
+    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
 
 
 def _entry(pytester: pytest.Pytester) -> dict:
@@ -44,9 +39,8 @@ def _entry(pytester: pytest.Pytester) -> dict:
 
 
 def test_one_off_slow_first_measurement_is_not_confirmed(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=BENCH)
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
-    pytester.path.joinpath("slowfirst.txt").write_text("1")
+    _record(pytester)
+    set_timings(pytester, SLOW_FIRST)
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
     rec.assert_outcomes(passed=1)
     rec.stdout.fnmatch_lines(["*test_loop*not confirmed*"])
@@ -56,9 +50,8 @@ def test_one_off_slow_first_measurement_is_not_confirmed(pytester: pytest.Pytest
 
 
 def test_genuine_slowdown_is_confirmed_and_fails(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=BENCH)
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
-    pytester.path.joinpath("work.txt").write_text("2")
+    _record(pytester)
+    set_timings(pytester, TWICE_AS_SLOW)
     rec = pytester.runpytest("--gpuperf", *RUN)
     rec.assert_outcomes(failed=1)
     rec.stdout.fnmatch_lines(["*performance regression in test_bench.py::test_loop*confirmed on re-measure*"])
@@ -66,24 +59,20 @@ def test_genuine_slowdown_is_confirmed_and_fails(pytester: pytest.Pytester) -> N
 
 
 def test_no_confirmation_when_disabled(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=BENCH)
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
-    pytester.path.joinpath("slowfirst.txt").write_text("1")
+    _record(pytester)
+    set_timings(pytester, SLOW_FIRST)
     rec = pytester.runpytest("--gpuperf", "--gpuperf-confirm", "0", *RUN)
     rec.assert_outcomes(passed=1)  # the marker's confirm=2 wins over the command line
     bench = BENCH.replace("confirm=2, ", "")
-    pytester.makepyfile(test_bench=bench)
-    pytester.path.joinpath("slowfirst.txt").unlink()
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
-    pytester.path.joinpath("slowfirst.txt").write_text("1")
+    _record(pytester, bench)
+    set_timings(pytester, SLOW_FIRST)
     rec = pytester.runpytest("--gpuperf", "--gpuperf-confirm", "0", *RUN)
     rec.assert_outcomes(failed=1)  # no re-measure: the one-off slow measurement fails the test
     assert "confirmed" not in rec.stdout.str()
 
 
 def test_updates_append_history_and_old_single_run_file_upgrades(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=BENCH)
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    _record(pytester)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     # Rewrite the file as the schema-1 plugin wrote it: one run, no history.
     data = json.loads(path.read_text())
@@ -92,6 +81,7 @@ def test_updates_append_history_and_old_single_run_file_upgrades(pytester: pytes
     old.pop("history")
     old["schema_version"] = 1
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    set_timings(pytester, RERUN)
     rec = pytester.runpytest("--gpuperf", *RUN)
     rec.assert_outcomes(passed=1)
     rec.stdout.fnmatch_lines(["*test_loop*unchanged*"])
@@ -105,15 +95,14 @@ def test_updates_append_history_and_old_single_run_file_upgrades(pytester: pytes
 
 
 def test_history_is_truncated_to_the_history_option(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=BENCH.replace("confirm=2,", "confirm=2, history=2,"))
-    for _ in range(3):
+    _record(pytester, BENCH.replace("confirm=2,", "confirm=2, history=2,"))
+    for _ in range(2):
         pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
     assert len(_entry(pytester)["history"]) == 2
 
 
 def test_inconclusive_passes_with_warning_and_fails_in_strict_mode(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=BENCH)
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    _record(pytester)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     data = json.loads(path.read_text())
     entry = data["benchmarks"]["test_loop"]
@@ -122,9 +111,12 @@ def test_inconclusive_passes_with_warning_and_fails_in_strict_mode(pytester: pyt
     entry["samples_ms"] = [med * f for f in (0.4, 0.6, 0.9, 1.1, 1.6, 2.4)]
     entry["history"] = entry["history"][:1]
     path.write_text(json.dumps(data))
+    set_timings(pytester, RERUN)
     rec = pytester.runpytest("--gpuperf", *RUN)
     rec.assert_outcomes(passed=1)
     rec.stdout.fnmatch_lines(["*test_loop*inconclusive*", "*warning: *test_loop: inconclusive (passes; fails with --gpuperf-strict)*"])
     rec = pytester.runpytest("--gpuperf", "--gpuperf-strict", *RUN)
     rec.assert_outcomes(failed=1)
-    rec.stdout.fnmatch_lines(["*inconclusive comparison in test_bench.py::test_loop*measure longer*"])
+    # rounds are fixed (pedantic), so the hint is more rounds, not max_time
+    rec.stdout.fnmatch_lines(["*inconclusive comparison in test_bench.py::test_loop*more rounds (pedantic rounds=...)*"])
+    assert "max_time" not in rec.stdout.str()

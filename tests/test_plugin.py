@@ -8,30 +8,31 @@ import re
 import pytest
 
 from cuda_marks import needs_cuda  # noqa: E402
+from scripted import script_timings, set_timings
 
 pytest_plugins = ["pytester"]
 
-# A CPU workload whose cost is set by work.txt next to the test file: a pure-Python loop is
-# steady on a loaded 2-core machine, and 2x the work is 2x the time.
+# Timings are scripted (tests/scripted.py): a verdict asserted here is the same on any machine.
 WORKLOAD = """
-import pathlib
 import pytest
-
-def work(n):
-    s = 0
-    for i in range(n):
-        s += i
-    return s
-
-def factor():
-    p = pathlib.Path(__file__).with_name("work.txt")
-    return float(p.read_text()) if p.exists() else 1.0
 
 @pytest.mark.gpu_bench(max_time=0.15, warmup_time=0.01, threshold=0.3, device="cpu")
 def test_loop(gpu_bench):
-    result = gpu_bench(work, int(20000 * factor()))
+    result = gpu_bench(sum, range(100))
     assert result.median_ms > 0
 """
+STEADY = {"ms": 1.0, "cv": 0.02, "seed": 1}
+RERUN = {"ms": 1.0, "cv": 0.02, "seed": 2}
+TWICE_AS_SLOW = {"ms": 2.0, "cv": 0.02, "seed": 3}
+
+
+def _record(pytester: pytest.Pytester, body: str = WORKLOAD, passed: int = 1) -> None:
+    """Write the test module, script steady timings, record baselines, then script an A/A rerun."""
+    pytester.makepyfile(test_bench=body)
+    script_timings(pytester, STEADY)
+    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=passed)
+    set_timings(pytester, RERUN)
+
 
 FAST = dict(max_time=0.05, warmup_time=0.0)
 
@@ -41,28 +42,26 @@ def _baseline_files(pytester: pytest.Pytester) -> list:
 
 
 def test_update_then_unchanged_rerun_passes(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=WORKLOAD)
-    rec = pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider")
-    rec.assert_outcomes(passed=1)
+    _record(pytester)
     files = _baseline_files(pytester)
     assert len(files) == 1 and files[0].name == "test_bench.json"
     assert files[0].parent.name.startswith("cpu-")
     rerun = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
     rerun.assert_outcomes(passed=1)
     rerun.stdout.fnmatch_lines(["*gpuperf: 1 benchmark(s), mode: compare*", "*test_bench.py::test_loop*cpu*"])
+    rerun.stdout.fnmatch_lines(["*test_loop*unchanged*"])
     assert "regressed" not in rerun.stdout.str()
 
 
 def test_doubled_work_fails_with_regression_message(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=WORKLOAD)
-    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
-    pytester.path.joinpath("work.txt").write_text("2")
+    _record(pytester)
+    set_timings(pytester, TWICE_AS_SLOW)
     rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
     rec.assert_outcomes(failed=1)
     out = rec.stdout.str()
     assert "performance regression in test_bench.py::test_loop" in out
     ratio = float(re.search(r"ratio (\d+\.\d+)x", out).group(1))
-    assert 1.5 < ratio < 2.6, ratio
+    assert 1.9 < ratio < 2.1, ratio
     assert "Mann-Whitney U p=" in out and "threshold +30%" in out
     assert "baselines/cpu-" in out and "test_bench.json" in out
     rec.stdout.fnmatch_lines(["*test_loop*regressed*"])
@@ -94,7 +93,7 @@ def test_measured_result_has_statistics(pytester: pytest.Pytester) -> None:
         f"""
         import pytest
 
-        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, min_rounds=12, target_precision=0)
+        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, min_rounds=12, target_precision=0, device="cpu")
         def test_stats(gpu_bench):
             r = gpu_bench(sum, range(500))
             assert r.value == sum(range(500))
@@ -121,6 +120,7 @@ def test_corrupt_baseline_errors_that_test_only_and_stays_untouched(pytester: py
             gpu_bench(sum, range(100))
     """
     pytester.makepyfile(test_one=body, test_two=body)
+    script_timings(pytester, STEADY)
     pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=2)
     bad = next(p for p in _baseline_files(pytester) if p.name == "test_one.json")
     bad.write_text(content)
@@ -218,11 +218,11 @@ def test_baselines_written_only_for_passing_tests(pytester: pytest.Pytester) -> 
         """
         import pytest
 
-        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0)
+        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, device="cpu")
         def test_good(gpu_bench):
             gpu_bench(sum, range(100))
 
-        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0)
+        @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, device="cpu")
         def test_bad(gpu_bench):
             gpu_bench(sum, range(100))
             assert False, "a failing benchmark test"
@@ -245,8 +245,7 @@ def test_baselines_written_only_for_passing_tests(pytester: pytest.Pytester) -> 
 
 
 def test_environment_change_warns_but_does_not_fail(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=WORKLOAD)
-    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    _record(pytester)
     (path,) = _baseline_files(pytester)
     data = json.loads(path.read_text())
     data["benchmarks"]["test_loop"]["environment"]["torch_version"] = "0.0.1"
@@ -257,13 +256,12 @@ def test_environment_change_warns_but_does_not_fail(pytester: pytest.Pytester) -
 
 
 def test_json_report_has_results_and_verdicts(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=WORKLOAD)
-    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    _record(pytester)
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "out/report.json", "-p", "no:cacheprovider")
     rec.assert_outcomes(passed=1)
     report = json.loads(pytester.path.joinpath("out", "report.json").read_text())
     entry = report["benchmarks"]["test_bench.py::test_loop"]
-    assert entry["verdict"] in ("unchanged", "improved")
+    assert entry["verdict"] == "unchanged"
     assert entry["comparison"]["baseline_median_ms"] > 0 and entry["comparison"]["ratio"] > 0
     assert entry["stats"]["median_ms"] > 0 and entry["samples_ms"]
     assert report["schema_version"] == 2 and report["environments"]
@@ -346,6 +344,55 @@ def test_plain_session_does_not_import_torch(pytester: pytest.Pytester) -> None:
     )
     rec = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     rec.assert_outcomes(passed=1)
+
+
+def test_plain_run_imports_no_heavy_module_even_after_the_session(pytester: pytest.Pytester) -> None:
+    """Nothing but option parsing loads at start-up: after a whole plain session (summary and
+    session-finish hooks included) numpy, scipy and torch are still not imported."""
+    import subprocess
+    import sys
+
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile("def test_one():\n    assert 1 + 1 == 2\n")
+    code = (
+        "import sys, pytest\n"
+        "rc = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
+        "assert 'pytest_gpuperf.plugin' in sys.modules, 'plugin not loaded'\n"
+        "print('HEAVY:', sorted(m for m in ('numpy', 'scipy', 'torch') if m in sys.modules))\n"
+        "sys.exit(rc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "HEAVY: []" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("marker, needle", [
+    ('max_memory="1 MiB"', "memory budget exceeded"),
+    ('expect_bottleneck="data"', "expected data-bound"),
+])
+def test_update_never_records_a_benchmark_that_fails_its_hard_checks(pytester: pytest.Pytester, marker: str,
+                                                                     needle: str) -> None:
+    """--gpuperf-update-baselines used to skip max_memory and expect_bottleneck: a benchmark over
+    its hard budget passed and became the new baseline."""
+    pytester.makepyfile(
+        f"""
+        import pytest, torch
+
+        @pytest.mark.gpu_bench({marker}, max_time=0.05, device="cpu")
+        def test_big(gpu_bench):
+            gpu_bench(lambda: torch.ones(1 << 21).sum())  # allocates 8 MiB, no data loading
+
+        @pytest.mark.gpu_bench(max_time=0.05, device="cpu")
+        def test_fine(gpu_bench):
+            gpu_bench(sum, range(100))
+        """
+    )
+    script_timings(pytester, STEADY)
+    rec = pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1, failed=1)
+    rec.stdout.fnmatch_lines([f"*baseline not updated*{needle}*"])
+    (path,) = _baseline_files(pytester)
+    assert list(json.loads(path.read_text())["benchmarks"]) == ["test_fine"]
 
 
 def test_benchmark_exception_fails_only_that_test(pytester: pytest.Pytester) -> None:

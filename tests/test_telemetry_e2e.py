@@ -9,27 +9,29 @@ import pytest
 import pytest_gpuperf.plugin as plugin
 
 from cuda_marks import needs_cuda  # noqa: E402
+from scripted import script_timings, set_timings
 
 pytest_plugins = ["pytester"]
 
 RUN = ("-p", "no:cacheprovider")
 
+# Timings are scripted (tests/scripted.py): a verdict asserted here is the same on any machine.
 WORK = """
-import pathlib
 import pytest
-
-def work(n):
-    s = 0
-    for i in range(n):
-        s += i
-    return s
 
 @pytest.mark.gpu_bench(max_time=0.15, warmup_time=0.01, threshold=0.3, device="cpu", confirm=0)
 def test_loop(gpu_bench):
-    p = pathlib.Path(__file__).with_name("work.txt")
-    f = float(p.read_text()) if p.exists() else 1.0
-    gpu_bench(work, int(20000 * f))
+    gpu_bench(sum, range(100))
 """
+STEADY = {"ms": 1.0, "cv": 0.02, "seed": 1}
+TWICE_AS_SLOW = {"ms": 2.0, "cv": 0.02, "seed": 2}
+
+
+def _record(pytester: pytest.Pytester, *extra: str) -> None:
+    pytester.makepyfile(test_bench=WORK)
+    script_timings(pytester, STEADY)
+    pytester.runpytest("--gpuperf-update-baselines", *extra, *RUN).assert_outcomes(passed=1)
+
 
 THROTTLED_SAMPLER = """
 import pytest
@@ -52,10 +54,8 @@ def throttled(monkeypatch):
 
 
 def test_throttled_regression_is_inconclusive_and_strict_fails(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=WORK)
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
-    pytester.makeconftest(THROTTLED_SAMPLER)
-    pytester.path.joinpath("work.txt").write_text("2")
+    _record(pytester)
+    script_timings(pytester, TWICE_AS_SLOW, conftest=THROTTLED_SAMPLER)
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
     rec.assert_outcomes(passed=1)
     rec.stdout.fnmatch_lines(["*test_loop*inconclusive*", "*warning: *test_loop: inconclusive*throttled: HW thermal 34% of samples*"])
@@ -67,16 +67,13 @@ def test_throttled_regression_is_inconclusive_and_strict_fails(pytester: pytest.
 
 
 def test_unthrottled_regression_still_fails(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=WORK)
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
-    pytester.path.joinpath("work.txt").write_text("2")
+    _record(pytester)
+    set_timings(pytester, TWICE_AS_SLOW)
     pytester.runpytest("--gpuperf", *RUN).assert_outcomes(failed=1)
 
 
 def test_results_carry_cpu_telemetry_and_reference(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=WORK)
-    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-json", "r.json", *RUN)
-    rec.assert_outcomes(passed=1)
+    _record(pytester, "--gpuperf-json", "r.json")
     report = json.loads(pytester.path.joinpath("r.json").read_text())
     entry = report["benchmarks"]["test_bench.py::test_loop"]
     assert set(entry["telemetry"]) == {"cur_freq_mhz", "load_average"}
@@ -90,13 +87,12 @@ def test_results_carry_cpu_telemetry_and_reference(pytester: pytest.Pytester) ->
 
 
 def test_drift_warns_and_normalize_corrects(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile(test_bench=WORK)
     cache = plugin._REFERENCE_CACHE
     monkeypatch.setitem(cache, "cpu", {"matmul_ms": 1.0, "copy_ms": 1.0})
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
+    _record(pytester)
     # The machine is now twice as slow on both reference workloads, and so is the benchmark.
     monkeypatch.setitem(cache, "cpu", {"matmul_ms": 2.0, "copy_ms": 2.0})
-    pytester.path.joinpath("work.txt").write_text("2")
+    set_timings(pytester, TWICE_AS_SLOW)
     rec = pytester.runpytest("--gpuperf", *RUN)
     rec.assert_outcomes(failed=1)
     rec.stdout.fnmatch_lines(["*warning: *machine speed drift since the baseline was recorded*matmul +100.0%, copy +100.0%*--gpuperf-normalize*"])
@@ -104,12 +100,13 @@ def test_drift_warns_and_normalize_corrects(pytester: pytest.Pytester, monkeypat
     rec.assert_outcomes(passed=1)
     c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
     assert c["normalized_by"] == "copy x2.000"
-    assert 1.6 < c["raw_ratio"] < 2.6 and 0.8 < c["ratio"] < 1.3
+    assert 1.9 < c["raw_ratio"] < 2.1 and 0.95 < c["ratio"] < 1.05
     assert "raw ratio" in c["message"]
 
 
 def test_no_gpu_means_no_nvml_line_and_no_failure(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_bench=WORK)
+    script_timings(pytester, STEADY)
     rec = pytester.runpytest("--gpuperf", *RUN)
     rec.assert_outcomes(passed=1)
     assert "NVML" not in rec.stdout.str()  # CPU backend: NVML is irrelevant, nothing to report

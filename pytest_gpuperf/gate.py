@@ -1,0 +1,82 @@
+"""The one verdict pipeline: current samples + a stored baseline -> :class:`~.compare.Comparison`.
+
+Pure: knows nothing of pytest or torch. The plugin (``bench.py``), the ``gpuperf compare``
+command and the power study (``benchmarks/stat_power.py``) all call :func:`judge`, so a verdict
+is the same wherever it is computed. The steps, in order:
+
+1. **normalize** (``--gpuperf-normalize``): divide the current samples by the machine-speed
+   ratio of the matching reference workload (``drift``);
+2. **decide** (:func:`pytest_gpuperf.compare.decide`): rank test, Hodges–Lehmann ratio, bootstrap
+   CI, effect floor and prediction limit against the baseline's history;
+3. **confirm**: when step 2 says regressed and ``options.confirm`` > 0, re-measure that many
+   times (``remeasure``) and decide again on the pooled samples (Chromium Pinpoint's "measure
+   more"); the comparison says whether the regression was confirmed;
+4. **raw ratio**: with normalization, the ratio before it is kept for the report;
+5. **hint**: an inconclusive verdict says how to measure more precisely;
+6. **throttle**: a regression measured while the device was throttled becomes inconclusive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+from .baseline import BaselineEntry
+from .compare import Comparison, Verdict, decide, downgrade_throttled
+from .options import BenchOptions
+
+#: ``remeasure()`` -> per-call times (ms) of one fresh measurement (fresh warmup).
+Remeasure = Callable[[], Sequence[float]]
+
+
+def _normalized(samples_ms: Sequence[float], drift: tuple[str, float] | None) -> list[float]:
+    if drift is None:
+        return list(samples_ms)
+    from .drift import normalize
+
+    return normalize(samples_ms, drift[1])
+
+
+def judge(
+    samples_ms: Sequence[float],
+    baseline: BaselineEntry | None,
+    options: BenchOptions,
+    *,
+    benchmark_id: str = "benchmark",
+    baseline_file: str | None = None,
+    remeasure: Remeasure | None = None,
+    drift: tuple[str, float] | None = None,
+    throttle: str | None = None,
+    fixed_rounds: bool = False,
+) -> Comparison:
+    """Decide whether ``samples_ms`` (per-call times of this run, ms) regressed against ``baseline``.
+
+    ``options`` supplies ``threshold``, ``alpha`` and ``confirm``. ``remeasure`` is called up to
+    ``options.confirm`` times when the first decision says regressed (None: no confirmation).
+    ``drift`` is ``(reference name, now/then ratio)`` to divide the samples by (see
+    :mod:`pytest_gpuperf.drift`), ``throttle`` the throttle reason from telemetry (None: not
+    throttled). ``fixed_rounds`` says the rounds were fixed (``pedantic(rounds=...)``), which
+    changes the hint of an inconclusive verdict. Raises ``ValueError`` for empty, non-finite or
+    non-positive samples. Deterministic for given inputs (seeded bootstrap).
+    """
+    args = dict(
+        threshold=options.threshold, alpha=options.alpha, benchmark_id=benchmark_id,
+        baseline_file=baseline_file,
+        run_medians_ms=list(baseline.run_medians_ms) if baseline is not None else None,
+    )
+    base = list(baseline.samples_ms) if baseline is not None else None
+    current = _normalized(samples_ms, drift)
+    comparison = decide(current, base, **args)
+    extra: list[float] = []
+    if comparison.verdict is Verdict.REGRESSED and remeasure is not None and options.confirm > 0:
+        for _ in range(options.confirm):
+            extra.extend(remeasure())
+        comparison = decide(current, base, confirmation_ms=_normalized(extra, drift), **args)
+    if drift is not None and comparison.ratio is not None:
+        raw = decide(list(samples_ms) + extra, base, **args).ratio
+        comparison = dataclasses.replace(comparison, raw_ratio=raw, normalized_by=f"{drift[0]} x{drift[1]:.3f}")
+    if comparison.verdict is Verdict.INCONCLUSIVE:
+        hint = ("more rounds (pedantic rounds=...)" if fixed_rounds else
+                f"measure longer (max_time, now {options.max_time:g} s)")
+        comparison = dataclasses.replace(comparison, note=f"{comparison.note}; to decide, {hint}")
+    return downgrade_throttled(comparison, throttle)
