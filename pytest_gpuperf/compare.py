@@ -17,7 +17,7 @@ stored baseline runs (the history). With T the effect floor (below):
 
 **Run-to-run noise.** Samples inside one run share that run's offset (clock state, temperature,
 neighbours), so a test on samples alone over-states confidence (Kalibera & Jones, 2013). With
-at least 3 stored runs the effect floor becomes ``T = max(threshold, 3 * s_run)``, s_run the
+at least 3 stored runs the effect floor becomes ``T = max(threshold, exp(3 * s_run) - 1)``, s_run the
 standard deviation of the log run-medians, and the baseline samples are re-centred on the
 median of the stored run-medians (their shape is the newest run's, their level the history's).
 With fewer runs, ``T = threshold`` and the newest run is the reference.
@@ -148,7 +148,7 @@ class Comparison:
         floor = self.floor if self.floor is not None else self.threshold
         gate = f"threshold +{self.threshold * 100:g}%"
         if floor > self.threshold + 1e-12:
-            gate = f"effect floor +{floor * 100:.1f}% (3 x run-to-run SD {self.run_sd * 100:.1f}% > threshold +{self.threshold * 100:g}%)"
+            gate = f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {self.run_sd * 100:.1f}%) - 1 > threshold +{self.threshold * 100:g}%)"
         text = (
             f"{head} in {self.benchmark_id}: median {format_ms(self.baseline_median_ms)} -> "
             f"{format_ms(self.current_median_ms)}, Hodges-Lehmann ratio {format_ratio(self.ratio)} "

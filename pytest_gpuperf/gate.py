@@ -9,8 +9,9 @@ is the same wherever it is computed. The steps, in order:
 2. **decide** (:func:`pytest_gpuperf.compare.decide`): rank test, Hodges–Lehmann ratio, bootstrap
    CI, effect floor and prediction limit against the baseline's history;
 3. **confirm**: when step 2 says regressed and ``options.confirm`` > 0, re-measure that many
-   times (``remeasure``) and decide again on the pooled samples (Chromium Pinpoint's "measure
-   more"); the comparison says whether the regression was confirmed;
+   times (``remeasure``) and decide again (Chromium Pinpoint's "measure more"): the regression is
+   confirmed only when both the pooled samples and the re-measure on its own say regressed;
+   otherwise the verdict is unchanged with ``confirmed=False`` (a transient);
 4. **raw ratio**: with normalization, the ratio before it is kept for the report;
 5. **hint**: an inconclusive verdict says how to measure more precisely;
 6. **throttle**: a regression measured while the device was throttled becomes inconclusive.
@@ -71,7 +72,18 @@ def judge(
     if comparison.verdict is Verdict.REGRESSED and remeasure is not None and options.confirm > 0:
         for _ in range(options.confirm):
             extra.extend(remeasure())
+        first_ratio = comparison.ratio
         comparison = decide(current, base, confirmation_ms=_normalized(extra, drift), **args)
+        # Confirmed only when the pooled evidence AND the re-measure on its own say regressed:
+        # pooled alone, an equally sized re-measure at baseline level cannot outvote a one-off
+        # slow first measurement above ~2x the floor.
+        alone = decide(_normalized(extra, drift), base, **args)
+        if comparison.verdict is Verdict.REGRESSED and alone.verdict is not Verdict.REGRESSED:
+            comparison = dataclasses.replace(
+                comparison, verdict=Verdict.UNCHANGED, confirmed=False,
+                note=(f"the first measurement said regressed (ratio {first_ratio:.3f}x) but the re-measure "
+                      f"alone did not (ratio {alone.ratio:.3f}x, {alone.verdict.value}): a transient"),
+            )
     if drift is not None and comparison.ratio is not None:
         raw = decide(list(samples_ms) + extra, base, **args).ratio
         comparison = dataclasses.replace(comparison, raw_ratio=raw, normalized_by=f"{drift[0]} x{drift[1]:.3f}")

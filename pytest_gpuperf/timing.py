@@ -3,7 +3,8 @@
 Both backends share one protocol (after Triton's ``do_bench`` and ``torch.utils.benchmark``):
 
 1. **warmup**: call ``fn`` until ``warmup_time`` seconds have passed and at least
-   :data:`MIN_WARMUP_CALLS` calls were made (or exactly ``warmup_rounds`` calls when given);
+   :data:`MIN_WARMUP_CALLS` calls were made (or ``warmup_rounds`` calls when given; with fewer
+   than 2, one or two more calls are made to estimate a call's time, and counted as warmup);
    this also lets clocks ramp up and autotuners (cuDNN benchmark, ``torch.compile``) settle;
 2. **estimate** one call from the warmup and size a round: calls shorter than the backend's
    minimum round are batched ``calls_per_round`` per timed interval and reported per call;
@@ -196,6 +197,7 @@ def _warmup(
         calls += 1
     while len(per_call) < 2:  # estimate from two more calls when warmup was (nearly) skipped
         value = timed_call()
+        calls += 1  # counted: the function really ran these extra times
     # the later half of the warmup is the best guide to steady state (first calls are cold)
     late = sorted(per_call[len(per_call) // 2:])
     estimate = late[len(late) // 2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -11,8 +12,10 @@ import pytest
 from pytest_gpuperf import baseline as bl
 from pytest_gpuperf.baseline import (
     SCHEMA_VERSION,
+    BaselineEntry,
     BaselineError,
     BaselineFile,
+    RunRecord,
     baseline_path,
     dumps,
     load,
@@ -108,26 +111,50 @@ def test_update_then_load_round_trips(tmp_path):
     assert loaded.path == str(path)
     assert loaded.device_key == DEVICE_KEY
     assert loaded.module == MODULE
-    assert loaded.benchmarks == {bid: stored(e) for bid, e in entries.items()}
+    assert set(loaded.benchmarks) == set(entries)
+    assert {bid: got.data for bid, got in loaded.benchmarks.items()} == {bid: stored(e) for bid, e in entries.items()}
     for bid, e in entries.items():  # every field of the entry preserved, plus a 1-run history
         got = loaded.benchmarks[bid]
-        assert {k: v for k, v in got.items() if k != "history"} == e
-        assert got["history"] == [bl.run_record(e)]
-        assert got["history"][0]["median_ms"] == e["stats"]["median_ms"]
-    assert loaded.samples_ms("m.py::test_b[2]") == [3.0, 4.0]
-    assert loaded.samples_ms("m.py::test_a") == list(entries["m.py::test_a"]["samples_ms"])
-    assert loaded.samples_ms("m.py::missing") is None
+        assert isinstance(got, BaselineEntry)
+        assert loaded.get(bid) is got
+        assert {k: v for k, v in got.data.items() if k != "history"} == e
+        assert got.data["history"] == [bl.run_record(e)]
+        assert got.data["history"][0]["median_ms"] == e["stats"]["median_ms"]
+        # The typed view agrees with the stored JSON.
+        assert got.benchmark_id == bid
+        assert got.samples_ms == tuple(e["samples_ms"])
+        assert got.history == (RunRecord.from_dict(bl.run_record(e)),)
+        assert got.run_medians_ms == (e["stats"]["median_ms"],)
+        assert got.median_ms == e["stats"]["median_ms"]
+        assert got.options == e["options"]
+        assert got.environment == e["environment"]
+        assert got.stats == e["stats"]
+        assert got.git_commit == e["git_commit"]
+        assert got.peak_memory_bytes is None
+        assert got.reference is None
+    assert loaded.get("m.py::test_b[2]").samples_ms == (3.0, 4.0)
+    assert loaded.get("m.py::test_a").samples_ms == tuple(entries["m.py::test_a"]["samples_ms"])
+    assert loaded.get("m.py::missing") is None
     # Non-ASCII survives.
-    assert loaded.benchmarks["m.py::test_a"]["environment"]["gpu"] == "Ω-accelerator"
+    assert loaded.benchmarks["m.py::test_a"].environment["gpu"] == "Ω-accelerator"
+    assert loaded.benchmarks["m.py::test_a"].data["environment"]["gpu"] == "Ω-accelerator"
 
 
 def test_samples_ms_returns_a_copy(tmp_path):
+    # The loaded samples are an immutable tuple in a frozen entry: a caller cannot change them.
     path = tmp_path / "b.json"
     update(path, {"a": entry("a")}, device_key=DEVICE_KEY, module=MODULE)
     loaded = load(path)
-    got = loaded.samples_ms("a")
-    got.append(99.0)
-    assert loaded.samples_ms("a") == list(entry("a")["samples_ms"])
+    got = loaded.get("a").samples_ms
+    assert isinstance(got, tuple)
+    copy = list(got)
+    copy.append(99.0)
+    with pytest.raises(AttributeError):
+        got.append(99.0)  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.get("a").samples_ms = (99.0,)  # type: ignore[misc]
+    assert loaded.get("a").samples_ms == tuple(entry("a")["samples_ms"])
+    assert loaded.get("a").data["samples_ms"] == list(entry("a")["samples_ms"])
 
 
 def test_file_layout_sorted_indent_trailing_newline(tmp_path):
@@ -178,12 +205,13 @@ def test_rewriting_same_data_is_byte_identical(tmp_path):
     # Re-writing what was loaded, through the same serializer, is the identity.
     loaded = load(path)
     data = {"schema_version": SCHEMA_VERSION, "device_key": loaded.device_key,
-            "module": loaded.module, "benchmarks": loaded.benchmarks}
+            "module": loaded.module, "benchmarks": {bid: e.data for bid, e in loaded.benchmarks.items()}}
     write_atomic(path, dumps(data))
     assert path.read_bytes() == first
     # Recording the same run again only appends one more (identical) history record.
     update(path, {"a": entry("a")}, device_key=DEVICE_KEY, module=MODULE)
-    assert load(path).benchmarks["a"] == stored(entry("a"), entry("a"), entry("a"))
+    assert load(path).benchmarks["a"].data == stored(entry("a"), entry("a"), entry("a"))
+    assert load(path).benchmarks["a"].run_medians_ms == (1.0, 1.0, 1.0)
 
 
 def test_update_merges_and_keeps_other_entries(tmp_path):
@@ -193,11 +221,12 @@ def test_update_merges_and_keeps_other_entries(tmp_path):
     update(path, {"b": new_b, "c": entry("c")}, device_key=DEVICE_KEY, module=MODULE)
     loaded = load(path)
     assert set(loaded.benchmarks) == {"a", "b", "c"}
-    assert loaded.benchmarks["a"] == stored(entry("a"))  # not named: kept as it was
-    assert loaded.benchmarks["b"] == stored(new_b, entry("b"))  # new run appended to b's history
-    assert loaded.benchmarks["c"] == stored(entry("c"))
-    assert loaded.samples_ms("b") == [5.0, 5.5, 6.0]
-    assert [r["rounds"] for r in loaded.benchmarks["b"]["history"]] == [6, 3]  # oldest first
+    assert loaded.benchmarks["a"].data == stored(entry("a"))  # not named: kept as it was
+    assert loaded.benchmarks["b"].data == stored(new_b, entry("b"))  # new run appended to b's history
+    assert loaded.benchmarks["c"].data == stored(entry("c"))
+    assert loaded.get("b").samples_ms == (5.0, 5.5, 6.0)
+    assert [r["rounds"] for r in loaded.benchmarks["b"].data["history"]] == [6, 3]  # oldest first
+    assert [r.rounds for r in loaded.benchmarks["b"].history] == [6, 3]
 
 
 def test_update_with_no_entries_creates_empty_file(tmp_path):
@@ -215,7 +244,9 @@ def test_load_missing_file_returns_none(tmp_path):
 def test_load_accepts_str_path(tmp_path):
     path = tmp_path / "b.json"
     write_file(path, valid_file_data())
-    assert load(str(path)).benchmarks == {"a": entry("a")}
+    loaded = load(str(path))
+    assert {bid: e.data for bid, e in loaded.benchmarks.items()} == {"a": entry("a")}
+    assert loaded.path == str(path)
 
 
 def test_entry_without_schema_version_is_accepted(tmp_path):
@@ -223,18 +254,35 @@ def test_entry_without_schema_version_is_accepted(tmp_path):
     del e["schema_version"]
     path = tmp_path / "b.json"
     write_file(path, valid_file_data(a=e))
-    assert load(path).samples_ms("a") == e["samples_ms"]
+    got = load(path).get("a")
+    assert got.samples_ms == tuple(e["samples_ms"])
+    assert got.data == e
 
 
 def test_integer_samples_are_accepted(tmp_path):
     path = tmp_path / "b.json"
     write_file(path, valid_file_data(a=entry("a", samples=[1, 2, 3])))
-    assert load(path).samples_ms("a") == [1, 2, 3]
+    got = load(path).get("a").samples_ms
+    assert got == (1, 2, 3)
+    assert all(type(v) is float for v in got)  # converted to float for the statistics
 
 
 # --------------------------------------------------------------------------------------------
 # unusable files
 # --------------------------------------------------------------------------------------------
+
+
+#: Fields of an entry with a value of the wrong type (they must be objects / whole bytes >= 0).
+WRONG_TYPED = {
+    "options-string": ("options", "x"),
+    "options-list": ("options", [1, 2]),
+    "environment-list": ("environment", ["python", "3.11"]),
+    "environment-number": ("environment", 3),
+    "peak-string": ("peak_memory_bytes", "lots"),
+    "peak-negative": ("peak_memory_bytes", -1),
+    "peak-bool": ("peak_memory_bytes", True),
+    "peak-float": ("peak_memory_bytes", 1.5),
+}
 
 
 def _bad_files():
@@ -266,6 +314,8 @@ def _bad_files():
         "inf-sample": json.dumps(valid_file_data(a=entry("a", samples=[1.0, float("inf")]))),
         "newer-entry-schema": json.dumps(valid_file_data(a=entry("a", schema_version=SCHEMA_VERSION + 1))),
         "string-entry-schema": json.dumps(valid_file_data(a=entry("a", schema_version="1"))),
+        **{f"wrong-typed-{name}": json.dumps(valid_file_data(a=entry("a", **{field: value})))
+           for name, (field, value) in WRONG_TYPED.items()},
     }
     return [pytest.param(text, id=name) for name, text in cases.items()]
 
@@ -317,6 +367,53 @@ def test_specific_problem_messages(tmp_path):
         assert fragment in str(exc.value), (text, str(exc.value))
 
 
+@pytest.mark.parametrize("field, value", [
+    pytest.param("options", "x", id="options-string"),
+    pytest.param("environment", ["python", "3.11"], id="environment-list"),
+    pytest.param("peak_memory_bytes", "lots", id="peak-string"),
+    pytest.param("peak_memory_bytes", -1, id="peak-negative"),
+    pytest.param("peak_memory_bytes", True, id="peak-bool"),
+])
+def test_wrong_typed_field_names_field_and_file_and_leaves_file_untouched(tmp_path, field, value):
+    path = tmp_path / "dev" / "tests__perf__test_x.json"
+    good = entry("good")
+    write_file(path, valid_file_data(good=good, a=entry("a", **{field: value})))
+    before = path.read_bytes()
+    mtime = path.stat().st_mtime_ns
+    with pytest.raises(BaselineError) as exc:
+        load(path)
+    assert str(path) in str(exc.value) and exc.value.path == str(path)
+    assert repr(field) in exc.value.problem  # names the field ...
+    assert "'a'" in exc.value.problem  # ... and the entry
+    assert repr(value) in exc.value.problem  # ... and the bad value
+    with pytest.raises(BaselineError) as exc:
+        parse(path, before.decode("utf-8"))
+    assert repr(field) in str(exc.value) and str(path) in str(exc.value)
+    # An update of another benchmark refuses to touch the file.
+    with pytest.raises(BaselineError) as exc:
+        update(path, {"good": good}, device_key=DEVICE_KEY, module=MODULE)
+    assert repr(field) in str(exc.value) and str(path) in str(exc.value)
+    assert path.read_bytes() == before
+    assert path.stat().st_mtime_ns == mtime
+    assert sorted(os.listdir(path.parent)) == [path.name]
+
+
+@pytest.mark.parametrize("field, value, typed", [
+    pytest.param("options", None, {}, id="options-null"),
+    pytest.param("options", {}, {}, id="options-empty"),
+    pytest.param("environment", None, None, id="environment-null"),
+    pytest.param("peak_memory_bytes", None, None, id="peak-null"),
+    pytest.param("peak_memory_bytes", 0, 0, id="peak-zero"),
+    pytest.param("peak_memory_bytes", 1 << 40, 1 << 40, id="peak-large"),
+])
+def test_well_typed_optional_fields_are_accepted(tmp_path, field, value, typed):
+    path = tmp_path / "b.json"
+    write_file(path, valid_file_data(a=entry("a", **{field: value})))
+    got = load(path).get("a")
+    assert getattr(got, field) == typed
+    assert got.data[field] == value
+
+
 def test_non_utf8_file(tmp_path):
     path = tmp_path / "b.json"
     path.write_bytes(b'{"schema_version": 1, "benchmarks": {}, "x": "\xff\xfe"}')
@@ -348,6 +445,9 @@ def test_parse_directly():
         pytest.param(entry("a", samples=[1.0, 0.0]), id="zero-sample"),
         pytest.param(entry("a", schema_version=SCHEMA_VERSION + 1), id="newer-schema"),
         pytest.param("not a dict", id="not-object"),
+        pytest.param(entry("a", options="x"), id="options-string"),
+        pytest.param(entry("a", environment=["x"]), id="environment-list"),
+        pytest.param(entry("a", peak_memory_bytes=-1), id="negative-peak"),
     ],
 )
 def test_update_rejects_bad_new_entry_without_writing(tmp_path, bad_entry):

@@ -16,6 +16,7 @@ import pytest
 from scipy import stats as sps
 
 from pytest_gpuperf import baseline as bl
+from pytest_gpuperf import gate
 from pytest_gpuperf.baseline import (
     DEFAULT_HISTORY,
     SCHEMA_VERSION,
@@ -320,9 +321,19 @@ def test_few_noisy_samples_are_inconclusive(n, seed):
     assert c.failed is False
     assert c.fails() is False and c.fails(strict=False) is False
     assert c.fails(strict=True) is True
-    assert "measure longer" in c.note
+    # decide's note says why; the hint how to measure more precisely is added by gate.judge.
     assert "spans both 1 and" in c.note
+    assert "measure longer" not in c.note
     assert c.message().startswith("inconclusive comparison in ")
+    j = gate.judge(cur, bl.BaselineEntry.from_samples("b", base), BenchOptions())
+    assert j.verdict is Verdict.INCONCLUSIVE
+    assert (j.ratio, j.ratio_ci, j.p_slower, j.p_faster, j.floor) == (c.ratio, c.ratio_ci, c.p_slower, c.p_faster, c.floor)
+    assert j.note.startswith(c.note)  # decide's reason first ...
+    assert "spans both 1 and" in j.note
+    assert "measure longer" in j.note  # ... then the hint
+    assert f"now {BenchOptions().max_time:g} s" in j.note
+    assert j.fails() is False and j.fails(strict=True) is True
+    assert "measure longer" in j.message()
 
 
 def _comparison(verdict: Verdict) -> Comparison:
@@ -508,20 +519,23 @@ def test_schema1_entry_loads_and_is_a_one_run_history(tmp_path):
     path = tmp_path / "b.json"
     text = json.dumps(schema1_file(a=entry("a", median=1.5, ts="T0")))
     f = parse(path, text)
-    e = f.benchmarks["a"]
+    e = f.benchmarks["a"].data
     assert "history" not in e
     assert history_of(e) == [run_record(e)]
     assert history_of(e)[0]["median_ms"] == 1.5
-    assert f.run_medians_ms("a") == [1.5]
-    assert f.run_medians_ms("missing") is None
+    assert f.get("a").history == (bl.RunRecord.from_dict(run_record(e)),)
+    assert f.get("a").run_medians_ms == (1.5,)
+    assert f.get("missing") is None
     # Written to disk, load() accepts it too; the next update appends to it.
     path.write_text(text, encoding="utf-8")
-    assert load(path).run_medians_ms("a") == [1.5]
+    assert load(path).get("a").run_medians_ms == (1.5,)
     update(path, {"a": entry("a", median=1.6, ts="T1")}, device_key=DEVICE_KEY, module=MODULE)
     got = load(path).benchmarks["a"]
-    assert [r["timestamp_utc"] for r in got["history"]] == ["T0", "T1"]
-    assert [r["median_ms"] for r in got["history"]] == [1.5, 1.6]
-    assert got["schema_version"] == SCHEMA_VERSION
+    assert [r["timestamp_utc"] for r in got.data["history"]] == ["T0", "T1"]
+    assert [r["median_ms"] for r in got.data["history"]] == [1.5, 1.6]
+    assert [r.timestamp_utc for r in got.history] == ["T0", "T1"]
+    assert got.run_medians_ms == (1.5, 1.6)
+    assert got.data["schema_version"] == SCHEMA_VERSION
     assert json.loads(path.read_text(encoding="utf-8"))["schema_version"] == SCHEMA_VERSION
 
 
@@ -544,16 +558,18 @@ def test_three_updates_give_three_runs_oldest_first(tmp_path):
         update(path, {"t": entry("t", median=med, ts=f"T{i}")}, device_key=DEVICE_KEY, module=MODULE)
     f = load(path)
     got = f.benchmarks["t"]
-    assert [r["timestamp_utc"] for r in got["history"]] == ["T0", "T1", "T2"]
-    assert f.run_medians_ms("t") == [1.0, 1.1, 0.95]
+    assert [r["timestamp_utc"] for r in got.data["history"]] == ["T0", "T1", "T2"]
+    assert f.get("t").run_medians_ms == (1.0, 1.1, 0.95)
     # The newest run's samples and statistics are the top-level fields.
     newest = entry("t", median=0.95, ts="T2")
-    assert {k: v for k, v in got.items() if k != "history"} == newest
-    assert f.samples_ms("t") == newest["samples_ms"]
-    assert got["stats"]["median_ms"] == 0.95
-    for rec in got["history"]:
+    assert {k: v for k, v in got.data.items() if k != "history"} == newest
+    assert f.get("t").samples_ms == tuple(newest["samples_ms"])
+    assert got.data["stats"]["median_ms"] == 0.95
+    assert got.stats["median_ms"] == 0.95 and got.median_ms == 0.95
+    for rec in got.data["history"]:
         assert set(rec) == HISTORY_RECORD_KEYS
-    assert got["history"][-1] == run_record(newest)
+    assert got.data["history"][-1] == run_record(newest)
+    assert got.history[-1] == bl.RunRecord.from_dict(run_record(newest))
 
 
 @pytest.mark.parametrize("keep", [1, 2, 3])
@@ -562,8 +578,10 @@ def test_history_option_keeps_the_newest_k_runs(tmp_path, keep):
     for i in range(5):
         update(path, {"t": entry("t", median=1.0 + i / 10, ts=f"T{i}", history=keep)},
                device_key=DEVICE_KEY, module=MODULE)
-    hist = load(path).benchmarks["t"]["history"]
+    got = load(path).benchmarks["t"]
+    hist = got.data["history"]
     assert [r["timestamp_utc"] for r in hist] == [f"T{i}" for i in range(5)][-keep:]
+    assert [r.timestamp_utc for r in got.history] == [f"T{i}" for i in range(5)][-keep:]
 
 
 def test_default_history_is_ten(tmp_path):
@@ -599,8 +617,9 @@ def test_update_history_feeds_decide(tmp_path):
     for i, med in enumerate((1.0, 1.04, 0.96)):
         update(path, {"t": entry("t", median=med, ts=f"T{i}")}, device_key=DEVICE_KEY, module=MODULE)
     f = load(path)
-    meds = f.run_medians_ms("t")
-    c = decide(samples(1, 50), f.samples_ms("t"), run_medians_ms=meds)
+    meds = f.get("t").run_medians_ms
+    assert meds == (1.0, 1.04, 0.96)
+    c = decide(samples(1, 50), f.get("t").samples_ms, run_medians_ms=meds)
     assert c.runs == 3
     assert c.baseline_median_ms == pytest.approx(1.0)
     assert c.floor == pytest.approx(max(0.05, math.expm1(3 * log_sd(meds))))

@@ -289,7 +289,7 @@ def test_result_entry_is_a_valid_baseline_entry(tmp_path):
     path = tmp_path / "b.json"
     update(path, {e["id"]: e}, device_key="cpu-x", module="m.py")
     loaded = load(path)
-    got = loaded.benchmarks["m.py::t"]
+    got = loaded.benchmarks["m.py::t"].data
     assert {k: v for k, v in got.items() if k != "history"} == e  # every field preserved
     assert got["history"] == [run_record(e)]  # plus the run it describes, as a 1-run history
     assert got["history"][0]["median_ms"] == pytest.approx(r.median_ms)
@@ -297,7 +297,9 @@ def test_result_entry_is_a_valid_baseline_entry(tmp_path):
     assert got["history"][0]["rounds"] == r.rounds == 3000
     assert (got["history"][0]["environment"], got["history"][0]["git_commit"],
             got["history"][0]["timestamp_utc"]) == ({"k": "v"}, "c", "t")
-    assert loaded.samples_ms("m.py::t") == thin(r.samples_ms)
+    assert loaded.get("m.py::t").samples_ms == tuple(thin(r.samples_ms))
+    assert loaded.get("m.py::t").median_ms == pytest.approx(r.median_ms)
+    assert (loaded.get("m.py::t").environment, loaded.get("m.py::t").git_commit) == ({"k": "v"}, "c")
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,7 +673,7 @@ def test_result_entry_with_bottleneck_is_a_valid_baseline_entry(tmp_path):
     e = report.result_entry(r, environment={}, git_commit="c", timestamp_utc="t")
     path = tmp_path / "b.json"
     update(path, {e["id"]: e}, device_key="cpu-x", module="m.py")
-    loaded = load(path).benchmarks["m.py::t"]
+    loaded = load(path).benchmarks["m.py::t"].data
     assert loaded["bottleneck"]["kind"] == "overhead"
     assert loaded["options"]["expect_bottleneck"] == ["overhead"]
     assert loaded == json.loads(dumps({**e, "history": [run_record(e)]}))

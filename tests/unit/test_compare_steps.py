@@ -1,0 +1,351 @@
+"""Unit tests for the small pure steps that ``compare.decide`` is composed of: ``effect_floor``,
+``recentred_baseline``, ``within_prediction_limits``, ``shift_verdict`` (every branch and its
+note), ``rank_test``, ``hodges_lehmann_ratio``, ``run_stats``, and that ``decide`` is exactly their
+composition. Inputs are hand-made or seeded; nothing depends on the machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_gpuperf.compare import (
+    FLOOR_SDS,
+    MIN_RUNS_FOR_FLOOR,
+    MIN_RUNS_FOR_PREDICTION,
+    RunStats,
+    Verdict,
+    decide,
+    effect_floor,
+    hodges_lehmann_ratio,
+    median_ratio_ci,
+    rank_test,
+    recentred_baseline,
+    run_stats,
+    shift_verdict,
+    within_prediction_limits,
+)
+
+
+def samples(seed: int, n: int = 60, median: float = 1.0, sigma: float = 0.02) -> np.ndarray:
+    return np.random.default_rng(seed).lognormal(math.log(median), sigma, n)
+
+
+def hist(runs: int, sd: float | None = None, center: float | None = None,
+         upper: float | None = None, lower: float | None = None) -> RunStats:
+    return RunStats(runs, center, sd, upper, lower)
+
+
+# --------------------------------------------------------------------------------------------
+# effect_floor
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runs", [0, 1, 2])
+def test_effect_floor_below_three_runs_is_the_threshold(runs):
+    assert MIN_RUNS_FOR_FLOOR == 3
+    assert effect_floor(0.05, hist(runs, sd=0.5 if runs >= 2 else None)) == 0.05
+    assert effect_floor(0.0, hist(runs, sd=0.5 if runs >= 2 else None)) == 0.0
+
+
+@pytest.mark.parametrize("runs", [3, 5, 10])
+def test_effect_floor_from_three_runs_follows_the_run_spread(runs):
+    sd = 0.1
+    assert effect_floor(0.05, hist(runs, sd=sd)) == pytest.approx(math.expm1(FLOOR_SDS * sd))
+    assert effect_floor(0.05, hist(runs, sd=sd)) > 0.05
+    # A quiet history never lowers the floor below the threshold.
+    assert effect_floor(0.05, hist(runs, sd=0.001)) == 0.05
+    assert effect_floor(0.05, hist(runs, sd=0.0)) == 0.05
+    # Exactly at the boundary: the larger of the two.
+    sd_eq = math.log1p(0.05) / FLOOR_SDS
+    assert effect_floor(0.05, hist(runs, sd=sd_eq)) == pytest.approx(0.05)
+
+
+def test_effect_floor_without_sd_is_the_threshold():
+    assert effect_floor(0.07, hist(4, sd=None)) == 0.07
+
+
+def test_effect_floor_from_run_stats():
+    meds = [1.0, 1.2, 0.85]
+    sd = float(np.std(np.log(meds), ddof=1))
+    assert effect_floor(0.05, run_stats(meds)) == pytest.approx(math.expm1(3 * sd))
+    assert effect_floor(0.05, run_stats(meds[:2])) == 0.05
+    assert effect_floor(0.05, run_stats(None)) == 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# recentred_baseline
+# --------------------------------------------------------------------------------------------
+
+
+def test_recentred_baseline_without_centre_is_the_samples():
+    b = [1.0, 3.0, 2.0, 4.0]
+    out, med = recentred_baseline(b, hist(2, sd=0.1))
+    assert np.allclose(out, b, rtol=1e-12)
+    assert list(np.argsort(out)) == list(np.argsort(b))  # measurement order kept
+    assert med == 2.5  # the plain median of the samples (ms)
+
+
+def test_recentred_baseline_moves_the_level_to_the_history_centre():
+    b = samples(3, 41, median=2.0, sigma=0.05)
+    centre = math.log(1.5)
+    out, med = recentred_baseline(b, hist(3, sd=0.1, center=centre))
+    assert med == pytest.approx(1.5)
+    assert float(np.median(out)) == pytest.approx(1.5)  # level: the history's
+    # Shape: the newest run's (log differences unchanged, order unchanged).
+    assert np.allclose(np.diff(np.log(out)), np.diff(np.log(b)))
+    assert np.allclose(out / b, out[0] / b[0])  # one common factor
+    assert out[0] / b[0] == pytest.approx(1.5 / float(np.median(b)))
+
+
+def test_recentred_baseline_from_run_stats():
+    b = samples(3, 40)
+    meds = [1.0, 1.1, 1.2, 0.9]
+    out, med = recentred_baseline(b, run_stats(meds))
+    expected = math.exp(float(np.median(np.log(meds))))
+    assert med == pytest.approx(expected)
+    assert float(np.median(out)) == pytest.approx(expected)
+
+
+def test_recentred_baseline_rejects_bad_samples():
+    for bad in ([], [1.0, 0.0], [1.0, float("inf")]):
+        with pytest.raises(ValueError):
+            recentred_baseline(bad, hist(0))
+
+
+# --------------------------------------------------------------------------------------------
+# within_prediction_limits
+# --------------------------------------------------------------------------------------------
+
+
+def test_within_prediction_limits_short_history_is_no_obstacle():
+    for h in (hist(0), hist(3, sd=0.1, center=0.0), hist(4, sd=0.1, center=0.0)):
+        assert within_prediction_limits(1.0, h) == (True, True)
+        assert within_prediction_limits(100.0, h) == (True, True)
+
+
+def test_within_prediction_limits_with_limits():
+    h = hist(5, sd=0.02, center=0.0, upper=math.log(1.1), lower=math.log(0.9))
+    assert within_prediction_limits(1.2, h) == (True, False)  # above the upper limit
+    assert within_prediction_limits(0.8, h) == (False, True)  # below the lower limit
+    assert within_prediction_limits(1.0, h) == (False, False)  # inside
+    assert within_prediction_limits(1.09, h) == (False, False)
+    assert within_prediction_limits(0.91, h) == (False, False)
+    # Just inside / just beyond each limit.
+    assert within_prediction_limits(math.exp(h.upper_limit - 1e-9), h) == (False, False)
+    assert within_prediction_limits(math.exp(h.upper_limit + 1e-9), h) == (True, False)
+    assert within_prediction_limits(math.exp(h.lower_limit + 1e-9), h) == (False, False)
+    assert within_prediction_limits(math.exp(h.lower_limit - 1e-9), h) == (False, True)
+
+
+def test_within_prediction_limits_from_run_stats():
+    meds = [1.0, 1.01, 0.99, 1.02, 0.98]
+    h = run_stats(meds)
+    assert h.runs == MIN_RUNS_FOR_PREDICTION and h.upper_limit is not None
+    assert within_prediction_limits(1.5, h) == (True, False)
+    assert within_prediction_limits(1 / 1.5, h) == (False, True)
+    assert within_prediction_limits(1.0, h) == (False, False)
+
+
+# --------------------------------------------------------------------------------------------
+# shift_verdict: every branch
+# --------------------------------------------------------------------------------------------
+
+T, A = 0.05, 0.01
+
+
+def test_shift_verdict_regressed():
+    assert shift_verdict(1.2, (1.1, 1.3), 0.001, 0.999, floor=T, alpha=A) == (Verdict.REGRESSED, None)
+
+
+def test_shift_verdict_improved():
+    assert shift_verdict(1 / 1.2, (1 / 1.3, 1 / 1.1), 0.999, 0.001, floor=T, alpha=A) == (Verdict.IMPROVED, None)
+
+
+def test_shift_verdict_inconclusive_note():
+    v, note = shift_verdict(1.04, (0.9, 1.2), 0.2, 0.8, floor=T, alpha=A)
+    assert v is Verdict.INCONCLUSIVE
+    assert note == ("the ratio's 99% CI 0.900x-1.200x spans both 1 and 1+T=1.050x: "
+                    "not enough evidence either way")
+    assert "measure longer" not in note  # the hint is gate.judge's
+
+
+def test_shift_verdict_inconclusive_uses_the_floor():
+    v, note = shift_verdict(1.04, (0.9, 1.2), 0.2, 0.8, floor=0.1, alpha=A)
+    assert v is Verdict.INCONCLUSIVE and "1+T=1.100x" in note
+    # The CI no longer reaches 1+T: not inconclusive, just unchanged.
+    assert shift_verdict(1.04, (0.9, 1.2), 0.2, 0.8, floor=0.25, alpha=A) == (Verdict.UNCHANGED, None)
+
+
+def test_shift_verdict_ci_spanning_one_inside_the_floor_is_unchanged():
+    assert shift_verdict(1.01, (0.98, 1.04), 0.3, 0.7, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
+
+
+def test_shift_verdict_regression_needs_the_ci_above_one():
+    # Significant and a large ratio, but the CI reaches below 1 and above 1+T: inconclusive.
+    v, _ = shift_verdict(1.2, (0.99, 1.4), 0.001, 0.999, floor=T, alpha=A)
+    assert v is Verdict.INCONCLUSIVE
+
+
+def test_shift_verdict_regression_needs_significance():
+    # CI above 1+T but the rank test is not significant: no verdict, no note.
+    assert shift_verdict(1.2, (1.1, 1.3), 0.05, 0.95, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
+    assert shift_verdict(1.2, (1.1, 1.3), A, 0.95, floor=T, alpha=A)[0] is Verdict.UNCHANGED  # p == alpha
+
+
+def test_shift_verdict_regression_needs_the_ratio_above_the_floor():
+    v, note = shift_verdict(1.049, (1.02, 1.049), 0.001, 0.999, floor=T, alpha=A)  # just inside 1+T
+    assert v is Verdict.UNCHANGED
+    assert note == "significant but within the effect floor: +4.9% is inside ±5.0%"
+    assert shift_verdict(1.051, (1.02, 1.049), 0.001, 0.999, floor=T, alpha=A) == (Verdict.REGRESSED, None)
+
+
+def test_shift_verdict_slower_within_prediction_limit():
+    v, note = shift_verdict(1.2, (1.1, 1.3), 0.001, 0.999, floor=T, alpha=A, above_limit=False)
+    assert v is Verdict.UNCHANGED
+    assert note == "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    # The lower limit does not matter for a slowdown.
+    assert shift_verdict(1.2, (1.1, 1.3), 0.001, 0.999, floor=T, alpha=A, below_limit=False) == (
+        Verdict.REGRESSED, None)
+
+
+def test_shift_verdict_faster_within_prediction_limit():
+    v, note = shift_verdict(1 / 1.2, (1 / 1.3, 1 / 1.1), 0.999, 0.001, floor=T, alpha=A, below_limit=False)
+    assert v is Verdict.UNCHANGED
+    assert note == "beyond the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    assert "inside" not in note
+    assert shift_verdict(1 / 1.2, (1 / 1.3, 1 / 1.1), 0.999, 0.001, floor=T, alpha=A, above_limit=False) == (
+        Verdict.IMPROVED, None)
+
+
+def test_shift_verdict_significant_within_floor_slower_and_faster():
+    v, note = shift_verdict(1.03, (1.01, 1.045), 0.001, 0.999, floor=T, alpha=A)
+    assert v is Verdict.UNCHANGED
+    assert note == "significant but within the effect floor: +3.0% is inside ±5.0%"
+    v, note = shift_verdict(0.97, (0.955, 0.99), 0.999, 0.001, floor=T, alpha=A)
+    assert v is Verdict.UNCHANGED
+    assert note == "significant but within the effect floor: -3.0% is inside ±5.0%"
+    v, note = shift_verdict(1.03, (1.01, 1.045), 0.001, 0.999, floor=0.123, alpha=A)
+    assert note.endswith("inside ±12.3%")
+
+
+def test_shift_verdict_rank_test_significant_but_ci_includes_one():
+    v, note = shift_verdict(1.01, (0.99, 1.03), 0.001, 0.999, floor=T, alpha=A)
+    assert v is Verdict.UNCHANGED
+    assert note == "rank test significant but the CI of the ratio includes 1"
+    assert shift_verdict(0.99, (0.97, 1.01), 0.999, 0.001, floor=T, alpha=A) == (Verdict.UNCHANGED, note)
+
+
+def test_shift_verdict_nothing_to_say():
+    assert shift_verdict(1.0, (0.99, 1.01), 0.5, 0.5, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
+
+
+def test_shift_verdict_is_a_mirror_image():
+    for ratio, ci, ps in [(1.2, (1.1, 1.3), (0.001, 0.999)), (1.03, (1.01, 1.045), (0.001, 0.999))]:
+        up = shift_verdict(ratio, ci, *ps, floor=T, alpha=A)
+        down = shift_verdict(1 / ratio, (1 / ci[1], 1 / ci[0]), ps[1], ps[0], floor=T, alpha=A)
+        flip = {Verdict.REGRESSED: Verdict.IMPROVED, Verdict.UNCHANGED: Verdict.UNCHANGED}
+        assert down[0] is flip[up[0]]
+
+
+# --------------------------------------------------------------------------------------------
+# rank_test, hodges_lehmann_ratio, median_ratio_ci
+# --------------------------------------------------------------------------------------------
+
+
+def test_rank_test_symmetry():
+    a, b = samples(1, 40, 1.1), samples(2, 50, 1.0)
+    p_slower, p_faster = rank_test(a, b)
+    assert p_slower < 1e-6 < 0.5 < p_faster
+    q_slower, q_faster = rank_test(b, a)
+    assert q_slower == pytest.approx(p_faster, rel=1e-12)
+    assert q_faster == pytest.approx(p_slower, rel=1e-12)
+
+
+def test_rank_test_is_scale_invariant_and_same_for_lists_and_arrays():
+    a, b = samples(1, 30, 1.02), samples(2, 30)
+    assert rank_test(a, b) == rank_test(list(a), list(b))
+    assert rank_test(a * 7.0, b * 7.0) == pytest.approx(rank_test(a, b), rel=1e-12)
+
+
+def test_rank_test_same_distribution_is_not_significant():
+    p_slower, p_faster = rank_test(samples(1), samples(2))
+    assert p_slower > 0.01 and p_faster > 0.01
+
+
+def test_rank_test_rejects_bad_samples():
+    with pytest.raises(ValueError):
+        rank_test([], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        rank_test([1.0, 2.0], [1.0, -2.0])
+
+
+def test_hodges_lehmann_ratio_exact_and_symmetric():
+    assert hodges_lehmann_ratio([2.0], [1.0]) == pytest.approx(2.0)
+    # Pairwise ratios of [2, 4] vs [1, 2]: 2, 1, 4, 2 -> median 2.
+    assert hodges_lehmann_ratio([2.0, 4.0], [1.0, 2.0]) == pytest.approx(2.0)
+    a, b = samples(1, 31, 1.2), samples(2, 29)
+    assert hodges_lehmann_ratio(a, b) == pytest.approx(1 / hodges_lehmann_ratio(b, a))
+    assert hodges_lehmann_ratio(3 * a, b) == pytest.approx(3 * hodges_lehmann_ratio(a, b))
+
+
+def test_median_ratio_ci_is_seeded():
+    a, b = samples(1, 30, 1.1), samples(2, 30)
+    ci = median_ratio_ci(a, b)
+    assert ci == median_ratio_ci(list(a), list(b))
+    assert ci[0] < 1.1 < ci[1]
+    assert median_ratio_ci(a, b, seed=1) != ci
+    assert median_ratio_ci([1.0], b) is None and median_ratio_ci(a, [1.0]) is None
+
+
+# --------------------------------------------------------------------------------------------
+# run_stats
+# --------------------------------------------------------------------------------------------
+
+
+def test_run_stats_fields_by_history_length():
+    assert run_stats([]) == RunStats(0, None, None, None, None)
+    one = run_stats([1.0])
+    assert (one.runs, one.center, one.sd, one.upper_limit) == (1, None, None, None)
+    two = run_stats([1.0, 1.1])
+    assert two.sd is not None and two.center is None and two.upper_limit is None
+    three = run_stats([1.0, 1.1, 0.9])
+    assert three.center == pytest.approx(0.0) and three.upper_limit is None
+    five = run_stats([1.0, 1.1, 0.9, 1.05, 0.95])
+    assert five.upper_limit > 0 > five.lower_limit
+    assert five.upper_limit + five.lower_limit == pytest.approx(2 * float(np.mean(np.log([1.0, 1.1, 0.9, 1.05, 0.95]))))
+
+
+# --------------------------------------------------------------------------------------------
+# decide is the composition of the steps
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("median, meds", [
+    (1.3, None),
+    (1.3, [1.0, 1.2, 0.85, 1.1]),
+    (1.08, [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]),
+    (0.8, [1.0, 1.01, 0.99, 1.02, 0.98]),
+    (1.0, [1.0, 1.05, 0.95]),
+])
+def test_decide_is_the_composition_of_the_steps(median, meds):
+    cur, base = samples(7, 80, median), samples(8, 80)
+    c = decide(cur, base, run_medians_ms=meds)
+    h = run_stats(meds)
+    b, b_med = recentred_baseline(base, h)
+    floor = effect_floor(0.05, h)
+    ratio = hodges_lehmann_ratio(cur, b)
+    ci = median_ratio_ci(cur, b)
+    p_slower, p_faster = rank_test(cur, b)
+    above, below = within_prediction_limits(math.exp(float(np.median(np.log(cur)))), h)
+    verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=floor, alpha=0.01,
+                                  above_limit=above, below_limit=below)
+    assert (c.verdict, c.note) == (verdict, note)
+    assert c.ratio == pytest.approx(ratio, rel=1e-12)
+    assert c.ratio_ci == pytest.approx(ci, rel=1e-12)
+    assert (c.p_slower, c.p_faster) == pytest.approx((p_slower, p_faster), rel=1e-12)
+    assert c.floor == floor
+    assert c.baseline_median_ms == pytest.approx(b_med)
+    assert c.runs == max(1, h.runs) and c.run_sd == h.sd
