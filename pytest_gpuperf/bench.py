@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
@@ -19,6 +20,33 @@ class GpuBenchUsageError(RuntimeError):
     """The fixture was used in a way it does not support (the message says how to fix it)."""
 
 
+def ensure_output_dir(path: Path) -> None:
+    """Create the folder ``path``; when it lies in a ``.gpuperf`` folder, that folder gets a
+    ``.gitignore`` of ``*`` (as pytest does for ``.pytest_cache``), so nothing in it is committed."""
+    for folder in (path, *path.parents):
+        if folder.name == ".gpuperf":
+            folder.mkdir(parents=True, exist_ok=True)
+            ignore = folder / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("# created by pytest-gpuperf\n*\n")
+            break
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _lazy_kind(value: Any) -> str | None:
+    """"generator", "async generator" or "coroutine" when calling fn only created one, else None."""
+    import inspect
+
+    if inspect.isgenerator(value):
+        return "generator"
+    if inspect.isasyncgen(value):
+        return "async generator"
+    if inspect.iscoroutine(value):
+        value.close()  # never awaited: close it quietly
+        return "coroutine"
+    return None
+
+
 @dataclass(frozen=True)
 class BenchContext:
     """Everything one test's ``gpu_bench`` needs, resolved once by the plugin (frozen).
@@ -32,7 +60,8 @@ class BenchContext:
     (off while updating baselines); ``reference``/``normalize``: this device's reference-workload
     medians and ``--gpuperf-normalize``; ``device_lock``: a context manager factory that serializes
     measurements on the device (pytest-xdist); ``progress``: verbose progress callback;
-    ``measurer``: the timing backend (tests inject a scripted one).
+    ``measurer``: the timing backend (tests inject a scripted one); ``max_memory_text``: the
+    ``max_memory`` option as written (``"100 kB"``), to report the budget in its own unit.
     """
 
     test_id: str
@@ -52,6 +81,7 @@ class BenchContext:
     device_lock: Callable[[], ContextManager[Any]] | None = None
     progress: Progress | None = None
     measurer: Measurer = field(default_factory=Measurer)
+    max_memory_text: str | None = None
 
 
 class GpuBench:
@@ -174,6 +204,7 @@ class GpuBench:
         if not ctx.measuring:
             a, k = prepare_call(fn, args, kwargs, setup)
             t = ctx.measurer.once(fn, a, k, ctx.device)
+            self._check_value(fn, t.value)
             return BenchResult.from_samples(
                 t.samples_ms, rounds=1, calls_per_round=1, warmup_rounds=0, smoke=True, value=t.value, **common
             )
@@ -196,8 +227,13 @@ class GpuBench:
 
         self._reset_cuda_peak()
         sampler = sampler_for(ctx.device)
+        clock = getattr(ctx.measurer, "clock", time.perf_counter_ns)  # the clock of the time budgets
+        start_ns = clock()
         with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
             t = timed(ctx.progress)
+        elapsed_s = (clock() - start_ns) / 1e9
+        self._check_value(fn, t.value)
+        notes = self._overrun_notes(t, elapsed_s, bid) if rounds is None else []
         telemetry = sampler.summary()
         # One extra call, outside the timed rounds, measures peak memory (never perturbs timing).
         a, k = prepare_call(fn, args, kwargs, setup)
@@ -225,6 +261,7 @@ class GpuBench:
             benchmark_id=self._full_id(bid),
             device=str(ctx.device),
             baseline_file=ctx.baseline_file,
+            max_memory_text=ctx.max_memory_text,
         )
         if memory.failed:
             memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
@@ -236,18 +273,57 @@ class GpuBench:
         trace_path = top_ops = None
         mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
         if (comparison.failed or mismatch) and ctx.artifacts_dir is not None:
-            from .profiling import export_trace, profile_call_count, profile_calls, top_ops_table
+            from .profiling import profile_call_count, profile_calls, top_ops_table
 
             if prof is None:
                 prof, _ = profile_calls(fn, a, k, ctx.device, profile_call_count(median_ms))
-            trace_path = export_trace(prof, Path(ctx.artifacts_dir, f"{self._safe_id(bid)}.trace.json"))
+            trace_path = self._export_trace(prof, bid, notes)
             top_ops = top_ops_table(prof, ctx.device)
         return BenchResult.from_samples(
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
             warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
-            telemetry=telemetry, value=t.value, **common
+            telemetry=telemetry, value=t.value, notes=tuple(notes), **common
         )
+
+    def _check_value(self, fn: Callable[..., Any], value: Any) -> None:
+        """Fail when ``fn`` returned a generator or coroutine: only its creation was timed."""
+        kind = _lazy_kind(value)
+        if kind is None:
+            return
+        name = getattr(fn, "__name__", "fn")
+        fix = f"gpu_bench(lambda: list({name}()))" if kind == "generator" else "a function that runs it to the end"
+        raise GpuBenchUsageError(
+            f"gpu_bench: {name}() returned a {kind}, so only its creation was timed, not the work it does; "
+            f"benchmark {fix} instead"
+        )
+
+    def _overrun_notes(self, t: Timing, elapsed_s: float, bid: str) -> list[str]:
+        """A note when the measurement took far longer than ``max_time`` because one call is long."""
+        o = self.options
+        round_ms = statistics.median(t.samples_ms) * t.calls_per_round
+        if elapsed_s < max(1.0, 2 * (o.max_time + o.warmup_time)) or round_ms / 1e3 * o.min_rounds <= o.max_time:
+            return []
+        from .units import format_ms
+
+        return [
+            f"{self._full_id(bid)}: measuring took {elapsed_s:.1f} s for a max_time of {o.max_time:g} s: "
+            f"one call takes {format_ms(statistics.median(t.samples_ms))}; min_rounds={o.min_rounds} and "
+            f"{t.warmup_rounds} warmup calls were still made; lower min_rounds/warmup or raise max_time"
+        ]
+
+    def _export_trace(self, prof: Any, bid: str, notes: list[str]) -> str | None:
+        """Write the chrome trace under ``artifacts_dir``; its path, or None when no file was written."""
+        from .profiling import export_trace
+
+        path = Path(self.context.artifacts_dir or ".", f"{self._safe_id(bid)}.trace.json")
+        try:
+            ensure_output_dir(path.parent)
+            written = export_trace(prof, path)
+        except OSError as exc:
+            notes.append(f"{self._full_id(bid)}: could not write the trace {path}: {exc}")
+            return None
+        return written if Path(written).is_file() else None
 
     def _drift_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
         """With --gpuperf-normalize: (reference name, now/then ratio) to divide samples by."""
@@ -260,9 +336,10 @@ class GpuBench:
         return ratio_for(ratios, expected[0] if expected else None)
 
     def _safe_id(self, bid: str) -> str:
-        import re
+        """A bounded, file-system-safe file stem for the benchmark (see ``plots.safe_filename``)."""
+        from .plots import safe_filename
 
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", self._full_id(bid)).strip("_")
+        return safe_filename(self._full_id(bid))
 
     def _classify_fn(self, fn, args, kwargs, median_ms: float) -> tuple[Any, Any]:
         """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing)."""
@@ -306,7 +383,7 @@ class GpuBench:
 
     def _raise_oom(self, exc: BaseException, fn, args, kwargs, bid) -> None:
         from .memory import MemoryLimitError, cuda_memory_summary, free_cached_memory, oom_message
-        from .units import format_bytes
+        from .units import format_bytes, size_unit
 
         peak = None
         if getattr(self.context.device, "type", "cpu") == "cuda":
@@ -315,7 +392,8 @@ class GpuBench:
             peak = torch.cuda.max_memory_allocated(self.context.device)
         details = cuda_memory_summary(self.context.device)
         free_cached_memory(self.context.device)
-        budget = format_bytes(self.options.max_memory) if self.options.max_memory is not None else "none"
+        budget = (format_bytes(self.options.max_memory, size_unit(self.context.max_memory_text))
+                  if self.options.max_memory is not None else "none")
         message = oom_message(f"in benchmark {self._full_id(bid)}", self.context.device, f"max_memory {budget}",
                               peak, exc)
         extra = self._snapshot(fn, args, kwargs, bid)

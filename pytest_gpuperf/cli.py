@@ -18,7 +18,8 @@ run history included), so the verdict is the one the plugin would give for those
 
 Exit codes: 0 nothing failed; 1 a benchmark regressed (or, with ``--fail-on inconclusive``,
 was inconclusive); 2 unusable input (a missing or unreadable file, not JSON, not a report or
-baseline file, no benchmark in common) or a bad command line. Nothing here imports torch.
+baseline file, no benchmark in common) or a bad command line; 141 the reader closed the output
+early (``gpuperf show | head``), quietly. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def load_result_file(path: os.PathLike[str] | str) -> ResultFile:
     if kind is None and "benchmarks" not in data and "schema_version" not in data:
         raise InputError(f"{p}: has neither 'schema_version' nor 'benchmarks'; {what}")
     try:
-        parsed = parse(p, text)
+        parsed = parse(p, text, schema=None if kind == "report" else "baseline")  # reports: hand checks only
     except BaselineError as exc:
         if kind == "report":
             raise InputError(f"report file {p} is unusable: {exc.problem}") from None
@@ -309,9 +310,35 @@ def _show_rows(benchmarks: dict[str, BaselineEntry]) -> list[tuple[str, ...]]:
     return rows
 
 
+def _format_age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s old"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min old"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h old"
+    return f"{seconds / 86400:.0f} days old"
+
+
+def _show_temp_files(root: Path) -> None:
+    """List the temporary files of interrupted baseline writes under ``root`` (see ``write_atomic``)."""
+    from .baseline import STALE_TEMP_SECONDS, find_temp_files
+    from .units import format_bytes
+
+    temps = find_temp_files(root)
+    if temps:
+        print()
+    for path, size, age in temps:
+        what = f"({format_bytes(size)}, {_format_age(age)})"
+        if age >= STALE_TEMP_SECONDS:
+            print(f"stale temporary file {path} {what}: safe to delete (left by an interrupted write)")
+        else:
+            print(f"temporary file {path} {what}: a write may be in progress; if none is, safe to delete")
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     """``gpuperf show``: list the baselines under a folder; returns the exit code (0 or 2)."""
-    from .baseline import BaselineError, load
+    from .baseline import BaselineError, load, module_file_name
 
     root = Path(args.dir)
     if not root.exists():
@@ -324,6 +351,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     files = [(d, sorted(f for f in d.glob("*.json") if f.is_file())) for d in devices]
     if not any(fs for _, fs in files):
         print(f"no baseline files under {root} (expected {root}/<device key>/<module>.json)")
+        _show_temp_files(root)
         return EXIT_OK
     bad = 0
     header = ("benchmark", "runs", "latest median", "date", "peak memory")
@@ -347,9 +375,13 @@ def cmd_show(args: argparse.Namespace) -> int:
             rows = _show_rows(bf.benchmarks)
             module = f" ({bf.module})" if bf.module else ""
             print(f"  {f}{module}: {len(bf.benchmarks)} benchmark(s)")
+            if isinstance(bf.module, str) and bf.module and module_file_name(bf.module) != f.name:
+                print(f"    note: the baselines of {bf.module} are looked up in {module_file_name(bf.module)}, "
+                      f"not in this file (named by an older pytest-gpuperf): rename it to use them")
             if rows:
                 for line in format_table(rows, header=header, numeric=(header[1], header[2], header[4])):
                     print(f"    {line}")
+    _show_temp_files(root)
     if bad:
         _err(f"{bad} unreadable baseline file(s) under {root} (listed above)")
         return EXIT_INPUT
@@ -390,7 +422,8 @@ example:
   {prog} show baselines
 
 Lists DIR/<device key>/*.json: per benchmark the runs stored, the latest run's median, its date
-and peak memory. exit codes: 0 ok, 2 missing DIR or an unreadable baseline file (still listed).
+and peak memory; then any temporary files of interrupted writes (.<name>.<random>.tmp) found
+under DIR. exit codes: 0 ok, 2 missing DIR or an unreadable baseline file (still listed).
 """
 
 
@@ -438,12 +471,41 @@ def _prog() -> str:
     return "python -m pytest_gpuperf" if argv0 == "__main__.py" else "gpuperf"
 
 
+#: Exit code when the reader of the output went away (``gpuperf show | head``): 128 + SIGPIPE,
+#: what a shell reports for a program that SIGPIPE ended.
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_to_devnull() -> None:
+    """Point the stdout file descriptor at the null device, so that the interpreter's last flush
+    of the unread output does not fail again (the recipe of the ``signal`` module's docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no real stdout (an in-process caller's capture)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
     0: nothing failed (or ``--help``); 1: a benchmark regressed (``--fail-on inconclusive``:
-    or was inconclusive); 2: unusable input or a bad command line. Never raises ``SystemExit``.
+    or was inconclusive); 2: unusable input or a bad command line; 141: the reader of the output
+    closed it early (``gpuperf show | head``; nothing is printed about it). Never raises ``SystemExit``.
     """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe often shows only at the last flush
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser(_prog())
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)

@@ -41,7 +41,7 @@ from typing import Sequence
 import numpy as np
 
 from .options import BenchOptions
-from .units import format_bytes, format_ms, format_pct, format_ratio
+from .units import format_bytes, format_ms, format_pct, format_ratio, size_unit
 
 #: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
 BOOTSTRAP_SEED = 20251121
@@ -83,8 +83,11 @@ class Verdict(str, Enum):
 class Comparison:
     """Verdict plus the evidence behind it.
 
-    ``ratio`` is the Hodges–Lehmann estimate of current/baseline time (> 1 means slower);
-    ``ratio_ci`` the 99% percentile-bootstrap CI of median(current)/median(baseline);
+    ``ratio`` is the Hodges–Lehmann estimate of current/baseline time (> 1 means slower; the
+    estimate the gate uses); ``median_ratio`` is median(current)/``baseline_median_ms``, the
+    estimate whose 99% percentile-bootstrap CI ``ratio_ci`` is (the two can differ: a CI is only
+    ever printed next to ``median_ratio``). ``baseline_median_ms`` is the centre of the stored
+    history (median of the stored run medians) with 3+ runs, else the newest run's median;
     ``p_slower``/``p_faster`` the one-sided Mann–Whitney U p-values. ``floor`` is the effect floor
     T actually used (>= ``threshold``), ``runs`` the number of stored baseline runs, ``run_sd``
     the SD of their log medians (None under 2 runs), ``prediction_limit`` the upper 99%
@@ -114,6 +117,7 @@ class Comparison:
     confirmed: bool | None = None
     raw_ratio: float | None = None
     normalized_by: str | None = None
+    median_ratio: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -133,11 +137,10 @@ class Comparison:
                 f"`pytest --gpuperf-update-baselines`"
             )
         assert self.ratio is not None and self.baseline_median_ms is not None
-        ci = (
-            f"; 99% CI of the median ratio {format_ratio(self.ratio_ci[0])}-{format_ratio(self.ratio_ci[1])}"
-            if self.ratio_ci
-            else ""
-        )
+        median_ratio = self.median_ratio
+        if median_ratio is None and self.baseline_median_ms > 0:  # a report written before the field existed
+            median_ratio = self.current_median_ms / self.baseline_median_ms
+        ci = f", 99% CI {format_ratio(self.ratio_ci[0])}-{format_ratio(self.ratio_ci[1])}" if self.ratio_ci else ""
         p = self.p_slower if self.ratio >= 1 else self.p_faster
         head = {
             Verdict.REGRESSED: "performance regression",
@@ -151,8 +154,8 @@ class Comparison:
             gate = f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {self.run_sd * 100:.1f}%) - 1 > threshold +{self.threshold * 100:g}%)"
         text = (
             f"{head} in {self.benchmark_id}: median {format_ms(self.baseline_median_ms)} -> "
-            f"{format_ms(self.current_median_ms)}, Hodges-Lehmann ratio {format_ratio(self.ratio)} "
-            f"({format_pct(self.ratio - 1)}){ci}, Mann-Whitney U p={_fmt_p(p)} "
+            f"{format_ms(self.current_median_ms)}, median ratio {format_ratio(median_ratio)}{ci}; "
+            f"Hodges-Lehmann ratio {format_ratio(self.ratio)} ({format_pct(self.ratio - 1)}), Mann-Whitney U p={_fmt_p(p)} "
             f"(alpha {self.alpha:g}), {gate}; baseline history: {self.runs} run(s)"
         )
         if self.prediction_limit is not None:
@@ -167,7 +170,13 @@ class Comparison:
             text += f"; baseline: {self.baseline_file}"
         if self.note:
             text += f"; {self.note}"
+        if self.verdict is Verdict.REGRESSED:
+            text += f"; {INTENDED_HINT}"
         return text
+
+
+#: The end of every regression message (timing and memory): what to do when the change is wanted.
+INTENDED_HINT = "if the change is intended, re-record with `pytest --gpuperf-update-baselines`"
 
 
 def _fmt_p(p: float | None) -> str:
@@ -399,7 +408,8 @@ def decide(
     base, base_med = recentred_baseline(baseline_ms, hist)
     floor = effect_floor(threshold, hist)
     common.update(
-        baseline_median_ms=base_med, ratio=hodges_lehmann_ratio(cur, base), floor=floor,
+        baseline_median_ms=base_med, ratio=hodges_lehmann_ratio(cur, base), median_ratio=cur_med / base_med,
+        floor=floor,
         runs=max(1, hist.runs), run_sd=hist.sd,
         prediction_limit=(math.exp(hist.upper_limit - hist.center)
                           if hist.upper_limit is not None and hist.center is not None else None),
@@ -456,6 +466,7 @@ class MemoryComparison:
     device: str = ""
     baseline_file: str | None = None
     snapshot: str | None = None  # CUDA memory-snapshot text (path, largest blocks), when recorded
+    max_memory_text: str | None = None  # the budget as its author wrote it ("100 kB"), for messages
 
     @property
     def over_budget(self) -> bool:
@@ -487,12 +498,14 @@ class MemoryComparison:
                 f"{format_bytes(self.current_bytes)} ({change}), allowed "
                 f"+{self.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}"
                 + (f"; baseline: {self.baseline_file}" if self.baseline_file else "")
+                + f"; {INTENDED_HINT}"
             )
         if self.over_budget:
             assert self.max_memory_bytes is not None
+            unit = size_unit(self.max_memory_text)  # the budget's own unit: "peak 123 kB > max_memory 100 kB"
             out.append(
-                f"memory budget exceeded in {self.benchmark_id}: peak {format_bytes(self.current_bytes)} > "
-                f"max_memory {format_bytes(self.max_memory_bytes)} on {self.device}"
+                f"memory budget exceeded in {self.benchmark_id}: peak {format_bytes(self.current_bytes, unit)} > "
+                f"max_memory {format_bytes(self.max_memory_bytes, unit)} on {self.device}"
             )
         if out and self.snapshot:
             out.append(self.snapshot)
@@ -509,13 +522,15 @@ def decide_memory(
     device: str = "",
     baseline_file: str | None = None,
     slack_bytes: int = MEMORY_SLACK_BYTES,
+    max_memory_text: str | None = None,
 ) -> MemoryComparison:
     """Compare a peak-memory figure (bytes) with the baseline's.
 
     Peak memory of a fixed program on a fixed allocator is deterministic, so no statistics are
     needed: **regressed** when ``current > baseline * (1 + threshold) + slack_bytes``, **improved**
     when ``current < baseline * (1 - threshold) - slack_bytes``, else **unchanged**. Raises
-    ``ValueError`` for negative sizes or threshold.
+    ``ValueError`` for negative sizes or threshold. ``max_memory_text`` is the budget as written
+    (``"100 kB"``), used only to report it in that unit.
     """
     if current_bytes < 0 or (baseline_bytes is not None and baseline_bytes < 0):
         raise ValueError("memory sizes must be >= 0 bytes")
@@ -535,4 +550,5 @@ def decide_memory(
         verdict=verdict, benchmark_id=benchmark_id, current_bytes=int(current_bytes),
         baseline_bytes=None if baseline_bytes is None else int(baseline_bytes), threshold=threshold,
         max_memory_bytes=max_memory_bytes, device=device, baseline_file=baseline_file,
+        max_memory_text=max_memory_text if isinstance(max_memory_text, str) else None,
     )

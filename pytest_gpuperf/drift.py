@@ -12,7 +12,7 @@ others by the copy ratio).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 #: Relative drift of a reference workload above which the summary warns.
 DRIFT_WARN = 0.05
@@ -46,6 +46,33 @@ def measure_reference(device: Any) -> dict[str, Any]:
         "matmul": f"{n}x{n} {str(dt).removeprefix('torch.')} matmul",
         "copy": f"{numel * 4 // 2**20} MiB copy",
     }
+
+
+def shared_reference(device: Any, measure: Callable[[Any], dict[str, Any]], folder: Any,
+                     lock: ContextManager[Any]) -> dict[str, Any]:
+    """``measure(device)``, taken under ``lock`` and shared through ``folder`` by the run's processes.
+
+    Under pytest-xdist ``lock`` is the device's lock (so no benchmark runs meanwhile) and ``folder``
+    the run's shared folder: the first worker to take the lock measures and writes
+    ``reference-<device>.json`` there, the others read it, so all workers compare against the same
+    reference. ``folder`` None (no xdist): just measure. Exceptions of ``measure`` propagate.
+    """
+    with lock:
+        if folder is None:
+            return measure(device)
+        import json
+        from pathlib import Path
+
+        from .baseline import write_atomic
+
+        path = Path(folder, f"reference-{str(device).replace(':', '_')}.json")
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):  # not measured yet (or unreadable): measure it now
+            pass
+        reference = measure(device)
+        write_atomic(path, json.dumps(reference))
+        return reference
 
 
 def drift_ratios(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> dict[str, float] | None:

@@ -62,6 +62,7 @@ class GpuPerfState:
     plot_dir: Path | None = None
     verbose: int = 0
     workers_seen: int = 0
+    errors: dict[str, str] = field(default_factory=dict)  # report path -> why it could not be written
     _baselines: dict[str, "BaselineFile | None"] = field(default_factory=dict)
     _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -73,7 +74,7 @@ class GpuPerfState:
             from .environment import fingerprint
 
             env = fingerprint(device)
-            env["reference"] = _reference_for(device, measure_reference)
+            env["reference"] = _reference_for(device, measure_reference, self.xdist_dir, self.device_lock(device))
             self._environments[key] = env
             if device.type == "cuda":
                 from .telemetry import handle_for, nvml_status, other_processes
@@ -125,12 +126,18 @@ class GpuPerfState:
 _REFERENCE_CACHE: dict[str, dict[str, Any]] = {}
 
 
-def _reference_for(device: Any, measure: Any) -> dict[str, Any] | None:
-    """Reference-workload medians of ``device``, measured once per process (about 0.3 s)."""
+def _reference_for(device: Any, measure: Any, shared_dir: Path | None = None, lock: Any = None) -> dict[str, Any] | None:
+    """Reference-workload medians of ``device`` (about 0.3 s), measured once per process, under the
+    device's lock; under pytest-xdist once per run, shared through ``shared_dir`` (see
+    :func:`pytest_gpuperf.drift.shared_reference`)."""
+    import contextlib
+
+    from .drift import shared_reference
+
     key = str(device)
     if key not in _REFERENCE_CACHE:
         try:
-            _REFERENCE_CACHE[key] = measure(device)
+            _REFERENCE_CACHE[key] = shared_reference(device, measure, shared_dir, lock or contextlib.nullcontext())
         except Exception as exc:  # a failing reference must not take the session down
             return {"error": f"{type(exc).__name__}: {exc}"}
     return _REFERENCE_CACHE[key]
@@ -243,6 +250,11 @@ def pytest_configure(config: pytest.Config) -> None:
             thresholds = Thresholds.parse(config.getini("gpuperf_bottleneck_thresholds"))
         except ValueError as exc:
             raise pytest.UsageError(f"pytest-gpuperf: ini gpuperf_bottleneck_thresholds: {exc}") from None
+    _check_device_option(config, session_options)
+    if worker_id is None:  # the controller writes the reports: fail now, not after every benchmark ran
+        for option, value in (("--gpuperf-json", json_opt), ("--gpuperf-markdown", md_opt)):
+            if value:
+                _check_output_path(option, Path(config.invocation_params.dir, value))
     config.stash[STATE_KEY] = GpuPerfState(
         measuring=bool(config.getoption("--gpuperf")) or updating,
         updating=updating,
@@ -263,6 +275,39 @@ def pytest_configure(config: pytest.Config) -> None:
         plot_dir=Path(config.invocation_params.dir, plot_opt) if plot_opt else None,
         verbose=config.getoption("verbose", 0) or 0,
     )
+
+
+def _check_device_option(config: pytest.Config, session_options: opts.BenchOptions) -> None:
+    """A device given on the command line or in the ini that does not exist here is a usage error
+    (a marker's ``device="cuda"`` only skips its test). Imports torch only when such a device is given."""
+    source = ("--gpuperf-device" if config.getoption("--gpuperf-device")
+              else "ini gpuperf_device" if "device" in _ini_values(config) else None)
+    if source is None or session_options.device in (None, "cpu"):
+        return
+    from .timing import DeviceUnavailable, resolve_device
+
+    try:
+        resolve_device(session_options.device)
+    except DeviceUnavailable as exc:
+        raise pytest.UsageError(
+            f"pytest-gpuperf: {source} {session_options.device}: {exc}; use --gpuperf-device cpu or auto"
+        ) from None
+
+
+def _check_output_path(option: str, path: Path) -> None:
+    """Raise a usage error naming ``option`` and ``path`` when a report file cannot be written there."""
+    def fail(why: str) -> None:
+        raise pytest.UsageError(f"pytest-gpuperf: {option} {path}: {why}")
+
+    if path.is_dir():
+        fail("is a folder; give a file path")
+    folder = path.parent
+    while not folder.exists() and folder.parent != folder:  # the folders to create start at the nearest existing one
+        folder = folder.parent
+    if not folder.is_dir():
+        fail(f"{folder} is not a folder (a regular file is in the way)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"folder {folder} is not writable")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -357,11 +402,12 @@ def gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Iterato
 
         env = state.environment(device)
         key = device_key(env)
-        from .baseline import BaselineError, baseline_path
+        from .baseline import BaselineError, baseline_path, check_module
 
         path = baseline_path(state.baseline_dir, key, module)
         try:
             baseline = state.baseline(path)
+            check_module(baseline, module)  # a file of another module is neither compared nor written
         except BaselineError as exc:
             pytest.fail(str(exc), pytrace=False)
 
@@ -370,17 +416,24 @@ def gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Iterato
             Recorded(item.nodeid, module, result, str(path) if path else None, key, env)
         )
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
+        state.warnings.extend(result.notes)
+        if state.updating and not result.smoke:
+            from .report import noisy_baseline_warning
+
+            noisy = noisy_baseline_warning(f"{module}::{result.benchmark_id}", result)
+            if noisy:
+                state.warnings.append(noisy)
         if baseline is not None and env is not None:
             entry = baseline.get(result.benchmark_id)
             c = result.comparison
-            if c is not None and c.verdict.value == "inconclusive" and not state.strict:
+            if c is not None and c.verdict.value == "inconclusive" and not state.strict and not state.updating:
                 state.warnings.append(f"{module}::{result.benchmark_id}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
             if entry is not None:
                 from .drift import drift_ratios, drift_warning
 
                 drift = drift_warning(drift_ratios(env.get("reference"), entry.reference))
-                if drift:
-                    state.warnings.append(f"{state.relpath(path)}: {drift}" + ("" if state.normalize else " (--gpuperf-normalize corrects for it)"))
+                if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
+                    state.warnings.append(f"{device}: {drift}" + ("" if state.normalize else " (--gpuperf-normalize corrects for it)"))
                 from .environment import differences
 
                 diffs = differences(entry.environment, env)
@@ -401,16 +454,24 @@ def gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Iterato
         snapshot_dir=str(state.snapshot_dir) if state.snapshot_dir else None,
         classify=state.classify,
         thresholds=state.thresholds,
-        artifacts_dir=str(state.artifacts_dir),
+        artifacts_dir=None if state.updating else str(state.artifacts_dir),  # traces only for failed comparisons
         confirm_regressions=not state.updating,
         reference=(env or {}).get("reference"),
         normalize=state.normalize,
         device_lock=lambda: state.device_lock(device),
         progress=_progress_writer(request.config, item.nodeid) if state.verbose > 0 and state.measuring else None,
         measurer=_gpuperf_measurer,
+        max_memory_text=_max_memory_text(item),
     ), on_result)
     item.stash[BENCH_KEY] = bench
     yield bench
+
+
+def _max_memory_text(item: pytest.Item) -> str | None:
+    """The ``max_memory`` option as its author wrote it (marker, else ini), to report it in that unit."""
+    marker = _marker_options(item)
+    raw = marker["max_memory"] if "max_memory" in marker else _ini_values(item.config).get("max_memory")
+    return raw if isinstance(raw, str) else None
 
 
 def _record_properties(item: pytest.Item, result: Any, several: bool) -> None:
@@ -477,10 +538,10 @@ def memory_budget(request: pytest.FixtureRequest) -> Any:
             pytest.skip(f"pytest-gpuperf: {exc}")
         snapshot = None
         if state.snapshot_dir is not None and dev.type == "cuda":
-            import re
+            from .plots import safe_filename
 
             blocks += 1
-            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")
+            safe = safe_filename(item.nodeid)  # bounded and distinct, as trace names
             snapshot = SnapshotRecorder(dev, state.snapshot_dir / f"{safe}.block{blocks}.pickle")
         return MemoryBudget(budget, device=dev, max_leak=max_leak, snapshot=snapshot)
 
@@ -498,6 +559,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if details and isinstance(details, str):
         report.sections.append(("gpuperf memory", details))
     bench = item.stash.get(BENCH_KEY, None)
+    if report.when == "call" and report.passed and (bench is None or not bench.results):
+        _warn_if_measured_nothing(item)
     if bench is None or report.when != "call" or not report.passed or not bench.results:
         return
     state: GpuPerfState = item.config.stash[STATE_KEY]
@@ -516,6 +579,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if messages:
         report.outcome = "failed"
         report.longrepr = "\n".join(messages)
+
+
+def _warn_if_measured_nothing(item: pytest.Item) -> None:
+    """A test marked ``gpu_bench`` that passed without measuring anything gets a summary warning."""
+    state: GpuPerfState | None = item.config.stash.get(STATE_KEY, None)
+    if state is not None and state.measuring and item.get_closest_marker("gpu_bench") is not None:
+        state.warnings.append(
+            f"{item.nodeid} is marked gpu_bench but measured nothing: call gpu_bench(fn, ...) in the test"
+        )
 
 
 def _write_baselines(state: GpuPerfState, item: pytest.Item) -> str | None:
@@ -553,11 +625,17 @@ def _write_baselines(state: GpuPerfState, item: pytest.Item) -> str | None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state: GpuPerfState | None = config.stash.get(STATE_KEY, None)
-    if state is None or not state.recorded or state.worker_id is not None:
+    if state is None or state.worker_id is not None:
         return
-    from .report import summary_lines
-
     tr = terminalreporter
+    if not state.recorded:  # nothing measured: only what went wrong
+        for w in dict.fromkeys(state.warnings):
+            tr.write_line(f"warning: {w}", yellow=True)
+        for e in state.errors.values():
+            tr.write_line(f"error: {e}", red=True)
+        return
+    from .report import LEGEND, summary_lines
+
     if not state.measuring:
         tr.write_line(
             f"gpuperf: {len(state.recorded)} benchmark(s) ran once (smoke mode); "
@@ -569,12 +647,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated) for rec in state.recorded]
     for line in summary_lines(items):
         tr.write_line(line)
+    if any(rec.result.comparison is not None and rec.result.comparison.ratio is not None for rec in state.recorded):
+        tr.write_line(LEGEND)
     tr.write_line(f"baselines: {state.relpath(state.baseline_dir)}")
     keys = sorted({r.device_key for r in state.recorded if r.device_key})
     if keys:
         tr.write_line(f"device key: {', '.join(keys)}")
     notes = [
-        f"  {rec.module}::{rec.result.benchmark_id}: {rec.result.comparison.note}"
+        f"  {rec.module}::{rec.result.benchmark_id}: "
+        + (rec.result.comparison.note.replace(" (fails with --gpuperf-strict)", "") if state.updating  # updates never fail
+           else rec.result.comparison.note)
         for rec in state.recorded
         if rec.result.comparison is not None and rec.result.comparison.note
     ]
@@ -605,8 +687,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"device were serialized with a file lock (never two benchmarks on one device at once)"
         )
     for label, p in (("results", state.json_path), ("Markdown summary", state.markdown_path), ("plots", state.plot_dir)):
-        if p is not None:
+        if p is not None and str(p) not in state.errors:
             tr.write_line(f"{label} written to {p}")
+    for e in state.errors.values():
+        tr.write_line(f"error: {e}", red=True)
 
 
 def _worker_payload(state: GpuPerfState) -> dict[str, Any]:
@@ -659,7 +743,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if state.worker_id is not None:
         # A pytest-xdist worker hands its measurements to the controller through the run's folder.
-        if state.xdist_dir is not None and state.recorded:
+        if state.xdist_dir is not None and (state.recorded or state.warnings):
             from .baseline import dumps, write_atomic
 
             write_atomic(state.xdist_dir / f"worker-{state.worker_id}.json", dumps(_worker_payload(state)))
@@ -667,17 +751,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _merge_workers(state)
     state.recorded.sort(key=lambda rec: (rec.nodeid, rec.result.benchmark_id))
     if state.json_path is not None:
-        _write_json(state)
+        _write_report(state, "--gpuperf-json", state.json_path, lambda: _write_json(state))
     if state.markdown_path is not None:
         from .baseline import write_atomic
         from .report import markdown
 
         items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result) for rec in state.recorded]
         devices = sorted({rec.result.device for rec in state.recorded})
-        write_atomic(state.markdown_path, markdown(items, devices=devices, strict=state.strict,
-                                                   warnings=list(dict.fromkeys(state.warnings))))
+        _write_report(state, "--gpuperf-markdown", state.markdown_path, lambda: write_atomic(
+            state.markdown_path, markdown(items, devices=devices, strict=state.strict,
+                                          warnings=list(dict.fromkeys(state.warnings)))))
     if state.plot_dir is not None:
         _write_plots(state)
+
+
+def _write_report(state: GpuPerfState, option: str, path: Path, write: Any) -> None:
+    """Run ``write()``; an OSError becomes one error line of the summary (no traceback after the run)."""
+    try:
+        write()
+    except OSError as exc:
+        state.errors[str(path)] = f"could not write {option} {path}: {exc.strerror or exc}"
 
 
 def _write_plots(state: GpuPerfState) -> None:

@@ -10,10 +10,17 @@ from .baseline import SCHEMA_VERSION
 from .compare import Comparison, MemoryComparison
 from .result import BenchResult
 from .stats import thin
-from .units import format_bytes, format_ms, format_pct, format_ratio
+from .units import format_bytes, format_ms, format_pct, format_ratio, shorten_middle
 
 COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "bottleneck",
            "verdict")
+
+#: Longest benchmark name in the terminal table; longer ones are cut in the middle (JSON keeps them whole).
+MAX_NAME_WIDTH = 70
+
+#: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
+LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show` "
+          "lists each run); ratio = Hodges-Lehmann estimate of current/baseline")
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
@@ -170,7 +177,7 @@ def summary_lines(
     """The terminal summary: a table per group of (label, result, baseline-updated) triples."""
     groups: dict[str, list[tuple[str, ...]]] = defaultdict(list)
     for label, r, updated in items:
-        groups[r.group or ""].append(summary_row(label, r, updated))
+        groups[r.group or ""].append(summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated))
     lines: list[str] = []
     for group in sorted(groups):
         if group or len(groups) > 1:
@@ -253,6 +260,38 @@ def _failing(r: BenchResult, strict: bool) -> bool:
     return bool(r.failures(strict=strict))
 
 
+#: IQR/median at or above which a recorded baseline is called noisy (torch.utils.benchmark's threshold).
+NOISY_IQR = 0.10
+
+
+def noisy_baseline_warning(label: str, r: BenchResult) -> str | None:
+    """The warning for a baseline recorded from a noisy run (IQR/median >= :data:`NOISY_IQR`), else None."""
+    if r.smoke or not r.iqr_fraction >= NOISY_IQR:
+        return None
+    max_time = r.options.get("max_time")
+    longer = f"a longer max_time (now {max_time:g} s)" if isinstance(max_time, (int, float)) else "a longer max_time"
+    return (
+        f"{label}: noisy baseline recorded: IQR {r.iqr_fraction * 100:.1f}% of the median "
+        f"(>= {NOISY_IQR * 100:g}%), so later comparisons will be imprecise; to record a steadier one use "
+        f"{longer}, a quieter machine (no other jobs, fixed clocks), MALLOC_* settings for CPU training "
+        f"steps (e.g. MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=<bytes>), or more rounds (min_rounds, "
+        f"pedantic rounds=...)"
+    )
+
+
+def median_ratio_text(c: Comparison | None) -> str:
+    """``0.738x (0.730x-0.746x)``: the median ratio with its 99% CI (the estimator the CI belongs to)."""
+    if c is None or c.ratio is None:
+        return "-"
+    mr = c.median_ratio
+    if mr is None and c.baseline_median_ms:  # a report written before the field existed
+        mr = c.current_median_ms / c.baseline_median_ms
+    text = format_ratio(mr)
+    if c.ratio_ci:
+        text += f" ({format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])})"
+    return text
+
+
 def markdown(
     items: Sequence[tuple[str, BenchResult]],
     *,
@@ -263,8 +302,9 @@ def markdown(
     """A Markdown summary for a CI step summary or a PR comment.
 
     A header line with the device(s) and the verdict counts, then one table: regressions first,
-    then inconclusive, improvements and the rest; each row with baseline and current median, ratio
-    and CI, verdict, peak memory and bottleneck. Plain-text markers (``[REGRESSED]``...), no emoji.
+    then inconclusive, improvements and the rest; each row with the baseline (history median) and
+    current median, the median ratio with its 99% CI, the Hodges-Lehmann ratio, verdict, peak memory
+    and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
     """
     def verdict(r: BenchResult) -> str | None:
         return r.comparison.verdict.value if r.comparison is not None else None
@@ -280,24 +320,23 @@ def markdown(
         f"**{'FAILED' if failing else 'PASSED'}**: {len(items)} benchmark(s) on {', '.join(devices) or '-'}: "
         f"{head}; {failing} failing.",
         "",
-        "| | benchmark | baseline median | current median | ratio (99% CI) | verdict | peak memory | bottleneck |",
-        "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |",
+        "| | benchmark | baseline (history median) | current median | median ratio (99% CI) | Hodges-Lehmann ratio "
+        "| verdict | peak memory | bottleneck |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     ordered = sorted(items, key=lambda it: (not _failing(it[1], strict), _ORDER.get(verdict(it[1]), 5), it[0]))
     for label, r in ordered:
         c = r.comparison
-        ratio = "-"
-        if c is not None and c.ratio is not None:
-            ratio = format_ratio(c.ratio)
-            if c.ratio_ci:
-                ratio += f" ({format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])})"
         mark = "[FAIL]" if _failing(r, strict) else _MARK.get(verdict(r) or "", "")
         name = label.replace("|", "\\|")
         lines.append(
             f"| {mark} | `{name}` | {format_ms(c.baseline_median_ms) if c and c.baseline_median_ms else '-'} | "
-            f"{format_ms(r.median_ms)} | {ratio} | {_verdict_text(r, False)} | {_memory_text(r)} | "
+            f"{format_ms(r.median_ms)} | {median_ratio_text(c)} | {format_ratio(c.ratio) if c else '-'} | "
+            f"{_verdict_text(r, False)} | {_memory_text(r)} | "
             f"{_bottleneck_text(r)} |"
         )
+    lines += ["", "baseline (history median): median of the stored runs' medians (3+ runs; else the newest "
+              "run's median). The 99% CI is of the median ratio; the gate uses the Hodges-Lehmann ratio."]
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
     return "\n".join(lines) + "\n"

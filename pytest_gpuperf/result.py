@@ -30,7 +30,8 @@ class BenchResult:
     misclassification, ``top_ops`` the profiler's top ops by device time then. ``telemetry`` is
     what the machine did during the timed rounds (GPU: NVML SM clock, throttle reasons,
     utilization, temperature, power; CPU: frequency and load), None where unavailable. ``value`` is the return value of the last call of ``fn`` (handy for correctness
-    checks); it is never stored.
+    checks); it is never stored. ``notes`` are remarks on how the measurement went (e.g. it took far
+    longer than ``max_time`` because one call is long), shown as warnings in the summary; not stored.
     """
 
     name: str
@@ -65,6 +66,7 @@ class BenchResult:
     options: dict[str, Any] = field(default_factory=dict, compare=False)
     top_ops: str | None = field(default=None, repr=False, compare=False)
     value: Any = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def misclassified(self) -> bool:

@@ -138,3 +138,25 @@ def format_bytes(n: "int | float | None", unit: "str | None" = None) -> str:
         bigger = {"B": "KiB", "KiB": "MiB", "MiB": "GiB", "GiB": "TiB"}[unit]
         text = render(bigger, SIZE_UNITS[bigger])[0]
     return text
+
+
+def size_unit(value: "int | str | None") -> "str | None":
+    """The unit a size was written in: ``"100 kB"`` -> ``"kB"``; None for an int or an unparsable value.
+
+    Used to report a budget in the unit its author chose (``max_memory="100 kB"`` reads ``100 kB``,
+    not ``97.66 KiB``).
+    """
+    import re
+
+    if not isinstance(value, str):
+        return None
+    m = re.fullmatch(r"\s*[+]?[\d.]+(?:[eE][+-]?\d+)?\s*([A-Za-z]+)\s*", value)
+    return m.group(1) if m and m.group(1) in SIZE_UNITS else None
+
+
+def shorten_middle(text: str, width: int = 70) -> str:
+    """``text`` cut in the middle to at most ``width`` characters (``"tests/a...b[case]"``), else unchanged."""
+    if len(text) <= width:
+        return text
+    keep = width - 3
+    return text[: (keep + 1) // 2] + "..." + text[len(text) - keep // 2:]

@@ -1,8 +1,13 @@
 """Versioned JSON Schemas of the files pytest-gpuperf writes (draft 2020-12).
 
 ``report.schema.json`` describes ``--gpuperf-json`` reports, ``baseline.schema.json`` baseline
-files. :func:`validate` checks a document against one of them with ``jsonschema`` (a test
-dependency; ``pip install jsonschema``).
+files. :func:`validate` checks a document against one of them with ``jsonschema``.
+
+The schemas describe what the plugin writes: every field it always writes is ``required``.
+:func:`pytest_gpuperf.baseline.load` checks each loaded baseline file against
+``baseline.schema.json`` without its ``required`` lists (a field may be missing, as in files
+of older versions, but one that is present must have the right type) and names the JSON path
+of a bad field.
 """
 
 from __future__ import annotations

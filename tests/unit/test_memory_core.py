@@ -311,10 +311,12 @@ def test_memory_regression_message():
     (msg,) = m.messages()
     assert msg.startswith("memory regression in m.py::test_attn[1024]: 812 MiB -> 901 MiB (+11.0%)")
     assert msg == ("memory regression in m.py::test_attn[1024]: 812 MiB -> 901 MiB (+11.0%), "
-                   "allowed +2% + 1.00 MiB")
+                   "allowed +2% + 1.00 MiB; if the change is intended, re-record with "
+                   "`pytest --gpuperf-update-baselines`")
     m = decide_memory(cur, base, benchmark_id="t", baseline_file="gpuperf/b.json", threshold=0.05)
     assert m.messages() == ["memory regression in t: 812 MiB -> 901 MiB (+11.0%), allowed +5% + 1.00 MiB; "
-                            "baseline: gpuperf/b.json"]
+                            "baseline: gpuperf/b.json; if the change is intended, re-record with "
+                            "`pytest --gpuperf-update-baselines`"]
 
 
 def test_memory_budget_message_names_max_memory_and_device():
