@@ -16,6 +16,17 @@ from .result import BenchResult
 from .timing import Measurer, Progress, Timing, prepare_call
 
 
+def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
+    """True when ``fn`` takes ``keyword`` (or ``**kwargs``), or when its signature is unknown."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: let fn decide
+        return True
+    return any(p.name == keyword and p.kind is not p.POSITIONAL_ONLY or p.kind is p.VAR_KEYWORD for p in params)
+
+
 class GpuBenchUsageError(RuntimeError):
     """The fixture was used in a way it does not support (the message says how to fix it)."""
 
@@ -130,8 +141,33 @@ class GpuBench:
         return phase(name)
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BenchResult:
-        """Benchmark ``fn(*args, **kwargs)`` with the options of the test's marker."""
+        """Benchmark ``fn(*args, **kwargs)`` with the options of the test's marker.
+
+        Every keyword argument goes to ``fn``; to name a measurement use :meth:`named`. Raises
+        :class:`GpuBenchUsageError` when ``name=`` is given but ``fn`` takes no ``name`` parameter.
+        """
+        if "name" in kwargs and not _accepts_keyword(fn, "name"):
+            raise GpuBenchUsageError(
+                f"gpu_bench(fn, ..., name={kwargs['name']!r}) passes name= to fn, which does not take it; "
+                f"to name a measurement use gpu_bench.named({kwargs['name']!r})(fn, ...) or "
+                f"gpu_bench.pedantic(fn, args=..., name={kwargs['name']!r})"
+            )
         return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_rounds=None, name=None)
+
+    def named(self, name: str) -> Callable[..., BenchResult]:
+        """``gpu_bench.named("forward")(fn, *args, **kwargs)``: benchmark under a name.
+
+        The measurement's id becomes ``<test id>::forward``, so one test can hold several; every
+        argument after ``fn`` goes to ``fn`` (a ``name=`` keyword included). Raises ``ValueError``
+        for an empty or non-string name.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"gpu_bench.named: name={name!r}: expected a non-empty string")
+
+        def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BenchResult:
+            return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_rounds=None, name=name)
+
+        return measure
 
     def pedantic(
         self,

@@ -201,6 +201,26 @@ def _ini_values(config: pytest.Config) -> dict[str, Any]:
     return out
 
 
+def _check_baseline_dir_form(config: pytest.Config, cli_dir: str | None) -> None:
+    """``--gpuperf-baseline-dir DIR`` (space form) with DIR outside the invocation folder is a
+    usage error: pytest picks the rootdir before plugins add their options, so it reads DIR as a
+    test path and moves the rootdir to a common ancestor (every id changes, nothing matches its
+    baseline, and the gate is silently off). ``--gpuperf-baseline-dir=DIR`` is safe."""
+    if not cli_dir:
+        return
+    args = list(config.invocation_params.args)
+    spaced = any(a == "--gpuperf-baseline-dir" and i + 1 < len(args) and args[i + 1] == cli_dir
+                 for i, a in enumerate(args))
+    where = Path(config.invocation_params.dir, cli_dir).resolve()
+    here = Path(config.invocation_params.dir).resolve()
+    if spaced and here != where and here not in where.parents:
+        raise pytest.UsageError(
+            f"pytest-gpuperf: write --gpuperf-baseline-dir={cli_dir} (with '='): with a space, pytest "
+            f"reads {cli_dir} as a test path when it picks the rootdir, which then moves to a common "
+            f"ancestor of {here} and {where} and every baseline is missed"
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -214,6 +234,7 @@ def pytest_configure(config: pytest.Config) -> None:
     updating = bool(config.getoption("--gpuperf-update-baselines"))
     cli_dir = config.getoption("--gpuperf-baseline-dir")
     ini_dir = config.getini("gpuperf_baseline_dir")
+    _check_baseline_dir_form(config, cli_dir)
     if cli_dir:
         baseline_dir = Path(config.invocation_params.dir, cli_dir)
     elif ini_dir:

@@ -303,3 +303,47 @@ def test_one_long_call_says_why_the_measurement_overran_max_time(pytester: pytes
                               " lower min_rounds/warmup or raise max_time"])
     set_timings(pytester, STEADY)
     assert "measuring took" not in pytester.runpytest("--gpuperf", *RUN).stdout.str()
+
+
+# --------------------------------------------------------------------------------------------
+# naming a measurement cannot collide with fn's keyword arguments; the baseline-dir space form
+# --------------------------------------------------------------------------------------------
+
+
+def test_named_measurements_pass_every_keyword_to_fn(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def model(x, name="default"):
+            return f"{name}:{x}"
+
+        @pytest.mark.gpu_bench(device="cpu")
+        def test_named(gpu_bench):
+            fwd = gpu_bench.named("forward")(model, 1, name="layer")  # name= goes to model
+            bwd = gpu_bench.named("backward")(model, 2)
+            assert fwd.value == "layer:1" and bwd.value == "default:2"
+            assert [fwd.benchmark_id, bwd.benchmark_id] == ["test_named::forward", "test_named::backward"]
+
+        @pytest.mark.gpu_bench(device="cpu")
+        def test_name_to_fn_without_it(gpu_bench):
+            gpu_bench(lambda x: x, 1, name="forward")
+        """
+    )
+    script_timings(pytester, {"ms": 1.0})
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1, failed=1)
+    rec.stdout.fnmatch_lines(["*passes name= to fn, which does not take it*gpu_bench.named('forward')(fn, ...)*"])
+
+
+def test_baseline_dir_space_form_outside_the_project_is_a_usage_error(pytester: pytest.Pytester,
+                                                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    outside = tmp_path_factory.mktemp("elsewhere")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    rec = pytester.runpytest("--gpuperf-baseline-dir", str(outside), "-p", "no:cacheprovider")
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"write --gpuperf-baseline-dir={outside} (with '=')" in rec.stderr.str()
+    ok = pytester.runpytest(f"--gpuperf-baseline-dir={outside}", "-p", "no:cacheprovider")
+    ok.assert_outcomes(passed=1)
+    inside = pytester.runpytest("--gpuperf-baseline-dir", "bl", "-p", "no:cacheprovider")  # harmless
+    inside.assert_outcomes(passed=1)
