@@ -74,13 +74,13 @@ def require_matplotlib() -> None:
 def safe_filename(name: str) -> str:
     """A file-system-safe ASCII stem for a benchmark id (no extension added).
 
-    ``"tests/perf/test_x.py::test_gemm[fp32]"`` -> ``"tests_perf_test_x.py__test_gemm_fp32"``.
+    ``"tests/perf/test_x.py::test_gemm[fp32]"`` -> ``"tests_perf_test_x.py__test_gemm_fp32-<8 hex>"``.
     Accents are stripped (``é`` -> ``e``); ``::`` becomes ``__``; every other run of characters
     outside ``[A-Za-z0-9._-]`` becomes one ``_``; leading and trailing ``._-`` are removed (no
     hidden files, no ``..``). Windows device names (``CON``, ``NUL``, ...) get a leading ``_``.
-    A stem longer than :data:`MAX_STEM` characters is cut and ends in ``-`` plus 8 hex digits of
-    the SHA-1 of the full name, so long ids stay distinct. Ids that differ only in replaced
-    characters (``a/b`` and ``a b``) map to the same stem. Never empty (``"benchmark"``).
+    Whenever the stem is not the name itself (any character replaced, or longer than
+    :data:`MAX_STEM` characters and cut), it ends in ``-`` plus 8 hex digits of the SHA-1 of the
+    full name, so distinct ids (``a::b``, ``a/b``, ``a b``) get distinct stems. Never empty.
     """
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
     parts = [re.sub(r"[^A-Za-z0-9._-]+", "_", p) for p in ascii_name.split("::")]
@@ -90,7 +90,7 @@ def safe_filename(name: str) -> str:
         stem = "benchmark"
     if stem.split(".")[0].upper() in _WINDOWS_RESERVED:
         stem = "_" + stem
-    if len(stem) > MAX_STEM:
+    if stem != name or len(stem) > MAX_STEM:  # lossy: the digest keeps distinct ids distinct
         digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         stem = stem[: MAX_STEM - 9].rstrip("._-") + "-" + digest
     return stem

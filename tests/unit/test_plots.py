@@ -68,7 +68,16 @@ def _rows(n: int, seed: int = 7) -> list[dict]:
     ],
 )
 def test_safe_filename(name, expected):
-    assert plots.safe_filename(name) == expected
+    import hashlib
+
+    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+    assert plots.safe_filename(name) == f"{expected}-{digest}"  # lossy: the digest keeps ids distinct
+
+
+def test_safe_filename_keeps_a_clean_name_and_separates_lossy_ones():
+    assert plots.safe_filename("test_x.py") == "test_x.py"
+    stems = {plots.safe_filename(n) for n in ("a::b", "a/b", "a b", "a__b", "a_b")}
+    assert len(stems) == 5
 
 
 def test_safe_filename_is_ascii_and_bounded():
