@@ -3,6 +3,8 @@ sizes in the budget's unit, truncated names, trace names, the shared reference, 
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import threading
 import time
@@ -163,7 +165,8 @@ def test_trace_names_are_bounded_and_distinct():
     long1, long2 = "t[" + "x" * 300 + "1]", "t[" + "x" * 300 + "2]"
     assert len(b._safe_id(long1)) <= 100 and len(b._safe_id(long2)) <= 100
     assert b._safe_id(long1) != b._safe_id(long2)
-    assert b._safe_id("t") == "tests_test_m.py__t"
+    assert b._safe_id("t") == "tests_test_m.py__t-" + hashlib.sha1(b"tests/test_m.py::t").hexdigest()[:8]
+    assert b._safe_id("t[a b]") != b._safe_id("t[a/b]")  # any lossy id gets its digest
 
 
 def test_plots_module_does_not_import_matplotlib_at_import_time():
