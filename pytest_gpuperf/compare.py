@@ -438,7 +438,7 @@ def downgrade_throttled(c: Comparison, reason: str | None) -> Comparison:
         return c
     import dataclasses
 
-    note = f"{reason}; the regression is not trusted (fails with --gpuperf-strict)"
+    note = f"{reason}; the regression is not trusted"
     return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, note=note if not c.note else f"{note}; {c.note}")
 
 

@@ -23,7 +23,8 @@ import dataclasses
 from typing import Callable, Sequence
 
 from .baseline import BaselineEntry
-from .compare import Comparison, Verdict, decide, downgrade_throttled
+from .compare import (Comparison, Verdict, decide, downgrade_throttled, hodges_lehmann_ratio, recentred_baseline,
+                      run_stats)
 from .options import BenchOptions
 
 #: ``remeasure()`` -> per-call times (ms) of one fresh measurement (fresh warmup).
@@ -77,15 +78,17 @@ def judge(
         # Confirmed only when the pooled evidence AND the re-measure on its own say regressed:
         # pooled alone, an equally sized re-measure at baseline level cannot outvote a one-off
         # slow first measurement above ~2x the floor.
-        alone = decide(_normalized(extra, drift), base, **args)
-        if comparison.verdict is Verdict.REGRESSED and alone.verdict is not Verdict.REGRESSED:
+        alone = decide(_normalized(extra, drift), base, **args) if comparison.verdict is Verdict.REGRESSED else None
+        if alone is not None and alone.verdict is not Verdict.REGRESSED:
             comparison = dataclasses.replace(
                 comparison, verdict=Verdict.UNCHANGED, confirmed=False,
                 note=(f"the first measurement said regressed (ratio {first_ratio:.3f}x) but the re-measure "
                       f"alone did not (ratio {alone.ratio:.3f}x, {alone.verdict.value}): a transient"),
             )
-    if drift is not None and comparison.ratio is not None:
-        raw = decide(list(samples_ms) + extra, base, **args).ratio
+    if drift is not None and comparison.ratio is not None and base is not None:
+        # the same Hodges-Lehmann estimate decide made, on the samples before normalization
+        recentred, _ = recentred_baseline(base, run_stats(args["run_medians_ms"]))
+        raw = hodges_lehmann_ratio(list(samples_ms) + extra, recentred)
         comparison = dataclasses.replace(comparison, raw_ratio=raw, normalized_by=f"{drift[0]} x{drift[1]:.3f}")
     if comparison.verdict is Verdict.INCONCLUSIVE:
         hint = ("more rounds (pedantic rounds=...)" if fixed_rounds else

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import math
 
 _TIME_UNITS = (("s", 1e3), ("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6))
@@ -55,6 +57,9 @@ SIZE_UNITS = {
     "TiB": 2**40,
 }
 
+#: A size written as text: sign, number, exponent, unit (groups 1-4), spaces allowed around.
+_SIZE_RE = re.compile(r"\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?\s*([A-Za-z]*)\s*")
+
 _SIZE_HELP = (
     "a size is an int number of bytes or a string with a unit: '512 B', '1.5 GiB', '800MB'; "
     "units: B, kB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024)"
@@ -72,7 +77,6 @@ def parse_size(value: "int | str") -> int:
     an unknown unit, a negative size, a float, a bool, or anything else.
     """
     import numbers
-    import re
 
     if isinstance(value, bool):
         raise ValueError(f"invalid size {value!r}: {_SIZE_HELP}")
@@ -82,7 +86,7 @@ def parse_size(value: "int | str") -> int:
         return int(value)
     if not isinstance(value, str):
         raise ValueError(f"invalid size {value!r} ({type(value).__name__}): {_SIZE_HELP}")
-    m = re.fullmatch(r"\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?\s*([A-Za-z]*)\s*", value)
+    m = _SIZE_RE.fullmatch(value)
     if not m:
         raise ValueError(f"invalid size {value!r}: {_SIZE_HELP}")
     sign, number, exponent, unit = m.groups()
@@ -146,12 +150,10 @@ def size_unit(value: "int | str | None") -> "str | None":
     Used to report a budget in the unit its author chose (``max_memory="100 kB"`` reads ``100 kB``,
     not ``97.66 KiB``).
     """
-    import re
-
     if not isinstance(value, str):
         return None
-    m = re.fullmatch(r"\s*[+]?[\d.]+(?:[eE][+-]?\d+)?\s*([A-Za-z]+)\s*", value)
-    return m.group(1) if m and m.group(1) in SIZE_UNITS else None
+    m = _SIZE_RE.fullmatch(value)
+    return m.group(4) if m and m.group(1) != "-" and m.group(4) in SIZE_UNITS else None
 
 
 def shorten_middle(text: str, width: int = 70) -> str:
