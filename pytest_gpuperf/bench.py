@@ -285,6 +285,7 @@ class GpuBench:
             t.samples_ms, entry, self.options, benchmark_id=self._full_id(bid), baseline_file=ctx.baseline_file,
             remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
             throttle=throttle_verdict(telemetry), fixed_rounds=rounds is not None,
+            can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
         )
         if confirmations:  # the result holds the pooled samples the verdict was decided on
             t = dataclasses.replace(t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),

@@ -428,17 +428,19 @@ def decide(
                       **common)
 
 
-def downgrade_throttled(c: Comparison, reason: str | None) -> Comparison:
+def downgrade_throttled(c: Comparison, reason: str | None, *, strict_hint: bool = True) -> Comparison:
     """A regression measured while the device was throttled becomes inconclusive (pure).
 
     ``reason`` comes from :func:`pytest_gpuperf.telemetry.throttle_verdict`
-    (``"throttled: HW thermal 34% of samples"``); other verdicts are returned unchanged.
+    (``"throttled: HW thermal 34% of samples"``); other verdicts are returned unchanged. The note
+    says it fails with ``--gpuperf-strict`` unless ``strict_hint`` is False (update runs, which
+    never fail on timing).
     """
     if reason is None or c.verdict is not Verdict.REGRESSED:
         return c
     import dataclasses
 
-    note = f"{reason}; the regression is not trusted"
+    note = f"{reason}; the regression is not trusted" + (" (fails with --gpuperf-strict)" if strict_hint else "")
     return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, note=note if not c.note else f"{note}; {c.note}")
 
 

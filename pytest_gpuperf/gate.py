@@ -50,6 +50,7 @@ def judge(
     drift: tuple[str, float] | None = None,
     throttle: str | None = None,
     fixed_rounds: bool = False,
+    can_fail: bool = True,
 ) -> Comparison:
     """Decide whether ``samples_ms`` (per-call times of this run, ms) regressed against ``baseline``.
 
@@ -58,7 +59,8 @@ def judge(
     ``drift`` is ``(reference name, now/then ratio)`` to divide the samples by (see
     :mod:`pytest_gpuperf.drift`), ``throttle`` the throttle reason from telemetry (None: not
     throttled). ``fixed_rounds`` says the rounds were fixed (``pedantic(rounds=...)``), which
-    changes the hint of an inconclusive verdict. Raises ``ValueError`` for empty, non-finite or
+    changes the hint of an inconclusive verdict. ``can_fail`` False (an update run, which never fails
+    on timing) leaves strict-mode hints out of the notes. Raises ``ValueError`` for empty, non-finite or
     non-positive samples. Deterministic for given inputs (seeded bootstrap).
     """
     args = dict(
@@ -94,4 +96,4 @@ def judge(
         hint = ("more rounds (pedantic rounds=...)" if fixed_rounds else
                 f"measure longer (max_time, now {options.max_time:g} s)")
         comparison = dataclasses.replace(comparison, note=f"{comparison.note}; to decide, {hint}")
-    return downgrade_throttled(comparison, throttle)
+    return downgrade_throttled(comparison, throttle, strict_hint=can_fail)
