@@ -71,6 +71,8 @@ class RunRecord:
 
     ``iqr_ms`` in ms, ``peak_memory_bytes`` in bytes; ``environment`` is the fingerprint of the
     machine that recorded it (with the reference-workload medians under ``"reference"``).
+    ``counts``: the run's gated counts per call (``{"ops": 212, "syncs": 0, ...}``; see
+    :mod:`pytest_gpuperf.counts`), None when the run was recorded without them.
     """
 
     median_ms: float
@@ -80,14 +82,19 @@ class RunRecord:
     environment: Mapping[str, Any] | None = None
     git_commit: str | None = None
     peak_memory_bytes: int | None = None
+    counts: Mapping[str, int] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
         """From a stored history record (unknown keys are ignored)."""
-        return cls(**{f: d.get(f) for f in _RUN_FIELDS if f != "median_ms"}, median_ms=float(d["median_ms"]))
+        from .counts import stored_totals
+
+        kw = {f: d.get(f) for f in _RUN_FIELDS if f not in ("median_ms", "counts")}
+        return cls(**kw, median_ms=float(d["median_ms"]), counts=stored_totals(d.get("counts")) or None)
 
 
-_RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes")
+_RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes",
+               "counts")
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,9 @@ class BaselineEntry:
     ``samples_ms``: per-call times of the newest stored run (ms, measurement order, at most 2,000);
     ``history``: the stored runs, oldest first, the newest included (a schema-1 entry is a history
     of one run); ``environment``, ``options``, ``peak_memory_bytes`` (bytes), ``stats`` (summary
-    statistics, ms) and ``git_commit`` are the newest run's. ``data`` is the entry as stored
-    (kept so that an update rewrites exactly what was read).
+    statistics, ms), ``git_commit`` and ``counts`` (a :class:`~pytest_gpuperf.counts.Counts` with
+    its per-name breakdowns; None when recorded without) are the newest run's. ``data`` is the
+    entry as stored (kept so that an update rewrites exactly what was read).
     """
 
     benchmark_id: str
@@ -109,7 +117,13 @@ class BaselineEntry:
     peak_memory_bytes: int | None = None
     stats: Mapping[str, Any] | None = None
     git_commit: str | None = None
+    counts: Any = None  # pytest_gpuperf.counts.Counts
     data: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def count_history(self) -> tuple[Mapping[str, int], ...]:
+        """The gated counts of the stored runs that have them, oldest first."""
+        return tuple(r.counts for r in self.history if r.counts)
 
     @property
     def run_medians_ms(self) -> tuple[float, ...]:
@@ -140,6 +154,11 @@ class BaselineEntry:
     def from_json(cls, benchmark_id: str, d: Mapping[str, Any]) -> "BaselineEntry":
         """From a stored entry that :func:`_check_entry` accepted."""
         peak = d.get("peak_memory_bytes")
+        counts = None
+        if isinstance(d.get("counts"), Mapping):
+            from .counts import Counts
+
+            counts = Counts.from_dict(d["counts"])
         return cls(
             benchmark_id=str(benchmark_id),
             samples_ms=tuple(float(v) for v in d["samples_ms"]),
@@ -149,6 +168,7 @@ class BaselineEntry:
             peak_memory_bytes=peak if isinstance(peak, int) and not isinstance(peak, bool) else None,
             stats=d.get("stats"),
             git_commit=d.get("git_commit"),
+            counts=counts,
             data=d,
         )
 
@@ -173,7 +193,7 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
     median = stats.get("median_ms")
     if not isinstance(median, (int, float)) or isinstance(median, bool):
         median = statistics.median(entry["samples_ms"])
-    return {
+    record = {
         "median_ms": float(median),
         "iqr_ms": stats.get("iqr_ms"),
         "rounds": entry.get("rounds"),
@@ -182,6 +202,18 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
         "git_commit": entry.get("git_commit"),
         "peak_memory_bytes": entry.get("peak_memory_bytes"),
     }
+    counts = _run_counts(entry.get("counts"))
+    if counts:
+        record["counts"] = counts
+    return record
+
+
+def _run_counts(counts: Any) -> dict[str, int] | None:
+    """The gated totals of an entry's ``counts`` (no per-name breakdown: that is kept for the
+    newest run only), or None."""
+    from .counts import stored_totals
+
+    return stored_totals(counts) or None
 
 
 def history_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,6 +262,7 @@ class GpuBench:
             return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
                                         rounds=rounds, warmup_rounds=warmup_rounds, progress=progress)
 
+        first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
         self._reset_cuda_peak()
         sampler = sampler_for(ctx.device)
         clock = getattr(ctx.measurer, "clock", time.perf_counter_ns)  # the clock of the time budgets
@@ -268,6 +270,12 @@ class GpuBench:
         with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
             t = timed(ctx.progress)
         elapsed_s = (clock() - start_ns) / 1e9
+        compiled = None
+        if self.options.counts:
+            from .counting import compile_snapshot
+            from .counts import compile_delta
+
+            compiled = compile_delta(first_compile, compile_snapshot())
         self._check_value(fn, t.value)
         notes = self._overrun_notes(t, elapsed_s, bid) if rounds is None else []
         telemetry = sampler.summary()
@@ -275,6 +283,19 @@ class GpuBench:
         a, k = prepare_call(fn, args, kwargs, setup)
         mem, _ = measure_peak(fn, a, k, ctx.device)
         entry = ctx.baseline.get(bid) if ctx.baseline is not None else None
+        counts = count_comparison = flop_dtype = None
+        if self.options.counts:  # one more call, outside the timed rounds: the exact counts
+            from .counting import count_call
+            from .gate import judge_counts
+
+            ca, ck = prepare_call(fn, args, kwargs, setup)
+            counts, flop_dtype = count_call(fn, ca, ck, ctx.device)
+            if compiled is not None:
+                counts = dataclasses.replace(counts, **compiled)
+                if compiled["recompiles"]:
+                    notes.append(self._recompile_note(bid, compiled["recompiles"]))
+            count_comparison = judge_counts(counts, entry, self.options, benchmark_id=self._full_id(bid),
+                                            baseline_file=ctx.baseline_file)
         confirmations: list[Timing] = []
 
         def remeasure() -> tuple[float, ...]:
@@ -306,7 +327,8 @@ class GpuBench:
         expected = self.options.expect_bottleneck
         prof = bottleneck = None
         if expected or ctx.classify:
-            prof, bottleneck = self._classify_fn(fn, a, k, median_ms)
+            counted = (counts.flops, counts.traffic_bytes, flop_dtype) if counts is not None else None
+            prof, bottleneck = self._classify_fn(fn, a, k, median_ms, counted)
         trace_path = top_ops = None
         mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
         if (comparison.failed or mismatch) and ctx.artifacts_dir is not None:
@@ -320,8 +342,25 @@ class GpuBench:
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
             warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
-            telemetry=telemetry, value=t.value, notes=tuple(notes), **common
+            telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
+            count_comparison=count_comparison, **common
         )
+
+    def _first_call_compiles(self, fn, args, kwargs, setup) -> dict[str, dict[str, int]] | None:
+        """With ``torch.compile`` loaded: make one untimed call first and return dynamo's counters
+        after it, so that what compiles later counts as a recompilation (None: not loaded)."""
+        if "torch._dynamo.eval_frame" not in sys.modules:
+            return None
+        from .counting import compile_snapshot
+
+        a, k = prepare_call(fn, args, kwargs, setup)
+        fn(*a, **k)  # the first call compiles; its frames are not recompilations
+        return compile_snapshot()
+
+    def _recompile_note(self, bid: str, n: int) -> str:
+        return (f"{self._full_id(bid)}: torch.compile compiled {n} frame(s) after the first call, during warmup "
+                f"and the timed rounds: recompilations (their compile time is in the timing); mark the sizes "
+                f"that vary dynamic (torch._dynamo.mark_dynamic) or give each shape its own benchmark")
 
     def _check_value(self, fn: Callable[..., Any], value: Any) -> None:
         """Fail when ``fn`` returned a generator or coroutine: only its creation was timed."""
@@ -378,8 +417,10 @@ class GpuBench:
 
         return safe_filename(self._full_id(bid))
 
-    def _classify_fn(self, fn, args, kwargs, median_ms: float) -> tuple[Any, Any]:
-        """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing)."""
+    def _classify_fn(self, fn, args, kwargs, median_ms: float, counted: tuple | None = None) -> tuple[Any, Any]:
+        """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing).
+
+        ``counted``: ``(flops, bytes, dtype)`` from the count gate's call, reused when given."""
         from .bottleneck import Thresholds, analyze, classify, with_roofline
         from .profiling import (calibrate, count_flops_and_bytes, cpu_op_floor_s, profile_call_count,
                                 profile_calls)
@@ -389,7 +430,7 @@ class GpuBench:
         calls = profile_call_count(median_ms)
         prof, events = profile_calls(fn, args, kwargs, self.context.device, calls)
         evidence = analyze(events, device_type=dev_type, calls=calls, cpu_op_floor_s=floor)
-        flops, nbytes, dtype = count_flops_and_bytes(fn, args, kwargs)
+        flops, nbytes, dtype = counted if counted is not None else count_flops_and_bytes(fn, args, kwargs)
         peak_flops, peak_bw = calibrate(self.context.device, dtype)
         evidence = with_roofline(evidence, flops=flops, bytes_moved=nbytes, peak_flops_per_s=peak_flops,
                                  peak_bytes_per_s=peak_bw, dtype=dtype or "float32")

@@ -232,7 +232,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .gate import judge
     from .units import format_ms, format_ratio
 
-    comparisons = []
+    from .gate import judge_counts
+
+    comparisons, count_comparisons = [], []
     for name, bkey, ckey in m.pairs:
         b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
         threshold = args.threshold if args.threshold is not None else _option(c_entry, "threshold", DEFAULTS.threshold)
@@ -240,10 +242,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         try:
             options = dataclasses.replace(DEFAULTS, threshold=threshold, alpha=alpha)
             c = judge(c_entry.samples_ms, b_entry, options, benchmark_id=name)
+            # the count gate, where both sides were counted (no budgets here: they are the test's)
+            count_options = dataclasses.replace(
+                DEFAULTS, count_tolerance=_option(c_entry, "count_tolerance", DEFAULTS.count_tolerance))
+            cc = (judge_counts(c_entry.counts, b_entry, count_options, benchmark_id=name)
+                  if c_entry.counts is not None and b_entry.count_history else None)
         except ValueError as exc:  # bad options stored in the current entry, bad stored medians
             _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
             return EXIT_INPUT
         comparisons.append(c)
+        count_comparisons.append(cc)
 
     print(f"baseline: {base.path} ({base.kind})")
     print(f"current:  {cur.path} ({cur.kind})")
@@ -251,25 +259,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("no '<module>::<test id>' name in common: matched by test id")
     print()
     rows, starred = [], False
-    for c in comparisons:
+    for c, cc in zip(comparisons, count_comparisons):
         verdict = c.verdict.value
         if c.verdict is Verdict.UNCHANGED and c.note:
             verdict += "*"
             starred = True
         ci = f"{format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else "-"
         rows.append((c.benchmark_id, format_ms(c.baseline_median_ms), format_ms(c.current_median_ms),
-                     format_ratio(c.ratio), ci, verdict))
-    header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict")
+                     format_ratio(c.ratio), ci, verdict, cc.verdict.value if cc is not None else "-"))
+    header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict", "counts")
     for line in format_table(rows, header=header, numeric=header[1:5]):
         print(line)
     if starred:
         print("* unchanged, with a note (significant but inside the effect floor or the prediction limit; -v says)")
     details = [c for c in comparisons
                if args.verbose or c.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
-    if details:
+    count_failures = [msg for cc in count_comparisons if cc is not None for msg in cc.messages()]
+    if details or count_failures:
         print()
         for c in details:
             print(c.message())
+        for msg in count_failures:
+            print(msg)
     if m.only_baseline or m.only_current or m.ambiguous:
         print()
     for key in m.only_baseline:
@@ -280,12 +291,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"not compared: test id {tid} is in several modules of one file")
     counts = {v: sum(c.verdict is v for c in comparisons) for v in Verdict}
     print()
+    counted = [cc for cc in count_comparisons if cc is not None]
     print(f"{counts[Verdict.REGRESSED]} regressed, {counts[Verdict.IMPROVED]} improved, "
-          f"{counts[Verdict.INCONCLUSIVE]} inconclusive, {counts[Verdict.UNCHANGED]} unchanged")
+          f"{counts[Verdict.INCONCLUSIVE]} inconclusive, {counts[Verdict.UNCHANGED]} unchanged"
+          + (f"; counts: {sum(cc.failed for cc in counted)} regressed of {len(counted)} compared" if counted else ""))
     failing = {Verdict.REGRESSED}
     if args.fail_on == "inconclusive":
         failing.add(Verdict.INCONCLUSIVE)
-    return EXIT_FAILED if any(c.verdict in failing for c in comparisons) else EXIT_OK
+    failed = any(c.verdict in failing for c in comparisons) or any(cc.failed for cc in counted)
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 # ----------------------------------------------------------------------------- show
@@ -306,8 +320,22 @@ def _show_rows(benchmarks: dict[str, BaselineEntry]) -> list[tuple[str, ...]]:
             format_ms(last.median_ms),
             stamp[:10] if isinstance(stamp, str) and stamp else "-",
             format_bytes(peak) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else "-",
+            _show_counts(last.counts, entry.count_history),
         ))
     return rows
+
+
+def _show_counts(newest: Any, history: Sequence[Any]) -> str:
+    """``ops 212, syncs 0`` of the newest run (``kernels`` too on CUDA), ``(variable)`` when the
+    stored runs disagree on one of them; ``-`` without counts."""
+    if not newest:
+        return "-"
+    parts = []
+    for name in ("ops", "kernels", "syncs"):
+        if name in newest:
+            values = {h[name] for h in history if name in h}
+            parts.append(f"{name} {newest[name]}" + (" (variable)" if len(values) > 1 else ""))
+    return ", ".join(parts) or "-"
 
 
 def _format_age(seconds: float) -> str:
@@ -354,7 +382,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         _show_temp_files(root)
         return EXIT_OK
     bad = 0
-    header = ("benchmark", "runs", "latest median", "date", "peak memory")
+    header = ("benchmark", "runs", "latest median", "date", "peak memory", "counts (latest run)")
     first = True
     for device, fs in files:
         if not fs:

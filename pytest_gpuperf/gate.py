@@ -2,7 +2,8 @@
 
 Pure: knows nothing of pytest or torch. The plugin (``bench.py``), the ``gpuperf compare``
 command and the power study (``benchmarks/stat_power.py``) all call :func:`judge`, so a verdict
-is the same wherever it is computed. The steps, in order:
+is the same wherever it is computed; the count gate, independent of timing, is
+:func:`judge_counts`. The timing steps, in order:
 
 1. **normalize** (``--gpuperf-normalize``): divide the current samples by the machine-speed
    ratio of the matching reference workload (``drift``);
@@ -20,12 +21,15 @@ is the same wherever it is computed. The steps, in order:
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from .baseline import BaselineEntry
 from .compare import (Comparison, Verdict, decide, downgrade_throttled, hodges_lehmann_ratio, recentred_baseline,
                       run_stats)
 from .options import BenchOptions
+
+if TYPE_CHECKING:
+    from .counts import CountComparison, Counts
 
 #: ``remeasure()`` -> per-call times (ms) of one fresh measurement (fresh warmup).
 Remeasure = Callable[[], Sequence[float]]
@@ -97,3 +101,29 @@ def judge(
                 f"measure longer (max_time, now {options.max_time:g} s)")
         comparison = dataclasses.replace(comparison, note=f"{comparison.note}; to decide, {hint}")
     return downgrade_throttled(comparison, throttle, strict_hint=can_fail)
+
+
+def judge_counts(
+    counts: "Counts",
+    baseline: BaselineEntry | None,
+    options: BenchOptions,
+    *,
+    benchmark_id: str = "benchmark",
+    baseline_file: str | None = None,
+) -> "CountComparison":
+    """The count gate: ``counts`` (this run's, per call) against the counts stored with
+    ``baseline``'s runs, with ``options.count_tolerance`` and the declared budgets
+    (``max_ops``, ``max_kernels``, ``max_syncs``, ``max_recompiles``). See
+    :func:`pytest_gpuperf.counts.decide_counts`; independent of the timing verdict.
+    """
+    from .counts import BUDGETS, decide_counts
+
+    return decide_counts(
+        counts,
+        baseline.count_history if baseline is not None else None,
+        baseline.counts if baseline is not None else None,
+        tolerance=options.count_tolerance,
+        budgets={name: getattr(options, name) for name in BUDGETS},
+        benchmark_id=benchmark_id,
+        baseline_file=baseline_file,
+    )

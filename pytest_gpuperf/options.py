@@ -26,6 +26,11 @@ class BenchOptions:
     ``expect_bottleneck`` the accepted bottleneck classes (``None``: no expectation).
     ``history`` the number of baseline runs kept per benchmark; ``confirm`` the number of extra
     measurements (from a fresh warmup) made when a first measurement says regressed.
+    ``counts`` switches the count gate (ops, kernels, syncs, copies, FLOPs, bytes, recompiles
+    per call; see :mod:`pytest_gpuperf.counts`) on or off; ``count_tolerance`` is the relative
+    slack above a stored count before it fails (0: exact); ``max_ops``/``max_kernels``/
+    ``max_syncs``/``max_recompiles`` are declared budgets (``None``: none). ``items_per_call`` is
+    the work one call does in ``items`` (e.g. 64 "samples"), reported as items/s.
     """
 
     group: str | None = None
@@ -44,6 +49,14 @@ class BenchOptions:
     expect_bottleneck: tuple[str, ...] | None = None
     history: int = 10
     confirm: int = 1
+    counts: bool = True
+    count_tolerance: float = 0.0
+    max_ops: int | None = None
+    max_kernels: int | None = None
+    max_syncs: int | None = None
+    max_recompiles: int | None = None
+    items_per_call: float | None = None
+    items: str = "items"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -74,6 +87,15 @@ OPTION_HELP: dict[str, str] = {
     "expect_bottleneck": "expected bottleneck class(es): compute, memory, overhead, sync, transfer, data",
     "history": f"baseline runs kept per benchmark (default {DEFAULTS.history})",
     "confirm": f"extra measurements when a first one says regressed (default {DEFAULTS.confirm})",
+    "counts": "count ops, kernels, syncs, copies, FLOPs, bytes and recompiles per call in one extra call "
+              "and gate them against the baseline's (default true)",
+    "count_tolerance": f"relative slack above a stored count before it fails (default {DEFAULTS.count_tolerance:g}: exact)",
+    "max_ops": "budget: most aten ops per call (default none)",
+    "max_kernels": "budget: most CUDA kernel launches per call (default none)",
+    "max_syncs": "budget: most host-device synchronisations per call, e.g. 0 (default none)",
+    "max_recompiles": "budget: most torch.compile recompilations after the first call (default none)",
+    "items_per_call": "work one call does, e.g. 64 (reported as items/s; default none)",
+    "items": f"name of the items_per_call unit, e.g. samples or tokens (default {DEFAULTS.items!r})",
 }
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
@@ -135,6 +157,24 @@ def _size(name: str, value: Any) -> int | None:
         raise OptionError(f"{name}={value!r}: {exc}") from None
 
 
+def _budget(name: str, value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    return _num(int, lambda v: v >= 0, "an integer >= 0 (or none)")(name, value)
+
+
+def _items_per_call(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    return _num(float, lambda v: v > 0, "a number > 0 (the work one call does)")(name, value)
+
+
+def _items(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip() and "/" not in value:
+        return value.strip()
+    raise OptionError(f"{name}={value!r}: expected the name of a unit, e.g. 'samples' or 'tokens'")
+
+
 def _expect(name: str, value: Any) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -163,6 +203,14 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "expect_bottleneck": _expect,
     "history": _num(int, lambda v: v >= 1, "an integer >= 1"),
     "confirm": _num(int, lambda v: v >= 0, "an integer >= 0"),
+    "counts": _bool,
+    "count_tolerance": _num(float, lambda v: v >= 0, "a fraction >= 0 (0 = exact, 0.01 = 1%)"),
+    "max_ops": _budget,
+    "max_kernels": _budget,
+    "max_syncs": _budget,
+    "max_recompiles": _budget,
+    "items_per_call": _items_per_call,
+    "items": _items,
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

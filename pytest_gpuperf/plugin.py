@@ -181,6 +181,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None, help=_help("threshold"))
     group.addoption("--gpuperf-alpha", metavar="P", default=None, help=_help("alpha"))
     group.addoption("--gpuperf-max-time", metavar="SECONDS", default=None, help=_help("max_time"))
+    group.addoption("--gpuperf-no-counts", action="store_true", default=False,
+                    help="do not count ops/kernels/syncs/copies/FLOPs/bytes per call, so no count gate "
+                         "(same as ini gpuperf_counts = false)")
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_bottleneck_thresholds",
                   "overrides of the classification thresholds, e.g. 'idle=0.6, data=0.4'", default="")
@@ -189,7 +192,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _cli_values(config: pytest.Config) -> dict[str, Any]:
-    return {name: config.getoption(f"--gpuperf-{name.replace('_', '-')}") for name in opts.CLI_OPTIONS}
+    values = {name: config.getoption(f"--gpuperf-{name.replace('_', '-')}") for name in opts.CLI_OPTIONS}
+    if config.getoption("--gpuperf-no-counts"):
+        values["counts"] = False
+    return values
 
 
 def _ini_values(config: pytest.Config) -> dict[str, Any]:
@@ -506,6 +512,14 @@ def _record_properties(item: pytest.Item, result: Any, several: bool) -> None:
         "peak_memory_bytes": result.peak_memory_bytes,
         "bottleneck": b.kind if b is not None else None,
     }
+    k, cc, rates = result.counts, result.count_comparison, result.rates() or {}
+    if k is not None:
+        props.update(ops=k.ops, kernels=k.kernels, syncs=k.syncs, copies=k.copies, flops=k.flops,
+                     traffic_bytes=k.traffic_bytes, recompiles=k.recompiles)
+    if cc is not None:
+        props["count_verdict"] = cc.verdict.value
+    for key in ("flops_per_s", "bytes_per_s", "items_per_s"):
+        props[key] = rates.get(key)
     prefix = f"{result.name}." if several else ""
     for name, value in props.items():
         if value is not None:

@@ -254,51 +254,13 @@ def count_flops_and_bytes(fn: Callable[..., Any], args: tuple, kwargs: dict) -> 
 
     ``dtype`` is the dtype of the op that contributed most FLOPs (``None`` without FLOPs): the
     matmul peak is calibrated for it. Bytes are the sum over aten ops of the storage-size of their
-    tensor inputs and outputs — a minimum-traffic estimate of unfused eager execution.
+    tensor inputs and outputs — a minimum-traffic estimate of unfused eager execution. The
+    counting is :func:`pytest_gpuperf.counting.count_call`'s (the count gate's), on the CPU side.
     """
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-    from torch.utils.flop_counter import FlopCounterMode
+    from .counting import count_call
 
-    class ByteCounter(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bytes = 0
-            self.flop_dtypes: dict[str, int] = {}
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            out = func(*args, **(kwargs or {}))
-            if getattr(func, "is_view", False):
-                return out
-            flat_in, _ = tree_flatten((args, kwargs or {}))
-            flat_out, _ = tree_flatten(out)
-            seen: set[int] = set()
-            for t in flat_in + flat_out:
-                if isinstance(t, torch.Tensor) and id(t) not in seen:
-                    seen.add(id(t))
-                    self.bytes += t.numel() * t.element_size()
-            packet = getattr(func, "overloadpacket", None)
-            from torch.utils.flop_counter import flop_registry
-
-            if packet in flop_registry:
-                first = next((t for t in flat_in if isinstance(t, torch.Tensor)), None)
-                if first is not None:
-                    key = str(first.dtype).removeprefix("torch.")
-                    size = 1
-                    for t in flat_in:
-                        if isinstance(t, torch.Tensor):
-                            size = max(size, t.numel())
-                    self.flop_dtypes[key] = self.flop_dtypes.get(key, 0) + size
-            return out
-
-    counter = ByteCounter()
-    flops = FlopCounterMode(display=False)
-    with flops, counter:
-        fn(*args, **kwargs)
-    total_flops = float(flops.get_total_flops())
-    dtype = max(counter.flop_dtypes, key=counter.flop_dtypes.get) if counter.flop_dtypes and total_flops else None
-    return total_flops, float(counter.bytes), dtype
+    counts, dtype = count_call(fn, args, kwargs, None)
+    return float(counts.flops), float(counts.traffic_bytes), dtype
 
 
 def _median_s(fn: Callable[[], Any], device: Any, reps: int) -> float:

@@ -12,15 +12,17 @@ from .result import BenchResult
 from .stats import thin
 from .units import format_bytes, format_ms, format_pct, format_ratio, shorten_middle
 
-COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "bottleneck",
-           "verdict")
+COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs",
+           "FLOP/s", "B/s", "bottleneck", "verdict")
 
 #: Longest benchmark name in the terminal table; longer ones are cut in the middle (JSON keeps them whole).
 MAX_NAME_WIDTH = 70
 
 #: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
 LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show` "
-          "lists each run); ratio = Hodges-Lehmann estimate of current/baseline")
+          "lists each run); ratio = Hodges-Lehmann estimate of current/baseline; ops/kern, syncs = aten ops "
+          "(/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
+          "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
@@ -75,6 +77,8 @@ def result_entry(
         "peak_memory_bytes": result.peak_memory_bytes,
         "bottleneck": result.bottleneck.to_dict() if result.bottleneck is not None else None,
         "telemetry": result.telemetry,
+        "counts": result.counts.to_dict() if result.counts is not None else None,
+        "throughput": result.rates(),
         "options": _json_options(result.options),
         "environment": environment,
         "git_commit": git_commit,
@@ -84,6 +88,8 @@ def result_entry(
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
         entry["memory_comparison"] = memory_comparison_dict(result.memory_comparison)
+        cc = result.count_comparison
+        entry["count_comparison"] = cc.to_dict() if cc is not None else None
         entry["trace_path"] = result.trace_path
     return entry
 
@@ -99,6 +105,11 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
         text += f", memory {m.verdict.value}"
     if m is not None and m.over_budget:
         text += ", over max_memory"
+    cc = r.count_comparison
+    if cc is not None and cc.verdict.value in ("regressed", "improved"):
+        text += f", counts {cc.verdict.value}"
+    if cc is not None and cc.over_budget:
+        text += ", over count budget"
     if r.misclassified:
         text += ", misclassified"
     if r.comparison is not None and r.comparison.confirmed is True:
@@ -129,11 +140,61 @@ def _bottleneck_text(r: BenchResult) -> str:
     return r.bottleneck.kind
 
 
-def summary_row(label: str, r: BenchResult, updated: bool = False) -> tuple[str, ...]:
-    """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s)."""
+def _count_change(r: BenchResult, name: str) -> str:
+    """`` (+10)`` when the count gate saw ``name`` change against the baseline, else ``""``."""
+    cc = r.count_comparison
+    change = next((c for c in cc.changes if c.name == name), None) if cc is not None else None
+    if change is None or change.status not in ("regressed", "improved") or change.high is None:
+        return ""
+    return f" ({change.current - change.high:+d})"
+
+
+def ops_text(r: BenchResult) -> str:
+    """``212`` (CPU) or ``212/40`` (ops/CUDA kernels) per call, with the change when gated."""
+    k = r.counts
+    if k is None:
+        return "-"
+    text = f"{k.ops}{_count_change(r, 'ops')}"
+    if k.kernels is not None:
+        text += f"/{k.kernels}{_count_change(r, 'kernels')}"
+    return text
+
+
+def syncs_text(r: BenchResult) -> str:
+    """Host-device syncs per call, with the change when gated."""
+    return "-" if r.counts is None else f"{r.counts.syncs}{_count_change(r, 'syncs')}"
+
+
+def _rate_text(rates: dict[str, float] | None, key: str, unit: str) -> str:
+    if not rates or key not in rates:
+        return "-"
+    from .counts import format_si
+
+    text = format_si(rates[key], unit)
+    pct = rates.get("pct_of_peak_" + ("flops" if key == "flops_per_s" else "bytes"))
+    return text + (f" ({pct:.0f}%)" if pct is not None else "")
+
+
+def items_text(r: BenchResult) -> str:
+    """``1.23 k samples/s`` with ``items_per_call``, else ``-``."""
+    rates = r.rates()
+    if not rates or "items_per_s" not in rates:
+        return "-"
+    from .counts import format_si
+
+    number, _, prefix = format_si(rates["items_per_s"], "").partition(" ")
+    return f"{number}{prefix} {r.options.get('items') or 'items'}/s"
+
+
+def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False) -> tuple[str, ...]:
+    """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s).
+
+    ``items``: add the items/s cell (the table has the column when a benchmark declares
+    ``items_per_call``), just before the verdict."""
     c = r.comparison
     iqr = f"{r.iqr_fraction * 100:.1f}%" if not r.smoke else "-"
-    return (
+    rates = r.rates()
+    row = (
         label,
         r.device,
         format_ms(r.median_ms),
@@ -143,13 +204,18 @@ def summary_row(label: str, r: BenchResult, updated: bool = False) -> tuple[str,
         format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
         format_ratio(c.ratio) if c else "-",
         _memory_text(r),
+        ops_text(r),
+        syncs_text(r),
+        _rate_text(rates, "flops_per_s", "FLOP/s"),
+        _rate_text(rates, "bytes_per_s", "B/s"),
         _bottleneck_text(r),
-        _verdict_text(r, updated),
     )
+    return row + ((items_text(r),) if items else ()) + (_verdict_text(r, updated),)
 
 
 #: Columns of the summary table that hold numbers (right-aligned).
-NUMERIC_COLUMNS = frozenset({"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem"})
+NUMERIC_COLUMNS = frozenset({"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
+                             "syncs", "FLOP/s", "B/s", "items/s"})
 
 
 def format_table(
@@ -175,14 +241,19 @@ def summary_lines(
     items: Iterable[tuple[str, BenchResult, bool]],
 ) -> list[str]:
     """The terminal summary: a table per group of (label, result, baseline-updated) triples."""
+    items = list(items)
+    units = {r.options.get("items") or "items" for _, r, _ in items if r.options.get("items_per_call")}
+    with_items = bool(units)
+    rate_column = f"{units.pop()}/s" if len(units) == 1 else "items/s"
+    header = COLUMNS[:-1] + (rate_column,) + COLUMNS[-1:] if with_items else COLUMNS
     groups: dict[str, list[tuple[str, ...]]] = defaultdict(list)
     for label, r, updated in items:
-        groups[r.group or ""].append(summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated))
+        groups[r.group or ""].append(summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items))
     lines: list[str] = []
     for group in sorted(groups):
         if group or len(groups) > 1:
             lines.append(f"group: {group or '(none)'}")
-        lines.extend(format_table(groups[group]))
+        lines.extend(format_table(groups[group], header=header, numeric=NUMERIC_COLUMNS | {rate_column}))
         lines.append("")
     return lines
 
@@ -222,6 +293,8 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         ev = Evidence(**{k: v for k, v in d["evidence"].items() if k in fields})
         return Bottleneck(d["kind"], ev, d.get("reason", ""))
 
+    from .counts import CountComparison, Counts
+
     stats = dict(entry["stats"])
     ci = stats.pop("median_ci_ms", None)
     out = stats.pop("outliers", None) or {}
@@ -247,6 +320,9 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         group=entry.get("group"),
         smoke=bool(entry.get("smoke", False)),
         options=options,
+        counts=Counts.from_dict(entry["counts"]) if isinstance(entry.get("counts"), dict) else None,
+        count_comparison=(CountComparison.from_dict(entry["count_comparison"])
+                          if isinstance(entry.get("count_comparison"), dict) else None),
         **{k: stats[k] for k in STAT_FIELDS},
     )
 
@@ -321,8 +397,8 @@ def markdown(
         f"{head}; {failing} failing.",
         "",
         "| | benchmark | baseline (history median) | current median | median ratio (99% CI) | Hodges-Lehmann ratio "
-        "| verdict | peak memory | bottleneck |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| verdict | peak memory | ops/kernels | syncs | FLOP/s | B/s | bottleneck |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     ordered = sorted(items, key=lambda it: (not _failing(it[1], strict), _ORDER.get(verdict(it[1]), 5), it[0]))
     for label, r in ordered:
@@ -332,11 +408,14 @@ def markdown(
         lines.append(
             f"| {mark} | `{name}` | {format_ms(c.baseline_median_ms) if c and c.baseline_median_ms else '-'} | "
             f"{format_ms(r.median_ms)} | {median_ratio_text(c)} | {format_ratio(c.ratio) if c else '-'} | "
-            f"{_verdict_text(r, False)} | {_memory_text(r)} | "
+            f"{_verdict_text(r, False)} | {_memory_text(r)} | {ops_text(r)} | {syncs_text(r)} | "
+            f"{_rate_text(r.rates(), 'flops_per_s', 'FLOP/s')} | {_rate_text(r.rates(), 'bytes_per_s', 'B/s')} | "
             f"{_bottleneck_text(r)} |"
         )
     lines += ["", "baseline (history median): median of the stored runs' medians (3+ runs; else the newest "
-              "run's median). The 99% CI is of the median ratio; the gate uses the Hodges-Lehmann ratio."]
+              "run's median). The 99% CI is of the median ratio; the gate uses the Hodges-Lehmann ratio. "
+              "ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are the counted "
+              "FLOPs and minimum-traffic bytes per call at the median time."]
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
     return "\n".join(lines) + "\n"

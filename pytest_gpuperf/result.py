@@ -32,6 +32,9 @@ class BenchResult:
     utilization, temperature, power; CPU: frequency and load), None where unavailable. ``value`` is the return value of the last call of ``fn`` (handy for correctness
     checks); it is never stored. ``notes`` are remarks on how the measurement went (e.g. it took far
     longer than ``max_time`` because one call is long), shown as warnings in the summary; not stored.
+    ``counts`` are the exact counts of one extra call (:class:`~pytest_gpuperf.counts.Counts`: ops,
+    kernels, syncs, copies, FLOPs, bytes, recompiles; None in smoke mode or with ``counts=False``)
+    and ``count_comparison`` their gate against the baseline and the declared budgets.
     """
 
     name: str
@@ -67,6 +70,21 @@ class BenchResult:
     top_ops: str | None = field(default=None, repr=False, compare=False)
     value: Any = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    counts: Any = None  # pytest_gpuperf.counts.Counts
+    count_comparison: Any = None  # pytest_gpuperf.counts.CountComparison
+
+    def rates(self) -> dict[str, float] | None:
+        """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum
+        traffic), ``items_per_s`` (with the ``items_per_call`` option) and ``pct_of_peak_flops`` /
+        ``pct_of_peak_bytes`` (percent of the calibrated peak, when the benchmark was classified).
+        None in smoke mode or when nothing was counted or declared."""
+        if self.smoke:
+            return None
+        from .counts import throughput
+
+        ev = getattr(self.bottleneck, "evidence", None)
+        return throughput(self.median_ms, self.counts, self.options.get("items_per_call"),
+                          getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
 
     @property
     def misclassified(self) -> bool:
@@ -90,9 +108,10 @@ class BenchResult:
 
         The one place that decides pass or fail, for the plugin and the reports alike: a timing
         regression (or, ``strict``, an inconclusive comparison), a memory regression, a peak over
-        ``max_memory``, a misclassified bottleneck. While ``updating`` baselines only the hard
-        checks count (``max_memory``, ``expect_bottleneck``): a new baseline may be slower than the
-        old one, but never over its own budget. ``label`` names the benchmark in messages that do
+        ``max_memory``, a count regression (the count gate), a count over a declared budget
+        (``max_syncs``...), a misclassified bottleneck. While ``updating`` baselines only the hard
+        checks count (``max_memory``, the count budgets, ``expect_bottleneck``): a new baseline
+        may be slower than the old one, but never over its own budget. ``label`` names the benchmark in messages that do
         not carry its full id (default ``benchmark_id``).
         """
         label = label or self.benchmark_id
@@ -105,6 +124,8 @@ class BenchResult:
                 out.append(f"{label}: trace of the profiled calls: {self.trace_path}")
         if m is not None:
             out.extend(m.messages(include_regression=not updating))
+        if self.count_comparison is not None:
+            out.extend(self.count_comparison.messages(include_regression=not updating))
         if mismatch:
             out.append(f"{label}: {mismatch}")
         return out

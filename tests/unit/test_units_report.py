@@ -17,8 +17,8 @@ from pytest_gpuperf.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
 from pytest_gpuperf.units import format_bytes, format_ms, format_pct, format_ratio, time_unit_for
 
 MiB = 2**20
-BOTTLENECK = 9  # report.COLUMNS.index("bottleneck"), checked in test_columns
-VERDICT = 10  # report.COLUMNS.index("verdict")
+BOTTLENECK = 13  # report.COLUMNS.index("bottleneck"), checked in test_columns
+VERDICT = 14  # report.COLUMNS.index("verdict")
 
 # --------------------------------------------------------------------------------------------
 # units
@@ -177,7 +177,8 @@ def test_result_entry_keys_and_values():
     e = report.result_entry(r, environment=env, git_commit="deadbeef", timestamp_utc="2025-01-02T03:04:05Z")
     assert REQUIRED_KEYS <= set(e)
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
-                                      "peak_memory_bytes", "bottleneck", "telemetry"}
+                                      "peak_memory_bytes", "bottleneck", "telemetry", "counts", "throughput"}
+    assert e["counts"] is None and e["throughput"] is None  # not counted
     assert e["schema_version"] == SCHEMA_VERSION
     assert e["id"] == "m.py::test_a"
     assert e["name"] == "test_x" and e["group"] == "g" and e["device"] == "cpu"
@@ -233,8 +234,9 @@ def test_result_entry_with_comparison():
     assert e["memory_comparison"] is None  # no memory measured
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
                                       "peak_memory_bytes", "bottleneck", "telemetry", "comparison", "verdict",
-                                      "memory_comparison", "trace_path"}
-    assert e["trace_path"] is None and e["bottleneck"] is None
+                                      "memory_comparison", "trace_path", "counts", "throughput",
+                                      "count_comparison"}
+    assert e["trace_path"] is None and e["bottleneck"] is None and e["count_comparison"] is None
     json.loads(dumps(e))
 
     smoke = make_result([1.0], smoke=True)
@@ -323,7 +325,7 @@ def _cells(line: str, separator: str) -> list[str]:
 
 def test_columns():
     assert report.COLUMNS == ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio",
-                              "peak mem", "bottleneck", "verdict")
+                              "peak mem", "ops/kern", "syncs", "FLOP/s", "B/s", "bottleneck", "verdict")
     assert report.COLUMNS.index("peak mem") == 8
     assert report.COLUMNS.index("bottleneck") == BOTTLENECK
     assert report.COLUMNS.index("verdict") == VERDICT
@@ -332,9 +334,10 @@ def test_columns():
 def test_format_table_aligns_columns():
     rows = [
         ("short", "cpu", "1.5 ms", "2 ms", "3.0%", "10", "1.4 ms", "1.071x", "812 MiB (+11.0%)",
-         "compute", "unchanged"),
+         "212", "0", "1.2 TFLOP/s", "3 GB/s", "compute", "unchanged"),
         ("a_much_longer_benchmark_name[1024]", "cuda:0", "123.4 µs", "130 µs", "12.5%", "10000",
-         "-", "-", "-", "memory (expected compute)", "no-baseline, memory regressed, misclassified"),
+         "-", "-", "-", "232 (+20)/40", "10 (+10)", "-", "-", "memory (expected compute)",
+         "no-baseline, memory regressed, misclassified"),
     ]
     lines = report.format_table(rows)
     assert len(lines) == 2 + len(rows)  # header, separator, rows
@@ -349,7 +352,7 @@ def test_format_table_aligns_columns():
         width = end - start
         assert width == max(len(col), *(len(r[report.COLUMNS.index(col)]) for r in rows))
 
-    right = {"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem"}
+    right = {"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs", "FLOP/s", "B/s"}
     for line, cells in zip(lines[2:] + [header], rows + [tuple(report.COLUMNS)]):
         padded = line.ljust(spans[-1][1])
         for (start, end), col, cell in zip(spans, report.COLUMNS, cells):
@@ -374,14 +377,15 @@ def test_format_table_no_rows():
     lines = report.format_table([])
     assert len(lines) == 2
     assert _cells(lines[0], lines[1]) == list(report.COLUMNS)
-    assert lines[0].split() == ("name device median p95 IQR rounds baseline ratio peak mem bottleneck "
-                                "verdict").split()
+    assert lines[0].split() == ("name device median p95 IQR rounds baseline ratio peak mem ops/kern syncs "
+                                "FLOP/s B/s bottleneck verdict").split()
 
 
 def test_format_table_right_aligns_peak_mem_and_left_aligns_bottleneck_and_verdict():
     rows = [("a", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "812 MiB (+11.0%)", "overhead", "regressed"),
             ("b", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "512 B", "memory (expected compute)", "-")]
-    lines = report.format_table(rows)
+    header = report.COLUMNS[:9] + report.COLUMNS[-2:]  # without the count and rate columns
+    lines = report.format_table(rows, header=header)
     (mem_start, mem_end), (bn_start, bn_end), (verdict_start, _) = _column_spans(lines[1])[8:11]
     assert mem_end - mem_start == len("812 MiB (+11.0%)")
     assert lines[0][mem_start:mem_end] == "peak mem".rjust(mem_end - mem_start)
@@ -424,7 +428,7 @@ def test_summary_row_smoke_and_no_comparison():
     assert row[BOTTLENECK] == "-"
     assert row[VERDICT] == "smoke"
     plain = make_result(lognormal(9, 20))
-    assert report.summary_row("t", plain)[8:] == ("-", "-", "-")
+    assert report.summary_row("t", plain)[8:] == ("-",) * 7
 
 
 def test_summary_row_marks_unchanged_with_note():
@@ -529,9 +533,9 @@ def test_summary_lines_show_memory_column():
     r = _memory_result(851443712, round(851443712 / 1.11), comparison=_unchanged_comparison())
     lines = report.summary_lines([("m.py::t", r, False), ("m.py::u", make_result([1.0, 2.0]), False)])
     header, sep = lines[0], lines[1]
-    assert _cells(lines[2], sep)[8:] == ["812 MiB (+11.0%)", "-", "unchanged, memory regressed"]
-    assert _cells(lines[3], sep)[8:] == ["-", "-", "-"]
-    assert lines[2].endswith("812 MiB (+11.0%)  -           unchanged, memory regressed")
+    assert _cells(lines[2], sep)[8:] == ["812 MiB (+11.0%)"] + ["-"] * 5 + ["unchanged, memory regressed"]
+    assert _cells(lines[3], sep)[8:] == ["-"] * 7
+    assert lines[2].endswith("812 MiB (+11.0%)         -      -       -    -  -           unchanged, memory regressed")
 
 
 def test_summary_lines_groups_by_group_name():
