@@ -150,7 +150,11 @@ class CountChange:
         per = "" if self.name in _TOTALS else " per call"
         then = _value(self.name, self.high) if not self.variable else \
             f"{_value(self.name, self.low)}..{_value(self.name, self.high)}"
-        text = f"{label} {then} -> {_value(self.name, self.current)}{per}"
+        now = _value(self.name, self.current)
+        if now == then and self.high is not None:  # rounded alike: say by how much it changed
+            unit = " B" if self.name in ("copy_bytes", "traffic_bytes") else ""
+            now += f" ({self.current - self.high:+d}{unit})"
+        text = f"{label} {then} -> {now}{per}"
         detail = [f"{n} {d:+d}" for n, d in self.names[:DIFF_NAMES]]
         if len(self.names) > DIFF_NAMES:
             detail.append(f"{len(self.names) - DIFF_NAMES} more")

@@ -83,6 +83,12 @@ def test_float64_inputs_fail_on_bytes() -> None:
     assert msg == "byte counts regressed in t: bytes 4.00 KiB -> 8.00 KiB per call"
 
 
+def test_a_change_hidden_by_rounding_is_spelled_out() -> None:
+    big = Counts(traffic_bytes=402653184)
+    (msg,) = decide_counts(Counts(traffic_bytes=402653188), history(big), big, benchmark_id="t").messages()
+    assert msg == "byte counts regressed in t: bytes 384 MiB -> 384 MiB (+4 B) per call"
+
+
 def test_budgets_need_no_baseline_and_name_the_offenders() -> None:
     cur = with_item(BASE, 3)
     c = decide_counts(cur, None, budgets={"max_syncs": 0, "max_ops": 1000, "max_kernels": 0}, benchmark_id="t")
