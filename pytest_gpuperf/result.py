@@ -32,6 +32,8 @@ class BenchResult:
     utilization, temperature, power; CPU: frequency and load), None where unavailable. ``value`` is the return value of the last call of ``fn`` (handy for correctness
     checks); it is never stored. ``notes`` are remarks on how the measurement went (e.g. it took far
     longer than ``max_time`` because one call is long), shown as warnings in the summary; not stored.
+    ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
+    in reports and baselines when not empty.
     """
 
     name: str
@@ -67,6 +69,7 @@ class BenchResult:
     top_ops: str | None = field(default=None, repr=False, compare=False)
     value: Any = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def misclassified(self) -> bool:
