@@ -524,7 +524,8 @@ class BenchmarkFixture:
     :class:`FixtureAlreadyUsed`.
     """
 
-    def __init__(self, node: Any, make_bench: Callable[[Any], Any], *, group: str | None, disabled: bool) -> None:
+    def __init__(self, node: Any, make_bench: Callable[[Any], Any], *, group: str | None, disabled: bool,
+                 warn: Callable[[str], None] = lambda _message: None) -> None:
         self.name = node.name
         self.fullname = node.nodeid
         callspec = getattr(node, "callspec", None)
@@ -535,6 +536,7 @@ class BenchmarkFixture:
         self.stats: BenchmarkStats | None = None
         self.result: Any = None
         self._make_bench = make_bench
+        self._warn = warn
         self._bench: Any = None
         self._extra_info: dict[str, Any] = {}
         self._mode: str | None = None
@@ -626,6 +628,10 @@ class BenchmarkFixture:
             pending.append((tuple(a), dict(k)))
             return tuple(a), dict(k)
 
+        if rounds < opts.DEFAULTS.min_rounds and not self.disabled:
+            self._warn(f"{self.fullname}: benchmark.pedantic(rounds={rounds}) gives the regression gate too few "
+                       f"samples to see a change (pytest-benchmark's default is 1 round); pass "
+                       f"rounds={opts.DEFAULTS.min_rounds} or more")
         bench = self._bench_for(target, args, kwargs)
         try:
             result = bench.pedantic(target, args=tuple(args), kwargs=kwargs,
@@ -665,7 +671,8 @@ class BenchmarkPlugin:
             existing = item.stash.get(BENCH_KEY, None)  # the test also uses gpu_bench: one GpuBench
             return existing if existing is not None else make_gpu_bench(request, _gpuperf_measurer, device)
 
-        return BenchmarkFixture(item, make_bench, group=group, disabled=not state.measuring)
+        return BenchmarkFixture(item, make_bench, group=group, disabled=not state.measuring,
+                                warn=state.warnings.append)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings

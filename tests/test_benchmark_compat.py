@@ -225,6 +225,16 @@ def test_pedantic_has_pytest_benchmarks_meaning(pytester: pytest.Pytester, measu
     rec.assert_outcomes(passed=8)
 
 
+def test_pedantic_with_too_few_rounds_for_the_gate_warns(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_p(benchmark):\n    benchmark.pedantic(sum, args=([1],))\n")
+    script_timings(pytester, STEADY)
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["warning: *::test_p: benchmark.pedantic(rounds=1) gives the regression gate too few "
+                              "samples to see a change (pytest-benchmark's default is 1 round); pass rounds=10 or more"])
+    assert "pedantic(rounds=" not in pytester.runpytest(*RUN).stdout.str()  # smoke mode: no gate, no warning
+
+
 def test_stats_result_and_attributes(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
@@ -286,6 +296,21 @@ def test_extra_info_goes_to_the_json_report_and_baselines_for_both_fixtures(pyte
 
     validate(json.loads(path.read_text()), "baseline")
     validate(json.loads(pytester.path.joinpath("report.json").read_text()), "report")
+
+
+def test_benchmark_and_gpu_bench_in_one_test_share_one_measurement_set(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_both(benchmark, gpu_bench):
+            gpu_bench.named("first")(sum, [1])
+            assert benchmark(sum, [1, 2]) == 3
+            assert [r.benchmark_id for r in gpu_bench.results] == ["test_both::first", "test_both"]
+        """
+    )
+    script_timings(pytester, STEADY)
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*gpuperf: 2 benchmark(s), mode: compare*"])
 
 
 def test_gpu_bench_pedantic_fixes_calls_per_round(pytester: pytest.Pytester) -> None:
