@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cuda_marks import needs_cuda
 from scripted import script_timings, set_timings
 
 pytest_plugins = ["pytester"]
@@ -329,6 +330,30 @@ def test_gpu_bench_pedantic_fixes_calls_per_round(pytester: pytest.Pytester) -> 
     )
     script_timings(pytester, {"ms": 0.5, "cv": 0.0})
     pytester.runpytest("--gpuperf", *RUN).assert_outcomes(passed=2)
+
+
+@needs_cuda
+def test_benchmark_times_on_the_device_of_its_tensors(pytester: pytest.Pytester) -> None:
+    """Real CUDA timing (asserts only what cannot flip): CUDA tensors are timed with CUDA events on
+    their GPU, CPU tensors on the CPU even where CUDA is the default device."""
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        @pytest.mark.parametrize("device", ["cuda", "cpu"])
+        def test_add(benchmark, device):
+            a = torch.randn(1 << 16, device=device)
+            out = benchmark(torch.add, a, a)
+            assert out.device.type == device
+            assert benchmark.result.device.startswith(device) and benchmark.stats.mean > 0
+
+        def test_iterations_on_cuda(benchmark):
+            a = torch.randn(1 << 16, device="cuda")
+            benchmark.pedantic(torch.mul, args=(a, a), rounds=10, iterations=8)
+            assert benchmark.result.device.startswith("cuda") and benchmark.result.calls_per_round == 8
+        """
+    )
+    pytester.runpytest("--gpuperf", "--gpuperf-max-time", "0.2", *RUN).assert_outcomes(passed=3)
 
 
 # ----------------------------------------------------------------------------- the marker
