@@ -96,9 +96,10 @@ class ScriptedMeasurer(Measurer):
         return call
 
     def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_rounds=None,
-                progress=None):
+                progress=None, calls_per_round=None):
         return measure(self._timed(fn), args, kwargs, options=options, device="cpu", setup=setup, rounds=rounds,
-                       warmup_rounds=warmup_rounds, progress=progress, clock=self.fake)
+                       warmup_rounds=warmup_rounds, progress=progress, clock=self.fake,
+                       calls_per_round=calls_per_round)
 
     def once(self, fn, args, kwargs, device):
         return time_once(self._timed(fn), args, kwargs, "cpu", clock=self.fake)

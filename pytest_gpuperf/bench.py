@@ -73,7 +73,9 @@ class BenchContext:
     medians and ``--gpuperf-normalize``; ``device_lock``: a context manager factory that serializes
     measurements on the device (pytest-xdist); ``progress``: verbose progress callback;
     ``measurer``: the timing backend (tests inject a scripted one); ``max_memory_text``: the
-    ``max_memory`` option as written (``"100 kB"``), to report the budget in its own unit.
+    ``max_memory`` option as written (``"100 kB"``), to report the budget in its own unit;
+    ``group_of``: maps the ``group`` option to the group a result is shown under (the summary's
+    grouping, e.g. ``--benchmark-group-by``; None: the option as it is).
     """
 
     test_id: str
@@ -94,6 +96,7 @@ class BenchContext:
     progress: Progress | None = None
     measurer: Measurer = field(default_factory=Measurer)
     max_memory_text: str | None = None
+    group_of: Callable[[str | None], str | None] | None = None
 
 
 class GpuBench:
@@ -103,12 +106,29 @@ class GpuBench:
     ``--gpuperf`` each call warms up, times rounds (CUDA events on a GPU, the CPU clock
     otherwise) and compares with the stored baseline; without it, ``fn`` runs exactly once
     (smoke mode). A test may measure several things when each has a distinct ``name=``.
+    ``extra_info`` is a dict of the test's own data (JSON-ready values), stored with its results in
+    the JSON report and the baselines.
     """
 
     def __init__(self, context: BenchContext, on_result: Callable[[BenchResult], None] = lambda _r: None) -> None:
         self.context = context
         self._on_result = on_result
         self.results: list[BenchResult] = []
+        self._extra_info: dict[str, Any] = {}
+
+    @property
+    def extra_info(self) -> dict[str, Any]:
+        """The test's own data (a dict, JSON-ready values), stored with every result of this test in
+        the JSON report and the baselines; changes made after a measurement are stored too."""
+        return self._extra_info
+
+    @extra_info.setter
+    def extra_info(self, value: Mapping[str, Any]) -> None:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"extra_info must be a dict, got {type(value).__name__}")
+        new = dict(value)
+        self._extra_info.clear()  # the same dict object: results already made keep seeing it
+        self._extra_info.update(new)
 
     @property
     def test_id(self) -> str:
@@ -180,14 +200,17 @@ class GpuBench:
         rounds: int | None = None,
         warmup_rounds: int | None = None,
         name: str | None = None,
+        calls_per_round: int | None = None,
     ) -> BenchResult:
         """Benchmark with explicit control.
 
         ``setup`` runs untimed before every round (one call per round then) and may return
         ``(args, kwargs)`` to use for that round; ``rounds`` fixes the number of timed rounds and
         ``warmup_rounds`` the number of warmup calls (0 allowed); ``name`` labels the measurement
-        (``<test id>::<name>``) so one test can hold several. Raises ``ValueError`` for
-        non-integer or out-of-range counts.
+        (``<test id>::<name>``) so one test can hold several; ``calls_per_round`` fixes how many
+        calls are timed together in a round (each sample is the round's time divided by it; None:
+        sized from the warmup; not with ``setup``). Raises ``ValueError`` for non-integer or
+        out-of-range counts.
         """
         if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
             raise ValueError(f"gpu_bench.pedantic: rounds={rounds!r}: expected an integer >= 1")
@@ -197,8 +220,14 @@ class GpuBench:
             raise ValueError(f"gpu_bench.pedantic: warmup_rounds={warmup_rounds!r}: expected an integer >= 0")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ValueError(f"gpu_bench.pedantic: name={name!r}: expected a non-empty string")
+        if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
+                                            or calls_per_round < 1):
+            raise ValueError(f"gpu_bench.pedantic: calls_per_round={calls_per_round!r}: expected an integer >= 1")
+        if calls_per_round is not None and calls_per_round > 1 and setup is not None:
+            raise ValueError(f"gpu_bench.pedantic: calls_per_round={calls_per_round} with a setup function: setup "
+                             f"runs before every round, so a round holds one call (use calls_per_round=1)")
         return self._run(fn, tuple(args), dict(kwargs or {}), setup=setup, rounds=rounds,
-                         warmup_rounds=warmup_rounds, name=name)
+                         warmup_rounds=warmup_rounds, name=name, calls_per_round=calls_per_round)
 
     def _benchmark_id(self, name: str | None) -> str:
         bid = self.test_id if name is None else f"{self.test_id}::{name}"
@@ -214,15 +243,16 @@ class GpuBench:
             )
         return bid
 
-    def _run(self, fn, args, kwargs, *, setup, rounds, warmup_rounds, name) -> BenchResult:
+    def _run(self, fn, args, kwargs, *, setup, rounds, warmup_rounds, name, calls_per_round=None) -> BenchResult:
         if not callable(fn):
             raise TypeError(f"gpu_bench: expected a callable as first argument, got {type(fn).__name__}")
         bid = self._benchmark_id(name)
         label = name or self.test_id.split("::")[-1]
+        group = self.options.group if self.context.group_of is None else self.context.group_of(self.options.group)
         common = dict(name=label, device=str(self.device), benchmark_id=bid,
-                      group=self.options.group, options=self.options.to_dict())
+                      group=group, options=self.options.to_dict(), extra_info=self._extra_info)
         try:
-            result = self._measure(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common)
+            result = self._measure(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round)
         except Exception as exc:
             from .memory import is_oom
 
@@ -236,7 +266,7 @@ class GpuBench:
     def _full_id(self, bid: str) -> str:
         return f"{self.module}::{bid}" if self.module else bid
 
-    def _measure(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common) -> BenchResult:
+    def _measure(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round=None) -> BenchResult:
         ctx = self.context
         if not ctx.measuring:
             a, k = prepare_call(fn, args, kwargs, setup)
@@ -248,19 +278,24 @@ class GpuBench:
         if ctx.device_lock is not None:
             # pytest-xdist: never let two workers time the same device at once
             with ctx.device_lock():
-                return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common)
-        return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common)
+                return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
+                                              calls_per_round)
+        return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round)
 
-    def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common) -> BenchResult:
+    def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
+                          calls_per_round=None) -> BenchResult:
         from .gate import judge
         from .memory import measure_peak
         from .telemetry import sampler_for, throttle_verdict
 
         ctx = self.context
 
+        # passed only when fixed, so a measurer of an older signature (a test suite's own) still works
+        fixed = {} if calls_per_round is None else {"calls_per_round": calls_per_round}
+
         def timed(progress: Any = None) -> Timing:
             return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                        rounds=rounds, warmup_rounds=warmup_rounds, progress=progress)
+                                        rounds=rounds, warmup_rounds=warmup_rounds, progress=progress, **fixed)
 
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
         self._reset_cuda_peak()

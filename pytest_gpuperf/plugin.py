@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
+from . import benchmark_compat
 from . import options as opts
 
 if TYPE_CHECKING:
@@ -184,11 +185,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-no-counts", action="store_true", default=False,
                     help="do not count ops/kernels/syncs/copies/FLOPs/bytes per call, so no count gate "
                          "(same as ini gpuperf_counts = false)")
+    benchmark_compat.add_gpuperf_options(group)  # --gpuperf-only/-skip/-columns/-sort
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_bottleneck_thresholds",
                   "overrides of the classification thresholds, e.g. 'idle=0.6, data=0.4'", default="")
     for name in opts.OPTION_NAMES:
         parser.addini(f"gpuperf_{name}", f"gpu_bench default: {opts.OPTION_HELP[name]}", default="")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser) -> Iterator[None]:
+    """After every plugin and the initial conftests are loaded: serve ``--benchmark-*`` unless
+    pytest-benchmark is loaded (then its own flags stay, see :mod:`pytest_gpuperf.benchmark_compat`)."""
+    yield
+    benchmark_compat.add_benchmark_options(parser, early_config.pluginmanager)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Under --gpuperf, take pytest-benchmark's place for the session (before anything configures)."""
+    benchmark_compat.take_over(config)
 
 
 def _cli_values(config: pytest.Config) -> dict[str, Any]:
@@ -233,8 +249,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "gpu_bench(**options): a performance benchmark measured by the gpu_bench fixture; options: "
         + ", ".join(opts.OPTION_NAMES),
     )
+    compat = benchmark_compat.configure(config)  # the benchmark fixture and --benchmark-* flags (usage errors)
     try:
-        session_options = opts.resolve_session(_cli_values(config), _ini_values(config))
+        session_options = opts.resolve_session({**compat.cli_options, **{
+            k: v for k, v in _cli_values(config).items() if v is not None}}, _ini_values(config))
     except opts.OptionError as exc:
         raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
     updating = bool(config.getoption("--gpuperf-update-baselines"))
@@ -266,7 +284,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         xdist_dir, owns = Path(tempfile.mkdtemp(prefix="gpuperf-xdist-")), True
         os.environ["GPUPERF_XDIST_DIR"] = str(xdist_dir)  # inherited by the workers it spawns
-    json_opt = config.getoption("--gpuperf-json")
+    json_opt = config.getoption("--gpuperf-json") or compat.json_path
     snap_opt = config.getoption("--gpuperf-memory-snapshot")
     art_opt = config.getoption("--gpuperf-artifacts")
     thresholds = None  # the built-in classification thresholds
@@ -283,7 +301,7 @@ def pytest_configure(config: pytest.Config) -> None:
             if value:
                 _check_output_path(option, Path(config.invocation_params.dir, value))
     config.stash[STATE_KEY] = GpuPerfState(
-        measuring=bool(config.getoption("--gpuperf")) or updating,
+        measuring=(bool(config.getoption("--gpuperf")) or updating) and not compat.disabled,
         updating=updating,
         baseline_dir=baseline_dir.resolve(),
         json_path=Path(config.invocation_params.dir, json_opt) if json_opt else None,
@@ -365,15 +383,17 @@ OPTIONS_KEY = pytest.StashKey[opts.BenchOptions]()
 def _options_for(item: pytest.Item, state: GpuPerfState) -> opts.BenchOptions:
     """The item's options: its markers over the session's; merged once per item (raises OptionError)."""
     if OPTIONS_KEY not in item.stash:
-        item.stash[OPTIONS_KEY] = opts.with_marker(state.options, _marker_options(item),
+        marker = {**benchmark_compat.marker_options(item, state.options), **_marker_options(item)}
+        item.stash[OPTIONS_KEY] = opts.with_marker(state.options, marker,
                                                    where=f"{item.nodeid}: gpu_bench marker")
     return item.stash[OPTIONS_KEY]
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE_KEY]
+    benchmark_compat.select(config, items)  # --gpuperf-only/--gpuperf-skip (and --benchmark-only/-skip)
     for item in items:
-        if item.get_closest_marker("gpu_bench") is None:
+        if item.get_closest_marker("gpu_bench") is None and not benchmark_compat.owns_marker(item):
             continue
         try:
             _options_for(item, state)
@@ -408,6 +428,16 @@ def gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Iterato
     See :class:`pytest_gpuperf.bench.GpuBench`. Skips when the requested device is absent;
     errors (naming the file) when the module's baseline file is unusable.
     """
+    yield make_gpu_bench(request, _gpuperf_measurer)
+
+
+def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, device: Any = None) -> Any:
+    """The test's :class:`~pytest_gpuperf.bench.GpuBench` (also behind the ``benchmark`` fixture).
+
+    ``device``: a ``torch.device`` to measure on (the ``benchmark`` fixture passes the device of
+    the tensors it was given); None resolves the test's ``device`` option. Skips or fails the test
+    as the ``gpu_bench`` fixture does.
+    """
     from .bench import BenchContext, GpuBench
     from .timing import DeviceUnavailable, resolve_device
 
@@ -418,7 +448,7 @@ def gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Iterato
     except opts.OptionError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
-        device = resolve_device(options.device, default_index=state.worker_index)
+        device = resolve_device(options.device, default_index=state.worker_index) if device is None else device
     except DeviceUnavailable as exc:
         pytest.skip(f"pytest-gpuperf: {exc}")
     module, test_id = _split_nodeid(item.nodeid)
@@ -489,9 +519,10 @@ def gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Iterato
         progress=_progress_writer(request.config, item.nodeid) if state.verbose > 0 and state.measuring else None,
         measurer=_gpuperf_measurer,
         max_memory_text=_max_memory_text(item),
+        group_of=benchmark_compat.group_of(item),
     ), on_result)
     item.stash[BENCH_KEY] = bench
-    yield bench
+    return bench
 
 
 def _max_memory_text(item: pytest.Item) -> str | None:
@@ -680,7 +711,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     mode = "update baselines" if state.updating else "compare"
     tr.write_sep("=", f"gpuperf: {len(state.recorded)} benchmark(s), mode: {mode}")
     items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated) for rec in state.recorded]
-    for line in summary_lines(items):
+    for line in summary_lines(items, **benchmark_compat.table_options(config)):
         tr.write_line(line)
     if any(rec.result.comparison is not None and rec.result.comparison.ratio is not None for rec in state.recorded):
         tr.write_line(LEGEND)

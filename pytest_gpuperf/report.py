@@ -54,6 +54,27 @@ def _json_options(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` made JSON-ready for ``extra_info``: dicts (string keys), lists, strings, booleans,
+    integers and finite floats pass; other numbers become int/float, a non-finite float its text, and
+    anything else ``"UNSERIALIZABLE[<repr>]"`` (as pytest-benchmark writes it)."""
+    import math
+    import numbers
+
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        return f if math.isfinite(f) else str(f)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return f"UNSERIALIZABLE[{value!r}]"
+
+
 def result_entry(
     result: BenchResult,
     *,
@@ -84,6 +105,8 @@ def result_entry(
         "git_commit": git_commit,
         "timestamp_utc": timestamp_utc,
     }
+    if result.extra_info:
+        entry["extra_info"] = json_safe(dict(result.extra_info))
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
@@ -237,23 +260,96 @@ def format_table(
     return lines
 
 
+def _format_ops(ms: float) -> str:
+    """Calls per second of a call taking ``ms`` milliseconds: ``8.25K/s``."""
+    if not ms > 0:
+        return "-"
+    ops = 1e3 / ms
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if ops >= factor:
+            return f"{ops / factor:.4g}{suffix}/s"
+    return f"{ops:.4g}/s"
+
+
+#: Extra columns of the summary table (``--gpuperf-columns``): key -> (header, cell of a result).
+EXTRA_COLUMNS: dict[str, tuple[str, Any]] = {
+    "min": ("min", lambda r: format_ms(r.min_ms)),
+    "max": ("max", lambda r: format_ms(r.max_ms)),
+    "mean": ("mean", lambda r: format_ms(r.mean_ms)),
+    "stddev": ("stddev", lambda r: format_ms(r.std_ms) if not r.smoke else "-"),
+    "outliers": ("outliers", lambda r: f"{r.outliers.low};{r.outliers.high}" if not r.smoke else "-"),
+    "ops": ("calls/s", lambda r: _format_ops(r.mean_ms)),  # pytest-benchmark's OPS
+    "iterations": ("iterations", lambda r: str(r.calls_per_round)),
+}
+#: ``--gpuperf-columns`` keys of the default columns, in :data:`COLUMNS` order.
+COLUMN_KEYS = ("name", "device", "median", "p95", "iqr", "rounds", "baseline", "ratio", "peak-mem", "ops-kern",
+               "syncs", "flops", "bytes", "bottleneck", "verdict")
+assert len(COLUMN_KEYS) == len(COLUMNS)
+
+_SORT: dict[str, Any] = {
+    "name": lambda label, r: (0, label),
+    "ratio": lambda label, r: ((1, 0.0) if r.comparison is None or r.comparison.ratio is None
+                               else (0, r.comparison.ratio)),
+    "rounds": lambda label, r: (0, r.rounds),
+    "iqr": lambda label, r: (0, r.iqr_ms),
+    "stddev": lambda label, r: (0, r.std_ms),
+}
+
+
+def _sort_key(key: str) -> Any:
+    if key in _SORT:
+        return _SORT[key]
+    if key in ("median", "mean", "min", "max", "p95"):
+        return lambda label, r: (0, getattr(r, f"{key}_ms"))
+    raise ValueError(f"unknown sort key {key!r}")
+
+
 def summary_lines(
     items: Iterable[tuple[str, BenchResult, bool]],
+    columns: Sequence[str] | None = None,
+    sort: str | None = None,
 ) -> list[str]:
-    """The terminal summary: a table per group of (label, result, baseline-updated) triples."""
+    """The terminal summary: a table per group of (label, result, baseline-updated) triples.
+
+    ``columns``: the column keys to show (:data:`COLUMN_KEYS` and :data:`EXTRA_COLUMNS`; ``name``
+    always first and ``verdict`` always last; None: the default table). ``sort``: order the rows of
+    each group by ``name`` (the default), ``median``, ``mean``, ``min``, ``max``, ``p95``,
+    ``stddev``, ``iqr``, ``rounds`` or ``ratio``, ascending. An items/s column (named after the
+    unit, e.g. ``samples/s``) comes before the verdict when a benchmark declares ``items_per_call``.
+    Raises ``ValueError`` for an unknown key.
+    """
     items = list(items)
     units = {r.options.get("items") or "items" for _, r, _ in items if r.options.get("items_per_call")}
     with_items = bool(units)
     rate_column = f"{units.pop()}/s" if len(units) == 1 else "items/s"
-    header = COLUMNS[:-1] + (rate_column,) + COLUMNS[-1:] if with_items else COLUMNS
-    groups: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+    all_keys = COLUMN_KEYS[:-1] + (("items",) if with_items else ()) + COLUMN_KEYS[-1:]
+    all_headers = COLUMNS[:-1] + ((rate_column,) if with_items else ()) + COLUMNS[-1:]
+    keys = None
+    if columns is not None:
+        unknown = [c for c in columns if c not in COLUMN_KEYS and c not in EXTRA_COLUMNS and c != "items"]
+        if unknown:
+            raise ValueError(f"unknown column(s) {', '.join(unknown)}")
+        keys = ["name"] + [c for c in columns if c not in ("name", "verdict") and (c != "items" or with_items)]
+        keys += ["verdict"]
+    order = _sort_key(sort) if sort else None
+    groups: dict[str, list[tuple[str, BenchResult, bool]]] = defaultdict(list)
     for label, r, updated in items:
-        groups[r.group or ""].append(summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items))
+        groups[r.group or ""].append((label, r, updated))
     lines: list[str] = []
     for group in sorted(groups):
+        members = groups[group]
+        if order is not None:
+            members = sorted(members, key=lambda m: order(m[0], m[1]))
+        rows = [summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items)
+                for label, r, updated in members]
+        header: Sequence[str] = all_headers
+        if keys is not None:
+            full = [dict(zip(all_keys, row)) for row in rows]
+            rows = [tuple(f[k] if k in f else EXTRA_COLUMNS[k][1](m[1]) for k in keys) for f, m in zip(full, members)]
+            header = [all_headers[all_keys.index(k)] if k in all_keys else EXTRA_COLUMNS[k][0] for k in keys]
         if group or len(groups) > 1:
             lines.append(f"group: {group or '(none)'}")
-        lines.extend(format_table(groups[group], header=header, numeric=NUMERIC_COLUMNS | {rate_column}))
+        lines.extend(format_table(rows, header, NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column}))
         lines.append("")
     return lines
 
@@ -323,6 +419,7 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         counts=Counts.from_dict(entry["counts"]) if isinstance(entry.get("counts"), dict) else None,
         count_comparison=(CountComparison.from_dict(entry["count_comparison"])
                           if isinstance(entry.get("count_comparison"), dict) else None),
+        extra_info=dict(entry.get("extra_info") or {}),
         **{k: stats[k] for k in STAT_FIELDS},
     )
 

@@ -35,6 +35,8 @@ class BenchResult:
     ``counts`` are the exact counts of one extra call (:class:`~pytest_gpuperf.counts.Counts`: ops,
     kernels, syncs, copies, FLOPs, bytes, recompiles; None in smoke mode or with ``counts=False``)
     and ``count_comparison`` their gate against the baseline and the declared budgets.
+    ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
+    in reports and baselines when not empty.
     """
 
     name: str
@@ -85,6 +87,7 @@ class BenchResult:
         ev = getattr(self.bottleneck, "evidence", None)
         return throughput(self.median_ms, self.counts, self.options.get("items_per_call"),
                           getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
+    extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def misclassified(self) -> bool:

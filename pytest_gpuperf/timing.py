@@ -236,18 +236,25 @@ def measure(
     warmup_rounds: int | None = None,
     progress: Progress | None = None,
     clock: Clock = time.perf_counter_ns,
+    calls_per_round: int | None = None,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
     ``rounds``/``warmup_rounds`` fix those counts (pedantic mode); ``setup`` runs untimed before
-    every round and forces one call per round. ``progress`` is called about once a second with
+    every round and forces one call per round. ``calls_per_round`` fixes the calls timed together
+    in each round (pytest-benchmark's ``iterations``; None: sized from the warmup); with ``setup``
+    it must be 1. ``progress`` is called about once a second with
     (rounds done, elapsed s, current median ms). ``clock`` (ns) times CPU rounds and every time
     budget (warmup, ``max_time``); CUDA rounds are timed with CUDA events. Exceptions from ``fn``
     propagate unchanged.
     """
+    if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
+                                        or calls_per_round < 1 or (setup is not None and calls_per_round > 1)):
+        raise ValueError(f"calls_per_round={calls_per_round!r}: expected an integer >= 1 (1 with a setup function)")
     if getattr(device, "type", "cpu") == "cuda":
-        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress, clock)
-    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress, clock)
+        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress, clock,
+                             calls_per_round)
+    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress, clock, calls_per_round)
 
 
 class Measurer:
@@ -263,10 +270,11 @@ class Measurer:
 
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
                 setup: Setup | None = None, rounds: int | None = None, warmup_rounds: int | None = None,
-                progress: Progress | None = None) -> Timing:
+                progress: Progress | None = None, calls_per_round: int | None = None) -> Timing:
         """Warm up and time rounds of ``fn`` (see :func:`measure`); per-call times in ms."""
         return measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
-                       warmup_rounds=warmup_rounds, progress=progress, clock=self.clock)
+                       warmup_rounds=warmup_rounds, progress=progress, clock=self.clock,
+                       calls_per_round=calls_per_round)
 
     def once(self, fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
         """Smoke mode: one synchronized call (see :func:`time_once`)."""
@@ -274,9 +282,10 @@ class Measurer:
 
 
 def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress=None,
-                 clock: Clock = time.perf_counter_ns) -> Timing:
+                 clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None) -> Timing:
     n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, lambda: None, clock)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
+    cpr = calls_per_round or cpr
     loop = _RoundLoop(options, rounds, progress, clock)
     samples: list[float] = []
     with gc_disabled():
@@ -296,19 +305,20 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progre
 
 
 def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
-                  clock: Clock = time.perf_counter_ns) -> Timing:
+                  clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None) -> Timing:
     import torch
 
     with torch.cuda.device(device):
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
         if options.cuda_graph:
             return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress,
-                                       clock)
+                                       clock, calls_per_round)
         n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
         batch_ok = setup is None and not options.flush_l2
         if batch_ok:
             est = min(est, _cuda_event_estimate(fn, args, kwargs))
         cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if batch_ok else 1
+        cpr = calls_per_round or cpr
         flush = _l2_flusher(device) if options.flush_l2 else None
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
         loop = _RoundLoop(options, rounds, progress, clock)
@@ -360,7 +370,7 @@ def _l2_flusher(device: Any) -> Callable[[], None]:
 
 
 def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
-                        clock: Clock = time.perf_counter_ns) -> Timing:
+                        clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None) -> Timing:
     """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
     import torch
 
@@ -374,6 +384,7 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     torch.cuda.current_stream(device).wait_stream(side)
     sync()
     cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if setup is None else 1
+    cpr = calls_per_round or cpr
     graph = torch.cuda.CUDAGraph()
     with gc_disabled():
         with torch.cuda.graph(graph, stream=side):
