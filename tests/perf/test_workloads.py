@@ -78,7 +78,10 @@ def test_conv_block_train_step(gpu_bench, on_cuda):
     assert torch.isfinite(result.value)
 
 
-@pytest.mark.gpu_bench(group="training", expect_bottleneck="compute", max_syncs=0)
+# On the 2-core CPU VMs this layer sits at the roofline's ridge: arithmetic intensity 10.2 FLOP/B
+# against a calibrated ridge of 7.4-11.1 FLOP/B in 4 runs (issue 14's session), so it lands on
+# either side; both classes are accepted (sync, overhead, data and transfer still fail).
+@pytest.mark.gpu_bench(group="training", expect_bottleneck=("compute", "memory"), max_syncs=0)
 def test_transformer_layer_fwd_bwd(gpu_bench, on_cuda):
     """Forward + backward of one ``nn.TransformerEncoderLayer`` (batch-first)."""
     _seeded()
