@@ -28,6 +28,16 @@ def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
     return any(p.name == keyword and p.kind is not p.POSITIONAL_ONLY or p.kind is p.VAR_KEYWORD for p in params)
 
 
+def assign_extra_info(target: dict[str, Any], value: Mapping[str, Any], name: str) -> None:
+    """``obj.extra_info = value``: replace the contents of ``target`` in place (the same dict object,
+    so results already made keep seeing it). Raises ``TypeError`` naming ``name`` for a non-mapping."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
+    new = dict(value)
+    target.clear()
+    target.update(new)
+
+
 class GpuBenchUsageError(RuntimeError):
     """The fixture was used in a way it does not support (the message says how to fix it)."""
 
@@ -124,11 +134,7 @@ class GpuBench:
 
     @extra_info.setter
     def extra_info(self, value: Mapping[str, Any]) -> None:
-        if not isinstance(value, Mapping):
-            raise TypeError(f"extra_info must be a dict, got {type(value).__name__}")
-        new = dict(value)
-        self._extra_info.clear()  # the same dict object: results already made keep seeing it
-        self._extra_info.update(new)
+        assign_extra_info(self._extra_info, value, "extra_info")
 
     @property
     def test_id(self) -> str:

@@ -491,7 +491,7 @@ class BenchmarkStats:
         lo, hi = self.mean - self.stddev, self.mean + self.stddev
         self.stddev_outliers = sum(1 for v in self.data if v < lo or v > hi)
         fence_lo, fence_hi = self.q1 - 1.5 * self.iqr, self.q3 + 1.5 * self.iqr
-        self.iqr_outliers = sum(1 for v in self.data if v < fence_lo or v > fence_hi)
+        self.iqr_outliers = result.outliers.total  # the result's Tukey counts, same fences
         self.outliers = f"{self.stddev_outliers};{self.iqr_outliers}"
         inside = sorted(v for v in self.data if fence_lo <= v <= fence_hi) or sorted(self.data)
         self.ld15iqr, self.hd15iqr = inside[0], inside[-1]
@@ -552,11 +552,9 @@ class BenchmarkFixture:
 
     @extra_info.setter
     def extra_info(self, value: Mapping[str, Any]) -> None:
-        if not isinstance(value, Mapping):
-            raise TypeError(f"benchmark.extra_info must be a dict, got {type(value).__name__}")
-        new = dict(value)
-        self._extra_info.clear()
-        self._extra_info.update(new)
+        from .bench import assign_extra_info
+
+        assign_extra_info(self._extra_info, value, "benchmark.extra_info")
 
     def _start(self, mode: str) -> None:
         if self._mode:

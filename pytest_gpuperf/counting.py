@@ -33,9 +33,7 @@ COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten
 def op_name(func: Any) -> str:
     """``aten::mm`` for the OpOverload ``aten.mm.default`` (namespace::packet name)."""
     packet = getattr(func, "overloadpacket", None)
-    namespace = getattr(func, "namespace", None) or "aten"
-    base = getattr(packet, "__name__", None) or str(func).split(".")[1 if "." in str(func) else 0]
-    return f"{namespace}::{base}"
+    return f"{getattr(func, 'namespace', None) or 'aten'}::{getattr(packet, '__name__', None) or func}"
 
 
 def copy_direction(src: str, dst: str) -> str | None:

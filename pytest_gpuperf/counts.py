@@ -171,16 +171,10 @@ def _value(name: str, v: float | None) -> str:
 
         return format_bytes(v)
     if name == "flops":
+        from .units import format_si
+
         return format_si(v, "FLOP")
     return str(int(v))
-
-
-def format_si(value: float, unit: str) -> str:
-    """``1.23 GFLOP``: ``value`` with a decimal SI prefix (k, M, G, T, P) and 3 significant digits."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 @dataclass(frozen=True)
@@ -206,9 +200,6 @@ class CountComparison:
 
     def regressions(self) -> list[CountChange]:
         return [c for c in self.changes if c.status == "regressed"]
-
-    def improvements(self) -> list[CountChange]:
-        return [c for c in self.changes if c.status == "improved"]
 
     def messages(self, *, include_regression: bool = True) -> list[str]:
         """Failure messages: the diff of regressed counts (unless ``include_regression`` is False,

@@ -10,7 +10,7 @@ from .baseline import SCHEMA_VERSION
 from .compare import Comparison, MemoryComparison
 from .result import BenchResult
 from .stats import thin
-from .units import format_bytes, format_ms, format_pct, format_ratio, shorten_middle
+from .units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
 
 COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs",
            "FLOP/s", "B/s", "bottleneck", "verdict")
@@ -191,22 +191,18 @@ def syncs_text(r: BenchResult) -> str:
 def _rate_text(rates: dict[str, float] | None, key: str, unit: str) -> str:
     if not rates or key not in rates:
         return "-"
-    from .counts import format_si
-
     text = format_si(rates[key], unit)
     pct = rates.get("pct_of_peak_" + ("flops" if key == "flops_per_s" else "bytes"))
     return text + (f" ({pct:.0f}%)" if pct is not None else "")
 
 
 def items_text(r: BenchResult) -> str:
-    """``1.23 k samples/s`` with ``items_per_call``, else ``-``."""
+    """``1.23k samples/s`` with ``items_per_call``, else ``-``."""
     rates = r.rates()
     if not rates or "items_per_s" not in rates:
         return "-"
-    from .counts import format_si
-
-    number, _, prefix = format_si(rates["items_per_s"], "").partition(" ")
-    return f"{number}{prefix} {r.options.get('items') or 'items'}/s"
+    scaled, prefix = si_scaled(rates["items_per_s"])
+    return f"{scaled:.3g}{prefix} {r.options.get('items') or 'items'}/s"
 
 
 def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False) -> tuple[str, ...]:
@@ -264,11 +260,8 @@ def _format_ops(ms: float) -> str:
     """Calls per second of a call taking ``ms`` milliseconds: ``8.25K/s``."""
     if not ms > 0:
         return "-"
-    ops = 1e3 / ms
-    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if ops >= factor:
-            return f"{ops / factor:.4g}{suffix}/s"
-    return f"{ops:.4g}/s"
+    scaled, prefix = si_scaled(1e3 / ms)
+    return f"{scaled:.4g}{prefix.upper()}/s"
 
 
 #: Extra columns of the summary table (``--gpuperf-columns``): key -> (header, cell of a result).

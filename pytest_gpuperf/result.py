@@ -74,6 +74,7 @@ class BenchResult:
     notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
     counts: Any = None  # pytest_gpuperf.counts.Counts
     count_comparison: Any = None  # pytest_gpuperf.counts.CountComparison
+    extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def rates(self) -> dict[str, float] | None:
         """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum
@@ -87,7 +88,6 @@ class BenchResult:
         ev = getattr(self.bottleneck, "evidence", None)
         return throughput(self.median_ms, self.counts, self.options.get("items_per_call"),
                           getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
-    extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def misclassified(self) -> bool:

@@ -118,6 +118,24 @@ def byte_unit_for(n: float) -> tuple[str, int]:
     return "B", 1
 
 
+_SI = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+
+
+def si_scaled(value: float) -> "tuple[float, str]":
+    """``(value / scale, prefix)`` with the largest decimal SI prefix (k, M, G, T, P) not above
+    ``abs(value)``; ``(value, "")`` below 1000."""
+    for prefix, scale in _SI:
+        if abs(value) >= scale:
+            return value / scale, prefix
+    return value, ""
+
+
+def format_si(value: float, unit: str) -> str:
+    """``1.23 GFLOP``: ``value`` with a decimal SI prefix (k, M, G, T, P) and 3 significant digits."""
+    scaled, prefix = si_scaled(value)
+    return f"{scaled:.3g} {prefix}{unit}"
+
+
 def format_bytes(n: "int | float | None", unit: "str | None" = None) -> str:
     """Format a byte count in IEC units: ``812 MiB``, ``1.72 GiB``, ``512 B``.
 

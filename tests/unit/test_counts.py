@@ -9,8 +9,9 @@ import pytest
 
 from pytest_gpuperf.bottleneck import FINAL_SYNC_NAME, SYNC_CALLS, TraceEvent
 from pytest_gpuperf.compare import Verdict
-from pytest_gpuperf.counts import (CountComparison, Counts, compile_delta, decide_counts, device_counts, format_si,
-                                   kernel_name, name_diff, stored_totals, throughput)
+from pytest_gpuperf.counts import (CountComparison, Counts, compile_delta, decide_counts, device_counts, kernel_name,
+                                   name_diff, stored_totals, throughput)
+from pytest_gpuperf.units import format_si
 
 BASE = Counts(ops=212, syncs=0, copies=0, copy_bytes=0, flops=1_000_000, traffic_bytes=4096,
               ops_by_name={"aten::mm": 2, "aten::relu": 210})
