@@ -85,7 +85,11 @@ class BenchContext:
     ``measurer``: the timing backend (tests inject a scripted one); ``max_memory_text``: the
     ``max_memory`` option as written (``"100 kB"``), to report the budget in its own unit;
     ``group_of``: maps the ``group`` option to the group a result is shown under (the summary's
-    grouping, e.g. ``--benchmark-group-by``; None: the option as it is).
+    grouping, e.g. ``--benchmark-group-by``; None: the option as it is). A/B mode
+    (``--gpuperf-ab``): in a worker process ``ab_worker`` is its
+    :class:`~pytest_gpuperf.abrun.WorkerClient` (measure only when the coordinator says so); in the
+    user's session ``ab_results`` maps a benchmark's full id to its finished A/B result (the
+    benchmark is not measured again). ``nodeid``: the test's pytest node id.
     """
 
     test_id: str
@@ -107,6 +111,9 @@ class BenchContext:
     measurer: Measurer = field(default_factory=Measurer)
     max_memory_text: str | None = None
     group_of: Callable[[str | None], str | None] | None = None
+    ab_worker: Any = None
+    ab_results: Mapping[str, Any] | None = None
+    nodeid: str = ""
 
 
 class GpuBench:
@@ -274,7 +281,17 @@ class GpuBench:
 
     def _measure(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round=None) -> BenchResult:
         ctx = self.context
-        if not ctx.measuring:
+        if ctx.measuring and ctx.ab_results is not None:
+            done = ctx.ab_results.get(self._full_id(bid))
+            if done is not None:  # measured by the A/B workers: the verdict is decided; one call here
+                a, k = prepare_call(fn, args, kwargs, setup)  # gives the test its value and side effects
+                value = ctx.measurer.once(fn, a, k, ctx.device).value
+                self._check_value(fn, value)
+                return dataclasses.replace(done, name=common["name"], group=common["group"], value=value,
+                                           options=common["options"], extra_info=common["extra_info"])
+        if ctx.measuring and ctx.ab_worker is not None:
+            return self._measure_ab_worker(fn, args, kwargs, setup, bid, common, calls_per_round)
+        if not ctx.measuring or ctx.ab_results is not None:
             a, k = prepare_call(fn, args, kwargs, setup)
             t = ctx.measurer.once(fn, a, k, ctx.device)
             self._check_value(fn, t.value)
@@ -386,6 +403,69 @@ class GpuBench:
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
             count_comparison=count_comparison, **common
         )
+
+    def _measure_ab_worker(self, fn, args, kwargs, setup, bid, common, calls_per_round) -> BenchResult:
+        """In an A/B worker process: report ready, then warm up, time blocks and finish as the
+        coordinator commands (see :mod:`pytest_gpuperf.abrun`). An exception of ``fn`` is reported
+        to the coordinator and re-raised (the worker's test fails; the user's session re-runs it)."""
+        ctx, client = self.context, self.context.ab_worker
+        client.ready(self._full_id(bid), ctx.nodeid, self.options.max_time)
+        cpr, samples, rounds, warm = calls_per_round, [], 0, 0
+        while True:
+            cmd = client.command()
+            try:
+                if cmd["op"] == "warmup":
+                    t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
+                                             rounds=1, **({} if cpr is None else {"calls_per_round": cpr}))
+                    cpr, warm = t.calls_per_round, t.warmup_rounds
+                    client.reply("warm", round_ms=t.samples_ms[0] * cpr, cpr=cpr)
+                elif cmd["op"] == "block":
+                    t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
+                                             rounds=int(cmd["rounds"]), warmup_rounds=int(cmd["rewarm"]),
+                                             calls_per_round=cpr or 1)
+                    samples.extend(t.samples_ms)
+                    rounds += t.rounds
+                    client.reply("samples", samples_ms=list(t.samples_ms))
+                elif cmd["op"] == "finish":
+                    result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,
+                                             extras=bool(cmd.get("extras")), classify=bool(cmd.get("classify")))
+                    from .report import result_entry
+
+                    client.reply("result", entry=result_entry(result, environment={}, git_commit=None,
+                                                              timestamp_utc="") if cmd.get("extras") else None)
+                    return result
+                else:
+                    client.reply("error", error=f"unknown command {cmd!r}")
+            except Exception as exc:
+                client.reply("error", error=f"{type(exc).__name__}: {exc}")
+                raise
+
+    def _ab_result(self, fn, args, kwargs, setup, bid, common, samples, rounds, cpr, warm, *, extras,
+                   classify=True) -> BenchResult:
+        """An A/B worker's result: its samples, and with ``extras`` peak memory, counts and (with
+        ``classify`` and ``expect_bottleneck`` or ``--gpuperf-classify``) the bottleneck, each from
+        one more call (side B classifies; A's class is not compared)."""
+        from .memory import measure_peak
+
+        if not samples:  # finished before any block (the other side failed): one timed call
+            samples = list(self.context.measurer.once(fn, *prepare_call(fn, args, kwargs, setup),
+                                                      self.context.device).samples_ms)
+        extra: dict[str, Any] = {}
+        if extras:
+            a, k = prepare_call(fn, args, kwargs, setup)
+            mem, _ = measure_peak(fn, a, k, self.context.device)
+            extra["peak_memory_bytes"] = mem.peak_bytes
+            counted = None
+            if self.options.counts:
+                from .counting import count_call
+
+                ca, ck = prepare_call(fn, args, kwargs, setup)
+                extra["counts"], flop_dtype = count_call(fn, ca, ck, self.context.device)
+                counted = (extra["counts"].flops, extra["counts"].traffic_bytes, flop_dtype)
+            if classify and (self.options.expect_bottleneck or self.context.classify):
+                _, extra["bottleneck"] = self._classify_fn(fn, a, k, statistics.median(samples), counted)
+        return BenchResult.from_samples(tuple(samples), rounds=max(rounds, len(samples)), calls_per_round=cpr,
+                                        warmup_rounds=warm, **extra, **common)
 
     def _first_call_compiles(self, fn, args, kwargs, setup) -> dict[str, dict[str, int]] | None:
         """With ``torch.compile`` loaded: make one untimed call first and return dynamo's counters

@@ -93,7 +93,11 @@ class Comparison:
     the SD of their log medians (None under 2 runs), ``prediction_limit`` the upper 99%
     prediction limit as a ratio to the history's centre (None under 5 runs). ``confirmed`` is
     None when no re-measure happened, else whether the pooled re-measure kept the regression.
-    With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
+    An A/B comparison (``--gpuperf-ab``, :mod:`pytest_gpuperf.ab`) names the revision in ``ab_ref``
+    (``"origin/main (3f2a1c9)"``); its baseline is A (the revision), its current B (the working
+    tree), ``ab_pairs`` the paired blocks, ``ab_process_ratios`` the median ratio per pair of worker
+    processes, ``ab_blocks`` every block as ``(side, process pair, position, median ms)`` (the raw
+    evidence, in schedule order) and ``runs`` the number of process pairs. With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
     (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that.
     Times in ms.
     """
@@ -118,6 +122,10 @@ class Comparison:
     raw_ratio: float | None = None
     normalized_by: str | None = None
     median_ratio: float | None = None
+    ab_ref: str | None = None
+    ab_pairs: int | None = None
+    ab_process_ratios: tuple[float, ...] | None = None
+    ab_blocks: tuple[tuple[str, int, int, float], ...] | None = None
 
     @property
     def failed(self) -> bool:
@@ -148,6 +156,8 @@ class Comparison:
             Verdict.UNCHANGED: "no significant change",
             Verdict.INCONCLUSIVE: "inconclusive comparison",
         }[self.verdict]
+        if self.ab_ref is not None:
+            return self._ab_message(head, p)
         floor = self.floor if self.floor is not None else self.threshold
         gate = f"threshold +{self.threshold * 100:g}%"
         if floor > self.threshold + 1e-12:
@@ -172,6 +182,25 @@ class Comparison:
             text += f"; {self.note}"
         if self.verdict is Verdict.REGRESSED:
             text += f"; {INTENDED_HINT}"
+        return text
+
+
+    def _ab_message(self, head: str, p: float | None) -> str:
+        from .ab import ab_summary
+
+        per = ", ".join(format_ratio(v) for v in (self.ab_process_ratios or ()))
+        text = (f"{head} in {self.benchmark_id}: {ab_summary(self)} (Hodges-Lehmann B/A, 99% CI of the median "
+                f"ratio); median A {format_ms(self.baseline_median_ms)} -> B {format_ms(self.current_median_ms)}; "
+                f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {self.alpha:g}) over {self.ab_pairs} paired blocks from "
+                f"{self.runs} pair(s) of worker processes (per pair {per}), threshold +{self.threshold * 100:g}%")
+        if self.confirmed is True:
+            text += "; confirmed on re-measure"
+        elif self.confirmed is False:
+            text += "; not confirmed on re-measure (noise)"
+        if self.note:
+            text += f"; {self.note}"
+        if self.verdict is Verdict.REGRESSED:
+            text += "; if the change is intended, this A/B comparison passes once REF includes it"
         return text
 
 

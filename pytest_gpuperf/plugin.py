@@ -64,6 +64,12 @@ class GpuPerfState:
     verbose: int = 0
     workers_seen: int = 0
     errors: dict[str, str] = field(default_factory=dict)  # report path -> why it could not be written
+    ab: Any = None  # --gpuperf-ab: the abrun.Revision to compare with (controller)
+    ab_processes: int = 2
+    ab_roots: tuple[str, ...] = ()
+    ab_worker: Any = None  # in an A/B worker process: its abrun.WorkerClient
+    ab_results: dict[str, Any] | None = None  # the user's session: full id -> finished A/B BenchResult
+    ab_removed: list[str] = field(default_factory=list)
     _baselines: dict[str, "BaselineFile | None"] = field(default_factory=dict)
     _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -185,8 +191,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-no-counts", action="store_true", default=False,
                     help="do not count ops/kernels/syncs/copies/FLOPs/bytes per call, so no count gate "
                          "(same as ini gpuperf_counts = false)")
+    group.addoption("--gpuperf-ab", metavar="REF", default=None,
+                    help="A/B: measure the benchmarks of the working tree (B) and of git revision REF (A, e.g. "
+                         "origin/main) on this machine, interleaved, and decide on the paired evidence (no stored "
+                         "baseline needed)")
+    group.addoption("--gpuperf-ab-processes", metavar="N", default=None,
+                    help="A/B: pairs of worker processes (one A, one B each), run one pair after another "
+                         "(default 2; blocks of one process share its speed mode)")
+    group.addoption("--gpuperf-ab-pythonpath", metavar="PATHS", default=None,
+                    help="A/B: import roots of the code under test, relative to the repository's top (e.g. src), "
+                         "put first on each side's PYTHONPATH (ini gpuperf_ab_pythonpath)")
     benchmark_compat.add_gpuperf_options(group)  # --gpuperf-only/-skip/-columns/-sort
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
+    parser.addini("gpuperf_ab_pythonpath", "A/B: import roots of the code under test, relative to the repository's "
+                  "top (space- or comma-separated), e.g. src", default="")
     parser.addini("gpuperf_bottleneck_thresholds",
                   "overrides of the classification thresholds, e.g. 'idle=0.6, data=0.4'", default="")
     for name in opts.OPTION_NAMES:
@@ -320,6 +338,99 @@ def pytest_configure(config: pytest.Config) -> None:
         plot_dir=Path(config.invocation_params.dir, plot_opt) if plot_opt else None,
         verbose=config.getoption("verbose", 0) or 0,
     )
+    _configure_ab(config, config.stash[STATE_KEY])
+
+
+def _configure_ab(config: pytest.Config, state: GpuPerfState) -> None:
+    """``--gpuperf-ab REF``: check it now (usage errors); in an A/B worker process connect to the
+    coordinator. The measuring itself starts at session start (:func:`pytest_sessionstart`)."""
+    import re
+
+    if os.environ.get("GPUPERF_AB_ADDRESS") and state.worker_id is None:
+        from .abrun import WorkerClient
+
+        state.ab_worker = WorkerClient.from_environment()
+        state.measuring = True
+        return
+    ref = config.getoption("--gpuperf-ab")
+    roots = config.getoption("--gpuperf-ab-pythonpath") or config.getini("gpuperf_ab_pythonpath") or ""
+    state.ab_roots = tuple(r for r in re.split(r"[\s,]+", roots) if r)
+    if not ref:
+        return
+    if state.updating:
+        raise pytest.UsageError("pytest-gpuperf: --gpuperf-ab compares with a git revision and stores nothing; "
+                                "it cannot be combined with --gpuperf-update-baselines")
+    n = config.getoption("--gpuperf-ab-processes")
+    if n is not None:
+        if not str(n).isdigit() or int(n) < 1:
+            raise pytest.UsageError(f"pytest-gpuperf: --gpuperf-ab-processes {n}: expected an integer >= 1")
+        state.ab_processes = int(n)
+    state.measuring = True
+    if state.worker_id is not None:  # a pytest-xdist worker: the controller measured; read its results
+        state.ab = ref
+        return
+    from .abrun import ABError, resolve_revision
+
+    try:
+        state.ab = resolve_revision(Path(config.invocation_params.dir), ref)
+    except ABError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    for r in state.ab_roots:
+        if not (state.ab.repo / r).is_dir():
+            raise pytest.UsageError(f"pytest-gpuperf: gpuperf_ab_pythonpath / --gpuperf-ab-pythonpath: {r!r} is not "
+                                    f"a folder under the repository's top {state.ab.repo}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """``--gpuperf-ab``: run the whole A/B measurement before the tests (and before pytest-xdist
+    starts its workers); the tests then pick up their finished results."""
+    state: GpuPerfState | None = session.config.stash.get(STATE_KEY, None)
+    if state is None or state.ab is None or state.worker_id is not None or state.ab_worker is not None:
+        return
+    from .abrun import ABError
+
+    try:
+        _run_ab(session.config, state)
+    except ABError as exc:
+        pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def _run_ab(config: pytest.Config, state: GpuPerfState) -> None:
+    from .abrun import Coordinator, ab_folder, prepare_worktree, side_specs, worker_args
+    from .abresults import ab_results
+
+    tr = config.pluginmanager.getplugin("terminalreporter")
+    say = (lambda line: tr.write_line(line)) if tr is not None else (lambda line: None)
+    rev = state.ab
+    say(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
+    worktree = prepare_worktree(rev)
+    logs = ab_folder(rev.repo) / "logs"
+    logs.mkdir(exist_ok=True)
+    specs = side_specs(rev, worktree, Path(config.invocation_params.dir), state.ab_roots)
+    coordinator = Coordinator(specs, worker_args(config.invocation_params.args), state.ab_processes, logs,
+                              progress=say if state.verbose > 0 else (lambda line: None))
+    coordinator.run()
+    state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
+    state.warnings.extend(coordinator.notes + notes)
+    if state.xdist_dir is not None:
+        from .abresults import dump_results
+
+        dump_results(state.xdist_dir / "ab-results.json", state.ab_results)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """An A/B worker tells the coordinator which tests it collected."""
+    state: GpuPerfState | None = session.config.stash.get(STATE_KEY, None)
+    if state is not None and state.ab_worker is not None and not state.ab_worker.said_hello:
+        state.ab_worker.hello([item.nodeid for item in session.items])
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Never collect the A/B worktrees (``.gpuperf/`` under the rootdir)."""
+    if collection_path.name == ".gpuperf" and collection_path.parent == config.rootpath:
+        return True
+    return None
 
 
 def _check_device_option(config: pytest.Config, session_options: opts.BenchOptions) -> None:
@@ -454,7 +565,13 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
     module, test_id = _split_nodeid(item.nodeid)
     path = env = key = None
     baseline = None
-    if state.measuring:
+    ab_results = _ab_results(state)
+    if state.measuring and (state.ab_worker is not None or ab_results is not None):
+        from .environment import device_key, fingerprint
+
+        env = fingerprint(device)  # A/B: no stored baseline, no reference workloads
+        key = device_key(env)
+    elif state.measuring:
         from .environment import device_key
 
         env = state.environment(device)
@@ -520,9 +637,23 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
         measurer=_gpuperf_measurer,
         max_memory_text=_max_memory_text(item),
         group_of=benchmark_compat.group_of(item),
+        ab_worker=state.ab_worker,
+        ab_results=ab_results,
+        nodeid=item.nodeid,
     ), on_result)
     item.stash[BENCH_KEY] = bench
     return bench
+
+
+def _ab_results(state: GpuPerfState) -> dict[str, Any] | None:
+    """The finished A/B results (a pytest-xdist worker reads the controller's file once)."""
+    if state.ab is None or state.ab_worker is not None:
+        return None
+    if state.ab_results is None and state.xdist_dir is not None:
+        from .abresults import load_results
+
+        state.ab_results = load_results(state.xdist_dir / "ab-results.json")
+    return state.ab_results if state.ab_results is not None else {}
 
 
 def _max_memory_text(item: pytest.Item) -> str | None:
@@ -709,13 +840,29 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         )
         return
     mode = "update baselines" if state.updating else "compare"
+    if state.ab is not None:
+        label = state.ab.label if hasattr(state.ab, "label") else str(state.ab)
+        mode = f"A/B vs {label} ({state.ab_processes} pair(s) of worker processes, interleaved ABBA blocks)"
     tr.write_sep("=", f"gpuperf: {len(state.recorded)} benchmark(s), mode: {mode}")
     items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated) for rec in state.recorded]
     for line in summary_lines(items, **benchmark_compat.table_options(config)):
         tr.write_line(line)
     if any(rec.result.comparison is not None and rec.result.comparison.ratio is not None for rec in state.recorded):
-        tr.write_line(LEGEND)
-    tr.write_line(f"baselines: {state.relpath(state.baseline_dir)}")
+        from .report import AB_LEGEND
+
+        tr.write_line(AB_LEGEND if state.ab is not None else LEGEND)
+    if state.ab is None:
+        tr.write_line(f"baselines: {state.relpath(state.baseline_dir)}")
+    else:
+        for rec in state.recorded:
+            from .ab import ab_summary
+
+            c = rec.result.comparison
+            line = ab_summary(c) if c is not None else None
+            if line:
+                tr.write_line(f"{rec.module}::{rec.result.benchmark_id}: {line} ({c.verdict.value})")
+        for key in state.ab_removed:
+            tr.write_line(f"{key}: removed since {state.ab.label} (measured on side A only; not a failure)")
     keys = sorted({r.device_key for r in state.recorded if r.device_key})
     if keys:
         tr.write_line(f"device key: {', '.join(keys)}")
@@ -804,6 +951,11 @@ def _merge_workers(state: GpuPerfState) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state: GpuPerfState | None = session.config.stash.get(STATE_KEY, None)
     if state is None:
+        return
+    if state.ab_worker is not None:
+        if not state.ab_worker.said_hello:
+            state.ab_worker.hello([])
+        state.ab_worker.bye()
         return
     if state.worker_id is not None:
         # A pytest-xdist worker hands its measurements to the controller through the run's folder.

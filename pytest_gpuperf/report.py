@@ -221,7 +221,7 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
         iqr,
         str(r.rounds),
         format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
-        format_ratio(c.ratio) if c else "-",
+        _ratio_cell(c),
         _memory_text(r),
         ops_text(r),
         syncs_text(r),
@@ -230,6 +230,20 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
         _bottleneck_text(r),
     )
     return row + ((items_text(r),) if items else ()) + (_verdict_text(r, updated),)
+
+
+def _ratio_cell(c: Comparison | None) -> str:
+    """The ratio column: the Hodges-Lehmann ratio; in A/B mode with its 99% CI, ``1.12x [1.08x, 1.16x]``."""
+    if c is None or c.ratio is None:
+        return "-"
+    if c.ab_ref is not None and c.ratio_ci:
+        return f"{format_ratio(c.ratio)} [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]"
+    return format_ratio(c.ratio)
+
+
+#: What the "baseline" and "ratio" columns hold in A/B mode (``--gpuperf-ab``).
+AB_LEGEND = ("A/B: baseline = median of REF's (A's) samples; ratio = Hodges-Lehmann estimate of B/A over the paired "
+             "blocks [99% bootstrap CI of the median block ratio]; memory and counts are B's, compared with A's")
 
 
 #: Columns of the summary table that hold numbers (right-aligned).
@@ -365,6 +379,10 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         kw = {k: v for k, v in d.items() if k in fields}
         kw["verdict"] = Verdict(d["verdict"])
         kw["ratio_ci"] = tuple(d["ratio_ci"]) if d.get("ratio_ci") else None
+        if kw.get("ab_process_ratios") is not None:
+            kw["ab_process_ratios"] = tuple(kw["ab_process_ratios"])
+        if kw.get("ab_blocks") is not None:
+            kw["ab_blocks"] = tuple(tuple(b) for b in kw["ab_blocks"])
         return Comparison(**kw)
 
     def memory(d: dict[str, Any] | None) -> MemoryComparison | None:
@@ -472,6 +490,8 @@ def markdown(
     current median, the median ratio with its 99% CI, the Hodges-Lehmann ratio, verdict, peak memory
     and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
     """
+    from .ab import ab_summary
+
     def verdict(r: BenchResult) -> str | None:
         return r.comparison.verdict.value if r.comparison is not None else None
 
@@ -502,6 +522,10 @@ def markdown(
             f"{_rate_text(r.rates(), 'flops_per_s', 'FLOP/s')} | {_rate_text(r.rates(), 'bytes_per_s', 'B/s')} | "
             f"{_bottleneck_text(r)} |"
         )
+    ab_lines = [f"- `{label}`: {ab_summary(r.comparison)} ({r.comparison.verdict.value})" for label, r in ordered
+                if r.comparison is not None and ab_summary(r.comparison)]
+    if ab_lines:
+        lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
     lines += ["", "baseline (history median): median of the stored runs' medians (3+ runs; else the newest "
               "run's median). The 99% CI is of the median ratio; the gate uses the Hodges-Lehmann ratio. "
               "ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are the counted "

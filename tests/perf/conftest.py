@@ -4,7 +4,9 @@ Fault injection for the studies under ``benchmarks/`` (off unless the variable i
 ``GPUPERF_INJECT="sync:test_gemm"`` adds one ``.item()`` (a host-device sync) to every call of the
 benchmarks whose test id contains ``test_gemm``; ``GPUPERF_INJECT="slowdown:0.2:test_gemm"`` makes
 each of their calls 20% slower (a busy wait of 0.2x the call's own duration, after a device sync).
-Several injections are separated by ``,``.
+Several injections are separated by ``,``. Under ``--gpuperf-ab`` they apply to the working tree's
+side (B) only: a worker of side A (``GPUPERF_AB_SIDE=A``) ignores them, so an A/B run with the
+variable set compares unchanged code (A) with injected code (B).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def on_cuda(gpu_bench) -> bool:
 def _injections(test_id: str) -> list[tuple[str, float]]:
     """(kind, amount) of the injections in ``GPUPERF_INJECT`` that match ``test_id``."""
     out = []
+    if os.environ.get("GPUPERF_AB_SIDE") == "A":
+        return out
     for spec in filter(None, (s.strip() for s in os.environ.get("GPUPERF_INJECT", "").split(","))):
         parts = spec.split(":")
         if parts[0] == "sync" and len(parts) == 2 and parts[1] in test_id:

@@ -1,0 +1,121 @@
+"""A/B verdicts: what the coordinator measured -> one :class:`~pytest_gpuperf.result.BenchResult` per
+benchmark of the working tree, with its A/B comparison, memory comparison and count gate
+(pure: no torch, no pytest; the JSON file hands the results to pytest-xdist workers).
+
+For a benchmark measured on both sides: the timing verdict is :func:`pytest_gpuperf.ab.decide_ab`
+on the paired block ratios; peak memory of B is compared with A's (the same rule as a stored
+baseline, :func:`pytest_gpuperf.compare.decide_memory`); the exact counts of B are gated against
+A's with the count tolerance and budgets (:func:`pytest_gpuperf.counts.decide_counts`). A
+benchmark of the working tree only is ``no-baseline`` with the note "new"; one of REF only is
+listed as removed. Neither fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .ab import decide_ab, paired_ratios
+from .compare import Comparison, Verdict, decide_memory
+from .options import BenchOptions
+from .result import BenchResult
+
+
+def _options(entry: dict[str, Any]) -> BenchOptions:
+    fields = {f.name for f in dataclasses.fields(BenchOptions)}
+    kw = {k: v for k, v in (entry.get("options") or {}).items() if k in fields}
+    if isinstance(kw.get("expect_bottleneck"), list):
+        kw["expect_bottleneck"] = tuple(kw["expect_bottleneck"])
+    return BenchOptions(**kw)
+
+
+def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], ref: str,
+              errors: dict[str, str] | None = None) -> BenchResult | None:
+    """The working tree's result for one benchmark (None when B has no entry: it was not measured
+    there, or failed). ``blocks``: :class:`~pytest_gpuperf.ab.Block` of both sides; ``entries``:
+    side -> result entry (``report.result_entry``) of that side's first worker."""
+    from .counts import Counts, decide_counts
+    from .report import result_from_entry
+
+    if "B" not in entries:
+        return None
+    errors = errors or {}
+    b = result_from_entry(entries["B"])
+    options = _options(entries["B"])
+    b_samples = [v for blk in blocks if blk.side == "B" for v in blk.samples_ms] or list(b.samples_ms)
+    a_samples = [v for blk in blocks if blk.side == "A" for v in blk.samples_ms]
+    if "A" in entries and a_samples:
+        comparison = decide_ab(paired_ratios(blocks), a_median_ms=statistics.median(a_samples),
+                               b_median_ms=statistics.median(b_samples), ref=ref, threshold=options.threshold,
+                               alpha=options.alpha, benchmark_id=key)
+        comparison = dataclasses.replace(comparison, ab_blocks=tuple(
+            (blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks))
+        a = result_from_entry(entries["A"])
+    else:
+        why = f"A failed: {errors['A']}" if "A" in errors else f"new: not in {ref}"
+        comparison = Comparison(verdict=Verdict.NO_BASELINE, benchmark_id=key,
+                                current_median_ms=statistics.median(b_samples), runs=0, ab_ref=ref, note=why,
+                                threshold=options.threshold, alpha=options.alpha)
+        a = None
+    memory = None
+    if b.peak_memory_bytes is not None:
+        memory = decide_memory(b.peak_memory_bytes, a.peak_memory_bytes if a is not None else None,
+                               threshold=options.memory_threshold, max_memory_bytes=options.max_memory,
+                               benchmark_id=key, device=b.device, baseline_file=f"A/B vs {ref}")
+    count_comparison = None
+    if isinstance(b.counts, Counts):
+        from .counts import BUDGETS
+
+        a_counts = a.counts if a is not None and isinstance(a.counts, Counts) else None
+        count_comparison = decide_counts(
+            b.counts, [a_counts.totals()] if a_counts is not None else None, a_counts,
+            tolerance=options.count_tolerance, budgets={n: getattr(options, n) for n in BUDGETS},
+            benchmark_id=key, baseline_file=f"A/B vs {ref}")
+    rounds = len(b_samples)
+    return BenchResult.from_samples(
+        tuple(b_samples), name=b.name, device=b.device, rounds=rounds, calls_per_round=b.calls_per_round,
+        warmup_rounds=b.warmup_rounds, comparison=comparison, peak_memory_bytes=b.peak_memory_bytes,
+        memory_comparison=memory, bottleneck=b.bottleneck, telemetry=b.telemetry, benchmark_id=b.benchmark_id,
+        group=b.group, options=b.options, counts=b.counts, count_comparison=count_comparison,
+    )
+
+
+def ab_results(coordinator: Any, ref: str) -> tuple[dict[str, BenchResult], list[str], list[str]]:
+    """``(results by full id, ids removed since REF, notes)`` from a finished
+    :class:`~pytest_gpuperf.abrun.Coordinator`."""
+    results: dict[str, BenchResult] = {}
+    removed, notes = [], []
+    for key in coordinator.order:
+        m = coordinator.measured[key]
+        r = ab_result(key, m.blocks, m.entries, ref, m.errors)
+        if r is not None:
+            results[key] = r
+        elif "B" not in m.sides() and "B" not in m.errors:
+            removed.append(key)
+        for side, err in m.errors.items():
+            notes.append(f"A/B: {key} failed on side {side} ({'REF' if side == 'A' else 'working tree'}): {err}")
+    return results, removed, notes
+
+
+def dump_results(path: Path, results: dict[str, BenchResult]) -> None:
+    """Write the results for pytest-xdist workers (report entries with their comparisons)."""
+    from .baseline import write_atomic
+    from .report import result_entry
+
+    data = {k: result_entry(r, environment={}, git_commit=None, timestamp_utc="", with_comparison=True)
+            for k, r in results.items()}
+    write_atomic(path, json.dumps(data))
+
+
+def load_results(path: Path) -> dict[str, BenchResult]:
+    """Read what :func:`dump_results` wrote ({} when there is no file)."""
+    from .report import result_from_entry
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: result_from_entry(v) for k, v in data.items()}

@@ -1,0 +1,104 @@
+"""The A/B decision and schedule (pure; seeded synthetic blocks, no timing)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pytest_gpuperf.ab import (Block, PairedRatio, abba_schedule, ab_summary, decide_ab, min_pairs, paired_ratios,
+                               per_process_ratios)
+from pytest_gpuperf.compare import Verdict
+
+
+def _blocks(slowdown: float, *, processes: int = 2, groups: int = 4, cv: float = 0.03, drift: float = 0.0,
+            process_modes: tuple[float, ...] = (), seed: int = 1, rounds: int = 20) -> list[Block]:
+    """Blocks as the coordinator gets them: A at 1 ms, B at 1 ms * (1 + slowdown); ``drift`` moves
+    the machine's speed by that fraction per block (both sides alike); ``process_modes`` multiplies
+    each process pair's B side (a speed mode of one process)."""
+    rng = random.Random(seed)
+    out = []
+    for p in range(processes):
+        for pos, side in enumerate(abba_schedule(groups, seed=p)):
+            level = 1.0 * (1 + drift) ** (p * 4 * groups + pos)
+            if side == "B":
+                level *= 1 + slowdown
+                if process_modes:
+                    level *= process_modes[p]
+            out.append(Block(side, p, pos, tuple(level * math.exp(rng.gauss(0, cv)) for _ in range(rounds))))
+    return out
+
+
+def _decide(blocks: list[Block], **kw):
+    a = [v for b in blocks if b.side == "A" for v in b.samples_ms]
+    b = [v for b in blocks if b.side == "B" for v in b.samples_ms]
+    return decide_ab(paired_ratios(blocks), a_median_ms=sorted(a)[len(a) // 2], b_median_ms=sorted(b)[len(b) // 2],
+                     ref="origin/main (3f2a1c9)", benchmark_id="t.py::test_x", **kw)
+
+
+def test_abba_schedule_is_balanced_seeded_and_randomized():
+    s = abba_schedule(4, seed=7)
+    assert len(s) == 16 and s.count("A") == s.count("B") == 8
+    for k in range(0, 16, 2):  # every adjacent pair has one of each side
+        assert sorted(s[k:k + 2]) == ["A", "B"]
+    assert s == abba_schedule(4, seed=7)
+    assert len({tuple(abba_schedule(4, seed=i)) for i in range(20)}) > 1
+    with pytest.raises(ValueError, match="groups"):
+        abba_schedule(0, seed=1)
+
+
+def test_paired_ratios_pairs_adjacent_blocks_of_one_process():
+    blocks = [Block("A", 0, 0, (1.0,)), Block("B", 0, 1, (2.0,)), Block("B", 0, 2, (3.0,)), Block("A", 0, 3, (1.0,)),
+              Block("A", 1, 0, (1.0,))]  # the last has no partner: left out
+    r = paired_ratios(blocks)
+    assert [round(math.exp(x.log_ratio), 6) for x in r] == [2.0, 3.0]
+    assert [x.process for x in r] == [0, 0]
+    with pytest.raises(ValueError, match="no positive samples"):
+        paired_ratios([Block("A", 0, 0, ())])
+
+
+def test_injected_slowdown_regresses_and_aa_passes():
+    slow = _decide(_blocks(0.20))
+    assert slow.verdict is Verdict.REGRESSED
+    assert 1.17 < slow.ratio < 1.23 and slow.ratio_ci[0] > 1.0
+    assert slow.ab_pairs == 16 and slow.runs == 2 and len(slow.ab_process_ratios) == 2
+    text = slow.message()
+    assert "A/B vs origin/main (3f2a1c9): 1.19" in text and "Wilcoxon signed-rank" in text and "16 paired blocks" in text
+    assert ab_summary(slow).startswith("A/B vs origin/main (3f2a1c9): 1.")
+    same = _decide(_blocks(0.0))
+    assert same.verdict is Verdict.UNCHANGED and not same.fails(strict=True)
+
+
+def test_drift_during_the_run_cancels_in_the_pairs():
+    # the machine slows down by 2% per block (A and B alike): ~x1.9 over the run, no code change
+    assert _decide(_blocks(0.0, drift=0.02)).verdict is Verdict.UNCHANGED
+    assert _decide(_blocks(0.10, drift=0.02)).verdict is Verdict.REGRESSED
+
+
+def test_a_slowdown_carried_by_one_process_pair_is_inconclusive():
+    c = _decide(_blocks(0.0, process_modes=(1.30, 1.01), cv=0.01))  # pooled: significant and above +5%
+    assert c.verdict is Verdict.INCONCLUSIVE
+    assert "not by half the threshold in every pair of worker processes" in c.note and c.fails(strict=True) and not c.fails()
+
+
+def test_improvement_and_threshold():
+    assert _decide(_blocks(-0.2)).verdict is Verdict.IMPROVED
+    c = _decide(_blocks(0.03, cv=0.005))  # significant but inside the 5% threshold
+    assert c.verdict is Verdict.UNCHANGED and "within the effect floor" in c.note
+    assert _decide(_blocks(0.03, cv=0.005), threshold=0.01).verdict is Verdict.REGRESSED
+
+
+def test_too_few_pairs_is_inconclusive():
+    assert min_pairs(0.01) == 7 and min_pairs(0.05) == 5
+    c = _decide(_blocks(0.5, processes=1, groups=1))
+    assert c.verdict is Verdict.INCONCLUSIVE and "needs 7" in c.note
+
+
+def test_per_process_ratios_and_bad_options():
+    r = [PairedRatio(0, math.log(1.1)), PairedRatio(0, math.log(1.3)), PairedRatio(1, math.log(0.9))]
+    assert [round(v, 3) for v in per_process_ratios(r)] == [1.196, 0.9]
+    with pytest.raises(ValueError, match="alpha"):
+        decide_ab(r, a_median_ms=1, b_median_ms=1, ref="x", alpha=0)
+    with pytest.raises(ValueError, match="threshold"):
+        decide_ab(r, a_median_ms=1, b_median_ms=1, ref="x", threshold=-1)

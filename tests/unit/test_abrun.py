@@ -1,0 +1,165 @@
+"""The A/B runner's parts that need no worker: command lines, paths, the import check, git worktrees."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.abrun import (ABError, Block, Coordinator, Measured, Revision, WorkerSpec, foreign_modules,
+                                  hash_seed, map_path, prepare_worktree, resolve_revision, side_specs, worker_args)
+from pytest_gpuperf.abresults import ab_result, dump_results, load_results
+from pytest_gpuperf.compare import Verdict
+
+
+def test_worker_args_drop_reports_xdist_and_ab_options():
+    args = ["tests/perf", "--gpuperf-ab", "origin/main", "-n", "2", "--gpuperf-json=r.json", "--gpuperf-markdown",
+            "s.md", "-k", "gemm", "-n4", "--junitxml=j.xml", "--gpuperf-ab-processes=3", "-v", "--lf", "--dist", "load"]
+    assert worker_args(args) == ["--gpuperf", "-p", "no:cacheprovider", "tests/perf", "-k", "gemm", "-v"]
+
+
+def test_map_path_moves_working_tree_paths_into_the_worktree(tmp_path: Path):
+    top, wt = tmp_path / "repo", tmp_path / "repo" / ".gpuperf" / "ab" / "abc"
+    (top / "src").mkdir(parents=True)
+    assert map_path(str(top / "src"), top, wt) == str(wt / "src")
+    assert map_path("/usr/lib/python3", top, wt) == "/usr/lib/python3"
+
+
+def test_side_specs_put_import_roots_first_on_each_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    top = tmp_path / "repo"
+    wt = top / ".gpuperf" / "ab" / "abc"
+    (top / "sub").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", str(top / "lib"))
+    specs = side_specs(Revision("main", "abc" * 13, top), wt, top / "sub", ["src"])
+    assert specs["A"].cwd == wt / "sub" and specs["B"].cwd == top / "sub"
+    assert specs["A"].pythonpath == [str(wt / "src"), str(wt / "lib")]
+    assert specs["B"].pythonpath == [str(top / "src"), str(top / "lib")]
+    assert specs["A"].other_root == top and specs["B"].other_root == wt
+    with pytest.raises(ABError, match="from inside the repository"):
+        side_specs(Revision("main", "abc", top), wt, tmp_path, [])
+
+
+def test_foreign_modules_names_code_from_the_other_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    top = tmp_path / "repo"
+    wt = top / ".gpuperf" / "ab" / "abc"
+    for path in (top / "src" / "mypkg.py", wt / "src" / "mypkg.py", top / "plugin" / "p.py"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+
+    def fake(name: str, path: Path) -> None:
+        m = types.ModuleType(name)
+        m.__file__ = str(path)
+        monkeypatch.setitem(sys.modules, name, m)
+
+    fake("zz_from_worktree", wt / "src" / "mypkg.py")
+    fake("zz_from_plugin", top / "plugin" / "p.py")
+    assert foreign_modules(str(wt), str(top), allowed=[str(top / "plugin")]) == []  # side A: all fine
+    fake("zz_from_working_tree", top / "src" / "mypkg.py")
+    found = foreign_modules(str(wt), str(top), allowed=[str(top / "plugin")])
+    assert found == [f"zz_from_working_tree ({(top / 'src' / 'mypkg.py').resolve()})"]
+    # side B must not import from the worktree
+    assert foreign_modules(str(top), str(wt)) == [f"zz_from_worktree ({(wt / 'src' / 'mypkg.py').resolve()})"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    top = tmp_path / "repo"
+    top.mkdir()
+    _git(top, "init", "-q")
+    _git(top, "config", "user.email", "t@t")
+    _git(top, "config", "user.name", "t")
+    (top / "f.txt").write_text("one")
+    _git(top, "add", "-A")
+    _git(top, "commit", "-qm", "one")
+    (top / "f.txt").write_text("two")
+    _git(top, "commit", "-qam", "two")
+    return top
+
+
+def test_resolve_revision_and_its_errors(repo: Path, tmp_path: Path):
+    rev = resolve_revision(repo, "HEAD~1")
+    assert rev.repo == repo.resolve() and len(rev.sha) == 40 and rev.label == f"HEAD~1 ({rev.sha[:7]})"
+    with pytest.raises(ABError, match="no such commit"):
+        resolve_revision(repo, "no-such-branch")
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    with pytest.raises(ABError, match="not inside a git repository"):
+        resolve_revision(outside, "HEAD")
+
+
+def test_prepare_worktree_checks_out_reuses_and_keeps_the_repo_clean(repo: Path):
+    rev = resolve_revision(repo, "HEAD~1")
+    wt = prepare_worktree(rev)
+    assert wt.parent == repo.resolve() / ".gpuperf" / "ab" and (wt / "f.txt").read_text() == "one"
+    (wt / "f.txt").write_text("dirty")  # a dirty cached worktree is replaced by a clean one
+    assert prepare_worktree(rev) == wt and (wt / "f.txt").read_text() == "one"
+    assert _git(repo, "status", "--porcelain") == ""  # .gpuperf is ignored
+    assert (repo / "f.txt").read_text() == "two"
+
+
+def test_ab_result_builds_the_verdict_new_and_count_gate():
+    from pytest_gpuperf.counts import Counts
+    from pytest_gpuperf.report import result_entry
+    from pytest_gpuperf.result import BenchResult
+
+    def entry(ops: int) -> dict:
+        r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=1,
+                                     benchmark_id="test_x", peak_memory_bytes=1000,
+                                     counts=Counts(ops=ops, syncs=0), options={"threshold": 0.05})
+        return result_entry(r, environment={}, git_commit=None, timestamp_utc="")
+
+    blocks = [Block(side, 0, pos, tuple([1.0 if side == "A" else 1.3] * 5))
+              for pos, side in enumerate("ABBAABBAABBAABBA")]
+    r = ab_result("t.py::test_x", blocks, {"A": entry(10), "B": entry(12)}, "main (abc1234)")
+    assert r.comparison.verdict is Verdict.REGRESSED and r.comparison.ab_ref == "main (abc1234)"
+    assert r.count_comparison.verdict is Verdict.REGRESSED and r.memory_comparison.verdict is Verdict.UNCHANGED
+    assert r.rounds == 40 and r.median_ms == pytest.approx(1.3)
+    new = ab_result("t.py::test_x", [b for b in blocks if b.side == "B"], {"B": entry(12)}, "main (abc1234)")
+    assert new.comparison.verdict is Verdict.NO_BASELINE and "new: not in main (abc1234)" in new.comparison.note
+    assert not new.failures()
+    assert ab_result("t.py::test_x", blocks, {"A": entry(10)}, "main") is None  # B failed: not decided here
+
+
+def test_results_file_round_trip(tmp_path: Path):
+    from pytest_gpuperf.report import result_entry
+    from pytest_gpuperf.result import BenchResult
+
+    blocks = [Block(side, 0, pos, (1.0, 1.0)) for pos, side in enumerate("ABBAABBA")]
+    b = BenchResult.from_samples((1.0,), name="t", device="cpu", rounds=1, calls_per_round=1, warmup_rounds=0,
+                                 benchmark_id="test_x")
+    e = result_entry(b, environment={}, git_commit=None, timestamp_utc="")
+    r = ab_result("k", blocks, {"A": e, "B": e}, "main (abc)")
+    dump_results(tmp_path / "ab.json", {"k": r})
+    back = load_results(tmp_path / "ab.json")["k"]
+    assert back.comparison == r.comparison and back.samples_ms == r.samples_ms
+    assert load_results(tmp_path / "missing.json") == {}
+
+
+def test_hash_seed_is_stable():
+    assert hash_seed("a::b", 0) == hash_seed("a::b", 0) != hash_seed("a::b", 1)
+
+
+def test_coordinator_pairs_solo_measurements_by_collection_order():
+    """Which worker measures alone when the two wait at different benchmarks."""
+    c = Coordinator({}, [], 1, Path("."))
+
+    class W:
+        def __init__(self, pending, items):
+            self.pending, self.items = pending, items
+
+    a = W({"op": "ready", "nodeid": "t::old", "key": "t::old"}, ["t::old", "t::same"])
+    b = W({"op": "ready", "nodeid": "t::same", "key": "t::same"}, ["t::same", "t::new"])
+    assert c._behind(a, b) is a  # t::old is not in B: removed, A measures it alone
+    a.pending = {"op": "ready", "nodeid": "t::same", "key": "t::same"}
+    b.pending = {"op": "ready", "nodeid": "t::new", "key": "t::new"}
+    assert c._behind(a, b) is b
+    a.pending = {"op": "bye"}
+    assert c._behind(a, b) is b
+    assert isinstance(Measured("k"), Measured) and WorkerSpec("A", Path("."), Path("."), Path(".")).side == "A"
