@@ -94,8 +94,12 @@ class Comparison:
     prediction limit as a ratio to the history's centre (None under 5 runs). ``confirmed`` is
     None when no re-measure happened, else whether the pooled re-measure kept the regression.
     With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
-    (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that.
-    Times in ms.
+    (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that;
+    likewise when the interleaved probe normalized them (``"probe compute: ... per round, median
+    x1.290"``; see :func:`pytest_gpuperf.gate.judge`). ``machine_ratio`` is the interleaved probe's
+    median now / its stored level (> 1: the machine is slower; None without a probe on both
+    sides) and ``machine_differs`` True when that turned a regression into an inconclusive
+    verdict ("machine differs"). Times in ms.
     """
 
     verdict: Verdict
@@ -118,6 +122,8 @@ class Comparison:
     raw_ratio: float | None = None
     normalized_by: str | None = None
     median_ratio: float | None = None
+    machine_ratio: float | None = None
+    machine_differs: bool = False
 
     @property
     def failed(self) -> bool:
