@@ -14,8 +14,8 @@ Probes, one per class (``kind``):
 
 * ``compute``: a 256x256 fp32 matmul on the CPU; a 2048x2048 bf16 matmul on CUDA (~17 GFLOP,
   tens of µs on a datacenter GPU);
-* ``memory``: a copy of a 2 MiB slice of a source buffer of at least 4x the last-level cache
-  (32 MiB at least), a different slice each call, so every call streams from DRAM, on the CPU;
+* ``memory``: a copy of a 2 MiB slice of a source buffer of 4x the last-level cache (32 MiB at
+  least), the next slice each call, so every call reads from DRAM, on the CPU;
   a 128 MiB device-to-device copy on CUDA (at least 2x the L2 of current GPUs);
 * ``overhead``: 16 ``torch.add`` calls on a 16-element tensor (per-op dispatch and launch latency).
 
@@ -140,8 +140,8 @@ def _build(kind: str, device: Any) -> Probe:
             state[0] = (i + 1) % slots
             return dst.copy_(src[i * numel:(i + 1) * numel])
 
-        return Probe(kind, f"memory: {CPU_COPY_BYTES >> 20} MiB copy (rotating over "
-                           f"{slots * CPU_COPY_BYTES >> 20} MiB)", copy_slice)
+        # the name leaves the buffer size out (it follows this machine's cache): same name, same probe
+        return Probe(kind, f"memory: {CPU_COPY_BYTES >> 20} MiB copy (rotating source)", copy_slice)
     x = torch.ones(16, device=device)
     y = torch.empty_like(x)
 
