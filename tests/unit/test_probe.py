@@ -266,3 +266,29 @@ def test_scripted_machine_factor_slows_benchmark_and_probe_together():
     t = ScriptedMeasurer.from_spec(spec).measure(lambda: None, (), {}, options=OPTS, device="cpu", probe=object())
     assert statistics.median(t.samples_ms) == pytest.approx(1.3, rel=1e-3)
     assert statistics.median(t.probe_ms) == pytest.approx(0.65, rel=1e-3)
+
+
+# ----------------------------------------------------------------------------- gpuperf compare
+
+
+def test_gpuperf_compare_applies_the_machine_differs_rule_to_stored_probes(tmp_path, capsys):
+    from pytest_gpuperf.cli import main
+
+    def stored(median: float, probe_ms: float | None) -> dict:
+        e = _entry(samples_ms=[float(v) for v in lognormal(21 if median == 1.0 else 22, 200, median)],
+                   stats={"median_ms": median, "mean_ms": median, "p95_ms": median, "iqr_ms": 0.01})
+        if probe_ms is not None:
+            e.update(probe_ms=probe_ms, probe=PROBE)
+        return e
+
+    def write(name: str, e: dict) -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps({"schema_version": 2, "benchmarks": {"t": e}}))
+        return str(path)
+
+    base = write("base.json", stored(1.0, 0.5))
+    assert main(["compare", base, write("slower_machine.json", stored(1.3, 0.65))]) == 0
+    out = capsys.readouterr().out
+    assert "inconclusive" in out and "machine differs: probe +30%" in out
+    assert main(["compare", base, write("slower_code.json", stored(1.3, 0.5))]) == 1
+    assert main(["compare", base, write("old.json", stored(1.3, None))]) == 1  # no probe: as before
