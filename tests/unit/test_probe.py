@@ -292,3 +292,31 @@ def test_gpuperf_compare_applies_the_machine_differs_rule_to_stored_probes(tmp_p
     assert "inconclusive" in out and "machine differs: probe +30%" in out
     assert main(["compare", base, write("slower_code.json", stored(1.3, 0.5))]) == 1
     assert main(["compare", base, write("old.json", stored(1.3, None))]) == 1  # no probe: as before
+
+
+# ----------------------------------------------------------------------------- the timing loop
+
+
+def test_cpu_backend_interleaves_the_probe_every_kth_round_and_after_a_partial_block():
+    from pytest_gpuperf._testing import FakeClock
+    from pytest_gpuperf.timing import PROBE_WARMUP_CALLS, measure
+
+    clock, events = FakeClock(), []
+
+    def fn() -> None:
+        events.append("f")
+        clock.advance_ms(1.0)
+
+    def probe() -> None:
+        events.append("p")
+        clock.advance_ms(0.3)
+
+    t = measure(fn, (), {}, options=OPTS, device="cpu", rounds=10, warmup_rounds=2, clock=clock, probe=probe)
+    assert t.probe_every == 3  # ceil(0.3 ms / (10% of 1 ms))
+    assert t.probe_ms == pytest.approx((0.3,) * 4)  # after rounds 3, 6, 9 and the partial block of round 10
+    timed = "".join(events)[2 + PROBE_WARMUP_CALLS:]  # after the warmup calls and the probe's warmup
+    assert "".join(events)[:2 + PROBE_WARMUP_CALLS] == "ff" + "p" * PROBE_WARMUP_CALLS
+    assert timed == "fffp" * 3 + "fp"
+    assert t.samples_ms == pytest.approx((1.0,) * 10)  # the probe is never inside a round
+    plain = measure(fn, (), {}, options=OPTS, device="cpu", rounds=10, warmup_rounds=2, clock=clock)
+    assert plain.probe_ms == () and plain.probe_every == 1
