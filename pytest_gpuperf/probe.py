@@ -15,7 +15,7 @@ Probes, one per class (``kind``):
 * ``compute``: a 256x256 fp32 matmul on the CPU; a 2048x2048 bf16 matmul on CUDA (~17 GFLOP,
   tens of µs on a datacenter GPU);
 * ``memory``: a copy of a 2 MiB slice of a source buffer of 4x the last-level cache (32 MiB at
-  least), the next slice each call, so every call reads from DRAM, on the CPU;
+  least, 256 MiB at most), the next slice each call, so every call reads from DRAM, on the CPU;
   a 128 MiB device-to-device copy on CUDA (at least 2x the L2 of current GPUs);
 * ``overhead``: 16 ``torch.add`` calls on a 16-element tensor (per-op dispatch and launch latency).
 
@@ -46,6 +46,8 @@ DEFAULT_KIND = "memory"
 #: CPU memory probe: bytes copied per call, and the least size of the buffer the slices rotate through.
 CPU_COPY_BYTES = 2 << 20
 CPU_COPY_MIN_BUFFER_BYTES = 32 << 20
+#: ... and its largest size (where ``/sys`` reports the L3 of the whole package, not of one core's complex).
+CPU_COPY_MAX_BUFFER_BYTES = 256 << 20
 #: CUDA memory probe: bytes copied per call.
 CUDA_COPY_BYTES = 128 << 20
 #: Overhead probe: tiny ops per call.
@@ -129,7 +131,7 @@ def _build(kind: str, device: Any) -> Probe:
             dst = torch.empty_like(src)
             return Probe(kind, f"memory: {CUDA_COPY_BYTES >> 20} MiB copy", lambda: dst.copy_(src))
         numel = CPU_COPY_BYTES // 4
-        buffer_bytes = max(CPU_COPY_MIN_BUFFER_BYTES, 4 * last_level_cache_bytes())
+        buffer_bytes = min(max(CPU_COPY_MIN_BUFFER_BYTES, 4 * last_level_cache_bytes()), CPU_COPY_MAX_BUFFER_BYTES)
         slots = max(2, buffer_bytes // CPU_COPY_BYTES)
         src = torch.ones(slots * numel)
         dst = torch.empty(numel)
