@@ -17,6 +17,13 @@ fixture in its conftest::
         return ScriptedMeasurer.from_file(request.config.rootpath / "timings.json", request.node.name)
 
 ``timings.json`` maps a test name (or ``"*"``) to a spec, see :meth:`ScriptedMeasurer.from_spec`.
+
+**Probes.** A spec may script the interleaved machine-speed probe too (``"probe": {"ms": 0.5}``,
+the same spec format); then the plugin's probe is not run, the fake clock advances by the
+scripted probe time at each probe call, and ``Timing.probe_ms`` holds those times. Without a
+probe script the probe is ignored (``probe_ms`` stays empty), so scripted verdicts do not change.
+A spec's ``"machine"`` (a factor, or ``{"every": k, "factors": [...]}``) multiplies both the
+benchmark's and the probe's scripted times, a machine state that both follow (correlated).
 """
 
 from __future__ import annotations
@@ -73,33 +80,44 @@ class ScriptedMeasurer(Measurer):
     protocol (also when the test's device is a GPU), so it is deterministic everywhere.
     """
 
-    def __init__(self, script: Script | Sequence[float] | float) -> None:
+    def __init__(self, script: Script | Sequence[float] | float,
+                 probe_script: Script | Sequence[float] | float | None = None,
+                 machine: Script | None = None) -> None:
         clock = FakeClock()
         super().__init__(clock)
         self.fake = clock
-        if callable(script):
-            self.script: Script = script
-        elif isinstance(script, (int, float)):
-            self.script = lambda _i, v=float(script): v
-        else:
-            values = [float(v) for v in script]
-            self.script = lambda i: values[i % len(values)]
+        self.script: Script = _as_script(script)
+        self.probe_script: Script | None = None if probe_script is None else _as_script(probe_script)
+        #: ``machine(i) -> factor`` of the i-th event (benchmark call or probe call, counted together).
+        self.machine: Script = machine or (lambda _i: 1.0)
         self.calls = 0
+        self.probe_calls = 0
+        self.events = 0
+
+    def _advance(self, ms: float) -> None:
+        self.fake.advance_ms(ms * self.machine(self.events))
+        self.events += 1
 
     def _timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             value = fn(*args, **kwargs)
-            self.fake.advance_ms(self.script(self.calls))
+            self._advance(self.script(self.calls))
             self.calls += 1
             return value
 
         return call
 
+    def _probe(self) -> None:
+        assert self.probe_script is not None
+        self._advance(self.probe_script(self.probe_calls))
+        self.probe_calls += 1
+
     def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_rounds=None,
-                progress=None, calls_per_round=None):
+                progress=None, calls_per_round=None, probe=None):
+        probe = self._probe if probe is not None and self.probe_script is not None else None
         return measure(self._timed(fn), args, kwargs, options=options, device="cpu", setup=setup, rounds=rounds,
                        warmup_rounds=warmup_rounds, progress=progress, clock=self.fake,
-                       calls_per_round=calls_per_round)
+                       calls_per_round=calls_per_round, probe=probe)
 
     def once(self, fn, args, kwargs, device):
         return time_once(self._timed(fn), args, kwargs, "cpu", clock=self.fake)
@@ -107,13 +125,13 @@ class ScriptedMeasurer(Measurer):
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> "ScriptedMeasurer":
         """From a dict: ``{"ms": 1.0, "cv": 0.02, "seed": 0, "slow_calls": 0, "slow_factor": 1.0,
-        "stall_every": 0, "stall_factor": 1.0}`` (see :func:`noisy`), or ``{"sequence": [...]}``."""
-        if "sequence" in spec:
-            return cls(list(spec["sequence"]))
-        return cls(noisy(float(spec["ms"]), float(spec.get("cv", 0.02)), int(spec.get("seed", 0)),
-                         slow_calls=int(spec.get("slow_calls", 0)), slow_factor=float(spec.get("slow_factor", 1.0)),
-                         stall_every=int(spec.get("stall_every", 0)),
-                         stall_factor=float(spec.get("stall_factor", 1.0))))
+        "stall_every": 0, "stall_factor": 1.0}`` (see :func:`noisy`), or ``{"sequence": [...]}``;
+        optionally ``"probe": <a spec of the same form>`` (the probe's times, ms) and ``"machine"``:
+        a factor, or ``{"every": k, "factors": [f0, f1, ...]}`` (events 0..k-1 take f0 times longer,
+        the next k f1 times..., cycled) applied to both."""
+        probe = spec.get("probe")
+        machine = spec.get("machine")
+        return cls(_script_of(spec), None if probe is None else _script_of(probe), _machine_of(machine))
 
     @classmethod
     def from_file(cls, path: str | Path, test_name: str) -> "ScriptedMeasurer":
@@ -124,6 +142,33 @@ class ScriptedMeasurer(Measurer):
         if spec is None:
             raise KeyError(f"{path}: no timing spec for {test_name!r} and no '*' entry")
         return cls.from_spec(spec)
+
+
+def _as_script(script: Script | Sequence[float] | float) -> Script:
+    if callable(script):
+        return script
+    if isinstance(script, (int, float)):
+        return lambda _i, v=float(script): v
+    values = [float(v) for v in script]
+    return lambda i: values[i % len(values)]
+
+
+def _script_of(spec: Mapping[str, Any]) -> Script:
+    if "sequence" in spec:
+        return _as_script(list(spec["sequence"]))
+    return noisy(float(spec["ms"]), float(spec.get("cv", 0.02)), int(spec.get("seed", 0)),
+                 slow_calls=int(spec.get("slow_calls", 0)), slow_factor=float(spec.get("slow_factor", 1.0)),
+                 stall_every=int(spec.get("stall_every", 0)), stall_factor=float(spec.get("stall_factor", 1.0)))
+
+
+def _machine_of(machine: Any) -> Script | None:
+    if machine is None:
+        return None
+    if isinstance(machine, (int, float)):
+        return lambda _i, v=float(machine): v
+    every = max(1, int(machine.get("every", 1)))
+    factors = [float(f) for f in machine["factors"]]
+    return lambda i: factors[(i // every) % len(factors)]
 
 
 #: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir.

@@ -25,7 +25,9 @@ ms), ``samples_ms`` (at most 2,000 raw per-call times, thinned deterministically
 ``calls_per_round``, ``warmup_rounds``, ``options``, ``environment``, ``git_commit`` and
 ``timestamp_utc`` — all of the newest run — and ``history``: the last K accepted runs, oldest
 first, each with ``median_ms``, ``iqr_ms``, ``rounds``, ``timestamp_utc``, ``environment``,
-``git_commit`` and ``peak_memory_bytes``. Schema 1 files (one run, no ``history``) still load;
+``git_commit``, ``peak_memory_bytes`` and, when measured, ``probe_ms``/``probe`` (the median time
+of the interleaved machine-speed probe and its name, see :mod:`pytest_gpuperf.probe`; an entry
+holds them for its newest run too). Schema 1 files (one run, no ``history``) still load;
 their run becomes the first of the history on the next update. Baselines are never pickled.
 """
 
@@ -72,7 +74,9 @@ class RunRecord:
     ``iqr_ms`` in ms, ``peak_memory_bytes`` in bytes; ``environment`` is the fingerprint of the
     machine that recorded it (with the reference-workload medians under ``"reference"``).
     ``counts``: the run's gated counts per call (``{"ops": 212, "syncs": 0, ...}``; see
-    :mod:`pytest_gpuperf.counts`), None when the run was recorded without them.
+    :mod:`pytest_gpuperf.counts`), None when the run was recorded without them. ``probe_ms``: the
+    median time (ms) of the interleaved machine-speed probe during the run, ``probe`` its name
+    (``"compute: 256x256 float32 matmul"``); None when recorded without a probe.
     """
 
     median_ms: float
@@ -83,18 +87,28 @@ class RunRecord:
     git_commit: str | None = None
     peak_memory_bytes: int | None = None
     counts: Mapping[str, int] | None = None
+    probe_ms: float | None = None
+    probe: str | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
         """From a stored history record (unknown keys are ignored)."""
         from .counts import stored_totals
 
-        kw = {f: d.get(f) for f in _RUN_FIELDS if f not in ("median_ms", "counts")}
-        return cls(**kw, median_ms=float(d["median_ms"]), counts=stored_totals(d.get("counts")) or None)
+        kw = {f: d.get(f) for f in _RUN_FIELDS if f not in ("median_ms", "counts", "probe_ms", "probe")}
+        probe_ms = d.get("probe_ms")
+        probe_ms = float(probe_ms) if _positive_number(probe_ms) else None
+        probe = d.get("probe") if isinstance(d.get("probe"), str) else None
+        return cls(**kw, median_ms=float(d["median_ms"]), counts=stored_totals(d.get("counts")) or None,
+                   probe_ms=probe_ms, probe=probe)
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 _RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes",
-               "counts")
+               "counts", "probe_ms", "probe")
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,18 @@ class BaselineEntry:
     def median_ms(self) -> float:
         """Median (ms) of the newest stored run."""
         return self.history[-1].median_ms
+
+    def probe_level_ms(self, probe: str) -> float | None:
+        """The stored level (ms) of the interleaved probe named ``probe``, what this run's probe is
+        compared with: with 3+ stored runs (when the comparison uses the history's centre), the
+        median of the probe medians of the runs measured with that probe; else the newest run's
+        probe median when it used that probe. None when no such run is stored (an older baseline,
+        or one recorded with another probe)."""
+        if len(self.history) >= 3:
+            levels = [r.probe_ms for r in self.history if r.probe == probe and r.probe_ms]
+            return float(statistics.median(levels)) if levels else None
+        newest = self.history[-1]
+        return newest.probe_ms if newest.probe == probe and newest.probe_ms else None
 
     @property
     def reference(self) -> Mapping[str, Any] | None:
@@ -202,6 +228,9 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
         "git_commit": entry.get("git_commit"),
         "peak_memory_bytes": entry.get("peak_memory_bytes"),
     }
+    if _positive_number(entry.get("probe_ms")) and isinstance(entry.get("probe"), str):
+        record["probe_ms"] = float(entry["probe_ms"])
+        record["probe"] = entry["probe"]
     counts = _run_counts(entry.get("counts"))
     if counts:
         record["counts"] = counts

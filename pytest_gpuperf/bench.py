@@ -315,6 +315,10 @@ class GpuBench:
 
         # passed only when fixed, so a measurer of an older signature (a test suite's own) still works
         fixed = {} if calls_per_round is None else {"calls_per_round": calls_per_round}
+        # the interleaved machine-speed probe, for a measurer that takes it (an injected one may not)
+        probe = self._probe() if _accepts_keyword(ctx.measurer.measure, "probe") else None
+        if probe is not None:
+            fixed["probe"] = probe
 
         def timed(progress: Any = None) -> Timing:
             return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
@@ -356,16 +360,21 @@ class GpuBench:
                                             baseline_file=ctx.baseline_file)
         confirmations: list[Timing] = []
 
-        def remeasure() -> tuple[float, ...]:
+        def remeasure() -> Timing:
             confirmations.append(timed())
-            return confirmations[-1].samples_ms
+            return confirmations[-1]  # judge reads its samples_ms and probe_ms
 
+        probe_evidence = self._probe_evidence(t, probe, entry)
         comparison = judge(
             t.samples_ms, entry, self.options, benchmark_id=self._full_id(bid), baseline_file=ctx.baseline_file,
             remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
             throttle=throttle_verdict(telemetry), fixed_rounds=rounds is not None,
             can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
+            **({"probe": probe_evidence} if probe_evidence is not None else {}),
         )
+        probe_all = getattr(t, "probe_ms", ()) + sum((getattr(c, "probe_ms", ()) for c in confirmations), ())
+        probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
+                        if probe is not None and probe_all else {})
         if confirmations:  # the result holds the pooled samples the verdict was decided on
             t = dataclasses.replace(t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
                                     rounds=t.rounds + sum(c.rounds for c in confirmations))
@@ -401,7 +410,7 @@ class GpuBench:
             warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
-            count_comparison=count_comparison, **common
+            count_comparison=count_comparison, **probe_stored, **common
         )
 
     def _measure_ab_worker(self, fn, args, kwargs, setup, bid, common, calls_per_round) -> BenchResult:
@@ -521,6 +530,25 @@ class GpuBench:
             notes.append(f"{self._full_id(bid)}: could not write the trace {path}: {exc}")
             return None
         return written if Path(written).is_file() else None
+
+    def _probe(self) -> Any:
+        """The interleaved machine-speed probe for this benchmark's device and class
+        (:func:`pytest_gpuperf.probe.make_probe`; the class from ``expect_bottleneck``)."""
+        from .probe import make_probe, probe_kind
+
+        return make_probe(probe_kind(self.options.expect_bottleneck), self.context.device)
+
+    @staticmethod
+    def _probe_evidence(t: Timing, probe: Any, entry: BaselineEntry | None) -> Any:
+        """What judge needs of the probe: this run's probe times and the baseline's stored level
+        (None when no probe ran, e.g. an injected measurer without probe support)."""
+        probe_ms = getattr(t, "probe_ms", ())
+        if probe is None or not probe_ms:
+            return None
+        from .probe import ProbeEvidence
+
+        level = entry.probe_level_ms(probe.name) if entry is not None else None
+        return ProbeEvidence(tuple(probe_ms), level, probe.name, int(getattr(t, "probe_every", 1) or 1))
 
     def _drift_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
         """With --gpuperf-normalize: (reference name, now/then ratio) to divide samples by."""

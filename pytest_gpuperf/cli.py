@@ -190,6 +190,18 @@ def match_benchmarks(baseline: ResultFile, current: ResultFile) -> Matching:
 # ----------------------------------------------------------------------------- output helpers
 
 
+def _stored_probe(current: Any, base: Any) -> Any:
+    """The "machine differs" evidence of two stored entries: the current run's probe median
+    against the baseline's stored level of the same probe (only medians are stored, so it never
+    normalizes). None when either side has no probe."""
+    from .probe import ProbeEvidence
+
+    run = current.history[-1]
+    if run.probe_ms is None or run.probe is None:
+        return None
+    return ProbeEvidence((run.probe_ms,), base.probe_level_ms(run.probe), run.probe)
+
+
 def _option(entry: BaselineEntry, name: str, default: float) -> float:
     value = entry.options.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -241,7 +253,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULTS.alpha)
         try:
             options = dataclasses.replace(DEFAULTS, threshold=threshold, alpha=alpha)
-            c = judge(c_entry.samples_ms, b_entry, options, benchmark_id=name)
+            c = judge(c_entry.samples_ms, b_entry, options, benchmark_id=name, probe=_stored_probe(c_entry, b_entry))
             # the count gate, where both sides were counted (no budgets here: they are the test's)
             count_options = dataclasses.replace(
                 DEFAULTS, count_tolerance=_option(c_entry, "count_tolerance", DEFAULTS.count_tolerance))

@@ -97,9 +97,14 @@ class Comparison:
     (``"origin/main (3f2a1c9)"``); its baseline is A (the revision), its current B (the working
     tree), ``ab_pairs`` the paired blocks, ``ab_process_ratios`` the median ratio per pair of worker
     processes, ``ab_blocks`` every block as ``(side, process pair, position, median ms)`` (the raw
-    evidence, in schedule order) and ``runs`` the number of process pairs. With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
-    (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that.
-    Times in ms.
+    evidence, in schedule order) and ``runs`` the number of process pairs.
+    With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
+    (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that;
+    likewise when the interleaved probe normalized them (``"probe compute: ... per round, median
+    x1.290"``; see :func:`pytest_gpuperf.gate.judge`). ``machine_ratio`` is the interleaved probe's
+    median now / its stored level (> 1: the machine is slower; None without a probe on both
+    sides) and ``machine_differs`` True when that turned a regression into an inconclusive
+    verdict ("machine differs"). Times in ms.
     """
 
     verdict: Verdict
@@ -126,6 +131,8 @@ class Comparison:
     ab_pairs: int | None = None
     ab_process_ratios: tuple[float, ...] | None = None
     ab_blocks: tuple[tuple[str, int, int, float], ...] | None = None
+    machine_ratio: float | None = None
+    machine_differs: bool = False
 
     @property
     def failed(self) -> bool:

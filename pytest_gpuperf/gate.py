@@ -5,8 +5,15 @@ command and the power study (``benchmarks/stat_power.py``) all call :func:`judge
 is the same wherever it is computed; the count gate, independent of timing, is
 :func:`judge_counts`. The timing steps, in order:
 
-1. **normalize** (``--gpuperf-normalize``): divide the current samples by the machine-speed
-   ratio of the matching reference workload (``drift``);
+1. **normalize**: when the interleaved probe (``probe``, :mod:`pytest_gpuperf.probe`) has a
+   stored level and its per-block times correlate positively with the benchmark's within this
+   run (one-sided Spearman p < :data:`PROBE_CORRELATION_ALPHA`, at least :data:`MIN_PROBE_PAIRS`
+   pairs), divide each round's sample by its probe time / the stored probe level: every current
+   sample is then expressed at the probe level the baseline was recorded at, and compared with
+   the baseline's raw samples (which were measured at that level: it is their run's probe
+   median). Otherwise, with ``--gpuperf-normalize``, divide the current samples by the
+   machine-speed ratio of the matching session-start reference workload (``drift``); the
+   interleaved probe wins when both apply (it follows the machine during the rounds);
 2. **decide** (:func:`pytest_gpuperf.compare.decide`): rank test, Hodges–Lehmann ratio, bootstrap
    CI, effect floor and prediction limit against the baseline's history;
 3. **confirm**: when step 2 says regressed and ``options.confirm`` > 0, re-measure that many
@@ -15,13 +22,18 @@ is the same wherever it is computed; the count gate, independent of timing, is
    otherwise the verdict is unchanged with ``confirmed=False`` (a transient);
 4. **raw ratio**: with normalization, the ratio before it is kept for the report;
 5. **hint**: an inconclusive verdict says how to measure more precisely;
-6. **throttle**: a regression measured while the device was throttled becomes inconclusive.
+6. **machine differs** (:func:`machine_rule`): with m = median(probe now) / stored probe level
+   and T the effect floor, a regression measured while m > 1 + T (this machine slower than the
+   baselines' by more than the floor) becomes inconclusive ("machine differs: probe +29%"),
+   unless the raw slowdown exceeds m^:data:`MACHINE_EXPLAINS_POWER` x (1 + T), more than the
+   slower machine explains; a regression with m <= 1 + T (same or faster machine) stays one;
+7. **throttle**: a regression measured while the device was throttled becomes inconclusive.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .baseline import BaselineEntry
 from .compare import (Comparison, Verdict, decide, downgrade_throttled, hodges_lehmann_ratio, recentred_baseline,
@@ -30,9 +42,112 @@ from .options import BenchOptions
 
 if TYPE_CHECKING:
     from .counts import CountComparison, Counts
+    from .probe import ProbeEvidence
 
-#: ``remeasure()`` -> per-call times (ms) of one fresh measurement (fresh warmup).
-Remeasure = Callable[[], Sequence[float]]
+#: ``remeasure()`` -> per-call times (ms) of one fresh measurement (fresh warmup), or an object
+#: with ``samples_ms``, ``probe_ms`` and ``probe_every`` (a :class:`~pytest_gpuperf.timing.Timing`),
+#: whose probe times then normalize its samples as the first measurement's do.
+Remeasure = Callable[[], Any]
+
+#: Probe/benchmark pairs (one per probe call) needed before the correlation test (fewer: no normalization).
+MIN_PROBE_PAIRS = 10
+#: One-sided significance of the Spearman rank correlation that turns probe normalization on.
+PROBE_CORRELATION_ALPHA = 0.05
+#: A regression on a slower machine (probe ratio m > 1 + T) stays one only when its raw ratio
+#: exceeds m ** MACHINE_EXPLAINS_POWER x (1 + T): a benchmark may be more sensitive to the
+#: machine than its probe (memory-bound code on a machine with another cache), up to twice as
+#: much in log terms is treated as "could be the machine".
+MACHINE_EXPLAINS_POWER = 2.0
+#: What to do for a real verdict when the machine differs (the end of the note).
+MACHINE_DIFFERS_HINT = ("for a real verdict record baselines on this machine kind (`--gpuperf-update-baselines`) "
+                        "or compare on one machine with `--gpuperf-ab REF`")
+
+
+def probe_correlation(samples_ms: Sequence[float], probe: "ProbeEvidence") -> tuple[float, float] | None:
+    """Spearman's rho and its one-sided p-value (rho > 0) between the probe times and the
+    benchmark's per-block median times (block j: the rounds probe j followed), within one run.
+
+    None when there are fewer than :data:`MIN_PROBE_PAIRS` pairs, the probes do not cover the
+    rounds, or either side is constant (``scipy.stats.spearmanr``; Spearman, 1904). Pure.
+    """
+    import statistics
+
+    every = max(1, probe.every)
+    blocks = [statistics.median(samples_ms[j * every:(j + 1) * every]) for j in range(len(probe.now_ms))
+              if samples_ms[j * every:(j + 1) * every]]
+    if len(blocks) < MIN_PROBE_PAIRS or len(blocks) != len(probe.now_ms):
+        return None
+    if len(set(blocks)) < 2 or len(set(probe.now_ms)) < 2:
+        return None
+    import warnings
+
+    from scipy import stats as sps
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sps.spearmanr(blocks, probe.now_ms, alternative="greater")
+    rho, p = float(res.statistic), float(res.pvalue)
+    if rho != rho or p != p:  # NaN
+        return None
+    return rho, p
+
+
+def _probe_normalized(samples_ms: Sequence[float], factors: Sequence[float]) -> list[float]:
+    return [float(x) / f for x, f in zip(samples_ms, factors)]
+
+
+def _extra_samples(measured: Any, probe: "ProbeEvidence | None", normalize: bool) -> tuple[list[float], list[float]]:
+    """A re-measure's (raw samples, samples normalized like the first measurement's)."""
+    samples = [float(v) for v in getattr(measured, "samples_ms", measured)]
+    if not normalize or probe is None:
+        return samples, samples
+    from .probe import ProbeEvidence
+
+    own = ProbeEvidence(tuple(getattr(measured, "probe_ms", ()) or ()), probe.baseline_ms, probe.name,
+                        int(getattr(measured, "probe_every", 1) or 1))
+    factors = own.factors(len(samples))
+    if factors is None:  # no probes of its own: the first measurement's machine ratio
+        m = probe.machine_ratio or 1.0
+        factors = [m] * len(samples)
+    return samples, _probe_normalized(samples, factors)
+
+
+def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: bool = True) -> Comparison:
+    """The "machine differs" step of :func:`judge` (pure; see the module doc, step 6).
+
+    With m = ``probe.machine_ratio`` and T = ``c.floor`` (else ``c.threshold``): a REGRESSED
+    verdict with m > 1 + T becomes INCONCLUSIVE (``machine_differs=True``, note ``machine
+    differs: probe +29% ...`` and how to get a real verdict) unless its raw ratio (``raw_ratio``
+    when normalized, else ``ratio``) exceeds m ** :data:`MACHINE_EXPLAINS_POWER` x (1 + T). Any
+    other verdict with |m - 1| > T gets an informational note. ``machine_ratio`` is set whenever
+    m is known; without it ``c`` is returned unchanged.
+    """
+    m = probe.machine_ratio if probe is not None else None
+    if m is None:
+        return c
+    assert probe is not None
+    c = dataclasses.replace(c, machine_ratio=m)
+    floor = c.floor if c.floor is not None else c.threshold
+    pct = f"{(m - 1) * 100:+.0f}%"
+    what = f"machine differs: probe {pct} ({probe.name}, now/baseline)"
+
+    def with_note(comparison: Comparison, note: str) -> Comparison:
+        return dataclasses.replace(comparison, note=note if not comparison.note else f"{note}; {comparison.note}")
+
+    if c.verdict is Verdict.REGRESSED and m > 1 + floor:
+        raw = c.raw_ratio if c.raw_ratio is not None else c.ratio
+        limit = m ** MACHINE_EXPLAINS_POWER * (1 + floor)
+        if raw is not None and raw > limit:
+            return with_note(c, f"{what}, but the raw slowdown x{raw:.2f} is more than a machine that much slower "
+                                f"explains (> x{limit:.2f}): a regression")
+        strict = " (fails with --gpuperf-strict)" if strict_hint else ""
+        note = f"{what}: the regression (x{raw:.2f}) is not trusted{strict}; {MACHINE_DIFFERS_HINT}"
+        return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, machine_differs=True, confirmed=c.confirmed,
+                                   note=note if not c.note else f"{note}; {c.note}")
+    if abs(m - 1) > floor and c.verdict is not Verdict.NO_BASELINE:
+        side = "slower" if m > 1 else "faster"
+        return with_note(c, f"{what}: this machine is {side} than the baselines' (informational)")
+    return c
 
 
 def _normalized(samples_ms: Sequence[float], drift: tuple[str, float] | None) -> list[float]:
@@ -55,6 +170,7 @@ def judge(
     throttle: str | None = None,
     fixed_rounds: bool = False,
     can_fail: bool = True,
+    probe: "ProbeEvidence | None" = None,
 ) -> Comparison:
     """Decide whether ``samples_ms`` (per-call times of this run, ms) regressed against ``baseline``.
 
@@ -64,8 +180,11 @@ def judge(
     :mod:`pytest_gpuperf.drift`), ``throttle`` the throttle reason from telemetry (None: not
     throttled). ``fixed_rounds`` says the rounds were fixed (``pedantic(rounds=...)``), which
     changes the hint of an inconclusive verdict. ``can_fail`` False (an update run, which never fails
-    on timing) leaves strict-mode hints out of the notes. Raises ``ValueError`` for empty, non-finite or
-    non-positive samples. Deterministic for given inputs (seeded bootstrap).
+    on timing) leaves strict-mode hints out of the notes. ``probe``: the interleaved machine-speed
+    probe of this run and its stored level (:class:`~pytest_gpuperf.probe.ProbeEvidence`; None or
+    no stored level: as before), used to normalize (step 1) and for the "machine differs" rule
+    (step 6). Raises ``ValueError`` for empty, non-finite or non-positive samples. Deterministic
+    for given inputs (seeded bootstrap).
     """
     args = dict(
         threshold=options.threshold, alpha=options.alpha, benchmark_id=benchmark_id,
@@ -73,33 +192,52 @@ def judge(
         run_medians_ms=list(baseline.run_medians_ms) if baseline is not None else None,
     )
     base = list(baseline.samples_ms) if baseline is not None else None
-    current = _normalized(samples_ms, drift)
+    factors = probe.factors(len(samples_ms)) if probe is not None and base is not None else None
+    correlation = probe_correlation(samples_ms, probe) if factors is not None and probe is not None else None
+    by_probe = factors is not None and correlation is not None and correlation[1] < PROBE_CORRELATION_ALPHA
+    if by_probe:
+        assert factors is not None
+        current = _probe_normalized(samples_ms, factors)
+        drift = None  # the interleaved probe wins over the session-start reference workloads
+    else:
+        current = _normalized(samples_ms, drift)
     comparison = decide(current, base, **args)
     extra: list[float] = []
+    extra_normalized: list[float] = []
     if comparison.verdict is Verdict.REGRESSED and remeasure is not None and options.confirm > 0:
         for _ in range(options.confirm):
-            extra.extend(remeasure())
+            raw_more, normalized_more = _extra_samples(remeasure(), probe, by_probe)
+            extra.extend(raw_more)
+            extra_normalized.extend(normalized_more if by_probe else _normalized(raw_more, drift))
         first_ratio = comparison.ratio
-        comparison = decide(current, base, confirmation_ms=_normalized(extra, drift), **args)
+        comparison = decide(current, base, confirmation_ms=extra_normalized, **args)
         # Confirmed only when the pooled evidence AND the re-measure on its own say regressed:
         # pooled alone, an equally sized re-measure at baseline level cannot outvote a one-off
         # slow first measurement above ~2x the floor.
-        alone = decide(_normalized(extra, drift), base, **args) if comparison.verdict is Verdict.REGRESSED else None
+        alone = decide(extra_normalized, base, **args) if comparison.verdict is Verdict.REGRESSED else None
         if alone is not None and alone.verdict is not Verdict.REGRESSED:
             comparison = dataclasses.replace(
                 comparison, verdict=Verdict.UNCHANGED, confirmed=False,
                 note=(f"the first measurement said regressed (ratio {first_ratio:.3f}x) but the re-measure "
                       f"alone did not (ratio {alone.ratio:.3f}x, {alone.verdict.value}): a transient"),
             )
-    if drift is not None and comparison.ratio is not None and base is not None:
+    if (drift is not None or by_probe) and comparison.ratio is not None and base is not None:
         # the same Hodges-Lehmann estimate decide made, on the samples before normalization
         recentred, _ = recentred_baseline(base, run_stats(args["run_medians_ms"]))
         raw = hodges_lehmann_ratio(list(samples_ms) + extra, recentred)
-        comparison = dataclasses.replace(comparison, raw_ratio=raw, normalized_by=f"{drift[0]} x{drift[1]:.3f}")
+        if by_probe:
+            assert probe is not None and correlation is not None
+            by = (f"probe {probe.name} per round, median x{probe.machine_ratio:.3f}, "
+                  f"Spearman rho {correlation[0]:.2f}")
+        else:
+            assert drift is not None
+            by = f"{drift[0]} x{drift[1]:.3f}"
+        comparison = dataclasses.replace(comparison, raw_ratio=raw, normalized_by=by)
     if comparison.verdict is Verdict.INCONCLUSIVE:
         hint = ("more rounds (pedantic rounds=...)" if fixed_rounds else
                 f"measure longer (max_time, now {options.max_time:g} s)")
         comparison = dataclasses.replace(comparison, note=f"{comparison.note}; to decide, {hint}")
+    comparison = machine_rule(comparison, probe, strict_hint=can_fail)
     return downgrade_throttled(comparison, throttle, strict_hint=can_fail)
 
 

@@ -880,6 +880,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if b is not None and b.evidence.phases:
             shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in b.evidence.phases.items())
             tr.write_line(f"phases of {rec.module}::{rec.result.benchmark_id} (share of device time): {shares}")
+    from .report import machine_differs_line
+
+    machine = machine_differs_line(rec.result for rec in state.recorded)
+    if machine:
+        tr.write_line(machine, yellow=True)
     missing = sum(
         1 for rec in state.recorded
         if rec.result.comparison is not None and rec.result.comparison.verdict.value == "no-baseline" and not rec.updated

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Sequence
 from .baseline import SCHEMA_VERSION
 from .compare import Comparison, MemoryComparison
 from .result import BenchResult
+from .gate import MACHINE_DIFFERS_HINT
 from .stats import thin
 from .units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
 
@@ -107,6 +108,9 @@ def result_entry(
     }
     if result.extra_info:
         entry["extra_info"] = json_safe(dict(result.extra_info))
+    if result.probe_ms is not None:
+        entry["probe_ms"] = result.probe_ms
+        entry["probe"] = result.probe
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
@@ -135,7 +139,9 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
         text += ", over count budget"
     if r.misclassified:
         text += ", misclassified"
-    if r.comparison is not None and r.comparison.confirmed is True:
+    if r.comparison is not None and r.comparison.machine_differs and r.comparison.machine_ratio is not None:
+        text += f" (machine differs: probe {(r.comparison.machine_ratio - 1) * 100:+.0f}%)"
+    elif r.comparison is not None and r.comparison.confirmed is True:
         text += " (confirmed)"
     elif r.comparison is not None and r.comparison.confirmed is False:
         text += " (not confirmed)"
@@ -431,8 +437,23 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         count_comparison=(CountComparison.from_dict(entry["count_comparison"])
                           if isinstance(entry.get("count_comparison"), dict) else None),
         extra_info=dict(entry.get("extra_info") or {}),
+        probe_ms=entry.get("probe_ms"),
+        probe=entry.get("probe"),
         **{k: stats[k] for k in STAT_FIELDS},
     )
+
+
+def machine_differs_line(results: Iterable[BenchResult]) -> str | None:
+    """The summary line when any benchmark was inconclusive because the machine differs (its
+    interleaved probe ran slower than when the baselines were recorded), else None."""
+    hit = [r for r in results if r.comparison is not None and r.comparison.machine_differs]
+    if not hit:
+        return None
+    ratios = sorted(r.comparison.machine_ratio for r in hit if r.comparison is not None and r.comparison.machine_ratio)
+    span = (f"probe {(ratios[0] - 1) * 100:+.0f}%" if ratios[0] == ratios[-1] else
+            f"probe {(ratios[0] - 1) * 100:+.0f}% to {(ratios[-1] - 1) * 100:+.0f}%") if ratios else "probe slower"
+    return (f"{len(hit)} benchmark(s) inconclusive because this machine differs from the one that recorded the "
+            f"baselines ({span}, interleaved machine-speed probe): {MACHINE_DIFFERS_HINT}")
 
 
 _ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3, "no-baseline": 4, None: 5}

@@ -36,7 +36,10 @@ class BenchResult:
     kernels, syncs, copies, FLOPs, bytes, recompiles; None in smoke mode or with ``counts=False``)
     and ``count_comparison`` their gate against the baseline and the declared budgets.
     ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
-    in reports and baselines when not empty.
+    in reports and baselines when not empty. ``probe_ms`` is the median time (ms) of the interleaved
+    machine-speed probe timed between the rounds and ``probe`` its name (see
+    :mod:`pytest_gpuperf.probe`); None when no probe ran (smoke mode, an injected measurer without
+    probe support); stored in reports and baselines.
     """
 
     name: str
@@ -75,6 +78,8 @@ class BenchResult:
     counts: Any = None  # pytest_gpuperf.counts.Counts
     count_comparison: Any = None  # pytest_gpuperf.counts.CountComparison
     extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    probe_ms: float | None = None
+    probe: str | None = None
 
     def rates(self) -> dict[str, float] | None:
         """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum

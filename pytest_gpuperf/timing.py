@@ -11,6 +11,10 @@ Both backends share one protocol (after Triton's ``do_bench`` and ``torch.utils.
 3. **rounds**: time rounds until ``max_time`` seconds of rounds were spent (at least
    ``min_rounds``, at most ``max_rounds``), stopping early once the 95% CI half-width of the
    median is below ``target_precision`` of the median. Python's GC is disabled meanwhile.
+4. **probe** (optional, ``probe=``): a machine-speed probe (:mod:`pytest_gpuperf.probe`) is
+   timed with the same clock after every k-th round (and once after a last partial block), k
+   sized from the warmup so that the probe takes at most ``PROBE_SHARE`` (10%) of the rounds'
+   time; its times are :attr:`Timing.probe_ms`. The probe's time counts against ``max_time``.
 
 torch is imported only inside these functions.
 """
@@ -52,13 +56,20 @@ class DeviceUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Timing:
-    """Raw output of a backend: per-call times (ms, one per round, in measurement order)."""
+    """Raw output of a backend: per-call times (ms, one per round, in measurement order).
+
+    ``probe_ms``: with a probe, the time of each probe call (ms, measurement order); probe j
+    ran right after rounds ``j*probe_every .. (j+1)*probe_every - 1`` (the last block may be
+    shorter), so ``len(probe_ms) == ceil(rounds / probe_every)``; empty without a probe.
+    """
 
     samples_ms: tuple[float, ...]
     rounds: int
     calls_per_round: int
     warmup_rounds: int
     value: Any = None
+    probe_ms: tuple[float, ...] = ()
+    probe_every: int = 1
 
 
 @contextmanager
@@ -204,6 +215,34 @@ def _warmup(
     return calls, max(estimate, 1e-9), value
 
 
+#: Probe calls made (untimed, after the benchmark's warmup) to warm the probe up and estimate its time.
+PROBE_WARMUP_CALLS = 3
+
+
+def probe_every(probe_s: float, round_s: float, share: float | None = None) -> int:
+    """Rounds per probe call, k >= 1, so that the probe takes at most ``share`` (default
+    :data:`pytest_gpuperf.probe.PROBE_SHARE`) of the rounds' time: ``ceil(probe_s / (share * round_s))``
+    (both in seconds)."""
+    if share is None:
+        from .probe import PROBE_SHARE
+
+        share = PROBE_SHARE
+    return max(1, math.ceil(probe_s / (share * max(round_s, 1e-9))))
+
+
+def _probe_estimate_s(probe: Callable[[], Any], sync: Callable[[], None], clock: Clock) -> float:
+    """Warm the probe up (:data:`PROBE_WARMUP_CALLS` synchronized calls); seconds per call (the last ones' median)."""
+    times = []
+    for _ in range(PROBE_WARMUP_CALLS):
+        sync()
+        t0 = clock()
+        probe()
+        sync()
+        times.append((clock() - t0) / 1e9)
+    late = sorted(times[1:])
+    return max(late[len(late) // 2], 1e-9)
+
+
 def time_once(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any,
               clock: Clock = time.perf_counter_ns) -> Timing:
     """Smoke mode: call ``fn`` exactly once (synchronized wall time, no warmup, no statistics)."""
@@ -237,6 +276,7 @@ def measure(
     progress: Progress | None = None,
     clock: Clock = time.perf_counter_ns,
     calls_per_round: int | None = None,
+    probe: Callable[[], Any] | None = None,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
@@ -245,16 +285,19 @@ def measure(
     in each round (pytest-benchmark's ``iterations``; None: sized from the warmup); with ``setup``
     it must be 1. ``progress`` is called about once a second with
     (rounds done, elapsed s, current median ms). ``clock`` (ns) times CPU rounds and every time
-    budget (warmup, ``max_time``); CUDA rounds are timed with CUDA events. Exceptions from ``fn``
-    propagate unchanged.
+    budget (warmup, ``max_time``); CUDA rounds are timed with CUDA events. ``probe`` (a
+    :class:`pytest_gpuperf.probe.Probe` or any callable; None: none) is timed interleaved with
+    the rounds, with the rounds' clock (``Timing.probe_ms``, see the module doc). Exceptions from
+    ``fn`` (or ``probe``) propagate unchanged.
     """
     if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
                                         or calls_per_round < 1 or (setup is not None and calls_per_round > 1)):
         raise ValueError(f"calls_per_round={calls_per_round!r}: expected an integer >= 1 (1 with a setup function)")
     if getattr(device, "type", "cpu") == "cuda":
         return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress, clock,
-                             calls_per_round)
-    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress, clock, calls_per_round)
+                             calls_per_round, probe)
+    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress, clock, calls_per_round,
+                        probe)
 
 
 class Measurer:
@@ -270,11 +313,13 @@ class Measurer:
 
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
                 setup: Setup | None = None, rounds: int | None = None, warmup_rounds: int | None = None,
-                progress: Progress | None = None, calls_per_round: int | None = None) -> Timing:
-        """Warm up and time rounds of ``fn`` (see :func:`measure`); per-call times in ms."""
+                progress: Progress | None = None, calls_per_round: int | None = None,
+                probe: Callable[[], Any] | None = None) -> Timing:
+        """Warm up and time rounds of ``fn`` (see :func:`measure`); per-call times in ms. ``probe``:
+        a machine-speed probe timed interleaved with the rounds (``Timing.probe_ms``; None: none)."""
         return measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
                        warmup_rounds=warmup_rounds, progress=progress, clock=self.clock,
-                       calls_per_round=calls_per_round)
+                       calls_per_round=calls_per_round, probe=probe)
 
     def once(self, fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
         """Smoke mode: one synchronized call (see :func:`time_once`)."""
@@ -282,10 +327,20 @@ class Measurer:
 
 
 def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress=None,
-                 clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None) -> Timing:
+                 clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
+                 probe: Callable[[], Any] | None = None) -> Timing:
     n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, lambda: None, clock)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
     cpr = calls_per_round or cpr
+    every = probe_every(_probe_estimate_s(probe, lambda: None, clock), est * cpr) if probe is not None else 1
+    probes: list[float] = []
+
+    def time_probe() -> None:
+        assert probe is not None
+        t0 = clock()
+        probe()
+        probes.append(max(clock() - t0, 1) / 1e6)
+
     loop = _RoundLoop(options, rounds, progress, clock)
     samples: list[float] = []
     with gc_disabled():
@@ -301,18 +356,23 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progre
                     value = fn(*a, **k)
                 t1 = clock()
             samples.append(max(t1 - t0, 1) / cpr / 1e6)
-    return Timing(tuple(samples), len(samples), cpr, n_warm, value)
+            if probe is not None and len(samples) % every == 0:
+                time_probe()
+        if probe is not None and len(samples) % every:
+            time_probe()  # the last, partial block gets its probe too
+    return Timing(tuple(samples), len(samples), cpr, n_warm, value, tuple(probes), every)
 
 
 def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
-                  clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None) -> Timing:
+                  clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
+                  probe: Callable[[], Any] | None = None) -> Timing:
     import torch
 
     with torch.cuda.device(device):
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
         if options.cuda_graph:
             return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress,
-                                       clock, calls_per_round)
+                                       clock, calls_per_round, probe)
         n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
         batch_ok = setup is None and not options.flush_l2
         if batch_ok:
@@ -320,6 +380,7 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
         cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if batch_ok else 1
         cpr = calls_per_round or cpr
         flush = _l2_flusher(device) if options.flush_l2 else None
+        prober = _CudaProber(probe, sync, clock, est * cpr)
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
         loop = _RoundLoop(options, rounds, progress, clock)
         samples: list[float] = []
@@ -337,9 +398,12 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
                         value = fn(*a, **k)
                     end.record()
                     pairs.append((start, end))
+                    prober.after_round(len(samples) + len(pairs))
                 sync()  # one synchronize per block of rounds
                 samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
-        return Timing(tuple(samples), len(samples), cpr, n_warm, value)
+                prober.collect()
+            prober.finish(len(samples))
+        return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every)
 
 
 def _cuda_event_estimate(fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int = 10) -> float:
@@ -369,8 +433,53 @@ def _l2_flusher(device: Any) -> Callable[[], None]:
     return buf.zero_
 
 
+class _CudaProber:
+    """Times a probe with CUDA events after every ``every``-th round (nothing when ``probe`` is None)."""
+
+    def __init__(self, probe: Callable[[], Any] | None, sync: Callable[[], None], clock: Clock,
+                 round_s: float) -> None:
+        self.probe = probe
+        self.every = 1
+        self._pending: list[tuple[Any, Any]] = []
+        self._times: list[float] = []
+        if probe is not None:
+            est = _probe_estimate_s(probe, sync, clock)
+            est = min(est, _cuda_event_estimate(lambda: probe(), (), {}, calls=3))
+            self.every = probe_every(est, round_s)
+
+    def after_round(self, rounds_done: int) -> None:
+        """Record the probe between events when ``rounds_done`` completes a block."""
+        if self.probe is not None and rounds_done % self.every == 0:
+            self._record()
+
+    def _record(self) -> None:
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.probe()  # type: ignore[misc]
+        end.record()
+        self._pending.append((start, end))
+
+    def collect(self) -> None:
+        """After a synchronize: read the recorded probe times (ms)."""
+        self._times.extend(max(s.elapsed_time(e), 1e-6) for s, e in self._pending)
+        self._pending.clear()
+
+    def finish(self, rounds: int) -> None:
+        """The last, partial block gets its probe too (synchronizes)."""
+        if self.probe is not None and rounds % self.every:
+            self._record()
+            self._pending[-1][1].synchronize()
+        self.collect()
+
+    def times(self) -> tuple[float, ...]:
+        return tuple(self._times)
+
+
 def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
-                        clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None) -> Timing:
+                        clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
+                        probe: Callable[[], Any] | None = None) -> Timing:
     """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
     import torch
 
@@ -394,6 +503,7 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     graph.replay()  # one untimed replay: first replays upload the graph
     sync()
     flush = _l2_flusher(device) if options.flush_l2 else None
+    prober = _CudaProber(probe, sync, clock, est * cpr)
     block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
     loop = _RoundLoop(options, rounds, progress, clock)
     samples: list[float] = []
@@ -411,6 +521,9 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
                 graph.replay()
                 end.record()
                 pairs.append((start, end))
+                prober.after_round(len(samples) + len(pairs))
             sync()
             samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
-    return Timing(tuple(samples), len(samples), cpr, n_warm, value)
+            prober.collect()
+        prober.finish(len(samples))
+    return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every)
