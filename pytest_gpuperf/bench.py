@@ -371,6 +371,7 @@ class GpuBench:
             throttle=throttle_verdict(telemetry), fixed_rounds=rounds is not None,
             can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
             **({"probe": probe_evidence} if probe_evidence is not None else {}),
+            machine_reference=self._reference_ratio(entry),
         )
         probe_all = getattr(t, "probe_ms", ()) + sum((getattr(c, "probe_ms", ()) for c in confirmations), ())
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
@@ -552,7 +553,14 @@ class GpuBench:
 
     def _drift_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
         """With --gpuperf-normalize: (reference name, now/then ratio) to divide samples by."""
-        if not self.context.normalize or entry is None:
+        if not self.context.normalize:
+            return None
+        return self._reference_ratio(entry)
+
+    def _reference_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
+        """(reference name, now/then ratio) of the session-start reference workload of this
+        benchmark's class (matmul for compute-bound, else copy); None without both medians."""
+        if entry is None:
             return None
         from .drift import drift_ratios, ratio_for
 

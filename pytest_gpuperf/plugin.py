@@ -600,7 +600,8 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
         if baseline is not None and env is not None:
             entry = baseline.get(result.benchmark_id)
             c = result.comparison
-            if c is not None and c.verdict.value == "inconclusive" and not state.strict and not state.updating:
+            if (c is not None and c.verdict.value == "inconclusive" and not state.strict and not state.updating
+                    and not c.machine_differs):  # those get one summary line for all
                 state.warnings.append(f"{module}::{result.benchmark_id}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
             if entry is not None:
                 from .drift import drift_ratios, drift_warning

@@ -140,7 +140,7 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
     if r.misclassified:
         text += ", misclassified"
     if r.comparison is not None and r.comparison.machine_differs and r.comparison.machine_ratio is not None:
-        text += f" (machine differs: probe {(r.comparison.machine_ratio - 1) * 100:+.0f}%)"
+        text += f" (machine differs: {(r.comparison.machine_ratio - 1) * 100:+.0f}%)"
     elif r.comparison is not None and r.comparison.confirmed is True:
         text += " (confirmed)"
     elif r.comparison is not None and r.comparison.confirmed is False:
@@ -450,10 +450,10 @@ def machine_differs_line(results: Iterable[BenchResult]) -> str | None:
     if not hit:
         return None
     ratios = sorted(r.comparison.machine_ratio for r in hit if r.comparison is not None and r.comparison.machine_ratio)
-    span = (f"probe {(ratios[0] - 1) * 100:+.0f}%" if ratios[0] == ratios[-1] else
-            f"probe {(ratios[0] - 1) * 100:+.0f}% to {(ratios[-1] - 1) * 100:+.0f}%") if ratios else "probe slower"
-    return (f"{len(hit)} benchmark(s) inconclusive because this machine differs from the one that recorded the "
-            f"baselines ({span}, interleaved machine-speed probe): {MACHINE_DIFFERS_HINT}")
+    span = (f"{(ratios[0] - 1) * 100:+.0f}%" if ratios[0] == ratios[-1] else
+            f"{(ratios[0] - 1) * 100:+.0f}% to {(ratios[-1] - 1) * 100:+.0f}%") if ratios else "slower"
+    return (f"{len(hit)} benchmark(s) inconclusive because this machine is slower than the one that recorded the "
+            f"baselines ({span} on the machine-speed probes): {MACHINE_DIFFERS_HINT}")
 
 
 _ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3, "no-baseline": 4, None: 5}

@@ -54,8 +54,8 @@ def test_slower_machine_is_inconclusive_and_fails_only_in_strict_mode(pytester: 
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
     rec.assert_outcomes(passed=1)
     rec.stdout.fnmatch_lines([
-        "*test_loop*inconclusive (machine differs: probe +30%)*",
-        "*1 benchmark(s) inconclusive because this machine differs*--gpuperf-update-baselines*--gpuperf-ab REF*",
+        "*test_loop*inconclusive (machine differs: +30%)*",
+        "*1 benchmark(s) inconclusive because this machine is slower*--gpuperf-update-baselines*--gpuperf-ab REF*",
     ])
     report = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
     assert report["probe"] == PROBE_NAME and report["probe_ms"] == pytest.approx(0.65, rel=0.03)
