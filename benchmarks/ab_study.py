@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -99,6 +100,8 @@ def _decide(pairs: list[list[tuple[str, int, float]]], delta: float) -> str:
 
 def analyze(args: argparse.Namespace) -> int:
     data = json.loads(Path(args.data).read_text())
+    if args.condition:
+        data["runs"] = [r for r in data["runs"] if r["condition"] == args.condition]
     names = sorted({n for run in data["runs"] for n in run["benchmarks"]})
     conditions = sorted({run["condition"] for run in data["runs"]})
     per_condition = ", ".join(f"{sum(r['condition'] == c for r in data['runs'])} {c}" for c in conditions)
@@ -115,16 +118,16 @@ def analyze(args: argparse.Namespace) -> int:
         rng = f"{min(ratios):.3f}x-{max(ratios):.3f}x" if ratios else "-"
         lines.append(f"| {name} | {count['regressed']} | {count['inconclusive']} | {count['improved']} | "
                      f"{count['unchanged']} | {rng} |")
-    lines += ["", f"Re-decided from the stored blocks: {args.trials} draws of 2 process pairs per benchmark "
+    lines += ["", f"Re-decided from the stored blocks: {args.trials} draws of {args.pairs} process pairs per benchmark "
               f"(share of draws that fail, i.e. `regressed`; delta multiplies side B's block medians):", "",
               "| benchmark | process pairs (distinct draws) | A/A false failures | A/A inconclusive | power +5% | power +10% | power +20% |",
               "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     rng = random.Random(args.seed)
     for name in names:
         pool = _pairs(data, name)
-        if len(pool) < 2:
+        if len(pool) < args.pairs:
             continue
-        draws = [rng.sample(range(len(pool)), 2) for _ in range(args.trials)]
+        draws = [rng.sample(range(len(pool)), args.pairs) for _ in range(args.trials)]
         cells = []
         for delta in DELTAS:
             verdicts = [_decide([pool[i] for i in d], delta) for d in draws]
@@ -132,7 +135,8 @@ def analyze(args: argparse.Namespace) -> int:
             cells.append(f"{share * 100:.1f}%")
             if delta == 0:
                 cells.append(f"{sum(v == 'inconclusive' for v in verdicts) / len(verdicts) * 100:.1f}%")
-        lines.append(f"| {name} | {len(pool)} ({len(pool) * (len(pool) - 1) // 2}) | " + " | ".join(cells) + " |")
+        distinct = math.comb(len(pool), args.pairs)
+        lines.append(f"| {name} | {len(pool)} ({distinct}) | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
@@ -152,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("analyze", help="false failures and power re-decided from the stored blocks")
     a.add_argument("--data", default="ab_data.json")
     a.add_argument("--trials", type=int, default=2000)
+    a.add_argument("--pairs", type=int, default=2, help="process pairs per draw (as --gpuperf-ab-processes)")
+    a.add_argument("--condition", help="only the runs of this condition (e.g. quiet)")
     a.add_argument("--seed", type=int, default=20251121)
     a.add_argument("--out")
     args = ap.parse_args(argv)

@@ -32,11 +32,38 @@ def _options(entry: dict[str, Any]) -> BenchOptions:
     return BenchOptions(**kw)
 
 
+def _decide(key: str, blocks: list[Any], ref: str, options: BenchOptions, confirm_from: int | None) -> Comparison:
+    """decide_ab on ``blocks``; with blocks of a confirmation (process pairs from ``confirm_from``
+    on) a regression holds only when the pooled blocks AND the confirmation's alone say regressed
+    (as :func:`pytest_gpuperf.gate.judge` confirms a stored-baseline regression)."""
+    def one(bl: list[Any]) -> Comparison:
+        a = [v for b in bl if b.side == "A" for v in b.samples_ms]
+        b = [v for b in bl if b.side == "B" for v in b.samples_ms]
+        return decide_ab(paired_ratios(bl), a_median_ms=statistics.median(a), b_median_ms=statistics.median(b),
+                         ref=ref, threshold=options.threshold, alpha=options.alpha, benchmark_id=key)
+
+    extra = [b for b in blocks if confirm_from is not None and b.process >= confirm_from]
+    pooled = one(blocks)
+    if not extra or not any(b.side == "A" for b in extra) or not any(b.side == "B" for b in extra):
+        return pooled
+    first = one([b for b in blocks if b.process < confirm_from])  # type: ignore[operator]
+    if pooled.verdict is not Verdict.REGRESSED:
+        return dataclasses.replace(pooled, confirmed=False)
+    alone = one(extra)
+    if alone.verdict is Verdict.REGRESSED:
+        return dataclasses.replace(pooled, confirmed=True)
+    return dataclasses.replace(
+        pooled, verdict=Verdict.UNCHANGED, confirmed=False,
+        note=(f"the first measurement said regressed (ratio {first.ratio:.3f}x) but the re-measure alone did not "
+              f"(ratio {alone.ratio:.3f}x, {alone.verdict.value}): a transient"))
+
+
 def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], ref: str,
-              errors: dict[str, str] | None = None) -> BenchResult | None:
+              errors: dict[str, str] | None = None, confirm_from: int | None = None) -> BenchResult | None:
     """The working tree's result for one benchmark (None when B has no entry: it was not measured
     there, or failed). ``blocks``: :class:`~pytest_gpuperf.ab.Block` of both sides; ``entries``:
-    side -> result entry (``report.result_entry``) of that side's first worker."""
+    side -> result entry (``report.result_entry``) of that side's first worker; ``confirm_from``:
+    the first process pair of a confirmation re-measure (None: none ran)."""
     from .counts import Counts, decide_counts
     from .report import result_from_entry
 
@@ -48,9 +75,7 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
     b_samples = [v for blk in blocks if blk.side == "B" for v in blk.samples_ms] or list(b.samples_ms)
     a_samples = [v for blk in blocks if blk.side == "A" for v in blk.samples_ms]
     if "A" in entries and a_samples:
-        comparison = decide_ab(paired_ratios(blocks), a_median_ms=statistics.median(a_samples),
-                               b_median_ms=statistics.median(b_samples), ref=ref, threshold=options.threshold,
-                               alpha=options.alpha, benchmark_id=key)
+        comparison = _decide(key, blocks, ref, options, confirm_from)
         comparison = dataclasses.replace(comparison, ab_blocks=tuple(
             (blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks))
         a = result_from_entry(entries["A"])
@@ -90,7 +115,7 @@ def ab_results(coordinator: Any, ref: str) -> tuple[dict[str, BenchResult], list
     removed, notes = [], []
     for key in coordinator.order:
         m = coordinator.measured[key]
-        r = ab_result(key, m.blocks, m.entries, ref, m.errors)
+        r = ab_result(key, m.blocks, m.entries, ref, m.errors, getattr(coordinator, "confirm_from", None))
         if r is not None:
             results[key] = r
         elif "B" not in m.sides() and "B" not in m.errors:

@@ -283,13 +283,14 @@ class Channel:
 def connect_worker() -> "Channel | None":
     """In a worker process (``GPUPERF_AB_ADDRESS`` set): connect to the coordinator and
     authenticate; None outside a worker."""
-    address = os.environ.get("GPUPERF_AB_ADDRESS")
+    address = os.environ.pop("GPUPERF_AB_ADDRESS", None)  # popped: nested pytest runs (pytester) are no workers
+    token = os.environ.pop("GPUPERF_AB_TOKEN", "")
     if not address:
         return None
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=60)
     ch = Channel(sock)
-    ch.send({"token": os.environ.get("GPUPERF_AB_TOKEN", "")})
+    ch.send({"token": token})
     return ch
 
 
@@ -394,12 +395,28 @@ class Coordinator:
         self.measured: dict[str, Measured] = {}
         self.order: list[str] = []
         self.notes: list[str] = []
+        self.only: set[str] | None = None  # while confirming: the benchmarks to measure again
+        self.confirm_from: int | None = None  # the first process pair of the confirmation
 
     def run(self) -> None:
         """Run every process pair; raises :class:`ABError` when a worker cannot start or imports
         code from the wrong tree."""
         for p in range(self.processes):
             self._run_pair(p)
+
+    def confirm(self, keys: set[str], pairs: int) -> None:
+        """Measure ``keys`` again with ``pairs`` more process pairs (their blocks get process
+        indices from :attr:`confirm_from` on); the workers pass every other benchmark through
+        without timing it (Chromium Pinpoint's "measure more", as the stored-baseline gate does)."""
+        if not keys or pairs < 1:
+            return
+        self.only, self.confirm_from = set(keys), self.processes
+        self.progress(f"A/B: confirming {len(keys)} regression(s) with {pairs} more pair(s) of worker processes")
+        try:
+            for p in range(self.processes, self.processes + pairs):
+                self._run_pair(p)
+        finally:
+            self.only = None
 
     def _spawn(self, spec: WorkerSpec, process: int, address: str, token: str) -> _Worker:
         import pytest_gpuperf
@@ -498,10 +515,22 @@ class Coordinator:
                                           f"{w.proc.poll()}); its output: {w.log}")
                 return
             if ma["op"] == "ready" and mb["op"] == "ready" and ma["key"] == mb["key"]:
+                if self.only is not None and ma["key"] not in self.only:
+                    for w in (a, b):
+                        self._pass(w)
+                    continue
                 self._interleave(p, ma["key"], a, b, ma, mb)
                 continue
             solo = self._behind(a, b)
+            if self.only is not None:
+                self._pass(solo)
+                continue
             self._alone(p, solo)
+
+    def _pass(self, w: _Worker) -> None:
+        """Let a waiting worker go on without timing its benchmark (not being confirmed)."""
+        w.ask("finish", extras=False, classify=False)
+        w.pending = w.next()
 
     def _behind(self, a: _Worker, b: _Worker) -> _Worker:
         """Which worker measures alone when the two wait at different benchmarks."""

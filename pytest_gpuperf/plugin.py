@@ -408,10 +408,19 @@ def _run_ab(config: pytest.Config, state: GpuPerfState) -> None:
     logs = ab_folder(rev.repo) / "logs"
     logs.mkdir(exist_ok=True)
     specs = side_specs(rev, worktree, Path(config.invocation_params.dir), state.ab_roots)
-    coordinator = Coordinator(specs, worker_args(config.invocation_params.args), state.ab_processes, logs,
+    args = worker_args(config.invocation_params.args)
+    if config.pluginmanager.hasplugin("xdist"):
+        args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
+    coordinator = Coordinator(specs, args, state.ab_processes, logs,
                               progress=say if state.verbose > 0 else (lambda line: None))
     coordinator.run()
     state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
+    regressed = {k: int(r.options.get("confirm", 1) or 0) for k, r in state.ab_results.items()
+                 if r.comparison is not None and r.comparison.verdict.value == "regressed"}
+    regressed = {k: n for k, n in regressed.items() if n > 0}
+    if regressed:  # measure more before failing anything (option confirm: extra pairs of worker processes)
+        coordinator.confirm(set(regressed), max(regressed.values()))
+        state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
     state.warnings.extend(coordinator.notes + notes)
     if state.xdist_dir is not None:
         from .abresults import dump_results

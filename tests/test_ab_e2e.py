@@ -86,13 +86,16 @@ def test_ab_catches_a_slowdown_reports_new_and_removed_gates_counts_and_passes_a
     res.assert_outcomes(failed=2, passed=1)
     text = res.stdout.str()
     assert f"performance regression in test_x.py::test_a: A/B vs HEAD ({sha[:7]}): 1." in text
-    assert "Wilcoxon signed-rank" in text and "8 paired blocks" in text
+    # One process pair found the regression; a second pair (the confirmation) measured test_a alone again.
+    assert "Wilcoxon signed-rank" in text and "16 paired blocks from 2 pair(s)" in text
+    assert "confirmed on re-measure" in text
     res.stdout.fnmatch_lines([f"*mode: A/B vs HEAD ({sha[:7]})*"])
     res.stdout.fnmatch_lines(["*counts regressed in test_x.py::test_d*syncs 1 -> 2*"])
     assert f"test_x.py::test_b: removed since HEAD ({sha[:7]})" in text  # reported, not failed
     report = json.loads((repo / "out.json").read_text())["benchmarks"]
     c = report["test_x.py::test_a"]["comparison"]
-    assert c["verdict"] == "regressed" and c["ab_ref"] == f"HEAD ({sha[:7]})" and c["ab_pairs"] == 8
+    assert c["verdict"] == "regressed" and c["ab_ref"] == f"HEAD ({sha[:7]})" and c["ab_pairs"] == 16
+    assert c["confirmed"] is True and len(c["ab_process_ratios"]) == 2
     assert 1.25 < c["ratio"] < 1.35
     new = report["test_x.py::test_c"]["comparison"]
     assert new["verdict"] == "no-baseline" and new["note"] == f"new: not in HEAD ({sha[:7]})"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuperf.ab import abba_schedule
 from pytest_gpuperf.abrun import (ABError, Block, Coordinator, Measured, Revision, WorkerSpec, foreign_modules,
                                   hash_seed, map_path, prepare_worktree, resolve_revision, side_specs, worker_args)
 from pytest_gpuperf.abresults import ab_result, dump_results, load_results
@@ -163,3 +164,23 @@ def test_coordinator_pairs_solo_measurements_by_collection_order():
     a.pending = {"op": "bye"}
     assert c._behind(a, b) is b
     assert isinstance(Measured("k"), Measured) and WorkerSpec("A", Path("."), Path("."), Path(".")).side == "A"
+
+
+def test_confirmation_keeps_a_real_regression_and_drops_a_transient():
+    from pytest_gpuperf.abresults import _decide
+    from pytest_gpuperf.options import BenchOptions
+
+    def pair(p: int, b_ms: float) -> list[Block]:
+        return [Block(side, p, pos, (1.0 if side == "A" else b_ms, 1.0 if side == "A" else b_ms))
+                for pos, side in enumerate(abba_schedule(4, seed=p))]
+
+    real = pair(0, 1.3) + pair(1, 1.3) + pair(2, 1.3)
+    c = _decide("k", real, "main", BenchOptions(), confirm_from=2)
+    assert c.verdict is Verdict.REGRESSED and c.confirmed is True
+    transient = pair(0, 1.3) + pair(1, 1.3) + pair(2, 1.03)  # pooled still regressed, the re-measure alone not
+    c = _decide("k", transient, "main", BenchOptions(), confirm_from=2)
+    assert c.verdict is Verdict.UNCHANGED and c.confirmed is False and "a transient" in c.note
+    gone = pair(0, 1.3) + pair(1, 1.3) + pair(2, 1.0)  # the re-measure pulls the pooled verdict down itself
+    c = _decide("k", gone, "main", BenchOptions(), confirm_from=2)
+    assert c.verdict is Verdict.UNCHANGED and c.confirmed is False
+    assert _decide("k", real, "main", BenchOptions(), confirm_from=None).confirmed is None
