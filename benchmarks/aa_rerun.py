@@ -7,6 +7,9 @@ Usage (from the repository root, in an environment with the plugin installed)::
 Each run is a fresh ``pytest --gpuperf tests/perf`` process writing ``--gpuperf-json``; the
 script prints, per benchmark, the range of medians and of current/baseline ratios over the runs
 and how often each verdict came up. With nothing changed, every ``regressed`` is a false alarm.
+It also counts misclassified bottlenecks and runs measured on a busy host (CPU telemetry
+``other_cpu_cores`` > 0.5: other processes competing for the cores, which makes a regression or a
+misclassification inconclusive).
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"{len(runs)} A/A runs; runs with at least one (false) regression: {failing_runs}",
         "",
-        "| benchmark | baseline median (ms) | baseline runs | effect floor T | run medians (ms) | ratio range | regressed | improved | inconclusive | unchanged |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| benchmark | baseline median (ms) | baseline runs | effect floor T | run medians (ms) | ratio range | regressed | improved | inconclusive | unchanged | misclassified | host busy (other cores) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, entries in per.items():
         meds = [e["stats"]["median_ms"] for e in entries]
@@ -59,13 +62,18 @@ def main(argv: list[str] | None = None) -> int:
         count = collections.Counter(e["verdict"] for e in entries)
         comp = entries[0]["comparison"]
         floor = comp.get("floor")
+        loads = [(e.get("telemetry") or {}).get("other_cpu_cores") for e in entries]
+        loads = [x for x in loads if isinstance(x, (int, float))]
+        busy = (f"{sum(x > 0.5 for x in loads)} ({min(loads):.2f}-{max(loads):.2f})" if loads else "-")
+        miscl = sum(bool((e.get("options") or {}).get("expect_bottleneck")) and bool(e.get("bottleneck"))
+                    and e["bottleneck"]["kind"] not in e["options"]["expect_bottleneck"] for e in entries)
         lines.append(
             f"| {name} | {base:.4g} | {comp.get('runs', 1)} | "
             f"{'-' if floor is None else f'{floor * 100:.1f}%'} | {min(meds):.4g}-{max(meds):.4g} | "
             f"{min(ratios):.3f}-{max(ratios):.3f} | {count['regressed']} | {count['improved']} | "
-            f"{count['inconclusive']} | {count['unchanged']} |"
+            f"{count['inconclusive']} | {count['unchanged']} | {miscl} | {busy} |"
             if ratios and base
-            else f"| {name} | - | 0 | - | {min(meds):.4g}-{max(meds):.4g} | - | - | - | - | {count['no-baseline']} no-baseline |"
+            else f"| {name} | - | 0 | - | {min(meds):.4g}-{max(meds):.4g} | - | - | - | - | {count['no-baseline']} no-baseline | {miscl} | {busy} |"
         )
     text = "\n".join(lines)
     print(text)

@@ -24,6 +24,10 @@ scripted probe time at each probe call, and ``Timing.probe_ms`` holds those time
 probe script the probe is ignored (``probe_ms`` stays empty), so scripted verdicts do not change.
 A spec's ``"machine"`` (a factor, or ``{"every": k, "factors": [...]}``) multiplies both the
 benchmark's and the probe's scripted times, a machine state that both follow (correlated).
+
+**Host load.** The CPU sampler's host load (``other_cpu_cores``, see
+:class:`pytest_gpuperf.telemetry.CpuSampler`) is not measured under a scripted measurer; a spec's
+``"host_load": 0.98`` scripts it (cores used by other processes), e.g. to test "host busy".
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ class ScriptedMeasurer(Measurer):
 
     def __init__(self, script: Script | Sequence[float] | float,
                  probe_script: Script | Sequence[float] | float | None = None,
-                 machine: Script | None = None) -> None:
+                 machine: Script | None = None, host_load: float | None = None) -> None:
         clock = FakeClock()
         super().__init__(clock)
         self.fake = clock
@@ -90,6 +94,8 @@ class ScriptedMeasurer(Measurer):
         self.probe_script: Script | None = None if probe_script is None else _as_script(probe_script)
         #: ``machine(i) -> factor`` of the i-th event (benchmark call or probe call, counted together).
         self.machine: Script = machine or (lambda _i: 1.0)
+        #: the CPU sampler's scripted host load (cores used by other processes; None: not measured)
+        self.host_load = host_load
         self.calls = 0
         self.probe_calls = 0
         self.events = 0
@@ -128,10 +134,13 @@ class ScriptedMeasurer(Measurer):
         "stall_every": 0, "stall_factor": 1.0}`` (see :func:`noisy`), or ``{"sequence": [...]}``;
         optionally ``"probe": <a spec of the same form>`` (the probe's times, ms) and ``"machine"``:
         a factor, or ``{"every": k, "factors": [f0, f1, ...]}`` (events 0..k-1 take f0 times longer,
-        the next k f1 times..., cycled) applied to both."""
+        the next k f1 times..., cycled) applied to both; ``"host_load"``: the CPU sampler's host load
+        (cores used by other processes while it ran)."""
         probe = spec.get("probe")
         machine = spec.get("machine")
-        return cls(_script_of(spec), None if probe is None else _script_of(probe), _machine_of(machine))
+        load = spec.get("host_load")
+        return cls(_script_of(spec), None if probe is None else _script_of(probe), _machine_of(machine),
+                   None if load is None else float(load))
 
     @classmethod
     def from_file(cls, path: str | Path, test_name: str) -> "ScriptedMeasurer":

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .ab import decide_ab, paired_ratios
-from .compare import Comparison, Verdict, decide_memory
+from .compare import Comparison, Verdict, decide_memory, downgrade_throttled
 from .options import BenchOptions
 from .result import BenchResult
 
@@ -79,6 +79,9 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
         comparison = dataclasses.replace(comparison, ab_blocks=tuple(
             (blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks))
         a = result_from_entry(entries["A"])
+        # other processes took cores while the blocks ran (CPU host load of either side's first worker):
+        # they slow A's and B's processes unequally, so a regression is not trusted (as a throttled GPU)
+        comparison = downgrade_throttled(comparison, b.host_busy or a.host_busy)
     else:
         why = f"A failed: {errors['A']}" if "A" in errors else f"new: not in {ref}"
         comparison = Comparison(verdict=Verdict.NO_BASELINE, benchmark_id=key,

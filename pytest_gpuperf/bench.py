@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import sys
@@ -326,7 +327,7 @@ class GpuBench:
 
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
         self._reset_cuda_peak()
-        sampler = sampler_for(ctx.device)
+        sampler = _sampler(ctx.measurer, ctx.device, sampler_for)
         clock = getattr(ctx.measurer, "clock", time.perf_counter_ns)  # the clock of the time budgets
         start_ns = clock()
         with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
@@ -399,6 +400,11 @@ class GpuBench:
             prof, bottleneck = self._classify_fn(fn, a, k, median_ms, counted)
         trace_path = top_ops = None
         mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
+        busy = throttle_verdict(telemetry)
+        if mismatch and busy and busy.startswith("host busy") and ctx.confirm_regressions:  # not while updating
+            notes.append(f"{self._full_id(bid)}: expected {'/'.join(expected)}-bound, measured "
+                         f"{bottleneck.kind}-bound while {busy}: the bottleneck check is not trusted "
+                         f"(fails with --gpuperf-strict); rerun on a quiet machine")
         if (comparison.failed or mismatch) and ctx.artifacts_dir is not None:
             from .profiling import profile_call_count, profile_calls, top_ops_table
 
@@ -421,6 +427,7 @@ class GpuBench:
         ctx, client = self.context, self.context.ab_worker
         client.ready(self._full_id(bid), ctx.nodeid, self.options.max_time)
         cpr, samples, rounds, warm = calls_per_round, [], 0, 0
+        host = _host_load_meter(ctx.measurer, ctx.device)  # over this worker's blocks (CPU backend)
         while True:
             cmd = client.command()
             try:
@@ -430,15 +437,18 @@ class GpuBench:
                     cpr, warm = t.calls_per_round, t.warmup_rounds
                     client.reply("warm", round_ms=t.samples_ms[0] * cpr, cpr=cpr)
                 elif cmd["op"] == "block":
-                    t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                             rounds=int(cmd["rounds"]), warmup_rounds=int(cmd["rewarm"]),
-                                             calls_per_round=cpr or 1)
+                    with host.span() if host is not None else contextlib.nullcontext():
+                        t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device,
+                                                 setup=setup, rounds=int(cmd["rounds"]),
+                                                 warmup_rounds=int(cmd["rewarm"]), calls_per_round=cpr or 1)
                     samples.extend(t.samples_ms)
                     rounds += t.rounds
                     client.reply("samples", samples_ms=list(t.samples_ms))
                 elif cmd["op"] == "finish":
+                    load = host.summary() if host is not None else {}
                     result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,
-                                             extras=bool(cmd.get("extras")), classify=bool(cmd.get("classify")))
+                                             extras=bool(cmd.get("extras")), classify=bool(cmd.get("classify")),
+                                             telemetry=load or None)
                     from .report import result_entry
 
                     client.reply("result", entry=result_entry(result, environment={}, git_commit=None,
@@ -451,10 +461,11 @@ class GpuBench:
                 raise
 
     def _ab_result(self, fn, args, kwargs, setup, bid, common, samples, rounds, cpr, warm, *, extras,
-                   classify=True) -> BenchResult:
+                   classify=True, telemetry=None) -> BenchResult:
         """An A/B worker's result: its samples, and with ``extras`` peak memory, counts and (with
         ``classify`` and ``expect_bottleneck`` or ``--gpuperf-classify``) the bottleneck, each from
-        one more call (side B classifies; A's class is not compared)."""
+        one more call (side B classifies; A's class is not compared); ``telemetry`` the host load
+        over its blocks (CPU backend; None elsewhere)."""
         from .memory import measure_peak
 
         if not samples:  # finished before any block (the other side failed): one timed call
@@ -475,7 +486,7 @@ class GpuBench:
             if classify and (self.options.expect_bottleneck or self.context.classify):
                 _, extra["bottleneck"] = self._classify_fn(fn, a, k, statistics.median(samples), counted)
         return BenchResult.from_samples(tuple(samples), rounds=max(rounds, len(samples)), calls_per_round=cpr,
-                                        warmup_rounds=warm, **extra, **common)
+                                        warmup_rounds=warm, telemetry=telemetry, **extra, **common)
 
     def _first_call_compiles(self, fn, args, kwargs, setup) -> dict[str, dict[str, int]] | None:
         """With ``torch.compile`` loaded: make one untimed call first and return dynamo's counters
@@ -635,3 +646,50 @@ class GpuBench:
         if extra:
             message += "\n" + extra
         raise MemoryLimitError(message, details=details) from exc
+
+
+def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any]) -> Any:
+    """The telemetry sampler for one measurement. The CPU sampler's host load is measured only
+    when the measurer times with the real clock; a measurer with a ``host_load`` attribute (the
+    scripted one of :mod:`pytest_gpuperf._testing`) fixes it instead (None: not measured), so a
+    verdict on scripted timings never depends on what else the test machine runs."""
+    from .telemetry import CpuSampler
+
+    s = sampler_for(device)
+    if isinstance(s, CpuSampler):
+        if hasattr(measurer, "host_load"):
+            s.measure_host_load, s.host_load = False, measurer.host_load
+        elif getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
+            s.measure_host_load = False
+    return s
+
+
+class _FixedHostLoad:
+    """A scripted measurer's host load, in the shape of :class:`~pytest_gpuperf.telemetry.HostLoadMeter`."""
+
+    def __init__(self, cores: float | None) -> None:
+        self.cores = cores
+
+    def span(self) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def summary(self) -> dict[str, Any]:
+        from .telemetry import _cpu_count
+
+        return {} if self.cores is None else {"other_cpu_cores": float(self.cores), "steal_cpu_cores": 0.0,
+                                              "cpu_count": _cpu_count()}
+
+
+def _host_load_meter(measurer: Any, device: Any) -> Any:
+    """What measures the host load of an A/B worker's blocks: a
+    :class:`~pytest_gpuperf.telemetry.HostLoadMeter` on the CPU backend with the real clock, the
+    scripted figure under a scripted measurer (``host_load``), None elsewhere (CUDA, fake clocks)."""
+    from .telemetry import HostLoadMeter
+
+    if getattr(device, "type", str(device)) != "cpu":
+        return None
+    if hasattr(measurer, "host_load"):
+        return _FixedHostLoad(measurer.host_load)
+    if getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
+        return None
+    return HostLoadMeter()

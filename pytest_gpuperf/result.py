@@ -100,6 +100,24 @@ class BenchResult:
         expected = self.options.get("expect_bottleneck")
         return bool(expected) and self.bottleneck is not None and self.bottleneck.kind not in expected
 
+    @property
+    def host_busy(self) -> str | None:
+        """``"host busy: other processes used 0.98 of 2 CPU cores while it ran"`` when the CPU
+        telemetry says other processes competed for this run's cores (see
+        :func:`pytest_gpuperf.telemetry.throttle_verdict`), else None."""
+        from .telemetry import throttle_verdict
+
+        reason = throttle_verdict(self.telemetry) if self.telemetry else None
+        return reason if reason and reason.startswith("host busy") else None
+
+    @property
+    def misclassification_trusted(self) -> bool:
+        """False when a misclassification was measured on a busy host: other processes slow the
+        parts of a workload unequally (torch's intra-op threads wait for their slowest one, a
+        single-threaded DataLoader does not), so the class can flip with the load. Such a
+        mismatch fails only under ``--gpuperf-strict`` (and while updating baselines)."""
+        return self.host_busy is None
+
     def bottleneck_message(self) -> str | None:
         """The misclassification failure message, or None."""
         if not self.misclassified:
@@ -107,6 +125,8 @@ class BenchResult:
         from .bottleneck import mismatch_message
 
         text = mismatch_message(self.options["expect_bottleneck"], self.bottleneck)
+        if self.host_busy:
+            text += f"; measured while {self.host_busy}"
         if self.trace_path:
             text += f"; trace: {self.trace_path}"
         return text
@@ -117,7 +137,8 @@ class BenchResult:
         The one place that decides pass or fail, for the plugin and the reports alike: a timing
         regression (or, ``strict``, an inconclusive comparison), a memory regression, a peak over
         ``max_memory``, a count regression (the count gate), a count over a declared budget
-        (``max_syncs``...), a misclassified bottleneck. While ``updating`` baselines only the hard
+        (``max_syncs``...), a misclassified bottleneck (on a busy host only with ``strict``, see
+        :attr:`misclassification_trusted`). While ``updating`` baselines only the hard
         checks count (``max_memory``, the count budgets, ``expect_bottleneck``): a new baseline
         may be slower than the old one, but never over its own budget. ``label`` names the benchmark in messages that do
         not carry its full id (default ``benchmark_id``).
@@ -134,7 +155,7 @@ class BenchResult:
             out.extend(m.messages(include_regression=not updating))
         if self.count_comparison is not None:
             out.extend(self.count_comparison.messages(include_regression=not updating))
-        if mismatch:
+        if mismatch and (strict or updating or self.misclassification_trusted):
             out.append(f"{label}: {mismatch}")
         return out
 

@@ -14,17 +14,22 @@ from the ``nvidia-ml-py`` distribution (``import pynvml``).
   inconclusive (nvbench discards samples under 75% of the default clock; we do the same test on
   the share of samples).
 * :func:`cpu_info` — CPU model, frequency governor, current/max frequency, load average.
+* :class:`CpuSampler` — the CPU backend's telemetry, including the **host load**: the CPU time
+  other processes (and the hypervisor, as steal time) took while a benchmark ran, from
+  ``/proc/stat`` minus this process's own CPU time; :func:`throttle_verdict` calls a run with more
+  than :data:`HOST_BUSY_CORES` of other load "host busy".
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 #: Sampling interval of the background sampler (s).
 SAMPLE_INTERVAL_S = 0.02
@@ -48,6 +53,15 @@ THROTTLE_REASONS = frozenset({0x8, 0x20, 0x40, 0x80})
 THROTTLE_SHARE = 0.10
 #: ...or when the SM clock was below this fraction of its maximum in more than THROTTLE_SHARE.
 LOW_CLOCK_FRACTION = 0.75
+#: A CPU run is "host busy" when other processes (plus steal time) used more than this many CPU
+#: cores on average while it ran: half a core of a neighbour is enough to slow torch's intra-op
+#: thread pool, which waits for its slowest thread (measured on this project's 2-core VMs: a
+#: neighbour burning one core doubled a 2-thread training step and turned a DataLoader-bound epoch
+#: compute-bound).
+HOST_BUSY_CORES = 0.5
+#: Host load is only measured over at least this long a run (s): /proc/stat counts in clock ticks
+#: (usually 10 ms), too coarse for shorter runs.
+HOST_LOAD_MIN_S = 0.5
 
 
 def _nvml() -> Any | None:
@@ -281,10 +295,17 @@ def throttle_verdict(telemetry: dict[str, Any] | None) -> str | None:
     """``"throttled: HW thermal 34% of samples"`` when a run was throttled, else None. Pure.
 
     Throttled: a thermal, power-brake or hardware-slowdown reason active in more than 10% of
-    samples, or the SM clock under 75% of its maximum in more than 10% of samples.
+    samples, or the SM clock under 75% of its maximum in more than 10% of samples. On the CPU
+    backend, ``"host busy: other processes used 0.98 of 2 CPU cores while it ran"`` when the
+    ``other_cpu_cores`` of :class:`CpuSampler` exceed :data:`HOST_BUSY_CORES`.
     """
     if not telemetry:
         return None
+    other = telemetry.get("other_cpu_cores")
+    if isinstance(other, (int, float)) and other > HOST_BUSY_CORES:
+        cores = telemetry.get("cpu_count")
+        of = f" of {cores}" if cores else ""
+        return f"host busy: other processes used {other:.2f}{of} CPU cores while it ran"
     reasons = telemetry.get("reasons") or {}
     bad = {REASONS[b]: reasons.get(REASONS[b], 0.0) for b in THROTTLE_REASONS}
     worst = max(bad.items(), key=lambda kv: kv[1])
@@ -331,24 +352,135 @@ def cpu_info() -> dict[str, Any]:
     }
 
 
-class CpuSampler:
-    """The CPU backend's per-benchmark telemetry: frequency and load read at the end of the run."""
+def proc_stat_busy_s(text: str | None = None, cpus: set[int] | None = None) -> tuple[float, float] | None:
+    """``(busy_s, steal_s)``: CPU time since boot (s) of the CPUs this process may run on, from the
+    ``cpuN`` lines of ``/proc/stat`` (``text``: its content, for tests; ``cpus``: the CPU numbers,
+    default the process's affinity mask; the aggregate ``cpu`` line where no mask is known).
+    Busy = user + nice + system + irq + softirq + steal (guest time is already inside user); idle
+    and iowait are not busy. None where ``/proc/stat`` is missing or unreadable (not Linux)."""
+    if text is None:
+        text = _read("/proc/stat")
+    if not text:
+        return None
+    if cpus is None:
+        try:
+            cpus = set(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = None
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    busy = steal = 0
+    found = False
+    for line in text.splitlines():
+        f = line.split()
+        if not f or not f[0].startswith("cpu") or len(f) < 8:
+            continue
+        name = f[0][3:]
+        if (cpus is None and name != "") or (cpus is not None and (not name.isdigit() or int(name) not in cpus)):
+            continue
+        try:
+            user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in f[1:8])
+            st = int(f[8]) if len(f) > 8 else 0
+        except ValueError:
+            return None
+        busy += user + nice + system + irq + softirq + st
+        steal += st
+        found = True
+    return (busy / hz, steal / hz) if found else None
 
-    def __init__(self) -> None:
+
+def own_cpu_s() -> float:
+    """CPU time of this process, all its threads, user + system (s)."""
+    t = os.times()
+    return t.user + t.system
+
+
+class HostLoadMeter:
+    """Other processes' CPU load over one or more measured spans (CPU backend).
+
+    ``with meter.span(): ...`` around each span; :meth:`summary` gives ``other_cpu_cores`` (the
+    busy CPU time of the cores this process may run on, :func:`proc_stat_busy_s`, minus this
+    process's own, :func:`own_cpu_s`, per second of the spans together), ``steal_cpu_cores`` (the
+    hypervisor's share of it) and ``cpu_count``; an empty dict for spans shorter than
+    :data:`HOST_LOAD_MIN_S` in all or where ``/proc/stat`` is unreadable. ``stat``/``own``/
+    ``clock`` are injectable readers (tests).
+    """
+
+    def __init__(self, *, stat: Callable[[], tuple[float, float] | None] = proc_stat_busy_s,
+                 own: Callable[[], float] = own_cpu_s, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._stat, self._own, self._clock = stat, own, clock
+        self.wall_s = self.other_s = self.steal_s = 0.0
+        self.failed = False
+
+    @contextlib.contextmanager
+    def span(self) -> Iterator[None]:
+        t0, stat0, own0 = self._clock(), self._stat(), self._own()
+        try:
+            yield
+        finally:
+            wall, stat1, own1 = self._clock() - t0, self._stat(), self._own()
+            if stat0 is None or stat1 is None:
+                self.failed = True
+            else:
+                self.wall_s += wall
+                self.other_s += (stat1[0] - stat0[0]) - (own1 - own0)
+                self.steal_s += stat1[1] - stat0[1]
+
+    def summary(self) -> dict[str, Any]:
+        if self.failed or self.wall_s < HOST_LOAD_MIN_S:
+            return {}
+        return {"other_cpu_cores": round(max(0.0, self.other_s) / self.wall_s, 3),
+                "steal_cpu_cores": round(max(0.0, self.steal_s) / self.wall_s, 3), "cpu_count": _cpu_count()}
+
+
+class CpuSampler:
+    """The CPU backend's per-benchmark telemetry: frequency and load average read at the end of
+    the run, and the host load during it (a :class:`HostLoadMeter` over the run: the summary's
+    ``other_cpu_cores``, ``steal_cpu_cores``, ``cpu_count``).
+
+    ``host_load`` replaces the measurement with a fixed figure (scripted measurers: verdicts must
+    not depend on the machine the tests run on); ``measure_host_load=False`` turns it off.
+    ``stat``/``own``/``clock`` are injectable readers (tests).
+    """
+
+    def __init__(self, *, measure_host_load: bool = True, host_load: float | None = None,
+                 stat: Callable[[], tuple[float, float] | None] = proc_stat_busy_s,
+                 own: Callable[[], float] = own_cpu_s, clock: Callable[[], float] = time.perf_counter) -> None:
         self.samples: list[dict[str, Any]] = []
         self.error: str | None = None
+        self.measure_host_load = measure_host_load
+        self.host_load = host_load
+        self._meter = HostLoadMeter(stat=stat, own=own, clock=clock)
+        self._span: Any = None
+        self.load: dict[str, Any] = {}
 
     def __enter__(self) -> "CpuSampler":
+        if self.measure_host_load and self.host_load is None:
+            self._span = self._meter.span()
+            self._span.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.samples.append(cpu_info())
+        if self.host_load is not None:
+            self.load = {"other_cpu_cores": float(self.host_load), "steal_cpu_cores": 0.0, "cpu_count": _cpu_count()}
+        elif self._span is not None:
+            self._span.__exit__(None, None, None)
+            self._span = None
+            self.load = self._meter.summary()
 
     def summary(self) -> dict[str, Any] | None:
         if not self.samples:
             return None
         last = self.samples[-1]
-        return {"cur_freq_mhz": last.get("cur_freq_mhz"), "load_average": last.get("load_average")}
+        return {"cur_freq_mhz": last.get("cur_freq_mhz"), "load_average": last.get("load_average"), **self.load}
+
+
+def _cpu_count() -> int | None:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 class GpuSampler(Sampler):

@@ -66,6 +66,22 @@ def test_throttled_regression_is_inconclusive_and_strict_fails(pytester: pytest.
     rec.stdout.fnmatch_lines(["*inconclusive comparison in test_bench.py::test_loop*throttled: HW thermal 34% of samples*"])
 
 
+def test_regression_on_a_busy_host_is_inconclusive_and_strict_fails(pytester: pytest.Pytester) -> None:
+    """CPU backend: other processes took a core while it ran (scripted host load), so a slowdown is
+    not trusted; on a quiet host the same slowdown fails."""
+    _record(pytester)
+    set_timings(pytester, dict(TWICE_AS_SLOW, host_load=0.98))
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*test_loop*inconclusive*",
+                              "*host busy: other processes used 0.98 of * CPU cores while it ran*"])
+    entry = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
+    assert entry["verdict"] == "inconclusive" and entry["telemetry"]["other_cpu_cores"] == 0.98
+    pytester.runpytest("--gpuperf", "--gpuperf-strict", *RUN).assert_outcomes(failed=1)
+    set_timings(pytester, dict(TWICE_AS_SLOW, host_load=0.2))
+    pytester.runpytest("--gpuperf", *RUN).assert_outcomes(failed=1)
+
+
 def test_unthrottled_regression_still_fails(pytester: pytest.Pytester) -> None:
     _record(pytester)
     set_timings(pytester, TWICE_AS_SLOW)

@@ -184,3 +184,49 @@ def test_confirmation_keeps_a_real_regression_and_drops_a_transient():
     c = _decide("k", gone, "main", BenchOptions(), confirm_from=2)
     assert c.verdict is Verdict.UNCHANGED and c.confirmed is False
     assert _decide("k", real, "main", BenchOptions(), confirm_from=None).confirmed is None
+
+
+def test_ab_regression_on_a_busy_host_is_inconclusive():
+    """Other processes took a core while the blocks ran (B's first worker measured it): the
+    paired ratio is not trusted, as on a throttled GPU; it fails only under --gpuperf-strict."""
+    from pytest_gpuperf.report import result_entry
+    from pytest_gpuperf.result import BenchResult
+
+    def entry(load: float) -> dict:
+        r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=1,
+                                     benchmark_id="test_x", options={"threshold": 0.05},
+                                     telemetry={"other_cpu_cores": load, "cpu_count": 2})
+        return result_entry(r, environment={}, git_commit=None, timestamp_utc="")
+
+    blocks = [Block(side, 0, pos, tuple([1.0 if side == "A" else 1.3] * 5))
+              for pos, side in enumerate("ABBAABBAABBAABBA")]
+    busy = ab_result("t.py::test_x", blocks, {"A": entry(0.0), "B": entry(0.9)}, "main (abc1234)")
+    assert busy.comparison.verdict is Verdict.INCONCLUSIVE
+    assert busy.comparison.note.startswith("host busy: other processes used 0.90 of 2 CPU cores while it ran")
+    assert busy.failures() == [] and busy.failures(strict=True)
+    quiet = ab_result("t.py::test_x", blocks, {"A": entry(0.1), "B": entry(0.1)}, "main (abc1234)")
+    assert quiet.comparison.verdict is Verdict.REGRESSED
+
+
+def test_ab_worker_host_load_meter_choice():
+    import time
+
+    from pytest_gpuperf.bench import _host_load_meter
+    from pytest_gpuperf.telemetry import HostLoadMeter
+    from pytest_gpuperf.timing import Measurer
+
+    class Scripted:
+        host_load = 0.7
+
+    class Dev:
+        def __init__(self, kind: str) -> None:
+            self.type = kind
+
+    assert isinstance(_host_load_meter(Measurer(), Dev("cpu")), HostLoadMeter)
+    assert _host_load_meter(Measurer(), Dev("cuda")) is None
+    assert _host_load_meter(Measurer(clock=lambda: 0), Dev("cpu")) is None
+    fixed = _host_load_meter(Scripted(), Dev("cpu"))
+    with fixed.span():
+        pass
+    assert fixed.summary()["other_cpu_cores"] == 0.7
+    assert Measurer().clock is time.perf_counter_ns

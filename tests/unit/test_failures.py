@@ -223,3 +223,20 @@ def test_failures_is_pure(strict):
     r = result(regressed(), trace_path=TRACE)
     assert r.failures(strict=strict) == r.failures(strict=strict)
     assert r.comparison.verdict is Verdict.REGRESSED  # nothing changed on the result
+
+
+def test_misclassification_on_a_busy_host_fails_only_strict_or_while_updating():
+    busy = {"other_cpu_cores": 0.98, "cpu_count": 2}
+    r = BenchResult.from_samples(
+        tuple(samples(9, 20, 1.3)), name="test_t[2]", device="cpu", rounds=20, calls_per_round=1,
+        warmup_rounds=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
+        telemetry=busy)
+    why = f"{BID}: {MISMATCH}; measured while host busy: other processes used 0.98 of 2 CPU cores while it ran"
+    assert r.misclassified and not r.misclassification_trusted
+    assert r.failures() == []
+    assert r.failures(strict=True) == [why] and r.failures(updating=True) == [why]
+    quiet = BenchResult.from_samples(
+        tuple(samples(9, 20, 1.3)), name="test_t[2]", device="cpu", rounds=20, calls_per_round=1,
+        warmup_rounds=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
+        telemetry={"other_cpu_cores": 0.1, "cpu_count": 2})
+    assert quiet.misclassification_trusted and quiet.failures() == [f"{BID}: {MISMATCH}"]
