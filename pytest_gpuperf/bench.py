@@ -591,7 +591,7 @@ class GpuBench:
         ``counted``: ``(flops, bytes, dtype)`` from the count gate's call, reused when given."""
         from .bottleneck import Thresholds, analyze, classify, with_roofline
         from .profiling import (calibrate, count_flops_and_bytes, cpu_op_floor_s, profile_call_count,
-                                profile_calls)
+                                profile_calls, tf32_settings, uses_tf32)
 
         dev_type = getattr(self.context.device, "type", "cpu")
         floor = cpu_op_floor_s() if dev_type == "cpu" else 0.0
@@ -599,7 +599,10 @@ class GpuBench:
         prof, events = profile_calls(fn, args, kwargs, self.context.device, calls)
         evidence = analyze(events, device_type=dev_type, calls=calls, cpu_op_floor_s=floor)
         flops, nbytes, dtype = counted if counted is not None else count_flops_and_bytes(fn, args, kwargs)
-        peak_flops, peak_bw = calibrate(self.context.device, dtype)
+        matmul_tf32, cudnn_tf32 = tf32_settings()
+        tf32 = uses_tf32(dtype, device_type=dev_type, matmul_tf32=matmul_tf32, cudnn_tf32=cudnn_tf32,
+                         has_conv=any(e.kind == "cpu_op" and "convolution" in e.name for e in events))
+        peak_flops, peak_bw = calibrate(self.context.device, dtype, tf32=tf32)
         evidence = with_roofline(evidence, flops=flops, bytes_moved=nbytes, peak_flops_per_s=peak_flops,
                                  peak_bytes_per_s=peak_bw, dtype=dtype or "float32")
         return prof, classify(evidence, self.context.thresholds or Thresholds())

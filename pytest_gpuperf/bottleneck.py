@@ -15,7 +15,10 @@ Decision, in order (thresholds in :class:`Thresholds`, all overridable):
 
 1. ``data_fraction >= data`` → data;
 2. ``copy_fraction >= transfer`` → transfer;
-3. GPU: ``idle_fraction >= idle`` → sync if ``sync_s >= sync_share * idle_s`` else overhead;
+3. GPU: ``idle_fraction >= idle`` → sync if ``sync_s >= sync_share * idle_s`` (time inside
+   synchronizing calls) or ``sync_idle_s >= sync_share * idle_s`` (idle gaps in which a
+   synchronizing call returned: after ``.item()`` the wait can be microseconds while the gap
+   that follows is Python and launch time the sync caused), else overhead;
    CPU: ``overhead_fraction >= cpu_overhead`` → overhead;
 4. roofline: ``flops / bytes >= peak_flops / peak_bytes_per_s`` (the ridge point) → compute, else memory.
 
@@ -119,7 +122,8 @@ class Evidence:
     GPU: ``busy_s`` is the union of device activity (kernels, memsets, device-to-device copies),
     ``copy_s`` of host↔device copies, ``idle_s = wall_s - union(busy, copies)``; ``kernel_count``
     and ``kernel_median_s`` describe the kernels; ``host_wait_s`` sums the idle gaps in which the
-    next kernel's launch started after the previous kernel ended (HTA's host-wait).
+    next kernel's launch started after the previous kernel ended (HTA's host-wait); ``sync_s`` is
+    the time inside synchronizing calls and ``sync_idle_s`` the idle gaps in which one returned.
     CPU: ``busy_s`` is the union of top-level op time, ``kernel_count`` counts top-level ops and
     ``overhead_s`` estimates Python plus per-op dispatch cost.
     Roofline: ``flops`` and ``bytes`` per call, ``peak_flops_per_s``/``peak_bytes_per_s`` the
@@ -144,6 +148,10 @@ class Evidence:
     peak_bytes_per_s: float | None = None
     dtype: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
+    #: GPU: device-idle time in the gaps during which a synchronizing call returned (the queue
+    #: had drained because the host waited; what follows until the next kernel is the cost of
+    #: that sync, even when the blocking call itself took microseconds).
+    sync_idle_s: float = 0.0
 
     def fraction(self, seconds: float) -> float:
         return seconds / self.wall_s if self.wall_s > 0 else 0.0
@@ -266,6 +274,8 @@ def classify(e: Evidence, thresholds: Thresholds = Thresholds()) -> Bottleneck:
         if e.fraction(e.idle_s) >= t.idle:
             if e.idle_s > 0 and e.sync_s >= t.sync_share * e.idle_s:
                 return Bottleneck("sync", e, f"device idle {_pct(e.fraction(e.idle_s))}, synchronizing calls cover {_pct(min(1.0, e.sync_s / e.idle_s))} of it")
+            if e.idle_s > 0 and e.sync_idle_s >= t.sync_share * e.idle_s:
+                return Bottleneck("sync", e, f"device idle {_pct(e.fraction(e.idle_s))}, {_pct(min(1.0, e.sync_idle_s / e.idle_s))} of it in gaps where a synchronizing call returned")
             return Bottleneck("overhead", e, f"device idle {_pct(e.fraction(e.idle_s))} >= {_pct(t.idle)}, not explained by synchronization")
     elif e.fraction(e.overhead_s) >= t.cpu_overhead:
         return Bottleneck("overhead", e, f"per-op overhead {_pct(e.fraction(e.overhead_s))} >= {_pct(t.cpu_overhead)}")
@@ -303,6 +313,19 @@ def union_ns(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def total_ns(intervals: Iterable[tuple[int, int]]) -> int:
     return sum(e - s for s, e in union_ns(intervals))
+
+
+def _gaps_with_returns(active: list[tuple[int, int]], lo: int, hi: int, returns_ns: Sequence[int]) -> int:
+    """Total length (ns) of the gaps of [lo, hi] outside ``active`` (sorted, disjoint) that
+    contain one of ``returns_ns`` (the end times of synchronizing calls)."""
+    gaps, at = [], lo
+    for s, e in active:
+        if s > at:
+            gaps.append((at, min(s, hi)))
+        at = max(at, e)
+    if at < hi:
+        gaps.append((at, hi))
+    return sum(g1 - g0 for g0, g1 in gaps if g1 > g0 and any(g0 <= r <= g1 for r in returns_ns))
 
 
 def _clip(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
@@ -367,9 +390,10 @@ def analyze(
         busy_ns, copy_ns = total_ns(busy), total_ns(copy)
         active_ns = total_ns(busy + copy)
         ours = [(e.start_ns, e.end_ns) for e in events if e.kind == "annotation" and e.name == FINAL_SYNC_NAME]
-        sync_ns = total_ns(_clip(((e.start_ns, e.end_ns) for e in events
-                                  if e.kind == "runtime" and e.name in SYNC_CALLS
-                                  and not any(s <= e.start_ns < t for s, t in ours)), lo, hi))
+        syncs = [e for e in events if e.kind == "runtime" and e.name in SYNC_CALLS
+                 and not any(s <= e.start_ns < t for s, t in ours)]
+        sync_ns = total_ns(_clip(((e.start_ns, e.end_ns) for e in syncs), lo, hi))
+        sync_idle_ns = _gaps_with_returns(union_ns(busy + copy), lo, hi, [e.end_ns for e in syncs])
         launches = {e.correlation: e.start_ns for e in events if e.kind == "runtime" and e.correlation}
         ordered = sorted(kernels + d2d + h2d, key=lambda k: k.start_ns)
         host_wait = 0
@@ -392,6 +416,7 @@ def analyze(
             idle_s=max(0, wall_ns - active_ns) * per_call,
             data_s=data_ns * per_call,
             sync_s=sync_ns * per_call,
+            sync_idle_s=sync_idle_ns * per_call,
             host_wait_s=host_wait * per_call,
             kernel_count=len(kernels) // calls,
             kernel_median_s=(statistics.median(durations) / 1e9) if durations else 0.0,

@@ -30,7 +30,8 @@ class MemoryReport:
     ``leaked_bytes``: still allocated after the block minus allocated before it (may be negative
     when the block freed older memory). ``reserved_peak_bytes``: CUDA caching-allocator peak
     reservation (``None`` on CPU). ``fragmentation``: reserved / allocated at peak (``None`` on
-    CPU or when nothing was allocated). ``allocated_before_bytes``: allocated at block entry
+    CPU or when nothing was allocated); the tracker empties the allocator's unused cache on entry,
+    so memory cached by earlier code does not count. ``allocated_before_bytes``: allocated at block entry
     (``None`` on CPU, where it is not tracked). ``budget_bytes``: the budget, if any.
     """
 
@@ -139,6 +140,9 @@ class MemoryTracker:
 
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
+            # release the allocator's unused cache first (an L2-flush buffer, a calibration copy...):
+            # the peak reservation, and so the fragmentation, is then the block's own
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(self.device)
             self._before = torch.cuda.memory_allocated(self.device)
         else:
@@ -353,9 +357,16 @@ class SnapshotRecorder:
         self.path = path
 
     def start(self) -> None:
+        """Start recording, with Python stacks only: ``stacks="all"`` (torch's default) also
+        symbolizes C++ frames at every allocation, which slows the recorded block down many times.
+        A torch whose ``_record_memory_history`` has no ``stacks`` keyword records its default."""
         import torch
 
-        torch.cuda.memory._record_memory_history(max_entries=200_000, device=self.device)
+        record = torch.cuda.memory._record_memory_history
+        try:
+            record(max_entries=200_000, device=self.device, stacks="python")
+        except TypeError:  # an older signature
+            record(max_entries=200_000, device=self.device)
 
     def discard(self) -> None:
         import torch

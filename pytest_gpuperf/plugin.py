@@ -84,20 +84,14 @@ class GpuPerfState:
             env["reference"] = _reference_for(device, measure_reference, self.xdist_dir, self.device_lock(device))
             self._environments[key] = env
             if device.type == "cuda":
-                from .telemetry import handle_for, nvml_status, other_processes
+                from .telemetry import handle_for, nvml_status, other_processes, other_processes_warning
 
                 status = nvml_status()
                 if status:
                     self.notes.append(status)
-                others = other_processes(handle_for(device.index or 0))
-                if others:
-                    mem = sum(p["used_memory_bytes"] or 0 for p in others)
-                    from .units import format_bytes
-
-                    self.warnings.append(
-                        f"{len(others)} other compute process(es) on {device} using {format_bytes(mem)}: "
-                        f"timings may be disturbed (pids {', '.join(str(p['pid']) for p in others)})"
-                    )
+                warning = other_processes_warning(other_processes(handle_for(device.index or 0)), device)
+                if warning:
+                    self.warnings.append(warning)
         return self._environments[key]
 
     def baseline(self, path: Path) -> "BaselineFile | None":

@@ -211,6 +211,8 @@ def trace_events_from(events: Sequence[Any]) -> list[TraceEvent]:
     out = []
     for e in events:
         name = str(e.name())
+        if name.startswith("ProfilerStep#"):  # the schedule's own step annotation (profile_calls' warm-up)
+            continue
         activity = str(e.activity_type()) if native else _infer_activity(e, name, cpu_annotations)
         kind = _KINDS.get(activity, "other")
         if kind == "other":
@@ -220,9 +222,17 @@ def trace_events_from(events: Sequence[Any]) -> list[TraceEvent]:
     return out
 
 
-def profile_calls(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, calls: int) -> tuple[Any, list[TraceEvent]]:
-    """Profile ``calls`` calls of ``fn`` (after the caller's warmup); returns (profiler, events)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+def profile_calls(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, calls: int,
+                  warmup: bool = True) -> tuple[Any, list[TraceEvent]]:
+    """Profile ``calls`` calls of ``fn`` (after the caller's warmup); returns (profiler, events).
+
+    With ``warmup`` the profiler runs a schedule of one warm-up step (one more call of ``fn``,
+    traced and discarded: the profiler's own start-up — CUPTI and kineto initialisation, the first
+    buffers — lands there instead of inflating the idle and host-wait time of the recorded calls)
+    and one active step with the ``calls`` calls, as ``torch.profiler.schedule(warmup=1, active=1)``
+    recommends.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     activities = [ProfilerActivity.CPU]
     if getattr(device, "type", "cpu") == "cuda":
@@ -233,7 +243,12 @@ def profile_calls(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any
             # torch 2.11 warns on every fresh profiler that it "clears events at the end of each
             # cycle" (a one-cycle profile like this loses nothing): keep it out of the user's session
             warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
-            prof = stack.enter_context(profile(activities=activities))
+            extra = {"schedule": schedule(wait=0, warmup=1, active=1, repeat=1)} if warmup else {}
+            prof = stack.enter_context(profile(activities=activities, **extra))
+        if warmup:
+            fn(*args, **kwargs)
+            _sync(device)
+            prof.step()  # warm-up step over: the next one is recorded
         with record_function(REGION_NAME):
             for _ in range(calls):
                 fn(*args, **kwargs)
@@ -273,26 +288,54 @@ def _median_s(fn: Callable[[], Any], device: Any, reps: int) -> float:
     return statistics.median(t.samples_ms) / 1e3
 
 
-def calibrate(device: Any, dtype: str | None = None) -> tuple[float, float]:
+def uses_tf32(dtype: str | None, *, device_type: str, has_conv: bool, matmul_tf32: bool, cudnn_tf32: bool) -> bool:
+    """Whether the fp32 FLOPs of a workload run on TF32 tensor cores, so that its compute peak is
+    the TF32 matmul's (pure). CUDA and float32 only: convolutions follow
+    ``torch.backends.cudnn.allow_tf32`` (True by default), matmuls
+    ``torch.backends.cuda.matmul.allow_tf32`` (False by default; ``set_float32_matmul_precision``
+    "high"/"medium" sets it). ``has_conv``: the workload runs a convolution."""
+    if device_type != "cuda" or (dtype or "float32") != "float32":
+        return False
+    return matmul_tf32 or (has_conv and cudnn_tf32)
+
+
+def tf32_settings() -> tuple[bool, bool]:
+    """``(matmul allow_tf32, cudnn allow_tf32)`` in force now."""
+    import torch
+
+    return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+
+
+def calibrate(device: Any, dtype: str | None = None, *, tf32: bool = False) -> tuple[float, float]:
     """Measured ceilings of ``device``: ``(peak FLOP/s for a matmul in dtype, copy bytes/s)``.
 
     Matmul n = 8192 on CUDA, 1024 on the CPU (2n^3 FLOPs); copy of 1 GiB on CUDA, 256 MiB on the
-    CPU (bytes read + written). Measured once per session per (device, dtype) and cached.
+    CPU (bytes read + written). Measured once per session per (device, dtype, tf32) and cached.
+    ``tf32`` (CUDA float32 only, see :func:`uses_tf32`): calibrate the matmul with TF32 allowed,
+    the ceiling of a workload whose fp32 FLOPs run on TF32 tensor cores (a cuDNN convolution by
+    default) — without it such a workload can show more than 100% of the fp32 peak.
     Datasheet peaks are leads only; these are what the device actually delivers here.
     """
     import torch
 
     dt_name = dtype if dtype and dtype.startswith(("float", "bfloat")) else "float32"
-    key = (str(device), dt_name)
+    cuda = getattr(device, "type", "cpu") == "cuda"
+    tf32 = bool(tf32 and cuda and dt_name == "float32")
+    key = (str(device), dt_name + ("+tf32" if tf32 else ""))
     if key in _CALIBRATION:
         return _CALIBRATION[key]
     dt = getattr(torch, dt_name)
-    cuda = getattr(device, "type", "cpu") == "cuda"
     n = 8192 if cuda else 1024
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, generator=g).to(dt)
     b = torch.randn(n, n, device=device, generator=g).to(dt)
-    mm_s = _median_s(lambda: torch.matmul(a, b), device, reps=10 if cuda else 3)
+    saved = torch.backends.cuda.matmul.allow_tf32
+    if cuda and dt_name == "float32":
+        torch.backends.cuda.matmul.allow_tf32 = tf32  # the ceiling of the math mode the workload runs in
+    try:
+        mm_s = _median_s(lambda: torch.matmul(a, b), device, reps=10 if cuda else 3)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
     del a, b
     numel = (1 << 28) if cuda else (1 << 26)
     src = torch.empty(numel, dtype=torch.float32, device=device).fill_(1.0)

@@ -47,6 +47,8 @@ REASONS = {
     0x80: "HW power brake",
     0x100: "display clock setting",
 }
+#: The "GPU idle" clocks-event reason: samples with it are left out of the low-clock share.
+GPU_IDLE = 0x1
 #: Reasons that make a timing untrustworthy (thermal, power brake, hardware slowdown).
 THROTTLE_REASONS = frozenset({0x8, 0x20, 0x40, 0x80})
 #: A run is throttled when a throttle reason was active in more than this share of samples...
@@ -149,19 +151,61 @@ def gpu_info(handle: Any) -> dict[str, Any] | None:
     }
 
 
-def other_processes(handle: Any, own_pid: int | None = None) -> list[dict[str, Any]] | None:
-    """Other compute processes on the GPU: ``[{"pid", "used_memory_bytes"}]`` (None without NVML)."""
+def own_pids(status: str | None = None) -> set[int]:
+    """This process's PIDs: ``os.getpid()`` and every PID of the ``NSpid:`` line of
+    ``/proc/self/status`` (``status``: its text, for tests) — its PID in each nested PID namespace
+    that this procfs can see."""
+    pids = {os.getpid()}
+    text = _read("/proc/self/status") if status is None else status
+    for line in (text or "").splitlines():
+        if line.startswith("NSpid:"):
+            pids.update(int(v) for v in line.split()[1:] if v.isdigit())
+    return pids
+
+
+def other_processes(handle: Any, own_pid: int | None = None,
+                    visible: Callable[[int], bool] | None = None) -> list[dict[str, Any]] | None:
+    """Other compute processes on the GPU: ``[{"pid", "used_memory_bytes"}]`` (None without NVML).
+
+    This process is recognised by :func:`own_pids` (``own_pid`` replaces them, for tests). NVML
+    reports PIDs of the host's PID namespace; in a container none of them is this process's PID
+    and none exists under this namespace's ``/proc`` (``visible(pid)``, default: ``/proc/<pid>``
+    exists). Then this process is among them and cannot be told apart: every entry gets
+    ``"foreign_pid_namespace": True`` and callers should count one fewer other process.
+    """
     nv = _nvml()
     if nv is None or handle is None:
         return None
     procs = _call(lambda: nv.nvmlDeviceGetComputeRunningProcesses(handle))
     if procs is None:
         return None
-    own = os.getpid() if own_pid is None else own_pid
-    return [
-        {"pid": getattr(p, "pid", None), "used_memory_bytes": getattr(p, "usedGpuMemory", None)}
-        for p in procs if getattr(p, "pid", None) != own
-    ]
+    own = own_pids() if own_pid is None else {own_pid}
+    listed = [{"pid": getattr(p, "pid", None), "used_memory_bytes": getattr(p, "usedGpuMemory", None)} for p in procs]
+    others = [p for p in listed if p["pid"] not in own]
+    seen = visible or (lambda pid: Path(f"/proc/{pid}").exists())
+    if others and len(others) == len(listed) and not any(seen(p["pid"]) for p in others if p["pid"] is not None):
+        for p in others:
+            p["foreign_pid_namespace"] = True
+    return others
+
+
+def other_processes_warning(others: list[dict[str, Any]] | None, device: Any) -> str | None:
+    """The summary warning for :func:`other_processes`' result on ``device`` (None: nothing to say)."""
+    if not others:
+        return None
+    from .units import format_bytes
+
+    foreign = all(p.get("foreign_pid_namespace") for p in others)
+    n = len(others) - (1 if foreign else 0)
+    if n < 1:
+        return None
+    mem = format_bytes(sum(p["used_memory_bytes"] or 0 for p in others))
+    pids = ", ".join(str(p["pid"]) for p in others)
+    if foreign:
+        return (f"{n} other compute process(es) on {device}: timings may be disturbed ({n + 1} processes using "
+                f"{mem}, this one among them; pids {pids} are of another PID namespace, so this process "
+                f"cannot be told apart)")
+    return f"{n} other compute process(es) on {device} using {mem}: timings may be disturbed (pids {pids})"
 
 
 def _reasons_reader(nv: Any, handle: Any) -> Callable[[], int | None]:
@@ -250,7 +294,8 @@ def summarize(samples: list[dict[str, Any]], max_sm_clock_mhz: float | None) -> 
     """Reduce sampler output to a result's ``telemetry`` (None when there are no samples).
 
     Keys: ``samples``, ``sm_clock_min_mhz``, ``sm_clock_median_mhz``, ``sm_clock_pct_of_max``
-    (median / max), ``low_clock_share`` (share of samples under 75% of max), ``reasons`` (reason
+    (median / max), ``low_clock_share`` (share of the samples *not* flagged "GPU idle" that were
+    under 75% of max; None when every sample was idle), ``reasons`` (reason
     name -> share of samples it was active), ``gpu_util_mean_pct``, ``memory_util_mean_pct``,
     ``temperature_max_c``, ``power_mean_w``. Pure.
     """
@@ -261,6 +306,10 @@ def summarize(samples: list[dict[str, Any]], max_sm_clock_mhz: float | None) -> 
         return [s[key] for s in samples if isinstance(s.get(key), (int, float))]
 
     clocks = vals("sm_clock_mhz")
+    # the low-clock rule looks at busy samples only: an idle GPU (clocks-event reason "GPU idle")
+    # clocks down by design, and a data- or host-bound benchmark leaves it idle between kernels
+    busy_clocks = [s["sm_clock_mhz"] for s in samples if isinstance(s.get("sm_clock_mhz"), (int, float))
+                   and not (isinstance(s.get("reasons"), int) and s["reasons"] & GPU_IDLE)]
     n = len(samples)
     reason_share: dict[str, float] = {}
     with_reasons = [s["reasons"] for s in samples if isinstance(s.get("reasons"), int)]
@@ -276,8 +325,8 @@ def summarize(samples: list[dict[str, Any]], max_sm_clock_mhz: float | None) -> 
         "sm_clock_median_mhz": med_clock,
         "sm_clock_pct_of_max": (100.0 * med_clock / max_sm_clock_mhz) if med_clock and max_sm_clock_mhz else None,
         "low_clock_share": (
-            sum(1 for c in clocks if c < LOW_CLOCK_FRACTION * max_sm_clock_mhz) / len(clocks)
-            if clocks and max_sm_clock_mhz else None
+            sum(1 for c in busy_clocks if c < LOW_CLOCK_FRACTION * max_sm_clock_mhz) / len(busy_clocks)
+            if busy_clocks and max_sm_clock_mhz else None
         ),
         "reasons": reason_share,
         "throttle_share": (

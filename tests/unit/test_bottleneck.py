@@ -934,3 +934,32 @@ def test_plugin_final_synchronize_is_not_counted_as_a_sync_stall():
     ]
     e = analyze(events, device_type="cuda")
     assert e.sync_s == pytest.approx(1_000e-9)
+
+
+def test_item_per_layer_is_sync_although_each_wait_is_short():
+    """The seed example (issue 11, item 2): ``.item()`` after every layer. Each blocking wait is a
+    few µs (the kernel is nearly done), but the device then idles through the Python and launch
+    time until the next layer: gaps in which a synchronizing call returned are the sync's cost."""
+    events = [region(0, 10 * 100 * US)]
+    for i in range(10):
+        t0 = i * 100 * US
+        events += [launch(i + 1, t0), kernel(i + 1, t0 + 5 * US, t0 + 25 * US),
+                   sync(t0 + 21 * US, t0 + 26 * US)]  # returns 1 µs after the kernel ends
+    e = analyze(events, device_type="cuda")
+    assert e.sync_s == pytest.approx(10 * 5e-6) and e.idle_s == pytest.approx(10 * 80e-6)
+    assert e.sync_idle_s == pytest.approx(10 * 80e-6 - 5e-6)  # all gaps but the first (0-5 µs)
+    b = classify(e)
+    assert b.kind == "sync"
+    assert b.reason == "device idle 80%, 99% of it in gaps where a synchronizing call returned"
+
+
+def test_launch_bound_without_syncs_stays_overhead_and_one_trailing_sync_does_not_flip_it():
+    events = [region(0, 1 * MS)]
+    for i in range(50):
+        t0 = i * 20 * US
+        events += [launch(i + 1, t0), kernel(i + 1, t0 + 8 * US, t0 + 10 * US)]
+    assert classify(analyze(events, device_type="cuda")).kind == "overhead"
+    events.append(sync(985 * US, 990 * US))  # one .item() at the end (a logged loss)
+    e = analyze(events, device_type="cuda")
+    assert 0 < e.sync_idle_s < 0.05 * e.idle_s
+    assert classify(e).kind == "overhead"

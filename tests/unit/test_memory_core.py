@@ -624,3 +624,60 @@ def test_memory_threshold_option(value, expected):
 def test_memory_threshold_bad(value):
     with pytest.raises(OptionError, match="memory_threshold"):
         resolve({"memory_threshold": value})
+
+
+def test_snapshot_recorder_records_python_stacks_only(monkeypatch):
+    """C++ stack symbolization (torch's default ``stacks="all"``) is slow: record Python stacks
+    (issue 11, item 9); a torch without the keyword gets its default."""
+    import torch
+
+    from pytest_gpuperf.memory import SnapshotRecorder
+
+    calls = []
+
+    def record(**kwargs):
+        calls.append(kwargs)
+
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", record)
+    SnapshotRecorder("cuda:0", "snap.pickle").start()
+    assert calls == [{"max_entries": 200_000, "device": "cuda:0", "stacks": "python"}]
+
+    def old_record(max_entries=None, device=None):
+        calls.append({"max_entries": max_entries, "device": device})
+
+    calls.clear()
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", old_record)
+    SnapshotRecorder("cuda:0", "snap.pickle").start()
+    assert calls == [{"max_entries": 200_000, "device": "cuda:0"}]
+
+
+def test_cuda_tracker_empties_the_cache_first_so_fragmentation_is_the_blocks(monkeypatch):
+    """Cache left by earlier code (the L2-flush buffer, the calibration copy) must not count as
+    the block's fragmentation (issue 11, item 8): the tracker releases it before resetting the peaks."""
+    import torch
+
+    from pytest_gpuperf.memory import MemoryTracker
+
+    calls = []
+    state = {"allocated": 100, "peak": 100, "reserved": 1_000}  # 900 B of stale cache
+
+    def empty_cache():
+        calls.append("empty_cache")
+        state["reserved"] = state["allocated"]
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: state["peak"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: state["reserved"])
+
+    class Dev:
+        type = "cuda"
+
+    with MemoryTracker(Dev()) as t:
+        state.update(peak=300, reserved=400)  # the block: 200 B at peak in a 300 B segment
+    assert calls[:3] == ["sync", "empty_cache", "reset"]
+    r = t.report
+    assert r.peak_bytes == 200 and r.reserved_peak_bytes == 400
+    assert r.fragmentation == pytest.approx(400 / 300)

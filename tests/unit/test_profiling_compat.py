@@ -350,3 +350,55 @@ def test_function_event_view_on_a_torch_without_is_user_annotation():
     ]
     assert events[3].start_ns == 100_000 and events[3].end_ns == 200_500 and events[3].correlation == 101
     assert analyze(events, device_type="cuda").busy_s == pytest.approx(100.5e-6)
+
+
+def test_fp32_peak_follows_the_tf32_settings_in_force():
+    """cuDNN convolutions use TF32 by default while fp32 matmuls do not: a conv step's compute
+    peak is the TF32 matmul's, or it shows more than 100% of peak (issue 11, item 7)."""
+    from pytest_gpuperf.profiling import uses_tf32
+
+    defaults = dict(matmul_tf32=False, cudnn_tf32=True)
+    assert uses_tf32("float32", device_type="cuda", has_conv=True, **defaults)
+    assert not uses_tf32("float32", device_type="cuda", has_conv=False, **defaults)
+    assert uses_tf32("float32", device_type="cuda", has_conv=False, matmul_tf32=True, cudnn_tf32=False)
+    assert not uses_tf32("float32", device_type="cuda", has_conv=True, matmul_tf32=False, cudnn_tf32=False)
+    assert not uses_tf32("bfloat16", device_type="cuda", has_conv=True, **defaults)
+    assert not uses_tf32("float32", device_type="cpu", has_conv=True, matmul_tf32=True, cudnn_tf32=True)
+    assert uses_tf32(None, device_type="cuda", has_conv=True, **defaults)  # no FLOP dtype: fp32 peak
+
+
+def test_calibration_is_cached_per_math_mode(monkeypatch):
+    import torch
+
+    from pytest_gpuperf import profiling
+
+    monkeypatch.setattr(profiling, "_CALIBRATION", {})
+    timed = []
+    monkeypatch.setattr(profiling, "_median_s", lambda fn, device, reps: timed.append(reps) or 1.0)
+    cpu = torch.device("cpu")
+    first = profiling.calibrate(cpu, "float32")
+    assert profiling.calibrate(cpu, "float32", tf32=True) == first  # no TF32 on the CPU: the same entry
+    assert len(timed) == 2 and set(profiling._CALIBRATION) == {("cpu", "float32")}
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
+
+
+def test_profiler_warm_up_step_is_run_and_left_out_of_the_trace():
+    """The profiler's own start-up lands in a discarded warm-up step (issue 11, item 3): ``fn``
+    runs once more than profiled, and only the profiled calls are in the trace."""
+    import torch
+
+    from pytest_gpuperf.profiling import profile_calls
+
+    made = []
+
+    def fn():
+        made.append(1)
+        return torch.ones(4).add(1)
+
+    _, events = profile_calls(fn, (), {}, torch.device("cpu"), 3)
+    assert len(made) == 4
+    assert sum(e.name == "aten::add" for e in events) == 3
+    assert sum(e.name == "gpuperf::region" for e in events) == 1
+    made.clear()
+    _, events = profile_calls(fn, (), {}, torch.device("cpu"), 3, warmup=False)
+    assert len(made) == 3 and sum(e.name == "aten::add" for e in events) == 3

@@ -827,3 +827,45 @@ def test_downgrade_throttled_without_reason_unchanged():
     d = downgrade_throttled(c, None)
     assert d is c
     assert d.failed
+
+
+def test_idle_samples_do_not_count_as_low_clock():
+    """A data-bound benchmark leaves the GPU idle (and clocked down) between batches: those
+    samples carry the "GPU idle" reason and are left out of the low-clock share (issue 11, item 4)."""
+    idle = telemetry.GPU_IDLE
+    samples = [sample(i, clock=LOW_SM_MHZ, reasons=idle) if i % 2 else sample(i, clock=MAX_SM_MHZ) for i in range(20)]
+    s = summarize(samples, MAX_SM_MHZ)
+    assert s["low_clock_share"] == 0.0 and throttle_verdict(s) is None
+    assert s["reasons"]["GPU idle"] == pytest.approx(0.5)
+    # a busy sample at a low clock still counts: 3 of the 10 busy samples -> 30%
+    samples = [sample(i, clock=LOW_SM_MHZ, reasons=idle) if i % 2
+               else sample(i, clock=LOW_SM_MHZ if i < 6 else MAX_SM_MHZ) for i in range(20)]
+    s = summarize(samples, MAX_SM_MHZ)
+    assert s["low_clock_share"] == pytest.approx(0.3)
+    assert throttle_verdict(s) == "throttled: SM clock below 75% of max in 30% of samples"
+    assert summarize([sample(i, reasons=idle) for i in range(5)], MAX_SM_MHZ)["low_clock_share"] is None
+
+
+def test_own_pids_reads_every_namespace_level():
+    from pytest_gpuperf.telemetry import own_pids
+
+    assert own_pids("Name:\\tpython\nNSpid:\t812\t7\n".replace("\\t", "\t")) >= {812, 7, os.getpid()}
+    assert own_pids("") == {os.getpid()}
+
+
+def test_other_processes_in_a_container_count_this_process_among_them(fake_nvml):
+    """NVML lists host PIDs; in a container none is ours and none is visible here (issue 11, item 10)."""
+    from pytest_gpuperf.telemetry import other_processes_warning
+
+    fake_nvml(processes=[SimpleNamespace(pid=91001, usedGpuMemory=1 << 30)])
+    alone = other_processes(HANDLE, own_pid=7, visible=lambda pid: False)
+    assert alone == [{"pid": 91001, "used_memory_bytes": 1 << 30, "foreign_pid_namespace": True}]
+    assert other_processes_warning(alone, "cuda:0") is None  # that one is this process
+    fake_nvml(processes=[SimpleNamespace(pid=91001, usedGpuMemory=1 << 30), SimpleNamespace(pid=91002, usedGpuMemory=1 << 20)])
+    two = other_processes(HANDLE, own_pid=7, visible=lambda pid: False)
+    text = other_processes_warning(two, "cuda:0")
+    assert text.startswith("1 other compute process(es) on cuda:0") and "this one among them" in text
+    # same namespace: a listed PID is visible here, so the list means what it says
+    same = other_processes(HANDLE, own_pid=7, visible=lambda pid: pid == 91002)
+    assert all("foreign_pid_namespace" not in p for p in same)
+    assert other_processes_warning(same, "cuda:0").startswith("2 other compute process(es) on cuda:0 using")
