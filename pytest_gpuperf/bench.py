@@ -107,6 +107,7 @@ class BenchContext:
     confirm_regressions: bool = True
     reference: Mapping[str, Any] | None = None
     normalize: bool = False
+    host_load: bool = True
     device_lock: Callable[[], ContextManager[Any]] | None = None
     progress: Progress | None = None
     measurer: Measurer = field(default_factory=Measurer)
@@ -327,7 +328,7 @@ class GpuBench:
 
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
         self._reset_cuda_peak()
-        sampler = _sampler(ctx.measurer, ctx.device, sampler_for)
+        sampler = _sampler(ctx.measurer, ctx.device, sampler_for, measure=ctx.host_load)
         clock = getattr(ctx.measurer, "clock", time.perf_counter_ns)  # the clock of the time budgets
         start_ns = clock()
         with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
@@ -427,7 +428,7 @@ class GpuBench:
         ctx, client = self.context, self.context.ab_worker
         client.ready(self._full_id(bid), ctx.nodeid, self.options.max_time)
         cpr, samples, rounds, warm = calls_per_round, [], 0, 0
-        host = _host_load_meter(ctx.measurer, ctx.device)  # over this worker's blocks (CPU backend)
+        host = _host_load_meter(ctx.measurer, ctx.device, measure=ctx.host_load)  # over its blocks (CPU)
         while True:
             cmd = client.command()
             try:
@@ -586,26 +587,13 @@ class GpuBench:
         return safe_filename(self._full_id(bid))
 
     def _classify_fn(self, fn, args, kwargs, median_ms: float, counted: tuple | None = None) -> tuple[Any, Any]:
-        """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing).
+        """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing):
+        :func:`pytest_gpuperf.profiling.classify_call`. ``counted``: ``(flops, bytes, dtype)``
+        from the count gate's call, reused when given."""
+        from .profiling import classify_call
 
-        ``counted``: ``(flops, bytes, dtype)`` from the count gate's call, reused when given."""
-        from .bottleneck import Thresholds, analyze, classify, with_roofline
-        from .profiling import (calibrate, count_flops_and_bytes, cpu_op_floor_s, profile_call_count,
-                                profile_calls, tf32_settings, uses_tf32)
-
-        dev_type = getattr(self.context.device, "type", "cpu")
-        floor = cpu_op_floor_s() if dev_type == "cpu" else 0.0
-        calls = profile_call_count(median_ms)
-        prof, events = profile_calls(fn, args, kwargs, self.context.device, calls)
-        evidence = analyze(events, device_type=dev_type, calls=calls, cpu_op_floor_s=floor)
-        flops, nbytes, dtype = counted if counted is not None else count_flops_and_bytes(fn, args, kwargs)
-        matmul_tf32, cudnn_tf32 = tf32_settings()
-        tf32 = uses_tf32(dtype, device_type=dev_type, matmul_tf32=matmul_tf32, cudnn_tf32=cudnn_tf32,
-                         has_conv=any(e.kind == "cpu_op" and "convolution" in e.name for e in events))
-        peak_flops, peak_bw = calibrate(self.context.device, dtype, tf32=tf32)
-        evidence = with_roofline(evidence, flops=flops, bytes_moved=nbytes, peak_flops_per_s=peak_flops,
-                                 peak_bytes_per_s=peak_bw, dtype=dtype or "float32")
-        return prof, classify(evidence, self.context.thresholds or Thresholds())
+        return classify_call(fn, args, kwargs, self.context.device, median_ms, counted=counted,
+                             thresholds=self.context.thresholds)
 
     def _reset_cuda_peak(self) -> None:
         if getattr(self.context.device, "type", "cpu") == "cuda":
@@ -651,18 +639,19 @@ class GpuBench:
         raise MemoryLimitError(message, details=details) from exc
 
 
-def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any]) -> Any:
+def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:
     """The telemetry sampler for one measurement. The CPU sampler's host load is measured only
     when the measurer times with the real clock; a measurer with a ``host_load`` attribute (the
     scripted one of :mod:`pytest_gpuperf._testing`) fixes it instead (None: not measured), so a
-    verdict on scripted timings never depends on what else the test machine runs."""
+    verdict on scripted timings never depends on what else the test machine runs. ``measure``
+    False (``--gpuperf-no-host-load``) turns the measurement off."""
     from .telemetry import CpuSampler
 
     s = sampler_for(device)
     if isinstance(s, CpuSampler):
         if hasattr(measurer, "host_load"):
             s.measure_host_load, s.host_load = False, measurer.host_load
-        elif getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
+        elif not measure or getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
             s.measure_host_load = False
     return s
 
@@ -683,7 +672,7 @@ class _FixedHostLoad:
                                               "cpu_count": _cpu_count()}
 
 
-def _host_load_meter(measurer: Any, device: Any) -> Any:
+def _host_load_meter(measurer: Any, device: Any, *, measure: bool = True) -> Any:
     """What measures the host load of an A/B worker's blocks: a
     :class:`~pytest_gpuperf.telemetry.HostLoadMeter` on the CPU backend with the real clock, the
     scripted figure under a scripted measurer (``host_load``), None elsewhere (CUDA, fake clocks)."""
@@ -693,6 +682,6 @@ def _host_load_meter(measurer: Any, device: Any) -> Any:
         return None
     if hasattr(measurer, "host_load"):
         return _FixedHostLoad(measurer.host_load)
-    if getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
+    if not measure or getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
         return None
     return HostLoadMeter()

@@ -49,6 +49,7 @@ class GpuPerfState:
     classify: bool
     strict: bool
     normalize: bool
+    host_load: bool
     artifacts_dir: Path
     thresholds: Any  # bottleneck.Thresholds from the ini, or None for the built-in ones
     options: opts.BenchOptions  # the session's defaults: command line over ini over the built-in ones
@@ -171,6 +172,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-artifacts", metavar="DIR", default=None,
                     help="where chrome traces of regressed or misclassified benchmarks go (default .gpuperf/artifacts/)")
     group.addoption("--gpuperf-confirm", metavar="N", default=None, help=_help("confirm"))
+    group.addoption("--gpuperf-no-host-load", action="store_true", default=False,
+                    help="CPU backend: do not measure other processes' CPU load while benchmarks run (the "
+                         "busy-host guard; also ini gpuperf_host_load = false or GPUPERF_HOST_LOAD=0)")
     group.addoption("--gpuperf-strict", action="store_true", default=False,
                     help="fail inconclusive comparisons too (default: they pass with a warning)")
     group.addoption("--gpuperf-normalize", action="store_true", default=False,
@@ -199,6 +203,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_ab_pythonpath", "A/B: import roots of the code under test, relative to the repository's "
                   "top (space- or comma-separated), e.g. src", default="")
+    parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "
+                  "(the busy-host guard; default true)", type="bool", default=True)
     parser.addini("gpuperf_bottleneck_thresholds",
                   "overrides of the classification thresholds, e.g. 'idle=0.6, data=0.4'", default="")
     for name in opts.OPTION_NAMES:
@@ -321,6 +327,7 @@ def pytest_configure(config: pytest.Config) -> None:
         classify=bool(config.getoption("--gpuperf-classify")),
         strict=bool(config.getoption("--gpuperf-strict")),
         normalize=bool(config.getoption("--gpuperf-normalize")),
+        host_load=_host_load_enabled(config),
         artifacts_dir=Path(config.invocation_params.dir, art_opt) if art_opt else config.rootpath / ".gpuperf" / "artifacts",
         thresholds=thresholds,
         options=session_options,
@@ -333,6 +340,15 @@ def pytest_configure(config: pytest.Config) -> None:
         verbose=config.getoption("verbose", 0) or 0,
     )
     _configure_ab(config, config.stash[STATE_KEY])
+
+
+def _host_load_enabled(config: pytest.Config) -> bool:
+    """Whether the CPU backend measures the host load (the busy-host guard): off with
+    ``--gpuperf-no-host-load``, ini ``gpuperf_host_load = false`` or ``GPUPERF_HOST_LOAD=0``."""
+    env = os.environ.get("GPUPERF_HOST_LOAD", "").strip().lower()
+    if env in ("0", "false", "no", "off"):
+        return False
+    return not config.getoption("--gpuperf-no-host-load") and bool(config.getini("gpuperf_host_load"))
 
 
 def _configure_ab(config: pytest.Config, state: GpuPerfState) -> None:
@@ -636,6 +652,7 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
         confirm_regressions=not state.updating,
         reference=(env or {}).get("reference"),
         normalize=state.normalize,
+        host_load=state.host_load,
         device_lock=lambda: state.device_lock(device),
         progress=_progress_writer(request.config, item.nodeid) if state.verbose > 0 and state.measuring else None,
         measurer=_gpuperf_measurer,

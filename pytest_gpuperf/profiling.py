@@ -367,6 +367,34 @@ def cpu_op_floor_s() -> float:
     return floor
 
 
+def classify_call(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, median_ms: float, *,
+                  counted: tuple[float, float, str | None] | None = None, thresholds: Any = None) -> tuple[Any, Any]:
+    """Classify the bottleneck of ``fn(*args, **kwargs)`` on ``device``; returns ``(profiler, Bottleneck)``.
+
+    Profiles :func:`profile_call_count` calls (``median_ms``: one call's median time, ms), counts
+    FLOPs and bytes (``counted``: ``(flops, bytes, dtype)`` already counted), calibrates the
+    device's peaks (:func:`calibrate`, TF32 where :func:`uses_tf32`) and applies
+    :func:`pytest_gpuperf.bottleneck.classify` with ``thresholds`` (default
+    :class:`~pytest_gpuperf.bottleneck.Thresholds`). The one classification path of the plugin
+    and of ``benchmarks/gpu_validate.py``.
+    """
+    from .bottleneck import Thresholds, analyze, classify, with_roofline
+
+    dev_type = getattr(device, "type", "cpu")
+    floor = cpu_op_floor_s() if dev_type == "cpu" else 0.0
+    calls = profile_call_count(median_ms)
+    prof, events = profile_calls(fn, args, kwargs, device, calls)
+    evidence = analyze(events, device_type=dev_type, calls=calls, cpu_op_floor_s=floor)
+    flops, nbytes, dtype = counted if counted is not None else count_flops_and_bytes(fn, args, kwargs)
+    matmul_tf32, cudnn_tf32 = tf32_settings()
+    tf32 = uses_tf32(dtype, device_type=dev_type, matmul_tf32=matmul_tf32, cudnn_tf32=cudnn_tf32,
+                     has_conv=any(e.kind == "cpu_op" and "convolution" in e.name for e in events))
+    peak_flops, peak_bw = calibrate(device, dtype, tf32=tf32)
+    evidence = with_roofline(evidence, flops=flops, bytes_moved=nbytes, peak_flops_per_s=peak_flops,
+                             peak_bytes_per_s=peak_bw, dtype=dtype or "float32")
+    return prof, classify(evidence, thresholds or Thresholds())
+
+
 def profile_call_count(median_ms: float) -> int:
     """How many calls to profile: about 50 ms worth, between 1 and 10."""
     if not median_ms or not math.isfinite(median_ms):

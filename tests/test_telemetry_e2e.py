@@ -152,3 +152,29 @@ def test_real_nvml_smoke() -> None:
     summary = sampler.summary()
     assert summary["samples"] > 0 and summary["sm_clock_median_mhz"] > 0
     print(info, summary)
+
+
+def test_host_load_is_measured_by_default_and_can_be_turned_off(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real timing, asserting only what cannot flip: the host load is in the telemetry (a number
+    of cores, whatever it is) unless --gpuperf-no-host-load, ini gpuperf_host_load = false or
+    GPUPERF_HOST_LOAD=0 turn it off (this suite's conftest sets the variable: unset it here)."""
+    monkeypatch.delenv("GPUPERF_HOST_LOAD", raising=False)
+    pytester.makepyfile(test_bench="""
+import pytest
+
+@pytest.mark.gpu_bench(max_time=0.6, warmup_time=0.01, target_precision=0, device="cpu", confirm=0)
+def test_loop(gpu_bench):
+    gpu_bench(sum, range(1000))
+""")
+
+    def telemetry(*args: str) -> dict:
+        pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *args, *RUN).assert_outcomes(passed=1)
+        return json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["telemetry"]
+
+    on = telemetry()
+    assert isinstance(on["other_cpu_cores"], float) and on["other_cpu_cores"] >= 0 and on["cpu_count"] >= 1
+    assert "other_cpu_cores" not in telemetry("--gpuperf-no-host-load")
+    assert "other_cpu_cores" not in telemetry("-o", "gpuperf_host_load=false")
+    monkeypatch.setenv("GPUPERF_HOST_LOAD", "0")
+    assert "other_cpu_cores" not in telemetry()
