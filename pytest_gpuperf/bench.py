@@ -311,7 +311,7 @@ class GpuBench:
                           calls_per_round=None) -> BenchResult:
         from .gate import judge
         from .memory import measure_peak
-        from .telemetry import sampler_for, throttle_verdict
+        from .telemetry import host_busy, sampler_for, throttle_verdict
 
         ctx = self.context
 
@@ -401,8 +401,8 @@ class GpuBench:
             prof, bottleneck = self._classify_fn(fn, a, k, median_ms, counted)
         trace_path = top_ops = None
         mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
-        busy = throttle_verdict(telemetry)
-        if mismatch and busy and busy.startswith("host busy") and ctx.confirm_regressions:  # not while updating
+        busy = host_busy(telemetry)
+        if mismatch and busy and ctx.confirm_regressions:  # not while updating
             notes.append(f"{self._full_id(bid)}: expected {'/'.join(expected)}-bound, measured "
                          f"{bottleneck.kind}-bound while {busy}: the bottleneck check is not trusted "
                          f"(fails with --gpuperf-strict); rerun on a quiet machine")
@@ -555,13 +555,11 @@ class GpuBench:
     def _probe_evidence(t: Timing, probe: Any, entry: BaselineEntry | None) -> Any:
         """What judge needs of the probe: this run's probe times and the baseline's stored level
         (None when no probe ran, e.g. an injected measurer without probe support)."""
-        probe_ms = getattr(t, "probe_ms", ())
-        if probe is None or not probe_ms:
+        if probe is None or not getattr(t, "probe_ms", ()):
             return None
         from .probe import ProbeEvidence
 
-        level = entry.probe_level_ms(probe.name) if entry is not None else None
-        return ProbeEvidence(tuple(probe_ms), level, probe.name, int(getattr(t, "probe_every", 1) or 1))
+        return ProbeEvidence.of(t, entry.probe_level_ms(probe.name) if entry is not None else None, probe.name)
 
     def _drift_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
         """With --gpuperf-normalize: (reference name, now/then ratio) to divide samples by."""
@@ -640,48 +638,29 @@ class GpuBench:
 
 
 def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:
-    """The telemetry sampler for one measurement. The CPU sampler's host load is measured only
-    when the measurer times with the real clock; a measurer with a ``host_load`` attribute (the
-    scripted one of :mod:`pytest_gpuperf._testing`) fixes it instead (None: not measured), so a
-    verdict on scripted timings never depends on what else the test machine runs. ``measure``
-    False (``--gpuperf-no-host-load``) turns the measurement off."""
+    """The telemetry sampler for one measurement: ``sampler_for(device)``, whose CPU sampler gets
+    the host-load meter of :func:`_host_load_meter`."""
     from .telemetry import CpuSampler
 
     s = sampler_for(device)
     if isinstance(s, CpuSampler):
-        if hasattr(measurer, "host_load"):
-            s.measure_host_load, s.host_load = False, measurer.host_load
-        elif not measure or getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
-            s.measure_host_load = False
+        s.meter = _host_load_meter(measurer, device, measure=measure)
     return s
 
 
-class _FixedHostLoad:
-    """A scripted measurer's host load, in the shape of :class:`~pytest_gpuperf.telemetry.HostLoadMeter`."""
-
-    def __init__(self, cores: float | None) -> None:
-        self.cores = cores
-
-    def span(self) -> ContextManager[None]:
-        return contextlib.nullcontext()
-
-    def summary(self) -> dict[str, Any]:
-        from .telemetry import _cpu_count
-
-        return {} if self.cores is None else {"other_cpu_cores": float(self.cores), "steal_cpu_cores": 0.0,
-                                              "cpu_count": _cpu_count()}
-
-
 def _host_load_meter(measurer: Any, device: Any, *, measure: bool = True) -> Any:
-    """What measures the host load of an A/B worker's blocks: a
-    :class:`~pytest_gpuperf.telemetry.HostLoadMeter` on the CPU backend with the real clock, the
-    scripted figure under a scripted measurer (``host_load``), None elsewhere (CUDA, fake clocks)."""
+    """The :class:`~pytest_gpuperf.telemetry.HostLoadMeter` of a measurement on the CPU backend
+    (the timed rounds, or an A/B worker's blocks): a measuring one when the measurer times with
+    the real clock; a fixed one under a measurer with a ``host_load`` attribute (the scripted one
+    of :mod:`pytest_gpuperf._testing`; its None: no meter), so a verdict on scripted timings never
+    depends on what else the test machine runs; None on CUDA, with a fake clock, or with
+    ``measure`` False (``--gpuperf-no-host-load``)."""
     from .telemetry import HostLoadMeter
 
     if getattr(device, "type", str(device)) != "cpu":
         return None
     if hasattr(measurer, "host_load"):
-        return _FixedHostLoad(measurer.host_load)
+        return None if measurer.host_load is None else HostLoadMeter(fixed_cores=measurer.host_load)
     if not measure or getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
         return None
     return HostLoadMeter()

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -179,18 +179,20 @@ class Comparison:
             text += f", 99% prediction limit {format_ratio(self.prediction_limit)}"
         if self.normalized_by and self.raw_ratio is not None:
             text += f"; normalized by machine-speed drift ({self.normalized_by}), raw ratio {format_ratio(self.raw_ratio)}"
-        if self.confirmed is True:
-            text += "; confirmed on re-measure"
-        elif self.confirmed is False:
-            text += "; not confirmed on re-measure (noise)"
+        return text + self._tail(INTENDED_HINT)
+
+    def _tail(self, intended_hint: str) -> str:
+        """The end of a timing message: confirmation, the baseline file (none in A/B mode), the
+        note, and for a regression what to do when the change is intended."""
+        text = {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(
+            self.confirmed, "")
         if self.baseline_file:
             text += f"; baseline: {self.baseline_file}"
         if self.note:
             text += f"; {self.note}"
         if self.verdict is Verdict.REGRESSED:
-            text += f"; {INTENDED_HINT}"
+            text += f"; {intended_hint}"
         return text
-
 
     def _ab_message(self, head: str, p: float | None) -> str:
         from .ab import ab_summary
@@ -200,15 +202,7 @@ class Comparison:
                 f"ratio); median A {format_ms(self.baseline_median_ms)} -> B {format_ms(self.current_median_ms)}; "
                 f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {self.alpha:g}) over {self.ab_pairs} paired blocks from "
                 f"{self.runs} pair(s) of worker processes (per pair {per}), threshold +{self.threshold * 100:g}%")
-        if self.confirmed is True:
-            text += "; confirmed on re-measure"
-        elif self.confirmed is False:
-            text += "; not confirmed on re-measure (noise)"
-        if self.note:
-            text += f"; {self.note}"
-        if self.verdict is Verdict.REGRESSED:
-            text += "; if the change is intended, this A/B comparison passes once REF includes it"
-        return text
+        return text + self._tail("if the change is intended, this A/B comparison passes once REF includes it")
 
 
 #: The end of every regression message (timing and memory): what to do when the change is wanted.
@@ -477,7 +471,14 @@ def downgrade_throttled(c: Comparison, reason: str | None, *, strict_hint: bool 
     import dataclasses
 
     note = f"{reason}; the regression is not trusted" + (" (fails with --gpuperf-strict)" if strict_hint else "")
-    return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, note=note if not c.note else f"{note}; {c.note}")
+    return with_note(c, note, verdict=Verdict.INCONCLUSIVE)
+
+
+def with_note(c: Comparison, note: str, **changes: Any) -> Comparison:
+    """``c`` with ``note`` put before its own note (and ``changes`` applied). Pure."""
+    import dataclasses
+
+    return dataclasses.replace(c, note=note if not c.note else f"{note}; {c.note}", **changes)
 
 
 # ----------------------------------------------------------------------------- memory

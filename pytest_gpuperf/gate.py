@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .baseline import BaselineEntry
 from .compare import (Comparison, Verdict, decide, downgrade_throttled, hodges_lehmann_ratio, recentred_baseline,
-                      run_stats)
+                      run_stats, with_note)
 from .options import BenchOptions
 
 if TYPE_CHECKING:
@@ -91,20 +91,17 @@ def _probe_normalized(samples_ms: Sequence[float], factors: Sequence[float]) -> 
     return [float(x) / f for x, f in zip(samples_ms, factors)]
 
 
-def _extra_samples(measured: Any, probe: "ProbeEvidence | None", normalize: bool) -> tuple[list[float], list[float]]:
-    """A re-measure's (raw samples, samples normalized like the first measurement's)."""
-    samples = [float(v) for v in getattr(measured, "samples_ms", measured)]
-    if not normalize or probe is None:
-        return samples, samples
+def _probe_normalized_remeasure(measured: Any, samples: list[float], probe: "ProbeEvidence") -> list[float]:
+    """A re-measure's ``samples`` normalized like the first measurement's: by its own probe times,
+    else (none of its own) by the first measurement's machine ratio."""
     from .probe import ProbeEvidence
 
-    own = ProbeEvidence(tuple(getattr(measured, "probe_ms", ()) or ()), probe.baseline_ms, probe.name,
-                        int(getattr(measured, "probe_every", 1) or 1))
+    own = ProbeEvidence.of(measured, probe.baseline_ms, probe.name)
     factors = own.factors(len(samples))
     if factors is None:  # no probes of its own: the first measurement's machine ratio
         m = probe.machine_ratio or 1.0
         factors = [m] * len(samples)
-    return samples, _probe_normalized(samples, factors)
+    return _probe_normalized(samples, factors)
 
 
 def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: bool = True,
@@ -136,15 +133,11 @@ def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: b
     floor = c.floor if c.floor is not None else c.threshold
     what = "machine differs: " + source.format(pct=f"{(m - 1) * 100:+.0f}%")
 
-    def with_note(comparison: Comparison, note: str) -> Comparison:
-        return dataclasses.replace(comparison, note=note if not comparison.note else f"{note}; {comparison.note}")
-
     if c.verdict is Verdict.REGRESSED and m > 1 + floor:
         raw = c.raw_ratio if c.raw_ratio is not None else c.ratio
         strict = " (fails with --gpuperf-strict)" if strict_hint else ""
         note = f"{what}: the regression (x{raw:.2f}) is not trusted{strict}; {MACHINE_DIFFERS_HINT}"
-        return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, machine_differs=True, confirmed=c.confirmed,
-                                   note=note if not c.note else f"{note}; {c.note}")
+        return with_note(c, note, verdict=Verdict.INCONCLUSIVE, machine_differs=True)
     if abs(m - 1) > floor and c.verdict is not Verdict.NO_BASELINE:
         side = "slower" if m > 1 else "faster"
         return with_note(c, f"{what}: this machine is {side} than the baselines' (informational)")
@@ -209,9 +202,11 @@ def judge(
     extra_normalized: list[float] = []
     if comparison.verdict is Verdict.REGRESSED and remeasure is not None and options.confirm > 0:
         for _ in range(options.confirm):
-            raw_more, normalized_more = _extra_samples(remeasure(), probe, by_probe)
+            measured = remeasure()
+            raw_more = [float(v) for v in getattr(measured, "samples_ms", measured)]
             extra.extend(raw_more)
-            extra_normalized.extend(normalized_more if by_probe else _normalized(raw_more, drift))
+            extra_normalized.extend(_probe_normalized_remeasure(measured, raw_more, probe) if by_probe and probe
+                                    else _normalized(raw_more, drift))
         first_ratio = comparison.ratio
         comparison = decide(current, base, confirmation_ms=extra_normalized, **args)
         # Confirmed only when the pooled evidence AND the re-measure on its own say regressed:

@@ -425,9 +425,9 @@ def _run_ab(config: pytest.Config, state: GpuPerfState) -> None:
                               progress=say if state.verbose > 0 else (lambda line: None))
     coordinator.run()
     state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
-    regressed = {k: int(r.options.get("confirm", 1) or 0) for k, r in state.ab_results.items()
-                 if r.comparison is not None and r.comparison.verdict.value == "regressed"}
-    regressed = {k: n for k, n in regressed.items() if n > 0}
+    regressed = {k: n for k, r in state.ab_results.items()
+                 if r.comparison is not None and r.comparison.verdict.value == "regressed"
+                 and (n := int(r.options.get("confirm", 1) or 0)) > 0}
     if regressed:  # measure more before failing anything (option confirm: extra pairs of worker processes)
         coordinator.confirm(set(regressed), max(regressed.values()))
         state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
@@ -875,9 +875,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state.ab is None:
         tr.write_line(f"baselines: {state.relpath(state.baseline_dir)}")
     else:
-        for rec in state.recorded:
-            from .ab import ab_summary
+        from .ab import ab_summary
 
+        for rec in state.recorded:
             c = rec.result.comparison
             line = ab_summary(c) if c is not None else None
             if line:

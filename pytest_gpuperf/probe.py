@@ -172,6 +172,13 @@ class ProbeEvidence:
     name: str
     every: int = 1
 
+    @classmethod
+    def of(cls, timing: Any, baseline_ms: float | None, name: str) -> "ProbeEvidence":
+        """From a :class:`~pytest_gpuperf.timing.Timing` (its ``probe_ms`` and ``probe_every``;
+        no probe times when it has none)."""
+        return cls(tuple(getattr(timing, "probe_ms", ()) or ()), baseline_ms, name,
+                   int(getattr(timing, "probe_every", 1) or 1))
+
     @property
     def median_ms(self) -> float | None:
         """Median of ``now_ms`` (ms), None when empty."""

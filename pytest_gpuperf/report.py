@@ -445,7 +445,8 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
 
 def machine_differs_line(results: Iterable[BenchResult]) -> str | None:
     """The summary line when any benchmark was inconclusive because the machine differs (its
-    interleaved probe ran slower than when the baselines were recorded), else None."""
+    interleaved probe, or for a baseline without one the reference workload, ran slower than when
+    the baselines were recorded), else None."""
     hit = [r for r in results if r.comparison is not None and r.comparison.machine_differs]
     if not hit:
         return None
@@ -453,7 +454,8 @@ def machine_differs_line(results: Iterable[BenchResult]) -> str | None:
     span = (f"{(ratios[0] - 1) * 100:+.0f}%" if ratios[0] == ratios[-1] else
             f"{(ratios[0] - 1) * 100:+.0f}% to {(ratios[-1] - 1) * 100:+.0f}%") if ratios else "slower"
     return (f"{len(hit)} benchmark(s) inconclusive because this machine is slower than the one that recorded the "
-            f"baselines ({span} on the machine-speed probes): {MACHINE_DIFFERS_HINT}")
+            f"baselines ({span} on the machine-speed probe, or the session-start reference workloads where a "
+            f"baseline has no probe): {MACHINE_DIFFERS_HINT}")
 
 
 _ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3, "no-baseline": 4, None: 5}

@@ -103,12 +103,11 @@ class BenchResult:
     @property
     def host_busy(self) -> str | None:
         """``"host busy: other processes used 0.98 of 2 CPU cores while it ran"`` when the CPU
-        telemetry says other processes competed for this run's cores (see
-        :func:`pytest_gpuperf.telemetry.throttle_verdict`), else None."""
-        from .telemetry import throttle_verdict
+        telemetry says other processes competed for this run's cores
+        (:func:`pytest_gpuperf.telemetry.host_busy`), else None."""
+        from .telemetry import host_busy
 
-        reason = throttle_verdict(self.telemetry) if self.telemetry else None
-        return reason if reason and reason.startswith("host busy") else None
+        return host_busy(self.telemetry)
 
     @property
     def misclassification_trusted(self) -> bool:

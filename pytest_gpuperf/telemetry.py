@@ -340,21 +340,30 @@ def summarize(samples: list[dict[str, Any]], max_sm_clock_mhz: float | None) -> 
     }
 
 
+def host_busy(telemetry: dict[str, Any] | None) -> str | None:
+    """``"host busy: other processes used 0.98 of 2 CPU cores while it ran"`` when the CPU
+    telemetry's ``other_cpu_cores`` (:class:`HostLoadMeter`) exceed :data:`HOST_BUSY_CORES`, else
+    None. Pure."""
+    other = (telemetry or {}).get("other_cpu_cores")
+    if not isinstance(other, (int, float)) or other <= HOST_BUSY_CORES:
+        return None
+    cores = telemetry.get("cpu_count")  # type: ignore[union-attr]
+    of = f" of {cores}" if cores else ""
+    return f"host busy: other processes used {other:.2f}{of} CPU cores while it ran"
+
+
 def throttle_verdict(telemetry: dict[str, Any] | None) -> str | None:
     """``"throttled: HW thermal 34% of samples"`` when a run was throttled, else None. Pure.
 
     Throttled: a thermal, power-brake or hardware-slowdown reason active in more than 10% of
     samples, or the SM clock under 75% of its maximum in more than 10% of samples. On the CPU
-    backend, ``"host busy: other processes used 0.98 of 2 CPU cores while it ran"`` when the
-    ``other_cpu_cores`` of :class:`CpuSampler` exceed :data:`HOST_BUSY_CORES`.
+    backend, the :func:`host_busy` reason.
     """
     if not telemetry:
         return None
-    other = telemetry.get("other_cpu_cores")
-    if isinstance(other, (int, float)) and other > HOST_BUSY_CORES:
-        cores = telemetry.get("cpu_count")
-        of = f" of {cores}" if cores else ""
-        return f"host busy: other processes used {other:.2f}{of} CPU cores while it ran"
+    busy = host_busy(telemetry)
+    if busy:
+        return busy
     reasons = telemetry.get("reasons") or {}
     bad = {REASONS[b]: reasons.get(REASONS[b], 0.0) for b in THROTTLE_REASONS}
     worst = max(bad.items(), key=lambda kv: kv[1])
@@ -450,18 +459,24 @@ class HostLoadMeter:
     busy CPU time of the cores this process may run on, :func:`proc_stat_busy_s`, minus this
     process's own, :func:`own_cpu_s`, per second of the spans together), ``steal_cpu_cores`` (the
     hypervisor's share of it) and ``cpu_count``; an empty dict for spans shorter than
-    :data:`HOST_LOAD_MIN_S` in all or where ``/proc/stat`` is unreadable. ``stat``/``own``/
-    ``clock`` are injectable readers (tests).
+    :data:`HOST_LOAD_MIN_S` in all or where ``/proc/stat`` is unreadable. ``fixed_cores`` replaces
+    the measurement with that figure (scripted measurers: a verdict on scripted timings must not
+    depend on the machine the tests run on). ``stat``/``own``/``clock`` are injectable readers (tests).
     """
 
-    def __init__(self, *, stat: Callable[[], tuple[float, float] | None] = proc_stat_busy_s,
+    def __init__(self, *, fixed_cores: float | None = None,
+                 stat: Callable[[], tuple[float, float] | None] = proc_stat_busy_s,
                  own: Callable[[], float] = own_cpu_s, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.fixed_cores = fixed_cores
         self._stat, self._own, self._clock = stat, own, clock
         self.wall_s = self.other_s = self.steal_s = 0.0
         self.failed = False
 
     @contextlib.contextmanager
     def span(self) -> Iterator[None]:
+        if self.fixed_cores is not None:
+            yield
+            return
         t0, stat0, own0 = self._clock(), self._stat(), self._own()
         try:
             yield
@@ -475,6 +490,8 @@ class HostLoadMeter:
                 self.steal_s += stat1[1] - stat0[1]
 
     def summary(self) -> dict[str, Any]:
+        if self.fixed_cores is not None:
+            return {"other_cpu_cores": float(self.fixed_cores), "steal_cpu_cores": 0.0, "cpu_count": _cpu_count()}
         if self.failed or self.wall_s < HOST_LOAD_MIN_S:
             return {}
         return {"other_cpu_cores": round(max(0.0, self.other_s) / self.wall_s, 3),
@@ -483,45 +500,34 @@ class HostLoadMeter:
 
 class CpuSampler:
     """The CPU backend's per-benchmark telemetry: frequency and load average read at the end of
-    the run, and the host load during it (a :class:`HostLoadMeter` over the run: the summary's
-    ``other_cpu_cores``, ``steal_cpu_cores``, ``cpu_count``).
-
-    ``host_load`` replaces the measurement with a fixed figure (scripted measurers: verdicts must
-    not depend on the machine the tests run on); ``measure_host_load=False`` turns it off.
-    ``stat``/``own``/``clock`` are injectable readers (tests).
+    the run, and, with a ``meter`` (:class:`HostLoadMeter`; :func:`sampler_for` gives it one), the
+    host load during it: the summary's ``other_cpu_cores``, ``steal_cpu_cores``, ``cpu_count``.
     """
 
-    def __init__(self, *, measure_host_load: bool = True, host_load: float | None = None,
-                 stat: Callable[[], tuple[float, float] | None] = proc_stat_busy_s,
-                 own: Callable[[], float] = own_cpu_s, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, meter: HostLoadMeter | None = None) -> None:
         self.samples: list[dict[str, Any]] = []
         self.error: str | None = None
-        self.measure_host_load = measure_host_load
-        self.host_load = host_load
-        self._meter = HostLoadMeter(stat=stat, own=own, clock=clock)
+        self.meter = meter
         self._span: Any = None
-        self.load: dict[str, Any] = {}
 
     def __enter__(self) -> "CpuSampler":
-        if self.measure_host_load and self.host_load is None:
-            self._span = self._meter.span()
+        if self.meter is not None:
+            self._span = self.meter.span()
             self._span.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.samples.append(cpu_info())
-        if self.host_load is not None:
-            self.load = {"other_cpu_cores": float(self.host_load), "steal_cpu_cores": 0.0, "cpu_count": _cpu_count()}
-        elif self._span is not None:
+        if self._span is not None:
             self._span.__exit__(None, None, None)
             self._span = None
-            self.load = self._meter.summary()
 
     def summary(self) -> dict[str, Any] | None:
         if not self.samples:
             return None
         last = self.samples[-1]
-        return {"cur_freq_mhz": last.get("cur_freq_mhz"), "load_average": last.get("load_average"), **self.load}
+        load = self.meter.summary() if self.meter is not None else {}
+        return {"cur_freq_mhz": last.get("cur_freq_mhz"), "load_average": last.get("load_average"), **load}
 
 
 def _cpu_count() -> int | None:
@@ -551,7 +557,7 @@ def sampler_for(device: Any) -> Any:
     Its ``summary()`` after the block is the result's ``telemetry``.
     """
     if getattr(device, "type", "cpu") != "cuda":
-        return CpuSampler()
+        return CpuSampler(HostLoadMeter())
     index = device.index or 0
     handle = handle_for(index)
     s = GpuSampler(handle)

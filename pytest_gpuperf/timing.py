@@ -377,8 +377,8 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
         batch_ok = setup is None and not options.flush_l2
         if batch_ok:
             est = min(est, _cuda_event_estimate(fn, args, kwargs))
-        cpr = max(1, math.ceil(CUDA_MIN_ROUND_S / est)) if batch_ok else 1
-        cpr = calls_per_round or cpr
+        cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
+                                   calls_per_round=calls_per_round)
         flush = _l2_flusher(device) if options.flush_l2 else None
         prober = _CudaProber(probe, sync, clock, est * cpr)
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
@@ -477,13 +477,13 @@ class _CudaProber:
         return tuple(self._times)
 
 
-def graph_calls_per_round(est_s: float, *, setup_given: bool, flush_l2: bool,
-                          calls_per_round: int | None = None) -> int:
-    """Calls captured per CUDA-graph replay (each replay is one timed round). Enough calls to
-    fill :data:`CUDA_MIN_ROUND_S` given a per-call estimate ``est_s`` (s); exactly 1 with a
-    ``setup`` function or with ``flush_l2`` — the flush runs once before each replay, so a replay
-    of several calls would time all but the first with a warm L2 (the eager path times one call
-    per round when flushing, too). An explicit ``calls_per_round`` wins, as on the eager path."""
+def cuda_calls_per_round(est_s: float, *, setup_given: bool, flush_l2: bool,
+                         calls_per_round: int | None = None) -> int:
+    """Calls per timed CUDA round (eager: between one event pair; graph mode: captured per
+    replay). Enough calls to fill :data:`CUDA_MIN_ROUND_S` given a per-call estimate ``est_s``
+    (s); exactly 1 with a ``setup`` function or with ``flush_l2`` — the flush runs once per
+    round, so a round of several calls would time all but the first with a warm L2. An explicit
+    ``calls_per_round`` wins."""
     if calls_per_round:
         return calls_per_round
     if setup_given or flush_l2:
@@ -506,8 +506,8 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
             est = min(est, _cuda_event_estimate(fn, args, kwargs))
     torch.cuda.current_stream(device).wait_stream(side)
     sync()
-    cpr = graph_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
-                                calls_per_round=calls_per_round)
+    cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
+                               calls_per_round=calls_per_round)
     graph = torch.cuda.CUDAGraph()
     with gc_disabled():
         with torch.cuda.graph(graph, stream=side):

@@ -223,6 +223,7 @@ def test_ab_worker_host_load_meter_choice():
             self.type = kind
 
     assert isinstance(_host_load_meter(Measurer(), Dev("cpu")), HostLoadMeter)
+    assert _host_load_meter(Measurer(), Dev("cpu"), measure=False) is None
     assert _host_load_meter(Measurer(), Dev("cuda")) is None
     assert _host_load_meter(Measurer(clock=lambda: 0), Dev("cpu")) is None
     fixed = _host_load_meter(Scripted(), Dev("cpu"))

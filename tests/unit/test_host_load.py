@@ -11,7 +11,8 @@ import os
 import pytest
 
 from pytest_gpuperf import telemetry
-from pytest_gpuperf.telemetry import HOST_BUSY_CORES, CpuSampler, proc_stat_busy_s, throttle_verdict
+from pytest_gpuperf.telemetry import (HOST_BUSY_CORES, CpuSampler, HostLoadMeter, host_busy, proc_stat_busy_s,
+                                      throttle_verdict)
 
 HZ = os.sysconf("SC_CLK_TCK")
 STAT = """cpu  700 10 200 5000 40 5 5 30 0 0
@@ -45,8 +46,8 @@ class Readers:
         self.wall, self.busy, self.own = list(wall), list(busy), list(own)
 
     def sampler(self) -> CpuSampler:
-        return CpuSampler(stat=lambda: (self.busy.pop(0), 0.1), own=lambda: self.own.pop(0),
-                          clock=lambda: self.wall.pop(0))
+        return CpuSampler(HostLoadMeter(stat=lambda: (self.busy.pop(0), 0.1), own=lambda: self.own.pop(0),
+                                        clock=lambda: self.wall.pop(0)))
 
 
 def test_sampler_other_cores_is_machine_busy_minus_own_per_wall_second(monkeypatch):
@@ -73,18 +74,19 @@ def test_sampler_skips_runs_too_short_to_count_and_missing_proc_stat():
     with s:
         pass
     assert "other_cpu_cores" not in s.summary()
-    no_stat = CpuSampler(stat=lambda: None)
+    no_stat = CpuSampler(HostLoadMeter(stat=lambda: None))
     with no_stat:
         pass
     assert "other_cpu_cores" not in no_stat.summary()
 
 
 def test_sampler_scripted_and_disabled_host_load():
-    fixed = CpuSampler(host_load=1.2)
+    fixed = CpuSampler(HostLoadMeter(fixed_cores=1.2))
     with fixed:
         pass
     assert fixed.summary()["other_cpu_cores"] == 1.2 and throttle_verdict(fixed.summary()).startswith("host busy")
-    off = CpuSampler(measure_host_load=False)
+    assert host_busy(fixed.summary()) == throttle_verdict(fixed.summary())
+    off = CpuSampler()
     with off:
         pass
     assert "other_cpu_cores" not in off.summary()
@@ -92,6 +94,7 @@ def test_sampler_scripted_and_disabled_host_load():
 
 def test_threshold_is_strict():
     assert throttle_verdict({"other_cpu_cores": HOST_BUSY_CORES}) is None
+    assert host_busy({"other_cpu_cores": HOST_BUSY_CORES}) is None and host_busy(None) is None
     assert throttle_verdict({"other_cpu_cores": HOST_BUSY_CORES + 0.01}) == (
         f"host busy: other processes used {HOST_BUSY_CORES + 0.01:.2f} CPU cores while it ran")
 
@@ -108,11 +111,15 @@ def test_bench_measures_host_load_only_with_the_real_clock():
     class FakeClock(Measurer):
         pass
 
-    make = lambda _device: CpuSampler()  # noqa: E731
-    assert _sampler(Measurer(), "cpu", make).measure_host_load is True
-    s = _sampler(Scripted(), "cpu", make)
-    assert s.measure_host_load is False and s.host_load == 0.9
-    assert _sampler(FakeClock(clock=lambda: 0), "cpu", make).measure_host_load is False
+    class Dev:
+        type = "cpu"
+
+    make = lambda _device: CpuSampler(HostLoadMeter())  # noqa: E731
+    real = _sampler(Measurer(), Dev(), make).meter
+    assert isinstance(real, HostLoadMeter) and real.fixed_cores is None
+    assert _sampler(Scripted(), Dev(), make).meter.fixed_cores == 0.9
+    assert _sampler(FakeClock(clock=lambda: 0), Dev(), make).meter is None
+    assert _sampler(Measurer(), Dev(), make, measure=False).meter is None
     assert Measurer().clock is time.perf_counter_ns
 
 

@@ -419,13 +419,14 @@ def test_from_spec_and_from_file(tmp_path):
 
 
 def test_graph_mode_with_l2_flush_captures_one_call_per_replay():
-    """One flush per replay: with several captured calls all but the first would run with a warm
-    L2 (issue 11, item 6). Without a flush, short calls are batched to fill the minimum round."""
-    from pytest_gpuperf.timing import CUDA_MIN_ROUND_S, graph_calls_per_round
+    """One flush per round (eager) or replay (graph mode): with several calls per round all but
+    the first would run with a warm L2 (issue 11, item 6). Without a flush, short calls are
+    batched to fill the minimum round."""
+    from pytest_gpuperf.timing import CUDA_MIN_ROUND_S, cuda_calls_per_round
 
     short = CUDA_MIN_ROUND_S / 10
-    assert graph_calls_per_round(short, setup_given=False, flush_l2=False) == 10
-    assert graph_calls_per_round(short, setup_given=False, flush_l2=True) == 1
-    assert graph_calls_per_round(short, setup_given=True, flush_l2=False) == 1
-    assert graph_calls_per_round(CUDA_MIN_ROUND_S * 3, setup_given=False, flush_l2=False) == 1
-    assert graph_calls_per_round(short, setup_given=False, flush_l2=True, calls_per_round=4) == 4
+    assert cuda_calls_per_round(short, setup_given=False, flush_l2=False) == 10
+    assert cuda_calls_per_round(short, setup_given=False, flush_l2=True) == 1
+    assert cuda_calls_per_round(short, setup_given=True, flush_l2=False) == 1
+    assert cuda_calls_per_round(CUDA_MIN_ROUND_S * 3, setup_given=False, flush_l2=False) == 1
+    assert cuda_calls_per_round(short, setup_given=False, flush_l2=True, calls_per_round=4) == 4
