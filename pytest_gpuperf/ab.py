@@ -19,7 +19,10 @@ Chromium Pinpoint measure A and B in one job too).
 
 * ratio: the Hodges–Lehmann one-sample estimate exp(median of the Walsh averages (r_i + r_j) / 2);
 * p-values: one-sided Wilcoxon signed-rank tests of the r_i (``scipy.stats.wilcoxon``);
-* CI: a seeded 99% percentile-bootstrap CI of the median of the r_i (``scipy.stats.bootstrap``);
+* CI: a seeded 99% percentile-bootstrap CI of the median of the r_i; with two or more pairs of
+  worker processes a two-stage bootstrap (process pairs, then blocks within each;
+  :func:`~pytest_gpuperf.compare.hierarchical_log_ci`), so the CI carries the spread between
+  process pairs (blocks of one process share its speed mode);
 * **regressed** when p_slower < ``alpha``, ratio > 1 + ``threshold`` and the CI's lower bound > 1
   (``shift_verdict``, shared with the stored-baseline gate) *and* the median ratio of every pair
   of worker processes is above 1 + ``threshold``/2: blocks of one process share that process's
@@ -38,7 +41,8 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from .compare import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, RATIO_CONFIDENCE, Comparison, Verdict, shift_verdict
+from .compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, RATIO_CONFIDENCE, Comparison, Verdict, hierarchical_log_ci,
+                      shift_verdict)
 from .units import format_ratio
 
 #: Sides of an A/B comparison: A is the git revision, B the working tree.
@@ -192,7 +196,13 @@ def decide_ab(
                           note=f"only {len(logs)} paired block(s); a signed-rank test needs {min_pairs(alpha)} to reach "
                                f"alpha {alpha:g}: measure with more --gpuperf-ab-processes", **common)
     ratio = math.exp(hodges_lehmann_one_sample(logs))
-    lo, hi = median_ci(logs)
+    by_process: dict[int, list[float]] = {}
+    for r in ratios:
+        by_process.setdefault(r.process, []).append(r.log_ratio)
+    if len(by_process) >= 2:  # process pairs are the replicated unit: a two-stage bootstrap over them
+        lo, hi = hierarchical_log_ci([v for _, v in sorted(by_process.items())])
+    else:
+        lo, hi = median_ci(logs)
     ci = (math.exp(lo), math.exp(hi))
     p_slower, p_faster = signed_rank_pvalues(logs)
     verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha)

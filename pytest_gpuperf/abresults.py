@@ -33,29 +33,31 @@ def _options(entry: dict[str, Any]) -> BenchOptions:
 
 
 def _decide(key: str, blocks: list[Any], ref: str, options: BenchOptions, confirm_from: int | None) -> Comparison:
-    """decide_ab on ``blocks``; with blocks of a confirmation (process pairs from ``confirm_from``
-    on) a regression holds only when the pooled blocks AND the confirmation's alone say regressed
-    (as :func:`pytest_gpuperf.gate.judge` confirms a stored-baseline regression)."""
-    def one(bl: list[Any]) -> Comparison:
-        a = [v for b in bl if b.side == "A" for v in b.samples_ms]
-        b = [v for b in bl if b.side == "B" for v in b.samples_ms]
-        return decide_ab(paired_ratios(bl), a_median_ms=statistics.median(a), b_median_ms=statistics.median(b),
-                         ref=ref, threshold=options.threshold, alpha=options.alpha, benchmark_id=key)
+    """decide_ab on all ``blocks``: the first process pairs and those of a confirmation (process
+    pairs from ``confirm_from`` on) are decided together, once (the CI is over process pairs, so
+    more pairs narrow it; no rule asks two separate tests to be significant). ``confirmed`` is None
+    without confirmation blocks, else whether the pooled verdict is regressed."""
+    a = [v for b in blocks if b.side == "A" for v in b.samples_ms]
+    b = [v for b in blocks if b.side == "B" for v in b.samples_ms]
+    extra = [x for x in blocks if confirm_from is not None and x.process >= confirm_from]
+    confirmed = None
+    if extra and any(x.side == "A" for x in extra) and any(x.side == "B" for x in extra):
+        confirmed = True  # replaced below by whether the pooled decision is a regression
+    c = decide_ab(paired_ratios(blocks), a_median_ms=statistics.median(a), b_median_ms=statistics.median(b),
+                  ref=ref, threshold=options.threshold, alpha=options.alpha, benchmark_id=key)
+    if confirmed is not None:
+        c = dataclasses.replace(c, confirmed=c.verdict is Verdict.REGRESSED)
+    return c
 
-    extra = [b for b in blocks if confirm_from is not None and b.process >= confirm_from]
-    pooled = one(blocks)
-    if not extra or not any(b.side == "A" for b in extra) or not any(b.side == "B" for b in extra):
-        return pooled
-    first = one([b for b in blocks if b.process < confirm_from])  # type: ignore[operator]
-    if pooled.verdict is not Verdict.REGRESSED:
-        return dataclasses.replace(pooled, confirmed=False)
-    alone = one(extra)
-    if alone.verdict is Verdict.REGRESSED:
-        return dataclasses.replace(pooled, confirmed=True)
-    return dataclasses.replace(
-        pooled, verdict=Verdict.UNCHANGED, confirmed=False,
-        note=(f"the first measurement said regressed (ratio {first.ratio:.3f}x) but the re-measure alone did not "
-              f"(ratio {alone.ratio:.3f}x, {alone.verdict.value}): a transient"))
+
+def needs_more_pairs(c: Comparison | None) -> bool:
+    """Whether an A/B comparison is measured again by more process pairs (the sequential step):
+    it says regressed, or its CI straddles 1+T (it could still be a regression)."""
+    if c is None or c.ab_ref is None or c.ratio_ci is None:
+        return False
+    if c.verdict is Verdict.REGRESSED:
+        return True
+    return c.verdict is Verdict.INCONCLUSIVE and c.ratio_ci[0] < 1 + c.threshold < c.ratio_ci[1]
 
 
 def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], ref: str,

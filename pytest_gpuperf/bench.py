@@ -373,7 +373,7 @@ class GpuBench:
             throttle=throttle_verdict(telemetry), fixed_rounds=rounds is not None,
             can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
             **({"probe": probe_evidence} if probe_evidence is not None else {}),
-            machine_reference=self._reference_ratio(entry),
+            machine_reference=self._reference_ratio(entry), normalize=ctx.normalize,
         )
         probe_all = getattr(t, "probe_ms", ()) + sum((getattr(c, "probe_ms", ()) for c in confirmations), ())
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}

@@ -133,6 +133,17 @@ class Comparison:
     ab_blocks: tuple[tuple[str, int, int, float], ...] | None = None
     machine_ratio: float | None = None
     machine_differs: bool = False
+    processes: int | None = None
+    baseline_processes: int | None = None
+    resolution: float | None = None
+    ab_confirmation: str | None = None
+
+    @property
+    def cannot_fail(self) -> bool:
+        """True when only a slowdown above :data:`UNDETECTABLE_SLOWDOWN` (+50%) could fail this
+        benchmark: its effect floor or its process-level resolution is that wide (a noisy baseline)."""
+        floor = self.resolution if self.resolution is not None else self.floor
+        return floor is not None and floor > UNDETECTABLE_SLOWDOWN
 
     @property
     def failed(self) -> bool:
@@ -140,8 +151,10 @@ class Comparison:
         return self.verdict is Verdict.REGRESSED
 
     def fails(self, strict: bool = False) -> bool:
-        """True when the test should fail: a regression, or (strict) an inconclusive result."""
-        return self.verdict is Verdict.REGRESSED or (strict and self.verdict is Verdict.INCONCLUSIVE)
+        """True when the test should fail: a regression, or (strict) an inconclusive result or a
+        benchmark that cannot fail (:attr:`cannot_fail`)."""
+        return self.verdict is Verdict.REGRESSED or (strict and (self.verdict is Verdict.INCONCLUSIVE
+                                                                  or self.cannot_fail))
 
     def message(self) -> str:
         """One paragraph saying what was compared and why the verdict is what it is."""
@@ -165,6 +178,8 @@ class Comparison:
         }[self.verdict]
         if self.ab_ref is not None:
             return self._ab_message(head, p)
+        if self.processes is not None and self.baseline_processes is not None and self.resolution is not None:
+            return self._replicates_message(head, p)
         floor = self.floor if self.floor is not None else self.threshold
         gate = f"threshold +{self.threshold * 100:g}%"
         if floor > self.threshold + 1e-12:
@@ -181,11 +196,28 @@ class Comparison:
             text += f"; normalized by machine-speed drift ({self.normalized_by}), raw ratio {format_ratio(self.raw_ratio)}"
         return text + self._tail(INTENDED_HINT)
 
+    def _replicates_message(self, head: str, p: float | None) -> str:
+        assert self.ratio is not None and self.baseline_median_ms is not None and self.ratio_ci is not None
+        text = (f"{head} in {self.benchmark_id}: {format_ratio(self.ratio)} [{format_ratio(self.ratio_ci[0])}, "
+                f"{format_ratio(self.ratio_ci[1])}] ({format_pct(self.ratio - 1)}, 99% CI): geometric mean of "
+                f"{self.processes} process medians {format_ms(self.current_median_ms)} vs "
+                f"{format_ms(self.baseline_median_ms)} of the baseline's {self.baseline_processes}; Student t over "
+                f"process medians p={_fmt_p(p)} (alpha {self.alpha:g}), between-process SD "
+                f"{(self.run_sd or 0) * 100:.1f}%, threshold +{self.threshold * 100:g}%; baseline history: "
+                f"{self.runs} run(s)")
+        return text + self._tail(INTENDED_HINT)
+
     def _tail(self, intended_hint: str) -> str:
         """The end of a timing message: confirmation, the baseline file (none in A/B mode), the
         note, and for a regression what to do when the change is intended."""
         text = {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(
             self.confirmed, "")
+        if self.ab_confirmation:
+            text += f"; {self.ab_confirmation}"
+        if self.cannot_fail:
+            floor = self.resolution if self.resolution is not None else self.floor
+            text += (f"; cannot fail: only a slowdown above +{(floor or 0) * 100:.0f}% could (the baseline's spread "
+                     f"is that wide; fails with --gpuperf-strict; re-record on a quiet machine)")
         if self.baseline_file:
             text += f"; baseline: {self.baseline_file}"
         if self.note:
@@ -272,6 +304,57 @@ def median_ratio_ci(
         return None
     lo, hi = _bootstrap_log_ci(lc, lb, confidence, seed, n_resamples)
     return (math.exp(lo), math.exp(hi))
+
+
+#: Samples drawn per group and resample in the two-stage bootstrap (each group is resampled to
+#: this size, so every group weighs the same: it is the unit of replication).
+GROUP_RESAMPLE_SIZE = 256
+
+
+def _two_stage_draws(groups: Sequence[np.ndarray], rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    """``(n_resamples, G * m)`` draws of a two-stage bootstrap: G groups drawn with replacement,
+    then m values drawn with replacement inside each drawn group."""
+    m = min(GROUP_RESAMPLE_SIZE, max(g.size for g in groups))
+    table = np.stack([g[np.round(np.linspace(0, g.size - 1, m)).astype(int)] if g.size >= m
+                      else g[np.arange(m) % g.size] for g in groups])  # (G, m), each group at size m
+    G = len(groups)
+    picked = rng.integers(0, G, size=(n_resamples, G))  # stage 1: groups
+    inner = rng.integers(0, m, size=(n_resamples, G, m), dtype=np.int32)  # stage 2: values within each picked group
+    return table[picked[:, :, None], inner].reshape(n_resamples, G * m)
+
+
+def hierarchical_log_ci(
+    groups: Sequence[Sequence[float]],
+    baseline_groups: Sequence[Sequence[float]] | None = None,
+    confidence: float = RATIO_CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+) -> tuple[float, float]:
+    """Seeded two-stage (hierarchical) percentile-bootstrap CI of a median, for grouped data.
+
+    ``groups``: values (already in log space) grouped by the unit that was replicated: one group
+    per measurement, process or process pair. Each resample draws the groups with replacement,
+    then values with replacement inside each drawn group, so the CI carries the spread *between*
+    groups, which a bootstrap of the pooled values hides (pseudo-replication: values of one process
+    share its speed mode). Without ``baseline_groups`` it is the CI of the median of the pooled
+    draws; with them, of median(groups) - median(baseline_groups) (a log ratio). Source: Davison &
+    Hinkley, *Bootstrap Methods and their Application* (1997), sec. 3.8 (hierarchical data);
+    Saravanan et al., "Application of the hierarchical bootstrap to multi-level data in
+    neuroscience" (2020). Raises ``ValueError`` for an empty group.
+    """
+    rng = np.random.default_rng(seed)
+    cur = [np.asarray(g, dtype=np.float64) for g in groups]
+    if not cur or any(g.size == 0 for g in cur):
+        raise ValueError("every group needs at least one value")
+    stat = np.median(_two_stage_draws(cur, rng, n_resamples), axis=1)
+    if baseline_groups is not None:
+        base = [np.asarray(g, dtype=np.float64) for g in baseline_groups]
+        if not base or any(g.size == 0 for g in base):
+            raise ValueError("every baseline group needs at least one value")
+        stat = stat - np.median(_two_stage_draws(base, rng, n_resamples), axis=1)
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(stat, [tail, 100 - tail])
+    return float(lo), float(hi)
 
 
 def rank_test(current_ms: Sequence[float], baseline_ms: Sequence[float]) -> tuple[float, float]:
@@ -374,12 +457,18 @@ def shift_verdict(
     lo, hi = math.log(ci[0]), math.log(ci[1])
     up_gate, down_gate = math.log1p(floor), -math.log1p(floor)
     log_ratio = math.log(ratio)
-    slower = p_slower < alpha and log_ratio > up_gate and lo > 0
-    faster = p_faster < alpha and log_ratio < down_gate and hi < 0
+    # A CI wholly beyond 1+T (or 1/(1+T)) is decisive on its own: never "unchanged".
+    slower = p_slower < alpha and log_ratio > up_gate and lo > 0 or lo > up_gate
+    faster = p_faster < alpha and log_ratio < down_gate and hi < 0 or hi < down_gate
     if slower and above_limit:
         return Verdict.REGRESSED, None
     if faster and below_limit:
         return Verdict.IMPROVED, None
+    if lo > up_gate or hi < down_gate:
+        return Verdict.INCONCLUSIVE, (
+            f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} lies beyond the effect floor, but the "
+            f"median is within the history's 99% prediction limit (run-to-run noise)"
+        )
     if lo < 0 < hi and hi > up_gate:
         return Verdict.INCONCLUSIVE, (
             f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} spans both 1 and "
@@ -408,13 +497,16 @@ def decide(
     baseline_file: str | None = None,
     run_medians_ms: Sequence[float] | None = None,
     confirmation_ms: Sequence[float] | None = None,
+    confirmation_groups: Sequence[Sequence[float]] | None = None,
 ) -> Comparison:
     """Compare per-call times of the current run (ms) with the baseline (see the module doc).
 
     ``baseline_ms``: the newest stored run's per-call times (ms). ``run_medians_ms``: medians of
     the stored runs, oldest first, the newest included (None: a single-run baseline).
-    ``confirmation_ms``: samples of a re-measure; when given, the decision uses the pooled
-    current + confirmation samples and ``confirmed`` says whether a regression held.
+    ``confirmation_ms``: samples of a re-measure (``confirmation_groups``: of several, one
+    sequence each); when given, the decision uses the pooled current + confirmation samples, its CI
+    treats the first measurement and each re-measure as groups (:func:`hierarchical_log_ci`), and
+    ``confirmed`` says whether a regression held.
     ``threshold`` is the smallest relative slowdown that may fail a test (0.05 = 5%); ``alpha``
     the significance level of the one-sided Mann–Whitney U tests. Pure and deterministic (seeded
     bootstrap). Raises ``ValueError`` for empty, non-finite or non-positive samples or bad options.
@@ -426,6 +518,11 @@ def decide(
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     _log_samples(current_ms, "current")
     cur = np.asarray(current_ms, dtype=np.float64)
+    if confirmation_groups is not None:
+        confirmation_groups = [list(g) for g in confirmation_groups if len(g)]
+        confirmation_ms = [v for g in confirmation_groups for v in g]
+    elif confirmation_ms is not None:
+        confirmation_groups = [list(confirmation_ms)]
     if confirmation_ms is not None:
         _log_samples(confirmation_ms, "confirmation")
         cur = np.concatenate([cur, np.asarray(confirmation_ms, dtype=np.float64)])
@@ -448,7 +545,16 @@ def decide(
         return Comparison(verdict=Verdict.UNCHANGED, note="too few samples for a statistical test (run with --gpuperf)",
                           **common)
     p_slower, p_faster = rank_test(cur, base)
-    ci = median_ratio_ci(cur, base)
+    if confirmation_ms is not None:
+        # the first measurement and the re-measure are two groups (each from its own warmup): the CI
+        # carries the difference between them, so a one-off slow measurement cannot decide alone
+        assert confirmation_groups is not None
+        lo, hi = hierarchical_log_ci([_log_samples(current_ms, "current")]
+                                     + [_log_samples(g, "confirmation") for g in confirmation_groups],
+                                     [_log_samples(base, "baseline")])
+        ci = (math.exp(lo), math.exp(hi))
+    else:
+        ci = median_ratio_ci(cur, base)
     assert ci is not None
     above, below = within_prediction_limits(float(np.exp(np.median(_log_samples(cur, "current")))), hist)
     verdict, note = shift_verdict(common["ratio"], ci, p_slower, p_faster, floor=floor, alpha=alpha,
@@ -456,6 +562,99 @@ def decide(
     return Comparison(verdict=verdict, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
                       confirmed=(verdict is Verdict.REGRESSED) if confirmation_ms is not None else None,
                       **common)
+
+
+#: A benchmark whose decision cannot fail a slowdown below this (fraction) says so in the summary
+#: and fails under ``--gpuperf-strict`` (a +50% slowdown that passes is no test).
+UNDETECTABLE_SLOWDOWN = 0.5
+
+
+def process_level_test(current_medians_ms: Sequence[float], baseline_medians_ms: Sequence[float],
+                       confidence: float = RATIO_CONFIDENCE) -> tuple[float, tuple[float, float], float, float, int, float]:
+    """Student-t comparison of per-process medians (ms): ``(ratio, ci, p_slower, p_faster, df, sd)``.
+
+    Each worker process is one replicate (pyperf's and JMH's forks; Kalibera & Jones, 2013: repeat
+    at the level where the variance is): with c_i, b_j the log medians of the current and the
+    baseline processes, ``ratio`` = exp(mean c - mean b) (the ratio of geometric means), ``sd`` the
+    pooled SD of the log medians around their side's mean (df = P + Q - 2; a side with one process
+    adds no degree of freedom), ``ci`` the two-sided ``confidence`` t interval of the ratio and the
+    p-values one-sided Student-t tests. Raises ``ValueError`` without a degree of freedom (one
+    process on both sides) or for non-positive medians.
+    """
+    from scipy import stats as sps
+
+    c = np.log(np.asarray(current_medians_ms, dtype=np.float64))
+    b = np.log(np.asarray(baseline_medians_ms, dtype=np.float64))
+    if c.size == 0 or b.size == 0 or not (np.all(np.isfinite(c)) and np.all(np.isfinite(b))):
+        raise ValueError("process medians must be finite and positive (ms)")
+    df = int(c.size + b.size - 2)
+    if df < 1:
+        raise ValueError("a process-level test needs two processes on at least one side")
+    ss = float(np.sum((c - c.mean()) ** 2) + np.sum((b - b.mean()) ** 2))
+    sd = math.sqrt(ss / df)
+    se = sd * math.sqrt(1 / c.size + 1 / b.size)
+    d = float(c.mean() - b.mean())
+    if se == 0:
+        se = 1e-12  # identical processes (scripted timings): the difference is exact
+    t = d / se
+    half = float(sps.t.ppf(0.5 + confidence / 2, df)) * se
+    return (math.exp(d), (math.exp(d - half), math.exp(d + half)), float(sps.t.sf(t, df)), float(sps.t.cdf(t, df)),
+            df, sd)
+
+
+def decide_replicates(
+    current_groups_ms: Sequence[Sequence[float]],
+    baseline_medians_ms: Sequence[float] | None,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    benchmark_id: str = "benchmark",
+    baseline_file: str | None = None,
+    baseline_runs: int = 1,
+) -> Comparison:
+    """The stored-baseline decision on process-level replicates (``--gpuperf-processes`` >= 2).
+
+    ``current_groups_ms``: this run's per-call times (ms), one sequence per worker process;
+    ``baseline_medians_ms``: the baseline's per-process medians (ms: the newest stored run's, or,
+    for a baseline recorded one process per run, the stored runs' medians); ``baseline_runs`` the
+    number of stored runs (reported). The evidence is :func:`process_level_test` over the process
+    medians, never the pooled rounds (thousands of rounds of one process are one replicate); the
+    verdict is :func:`shift_verdict`'s with T = ``threshold``. ``current_median_ms`` and
+    ``baseline_median_ms`` are the geometric means of the process medians, so ``ratio`` is exactly
+    their quotient. With one process on both sides there is no between-process spread to test
+    against: :func:`decide` on the samples, with a note. Raises ``ValueError`` for empty groups or
+    bad options.
+    """
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    groups = [list(g) for g in current_groups_ms]
+    if not groups or any(not g for g in groups):
+        raise ValueError("every process needs at least one sample")
+    medians = [float(np.median(_log_samples(g, "current"))) for g in groups]
+    cur_geo = math.exp(float(np.mean(medians)))
+    common: dict = dict(benchmark_id=benchmark_id, threshold=threshold, alpha=alpha, baseline_file=baseline_file,
+                        processes=len(groups))
+    if not baseline_medians_ms:
+        return Comparison(verdict=Verdict.NO_BASELINE, current_median_ms=cur_geo, runs=0, **common)
+    base = [float(v) for v in baseline_medians_ms]
+    if len(groups) + len(base) < 3:
+        c = decide([v for g in groups for v in g], [base[0]] * 2, threshold=threshold, alpha=alpha,
+                   benchmark_id=benchmark_id, baseline_file=baseline_file)
+        return with_note(c, "one process on each side: no between-process spread to decide on", processes=len(groups),
+                         baseline_processes=len(base))
+    ratio, ci, p_slower, p_faster, df, sd = process_level_test([math.exp(m) for m in medians], base)
+    verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha)
+    from scipy import stats as sps
+
+    se = sd * math.sqrt(1 / len(groups) + 1 / len(base))
+    resolution = math.expm1(max(float(sps.t.ppf(1 - alpha, df)) * se, math.log1p(threshold)))
+    base_geo = math.exp(float(np.mean(np.log(base))))
+    return Comparison(verdict=verdict, current_median_ms=cur_geo, baseline_median_ms=base_geo, ratio=ratio,
+                      median_ratio=ratio, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
+                      floor=threshold, runs=baseline_runs, run_sd=sd, baseline_processes=len(base),
+                      resolution=resolution, **common)
 
 
 def downgrade_throttled(c: Comparison, reason: str | None, *, strict_hint: bool = True) -> Comparison:

@@ -5,28 +5,31 @@ command and the power study (``benchmarks/stat_power.py``) all call :func:`judge
 is the same wherever it is computed; the count gate, independent of timing, is
 :func:`judge_counts`. The timing steps, in order:
 
-1. **normalize**: when the interleaved probe (``probe``, :mod:`pytest_gpuperf.probe`) has a
-   stored level and its per-block times correlate positively with the benchmark's within this
-   run (one-sided Spearman p < :data:`PROBE_CORRELATION_ALPHA`, at least :data:`MIN_PROBE_PAIRS`
-   pairs), divide each round's sample by its probe time / the stored probe level: every current
-   sample is then expressed at the probe level the baseline was recorded at, and compared with
-   the baseline's raw samples (which were measured at that level: it is their run's probe
-   median). Otherwise, with ``--gpuperf-normalize``, divide the current samples by the
-   machine-speed ratio of the matching session-start reference workload (``drift``); the
-   interleaved probe wins when both apply (it follows the machine during the rounds);
+1. **normalize** (only with ``--gpuperf-normalize``, ``normalize=True``): when the interleaved
+   probe (``probe``, :mod:`pytest_gpuperf.probe`) has a stored level and its per-block times
+   correlate positively with the benchmark's within this run (one-sided Spearman p <
+   :data:`PROBE_CORRELATION_ALPHA`, at least :data:`MIN_PROBE_PAIRS` pairs), divide each round's
+   sample by its probe time / the stored probe level; otherwise divide the current samples by the
+   machine-speed ratio of the matching session-start reference workload (``drift``). Off by
+   default: on this project's machines the probe's level moved with its own process (a "49%
+   faster machine" on the same machine a minute later), turning raw ratios of 1.00x into 2-3x
+   "regressions" (issue 21);
 2. **decide** (:func:`pytest_gpuperf.compare.decide`): rank test, Hodges–Lehmann ratio, bootstrap
    CI, effect floor and prediction limit against the baseline's history;
 3. **confirm**: when step 2 says regressed and ``options.confirm`` > 0, re-measure that many
-   times (``remeasure``) and decide again (Chromium Pinpoint's "measure more"): the regression is
-   confirmed only when both the pooled samples and the re-measure on its own say regressed;
-   otherwise the verdict is unchanged with ``confirmed=False`` (a transient);
+   times (``remeasure``) and decide once more on all the evidence: the first measurement and each
+   re-measure are groups of a two-stage bootstrap CI (:func:`~pytest_gpuperf.compare.hierarchical_log_ci`),
+   so a one-off slow measurement widens the CI instead of deciding alone (Chromium Pinpoint's
+   "measure more"); ``confirmed`` says whether the regression held;
 4. **raw ratio**: with normalization, the ratio before it is kept for the report;
 5. **hint**: an inconclusive verdict says how to measure more precisely;
 6. **machine differs** (:func:`machine_rule`): with m = median(probe now) / stored probe level
    (or, for a baseline stored without a probe, the session-start reference workload's now/then
-   ratio of the benchmark's class) and T the effect floor, a regression measured while m > 1 + T
-   (this machine slower than the baselines' by more than the floor) becomes inconclusive
-   ("machine differs: probe +29%"); a regression with m <= 1 + T (same or faster machine) stays one;
+   ratio of the benchmark's class) and T the effect floor, a note says when this machine looks
+   slower or faster than the baselines' by more than T. Only with ``--gpuperf-normalize`` does a
+   regression measured while m > 1 + T become inconclusive ("machine differs: probe +29%"): by
+   default a real verdict on another machine comes from the A/B confirmation against the
+   baseline's commit, not from a probe;
 7. **throttle**: a regression measured while the device was throttled becomes inconclusive.
 """
 
@@ -105,19 +108,20 @@ def _probe_normalized_remeasure(measured: Any, samples: list[float], probe: "Pro
 
 
 def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: bool = True,
-                 reference: tuple[str, float] | None = None) -> Comparison:
+                 reference: tuple[str, float] | None = None, downgrade: bool = True) -> Comparison:
     """The "machine differs" step of :func:`judge` (pure; see the module doc, step 6).
 
     m is ``probe.machine_ratio`` (this run's probe median / the stored level) or, when that is
     unknown (a baseline stored without a probe), ``reference``: ``(name, now/then)`` of the
     session-start reference workload of the benchmark's class (:mod:`pytest_gpuperf.drift`).
-    With T = ``c.floor`` (else ``c.threshold``): a REGRESSED verdict with m > 1 + T becomes
+    With T = ``c.floor`` (else ``c.threshold``) and ``downgrade`` (``--gpuperf-normalize``): a REGRESSED verdict with m > 1 + T becomes
     INCONCLUSIVE (``machine_differs=True``, note ``machine differs: probe +29% ...`` and how to
     get a real verdict): how much slower a benchmark runs on another machine is not a multiple of
     any probe (instruction sets, caches and memory differ per workload: on this project's VMs a
     machine 8x slower on an fp32 matmul was 500x slower on a bf16 one), so no slowdown measured on
     a slower machine is trusted. A regression on a machine that is not slower (m <= 1 + T) stays
-    one. Any other verdict with |m - 1| > T gets an informational note. ``machine_ratio`` is set
+    one. Without ``downgrade`` (the default) and for any other verdict, |m - 1| > T only adds an
+    informational note (the probe's level also moves with its own process). ``machine_ratio`` is set
     whenever m is known; without it ``c`` is returned unchanged.
     """
     m = probe.machine_ratio if probe is not None else None
@@ -133,7 +137,7 @@ def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: b
     floor = c.floor if c.floor is not None else c.threshold
     what = "machine differs: " + source.format(pct=f"{(m - 1) * 100:+.0f}%")
 
-    if c.verdict is Verdict.REGRESSED and m > 1 + floor:
+    if downgrade and c.verdict is Verdict.REGRESSED and m > 1 + floor:
         raw = c.raw_ratio if c.raw_ratio is not None else c.ratio
         strict = " (fails with --gpuperf-strict)" if strict_hint else ""
         note = f"{what}: the regression (x{raw:.2f}) is not trusted{strict}; {MACHINE_DIFFERS_HINT}"
@@ -166,6 +170,7 @@ def judge(
     can_fail: bool = True,
     probe: "ProbeEvidence | None" = None,
     machine_reference: tuple[str, float] | None = None,
+    normalize: bool = False,
 ) -> Comparison:
     """Decide whether ``samples_ms`` (per-call times of this run, ms) regressed against ``baseline``.
 
@@ -179,7 +184,9 @@ def judge(
     probe of this run and its stored level (:class:`~pytest_gpuperf.probe.ProbeEvidence`; None or
     no stored level: as before), used to normalize (step 1) and for the "machine differs" rule
     (step 6); ``machine_reference`` the session-start reference workload's ``(name, now/then)``
-    for the "machine differs" rule when the baseline has no probe level. Raises ``ValueError`` for empty, non-finite or non-positive samples. Deterministic
+    for the "machine differs" rule when the baseline has no probe level. ``normalize``
+    (``--gpuperf-normalize``): normalize by the probe or the reference workloads and let "machine
+    differs" downgrade a regression (steps 1 and 6); off, both only inform. Raises ``ValueError`` for empty, non-finite or non-positive samples. Deterministic
     for given inputs (seeded bootstrap).
     """
     args = dict(
@@ -188,7 +195,7 @@ def judge(
         run_medians_ms=list(baseline.run_medians_ms) if baseline is not None else None,
     )
     base = list(baseline.samples_ms) if baseline is not None else None
-    factors = probe.factors(len(samples_ms)) if probe is not None and base is not None else None
+    factors = probe.factors(len(samples_ms)) if normalize and probe is not None and base is not None else None
     correlation = probe_correlation(samples_ms, probe) if factors is not None and probe is not None else None
     by_probe = factors is not None and correlation is not None and correlation[1] < PROBE_CORRELATION_ALPHA
     if by_probe:
@@ -199,26 +206,17 @@ def judge(
         current = _normalized(samples_ms, drift)
     comparison = decide(current, base, **args)
     extra: list[float] = []
-    extra_normalized: list[float] = []
+    extra_normalized: list[list[float]] = []  # one group per re-measure
     if comparison.verdict is Verdict.REGRESSED and remeasure is not None and options.confirm > 0:
         for _ in range(options.confirm):
             measured = remeasure()
             raw_more = [float(v) for v in getattr(measured, "samples_ms", measured)]
             extra.extend(raw_more)
-            extra_normalized.extend(_probe_normalized_remeasure(measured, raw_more, probe) if by_probe and probe
+            extra_normalized.append(_probe_normalized_remeasure(measured, raw_more, probe) if by_probe and probe
                                     else _normalized(raw_more, drift))
-        first_ratio = comparison.ratio
-        comparison = decide(current, base, confirmation_ms=extra_normalized, **args)
-        # Confirmed only when the pooled evidence AND the re-measure on its own say regressed:
-        # pooled alone, an equally sized re-measure at baseline level cannot outvote a one-off
-        # slow first measurement above ~2x the floor.
-        alone = decide(extra_normalized, base, **args) if comparison.verdict is Verdict.REGRESSED else None
-        if alone is not None and alone.verdict is not Verdict.REGRESSED:
-            comparison = dataclasses.replace(
-                comparison, verdict=Verdict.UNCHANGED, confirmed=False,
-                note=(f"the first measurement said regressed (ratio {first_ratio:.3f}x) but the re-measure "
-                      f"alone did not (ratio {alone.ratio:.3f}x, {alone.verdict.value}): a transient"),
-            )
+        # One decision on all the evidence: the first measurement and the re-measures are groups of
+        # a two-stage bootstrap CI (see compare.decide), never two tests that must both be significant.
+        comparison = decide(current, base, confirmation_groups=extra_normalized, **args)
     if (drift is not None or by_probe) and comparison.ratio is not None and base is not None:
         # the same Hodges-Lehmann estimate decide made, on the samples before normalization
         recentred, _ = recentred_baseline(base, run_stats(args["run_medians_ms"]))
@@ -235,7 +233,8 @@ def judge(
         hint = ("more rounds (pedantic rounds=...)" if fixed_rounds else
                 f"measure longer (max_time, now {options.max_time:g} s)")
         comparison = dataclasses.replace(comparison, note=f"{comparison.note}; to decide, {hint}")
-    comparison = machine_rule(comparison, probe, strict_hint=can_fail, reference=machine_reference)
+    comparison = machine_rule(comparison, probe, strict_hint=can_fail, reference=machine_reference,
+                              downgrade=normalize)
     return downgrade_throttled(comparison, throttle, strict_hint=can_fail)
 
 

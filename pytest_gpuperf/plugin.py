@@ -425,11 +425,14 @@ def _run_ab(config: pytest.Config, state: GpuPerfState) -> None:
                               progress=say if state.verbose > 0 else (lambda line: None))
     coordinator.run()
     state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
-    regressed = {k: n for k, r in state.ab_results.items()
-                 if r.comparison is not None and r.comparison.verdict.value == "regressed"
-                 and (n := int(r.options.get("confirm", 1) or 0)) > 0}
-    if regressed:  # measure more before failing anything (option confirm: extra pairs of worker processes)
-        coordinator.confirm(set(regressed), max(regressed.values()))
+    from .abresults import needs_more_pairs
+
+    # the sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by
+    # `confirm` more pairs of worker processes and decided again on all pairs together
+    suspects = {k: n for k, r in state.ab_results.items()
+                if needs_more_pairs(r.comparison) and (n := int(r.options.get("confirm", 1) or 0)) > 0}
+    if suspects:
+        coordinator.confirm(set(suspects), max(suspects.values()))
         state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
     state.warnings.extend(coordinator.notes + notes)
     if state.xdist_dir is not None:

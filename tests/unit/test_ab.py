@@ -102,3 +102,36 @@ def test_per_process_ratios_and_bad_options():
         decide_ab(r, a_median_ms=1, b_median_ms=1, ref="x", alpha=0)
     with pytest.raises(ValueError, match="threshold"):
         decide_ab(r, a_median_ms=1, b_median_ms=1, ref="x", threshold=-1)
+
+
+def test_the_ci_is_over_process_pairs_not_pooled_blocks():
+    # Two pairs of worker processes in different speed modes (B 1.00x in one, 1.16x in the other):
+    # a bootstrap of the pooled blocks gives a narrow CI; the two-stage one spans both pairs' levels.
+    from pytest_gpuperf.ab import median_ci
+
+    blocks = _blocks(0.0, process_modes=(1.0, 1.16), cv=0.01)
+    c = _decide(blocks)
+    flat = median_ci([r.log_ratio for r in paired_ratios(blocks)])
+    assert c.ratio_ci[0] < 1.02 and c.ratio_ci[1] > 1.14
+    assert math.exp(flat[1]) - math.exp(flat[0]) < c.ratio_ci[1] - c.ratio_ci[0]
+
+
+def test_confirmation_pairs_are_decided_jointly_with_the_first():
+    # Issue 21's tokenizer: 1.40x in the first two process pairs, 1.38x in the confirmation pair:
+    # one joint decision says regressed (confirmed); an A/A confirmation pair after a one-pair fluke
+    # does not fail.
+    from pytest_gpuperf.abresults import _decide as decide_pooled
+    from pytest_gpuperf.abresults import needs_more_pairs
+    from pytest_gpuperf.options import BenchOptions
+
+    first = _blocks(0.40, processes=2, seed=3)
+    more = [Block(b.side, b.process + 2, b.position, b.samples_ms) for b in _blocks(0.38, processes=1, seed=4)]
+    c = decide_pooled("t.py::test_x", first + more, "HEAD (3f2a1c9)", BenchOptions(), confirm_from=2)
+    assert c.verdict is Verdict.REGRESSED and c.confirmed is True and c.runs == 3
+    assert c.ratio_ci[0] > 1.05
+    fluke = _blocks(0.0, process_modes=(1.25, 1.0), cv=0.01, seed=5)
+    aa = [Block(b.side, b.process + 2, b.position, b.samples_ms) for b in _blocks(0.0, processes=1, seed=6)]
+    c = decide_pooled("t.py::test_x", fluke + aa, "HEAD (3f2a1c9)", BenchOptions(), confirm_from=2)
+    assert not c.fails() and c.confirmed is False
+    assert needs_more_pairs(_decide(_blocks(0.40)))
+    assert not needs_more_pairs(_decide(_blocks(0.0)))

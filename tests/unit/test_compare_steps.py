@@ -190,9 +190,15 @@ def test_shift_verdict_regression_needs_the_ci_above_one():
 
 
 def test_shift_verdict_regression_needs_significance():
-    # CI above 1+T but the rank test is not significant: no verdict, no note.
-    assert shift_verdict(1.2, (1.1, 1.3), 0.05, 0.95, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
-    assert shift_verdict(1.2, (1.1, 1.3), A, 0.95, floor=T, alpha=A)[0] is Verdict.UNCHANGED  # p == alpha
+    # CI above 1 (not above 1+T) and the rank test not significant: no verdict, no note.
+    assert shift_verdict(1.2, (1.01, 1.3), 0.05, 0.95, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
+    assert shift_verdict(1.2, (1.01, 1.3), A, 0.95, floor=T, alpha=A)[0] is Verdict.UNCHANGED  # p == alpha
+
+
+def test_shift_verdict_ci_wholly_beyond_the_floor_is_never_unchanged():
+    # Issue 21: the whole CI above 1+T decides, whatever the rank test says (mirror: below 1/(1+T)).
+    assert shift_verdict(1.2, (1.1, 1.3), 0.05, 0.95, floor=T, alpha=A) == (Verdict.REGRESSED, None)
+    assert shift_verdict(1 / 1.2, (1 / 1.3, 1 / 1.1), 0.95, 0.05, floor=T, alpha=A) == (Verdict.IMPROVED, None)
 
 
 def test_shift_verdict_regression_needs_the_ratio_above_the_floor():
@@ -203,16 +209,19 @@ def test_shift_verdict_regression_needs_the_ratio_above_the_floor():
 
 
 def test_shift_verdict_slower_within_prediction_limit():
-    v, note = shift_verdict(1.2, (1.1, 1.3), 0.001, 0.999, floor=T, alpha=A, above_limit=False)
+    v, note = shift_verdict(1.2, (1.01, 1.3), 0.001, 0.999, floor=T, alpha=A, above_limit=False)
     assert v is Verdict.UNCHANGED
     assert note == "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    # a CI wholly above 1+T within the prediction limit is inconclusive, never unchanged
+    v, note = shift_verdict(1.2, (1.1, 1.3), 0.001, 0.999, floor=T, alpha=A, above_limit=False)
+    assert v is Verdict.INCONCLUSIVE and "prediction limit" in note
     # The lower limit does not matter for a slowdown.
     assert shift_verdict(1.2, (1.1, 1.3), 0.001, 0.999, floor=T, alpha=A, below_limit=False) == (
         Verdict.REGRESSED, None)
 
 
 def test_shift_verdict_faster_within_prediction_limit():
-    v, note = shift_verdict(1 / 1.2, (1 / 1.3, 1 / 1.1), 0.999, 0.001, floor=T, alpha=A, below_limit=False)
+    v, note = shift_verdict(1 / 1.2, (1 / 1.3, 1 / 1.01), 0.999, 0.001, floor=T, alpha=A, below_limit=False)
     assert v is Verdict.UNCHANGED
     assert note == "beyond the effect floor but within the history's 99% prediction limit (run-to-run noise)"
     assert "inside" not in note
@@ -349,3 +358,21 @@ def test_decide_is_the_composition_of_the_steps(median, meds):
     assert c.floor == floor
     assert c.baseline_median_ms == pytest.approx(b_med)
     assert c.runs == max(1, h.runs) and c.run_sd == h.sd
+
+
+def test_hierarchical_log_ci_carries_the_spread_between_groups():
+    import numpy as np
+
+    from pytest_gpuperf.compare import hierarchical_log_ci
+
+    rng = np.random.default_rng(3)
+    same = [np.log(rng.lognormal(0, 0.02, 200)) for _ in range(3)]
+    apart = [g + shift for g, shift in zip(same, (0.0, 0.15, 0.30))]  # three process levels
+    lo, hi = hierarchical_log_ci(same)
+    lo2, hi2 = hierarchical_log_ci(apart)
+    assert hi - lo < 0.02 and hi2 - lo2 > 0.15  # pooled values would give a narrow CI for both
+    assert hierarchical_log_ci(same) == (lo, hi)  # seeded
+    d_lo, d_hi = hierarchical_log_ci([g + 0.2 for g in same], same)  # two-sample: a log ratio
+    assert d_lo < 0.2 < d_hi and d_lo > 0.15
+    with pytest.raises(ValueError):
+        hierarchical_log_ci([[]])

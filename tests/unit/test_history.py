@@ -265,7 +265,8 @@ def test_shift_above_floor_but_inside_prediction_limit_is_not_regressed():
     assert math.log(c.ratio) > math.log1p(c.floor)  # above the effect floor
     assert c.ratio_ci[0] > 1.0 and c.p_slower < c.alpha
     assert c.ratio < c.prediction_limit  # but inside the 99% prediction limit
-    assert c.verdict is Verdict.UNCHANGED and not c.failed
+    # its CI lies wholly above 1+T, so it is not "unchanged" either (issue 21): inconclusive, passes
+    assert c.verdict is Verdict.INCONCLUSIVE and not c.failed
     assert "within the history's 99% prediction limit" in c.note
     msg = c.message()
     assert "99% prediction limit 1.086x" in msg
@@ -293,9 +294,9 @@ def test_improvement_beyond_prediction_limit_is_improved():
     assert c.verdict is Verdict.IMPROVED and not c.failed
 
 
-def test_improvement_above_floor_inside_lower_prediction_limit_is_unchanged():
+def test_improvement_above_floor_inside_lower_prediction_limit_is_not_improved():
     c = decide(samples(7, 200, 1 / 1.075, 0.01), samples(8, 200, 1.0, 0.01), run_medians_ms=FIVE_RUNS)
-    assert c.verdict is Verdict.UNCHANGED and not c.failed
+    assert c.verdict is Verdict.INCONCLUSIVE and not c.failed  # CI wholly below 1/(1+T): not "unchanged"
 
 
 def test_improvement_inside_lower_prediction_limit_note_is_truthful():

@@ -32,6 +32,11 @@ def lognormal(seed: int, n: int = 100, median: float = 1.0, sigma: float = 0.02)
     return np.random.default_rng(seed).lognormal(math.log(median), sigma, n)
 
 
+def judge_n(*args, **kwargs):
+    """judge with --gpuperf-normalize: probe normalization and the "machine differs" downgrade on."""
+    return judge(*args, normalize=True, **kwargs)
+
+
 BASE = [float(v) for v in lognormal(1)]
 ENTRY = BaselineEntry.from_samples("m.py::t", BASE)
 
@@ -81,7 +86,7 @@ def test_probe_evidence_ratio_and_per_round_factors():
 def test_machine_slower_and_benchmark_as_slow_is_inconclusive_with_the_note():
     cur, probe = machine_run(3, machine=1.29)
     assert judge(cur, ENTRY, OPTS).verdict is Verdict.REGRESSED  # without the probe: a regression
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.verdict is Verdict.INCONCLUSIVE and c.machine_differs
     assert c.machine_ratio == pytest.approx(1.29, rel=0.01)
     assert "machine differs: probe +29%" in c.note
@@ -91,16 +96,30 @@ def test_machine_slower_and_benchmark_as_slow_is_inconclusive_with_the_note():
     assert "machine differs: probe +29%" in c.message()
 
 
+def test_by_default_the_probe_neither_rescales_nor_downgrades():
+    # Issue 21: the probe's level moved with its own process on this project's machines, so without
+    # --gpuperf-normalize a correlated probe does not rescale the samples and a slower probe does not
+    # excuse a slowdown: the verdict is the raw one, with an informational note.
+    cur, probe = machine_run(3, machine=1.29)
+    c = judge(cur, ENTRY, OPTS, probe=probe)
+    raw = judge(cur, ENTRY, OPTS)
+    assert c.verdict is Verdict.REGRESSED and not c.machine_differs
+    assert c.ratio == raw.ratio and c.normalized_by is None
+    assert "(informational)" in c.note
+    correlated, probe = machine_run(5, machine=1.0, slowdown=1.0, shared_sd=0.2)
+    assert judge(correlated, ENTRY, OPTS, probe=probe).ratio == judge(correlated, ENTRY, OPTS).ratio
+
+
 def test_machine_same_and_benchmark_slower_is_regressed():
     cur, probe = machine_run(4, machine=1.0, slowdown=1.3)
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.verdict is Verdict.REGRESSED and not c.machine_differs
     assert c.machine_ratio == pytest.approx(1.0, abs=0.01)
 
 
 def test_machine_faster_but_benchmark_slower_stays_regressed():
     cur, probe = machine_run(5, machine=0.8, slowdown=1.6)  # raw 1.28x on a machine 20% faster
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.verdict is Verdict.REGRESSED and not c.machine_differs
     assert "machine differs: probe -20%" in c.note and "faster" in c.note
 
@@ -109,7 +128,7 @@ def test_no_slowdown_on_a_slower_machine_is_trusted():
     """How much slower a workload runs on another machine is not a multiple of the probe's (bf16
     on a host without bf16 instructions): a 2.6x raw slowdown on a machine 30% slower is not trusted."""
     cur, probe = machine_run(6, machine=1.3, slowdown=2.0)
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.verdict is Verdict.INCONCLUSIVE and c.machine_differs
     assert "machine differs: probe +3" in c.note and c.fails(strict=True)
 
@@ -119,16 +138,16 @@ def test_reference_workloads_stand_in_for_a_baseline_without_probe():
 
     cur, probe = machine_run(7, machine=1.0, slowdown=1.4)
     no_level = ProbeEvidence(probe.now_ms, None, probe.name, probe.every)
-    c = judge(cur, ENTRY, OPTS, probe=no_level, machine_reference=("matmul", 1.5))
+    c = judge_n(cur, ENTRY, OPTS, probe=no_level, machine_reference=("matmul", 1.5))
     assert c.verdict is Verdict.INCONCLUSIVE and c.machine_differs and c.machine_ratio == 1.5
     assert "machine differs: reference matmul +50% (session-start reference workload" in c.note
-    same = judge(cur, ENTRY, OPTS, probe=no_level, machine_reference=("matmul", 1.01))
+    same = judge_n(cur, ENTRY, OPTS, probe=no_level, machine_reference=("matmul", 1.01))
     assert same.verdict is Verdict.REGRESSED
 
 
 def test_update_runs_leave_the_strict_hint_out():
     cur, probe = machine_run(3, machine=1.29)
-    c = judge(cur, ENTRY, OPTS, probe=probe, can_fail=False)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe, can_fail=False)
     assert c.verdict is Verdict.INCONCLUSIVE and "--gpuperf-strict" not in c.note
 
 
@@ -150,7 +169,7 @@ def test_correlated_probe_normalizes_and_reports_the_raw_ratio():
     cur, probe = machine_run(7, machine=1.3, shared_sd=0.10)
     rho_p = probe_correlation(cur, probe)
     assert rho_p is not None and rho_p[0] > 0.5 and rho_p[1] < gate.PROBE_CORRELATION_ALPHA
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.verdict is Verdict.UNCHANGED  # normalized: the benchmark is as fast as the machine allows
     assert c.ratio == pytest.approx(1.0, abs=0.03)
     assert c.raw_ratio == pytest.approx(1.3, rel=0.05)
@@ -162,7 +181,7 @@ def test_correlated_probe_normalizes_and_reports_the_raw_ratio():
 
 def test_correlated_probe_keeps_a_real_regression_that_is_then_inconclusive_on_a_slower_machine():
     cur, probe = machine_run(8, machine=1.3, slowdown=1.3, shared_sd=0.10)
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.normalized_by is not None and c.ratio == pytest.approx(1.3, rel=0.05)
     assert c.verdict is Verdict.INCONCLUSIVE and c.machine_differs  # raw 1.69x < 1.3^2 x 1.05
 
@@ -171,9 +190,9 @@ def test_uncorrelated_probe_does_not_normalize():
     cur, probe = machine_run(9, machine=1.0, slowdown=1.0)
     corr = probe_correlation(cur, probe)
     assert corr is None or corr[1] >= gate.PROBE_CORRELATION_ALPHA
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.normalized_by is None and c.raw_ratio is None
-    assert c == judge(cur, ENTRY, OPTS, probe=probe)  # deterministic
+    assert c == judge_n(cur, ENTRY, OPTS, probe=probe)  # deterministic
 
 
 def test_too_few_probe_pairs_do_not_normalize():
@@ -183,7 +202,7 @@ def test_too_few_probe_pairs_do_not_normalize():
 
 def test_probe_normalization_wins_over_drift():
     cur, probe = machine_run(7, machine=1.3, shared_sd=0.10)
-    c = judge(cur, ENTRY, OPTS, probe=probe, drift=("copy", 2.0))
+    c = judge_n(cur, ENTRY, OPTS, probe=probe, drift=("copy", 2.0))
     assert c.normalized_by.startswith("probe ") and c.ratio == pytest.approx(1.0, abs=0.03)
 
 
@@ -195,7 +214,7 @@ def test_confirmation_samples_are_normalized_by_their_own_probes():
             self.samples_ms, ev = machine_run(seed, machine=1.0, slowdown=1.3, shared_sd=0.10)
             self.probe_ms, self.probe_every = ev.now_ms, 1
 
-    c = judge(cur, ENTRY, OPTS, probe=probe, remeasure=lambda: Timing(12))
+    c = judge_n(cur, ENTRY, OPTS, probe=probe, remeasure=lambda: Timing(12))
     assert c.verdict is Verdict.REGRESSED and c.confirmed is True
 
 
@@ -247,7 +266,7 @@ def test_report_entry_round_trip_keeps_the_probe():
     from pytest_gpuperf.result import BenchResult
 
     cur, probe = machine_run(3, machine=1.29)
-    c = judge(cur, ENTRY, OPTS, probe=probe)
+    c = judge_n(cur, ENTRY, OPTS, probe=probe)
     r = BenchResult.from_samples(tuple(cur), name="t", device="cpu", rounds=len(cur), calls_per_round=1,
                                  warmup_rounds=0, comparison=c, probe_ms=probe.median_ms, probe=PROBE,
                                  benchmark_id="t")
@@ -285,7 +304,7 @@ def test_scripted_machine_factor_slows_benchmark_and_probe_together():
 # ----------------------------------------------------------------------------- gpuperf compare
 
 
-def test_gpuperf_compare_applies_the_machine_differs_rule_to_stored_probes(tmp_path, capsys):
+def test_gpuperf_compare_reports_the_machine_ratio_of_stored_probes(tmp_path, capsys):
     from pytest_gpuperf.cli import main
 
     def stored(median: float, probe_ms: float | None) -> dict:
@@ -301,9 +320,10 @@ def test_gpuperf_compare_applies_the_machine_differs_rule_to_stored_probes(tmp_p
         return str(path)
 
     base = write("base.json", stored(1.0, 0.5))
-    assert main(["compare", base, write("slower_machine.json", stored(1.3, 0.65))]) == 0
+    # as the plugin by default: a slower probe informs but does not excuse the slowdown (issue 21)
+    assert main(["compare", base, write("slower_machine.json", stored(1.3, 0.65))]) == 1
     out = capsys.readouterr().out
-    assert "inconclusive" in out and "machine differs: probe +30%" in out
+    assert "regressed" in out and "machine differs: probe +30%" in out and "(informational)" in out
     assert main(["compare", base, write("slower_code.json", stored(1.3, 0.5))]) == 1
     assert main(["compare", base, write("old.json", stored(1.3, None))]) == 1  # no probe: as before
 
