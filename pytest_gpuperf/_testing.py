@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -135,11 +136,24 @@ class ScriptedMeasurer(Measurer):
         optionally ``"probe": <a spec of the same form>`` (the probe's times, ms) and ``"machine"``:
         a factor, or ``{"every": k, "factors": [f0, f1, ...]}`` (events 0..k-1 take f0 times longer,
         the next k f1 times..., cycled) applied to both; ``"host_load"``: the CPU sampler's host load
-        (cores used by other processes while it ran)."""
+        (cores used by other processes while it ran); ``"process_factors"``: ``[f0, f1, ...]``, in
+        replicate worker process k (``GPUPERF_REPLICATE=k/P``) every time is f_k times longer (a
+        process-level speed mode). In a worker, the noise seed is offset by 1000 k, so each process
+        draws its own noise."""
         probe = spec.get("probe")
-        machine = spec.get("machine")
+        machine = _machine_of(spec.get("machine"))
         load = spec.get("host_load")
-        return cls(_script_of(spec), None if probe is None else _script_of(probe), _machine_of(machine),
+        slot = os.environ.get("GPUPERF_REPLICATE")  # "k/P" in a replicate worker process
+        k = int(slot.split("/")[0]) if slot else 0
+        factors = spec.get("process_factors")
+        if factors:  # worker process k runs factors[k] times slower (a process-level speed mode)
+            f, inner = float(factors[k % len(factors)]), machine
+            machine = (lambda i: f * inner(i)) if inner is not None else (lambda _i: f)
+        if slot and "seed" not in spec and "sequence" not in spec:
+            spec = dict(spec, seed=k)  # each worker process its own noise
+        elif slot and "seed" in spec:
+            spec = dict(spec, seed=int(spec["seed"]) + 1000 * k)
+        return cls(_script_of(spec), None if probe is None else _script_of(probe), machine,
                    None if load is None else float(load))
 
     @classmethod

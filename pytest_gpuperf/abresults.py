@@ -130,12 +130,14 @@ def ab_results(coordinator: Any, ref: str) -> tuple[dict[str, BenchResult], list
     return results, removed, notes
 
 
-def dump_results(path: Path, results: dict[str, BenchResult]) -> None:
-    """Write the results for pytest-xdist workers (report entries with their comparisons)."""
+def dump_results(path: Path, results: dict[str, Any]) -> None:
+    """Write the results for pytest-xdist workers (report entries with their comparisons; a string,
+    why a benchmark has no result, as it is)."""
     from .baseline import write_atomic
     from .report import result_entry
 
-    data = {k: result_entry(r, environment={}, git_commit=None, timestamp_utc="", with_comparison=True)
+    data = {k: r if isinstance(r, str) else result_entry(r, environment={}, git_commit=None, timestamp_utc="",
+                                                           with_comparison=True)
             for k, r in results.items()}
     write_atomic(path, json.dumps(data))
 
@@ -148,4 +150,4 @@ def load_results(path: Path) -> dict[str, BenchResult]:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
-    return {k: result_from_entry(v) for k, v in data.items()}
+    return {k: v if isinstance(v, str) else result_from_entry(v) for k, v in data.items()}

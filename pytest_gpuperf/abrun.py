@@ -54,6 +54,7 @@ HELLO_TIMEOUT_S = 300.0
 #: Options of the user's command that the workers must not get: (name, takes a value).
 _DROP_OPTIONS = {
     "--gpuperf-ab": True, "--gpuperf-ab-processes": True, "--gpuperf-ab-pythonpath": True,
+    "--gpuperf-processes": True, "--gpuperf-no-ab-confirm": False,
     "--gpuperf-json": True, "--gpuperf-markdown": True, "--gpuperf-plot": True, "--gpuperf-artifacts": True,
     "--gpuperf-memory-snapshot": True, "--junitxml": True, "--junit-xml": True, "--junit-prefix": True,
     "-n": True, "--numprocesses": True, "--maxprocesses": True, "--dist": True, "-d": False, "--tx": True,

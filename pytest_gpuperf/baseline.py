@@ -89,18 +89,30 @@ class RunRecord:
     counts: Mapping[str, int] | None = None
     probe_ms: float | None = None
     probe: str | None = None
+    process_medians_ms: tuple[float, ...] | None = None
+    dirty: bool | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
         """From a stored history record (unknown keys are ignored)."""
         from .counts import stored_totals
 
-        kw = {f: d.get(f) for f in _RUN_FIELDS if f not in ("median_ms", "counts", "probe_ms", "probe")}
+        kw = {f: d.get(f) for f in _RUN_FIELDS
+              if f not in ("median_ms", "counts", "probe_ms", "probe", "process_medians_ms", "dirty")}
         probe_ms = d.get("probe_ms")
         probe_ms = float(probe_ms) if _positive_number(probe_ms) else None
         probe = d.get("probe") if isinstance(d.get("probe"), str) else None
+        dirty = d.get("dirty") if isinstance(d.get("dirty"), bool) else None
         return cls(**kw, median_ms=float(d["median_ms"]), counts=stored_totals(d.get("counts")) or None,
-                   probe_ms=probe_ms, probe=probe)
+                   probe_ms=probe_ms, probe=probe, process_medians_ms=_process_medians(d), dirty=dirty)
+
+
+def _process_medians(d: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """An entry's or run's ``process_medians_ms`` (positive numbers), else None."""
+    v = d.get("process_medians_ms")
+    if isinstance(v, list) and v and all(_positive_number(x) for x in v):
+        return tuple(float(x) for x in v)
+    return None
 
 
 def _positive_number(v: Any) -> bool:
@@ -108,7 +120,7 @@ def _positive_number(v: Any) -> bool:
 
 
 _RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes",
-               "counts", "probe_ms", "probe")
+               "counts", "probe_ms", "probe", "process_medians_ms", "dirty")
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,23 @@ class BaselineEntry:
     def median_ms(self) -> float:
         """Median (ms) of the newest stored run."""
         return self.history[-1].median_ms
+
+    @property
+    def replicate_medians_ms(self) -> tuple[float, ...]:
+        """The baseline's process-level replicates (ms), what a replicated run is compared with: the
+        newest run's per-process medians when it was measured by two or more worker processes; for a
+        baseline recorded one process per run (before ``--gpuperf-processes``), the stored runs'
+        medians, each run a single-process replicate."""
+        newest = self.history[-1].process_medians_ms
+        if newest is not None and len(newest) >= 2:
+            return newest
+        return self.run_medians_ms
+
+    @property
+    def dirty(self) -> bool | None:
+        """Whether the newest run was recorded from uncommitted changes to tracked files (baseline
+        files aside): True, False, or None when unknown (recorded before this was stored)."""
+        return self.history[-1].dirty
 
     def probe_level_ms(self, probe: str) -> float | None:
         """The stored level (ms) of the interleaved probe named ``probe``, what this run's probe is
@@ -231,6 +260,11 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
     if _positive_number(entry.get("probe_ms")) and isinstance(entry.get("probe"), str):
         record["probe_ms"] = float(entry["probe_ms"])
         record["probe"] = entry["probe"]
+    medians = _process_medians(entry)
+    if medians is not None:
+        record["process_medians_ms"] = list(medians)
+    if isinstance(entry.get("dirty"), bool):
+        record["dirty"] = entry["dirty"]
     counts = _run_counts(entry.get("counts"))
     if counts:
         record["counts"] = counts

@@ -89,8 +89,11 @@ class BenchContext:
     grouping, e.g. ``--benchmark-group-by``; None: the option as it is). A/B mode
     (``--gpuperf-ab``): in a worker process ``ab_worker`` is its
     :class:`~pytest_gpuperf.abrun.WorkerClient` (measure only when the coordinator says so); in the
-    user's session ``ab_results`` maps a benchmark's full id to its finished A/B result (the
-    benchmark is not measured again). ``nodeid``: the test's pytest node id.
+    user's session ``ab_results`` maps a benchmark's full id to its finished result, measured by
+    the A/B workers or by the replicate workers (:mod:`pytest_gpuperf.replicates`), or to a string
+    saying why it has none (the test then fails with it through ``fail``); the benchmark is not
+    measured again. ``nodeid``: the test's pytest node id. ``fail``: fails the test with a message
+    (the plugin passes ``pytest.fail``).
     """
 
     test_id: str
@@ -116,6 +119,7 @@ class BenchContext:
     ab_worker: Any = None
     ab_results: Mapping[str, Any] | None = None
     nodeid: str = ""
+    fail: Callable[[str], Any] | None = None
 
 
 class GpuBench:
@@ -285,7 +289,11 @@ class GpuBench:
         ctx = self.context
         if ctx.measuring and ctx.ab_results is not None:
             done = ctx.ab_results.get(self._full_id(bid))
-            if done is not None:  # measured by the A/B workers: the verdict is decided; one call here
+            if isinstance(done, str):  # the workers could not measure it (crashed, partial replicates)
+                if ctx.fail is not None:
+                    ctx.fail(done)
+                raise RuntimeError(done)
+            if done is not None:  # measured by the workers: the verdict is decided; one call here
                 a, k = prepare_call(fn, args, kwargs, setup)  # gives the test its value and side effects
                 value = ctx.measurer.once(fn, a, k, ctx.device).value
                 self._check_value(fn, value)

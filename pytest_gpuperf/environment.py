@@ -114,6 +114,32 @@ def git_commit(root: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def git_dirty(root: str, ignore: str | None = None) -> bool | None:
+    """Whether the checkout at ``root`` has uncommitted changes to tracked files, leaving out those
+    under the folder ``ignore`` (the baseline folder, which an update run writes); None when not a
+    git checkout (or git is missing)."""
+    import os
+
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
+                             timeout=5)
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if top.returncode != 0 or out.returncode != 0:
+        return None
+    skip = None
+    if ignore:
+        skip = os.path.relpath(os.path.realpath(ignore), os.path.realpath(top.stdout.strip())).replace(os.sep, "/")
+    for line in out.stdout.splitlines():
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if skip and not skip.startswith("..") and (path == skip or path.startswith(skip.rstrip("/") + "/")):
+            continue
+        return True
+    return False
+
+
 def utc_now() -> str:
     """Current UTC time as ISO 8601 with a ``Z`` suffix, to the second."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -238,6 +238,39 @@ def judge(
     return downgrade_throttled(comparison, throttle, strict_hint=can_fail)
 
 
+def judge_replicates(
+    groups_ms: Sequence[Sequence[float]],
+    baseline: BaselineEntry | None,
+    options: BenchOptions,
+    *,
+    benchmark_id: str = "benchmark",
+    baseline_file: str | None = None,
+    throttle: str | None = None,
+    can_fail: bool = True,
+) -> Comparison:
+    """The timing verdict of a benchmark measured in several worker processes (``--gpuperf-processes``).
+
+    ``groups_ms``: per-call times (ms), one sequence per worker process. The decision is
+    :func:`pytest_gpuperf.compare.decide_replicates` on the process medians against
+    ``baseline.replicate_medians_ms`` (the newest stored run's process medians, or for a baseline
+    recorded one process per run its runs' medians), with ``options.threshold``/``alpha``; then the
+    hint of an inconclusive verdict and the ``throttle`` downgrade as in :func:`judge`. No probe
+    normalization and no in-process re-measure: the processes are the replicates, and a regression
+    is confirmed by A/B against the baseline's commit (:mod:`pytest_gpuperf.replicates`). Raises
+    ``ValueError`` for empty groups or non-positive times.
+    """
+    from .compare import decide_replicates
+
+    c = decide_replicates(
+        groups_ms, baseline.replicate_medians_ms if baseline is not None else None, threshold=options.threshold,
+        alpha=options.alpha, benchmark_id=benchmark_id, baseline_file=baseline_file,
+        baseline_runs=len(baseline.history) if baseline is not None else 0)
+    if c.verdict is Verdict.INCONCLUSIVE:
+        c = dataclasses.replace(c, note=f"{c.note}; to decide, measure in more worker processes "
+                                        f"(--gpuperf-processes, now {len(groups_ms)})")
+    return downgrade_throttled(c, throttle, strict_hint=can_fail)
+
+
 def judge_counts(
     counts: "Counts",
     baseline: BaselineEntry | None,

@@ -71,6 +71,11 @@ class GpuPerfState:
     ab_worker: Any = None  # in an A/B worker process: its abrun.WorkerClient
     ab_results: dict[str, Any] | None = None  # the user's session: full id -> finished A/B BenchResult
     ab_removed: list[str] = field(default_factory=list)
+    ab_confirm: bool = True  # confirm a stored regression by A/B against the baseline's commit
+    processes: int = 1  # worker processes per benchmark (--gpuperf-processes; 1: measured in this process)
+    replicate_slot: tuple[int, int] | None = None  # in a replicate worker: (k, P)
+    replicate_log_dir: Path | None = None
+    _git: tuple[str | None, bool | None] | None = None
     _baselines: dict[str, "BaselineFile | None"] = field(default_factory=dict)
     _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -103,6 +108,21 @@ class GpuPerfState:
 
             self._baselines[key] = load(path)
         return self._baselines[key]
+
+    @property
+    def replicated(self) -> bool:
+        """This session measures through replicate worker processes (``--gpuperf-processes`` >= 2)."""
+        return (self.measuring and self.processes >= 2 and self.ab is None and self.ab_worker is None
+                and self.replicate_slot is None)
+
+    def git_state(self) -> tuple[str | None, bool | None]:
+        """``(commit, dirty)`` of the checkout, once per session (before any baseline is written; the
+        baseline folder's own changes do not make it dirty)."""
+        if self._git is None:
+            from .environment import git_commit, git_dirty
+
+            self._git = (git_commit(str(self.rootpath)), git_dirty(str(self.rootpath), ignore=str(self.baseline_dir)))
+        return self._git
 
     @property
     def worker_index(self) -> int | None:
@@ -189,6 +209,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-no-counts", action="store_true", default=False,
                     help="do not count ops/kernels/syncs/copies/FLOPs/bytes per call, so no count gate "
                          "(same as ini gpuperf_counts = false)")
+    group.addoption("--gpuperf-processes", metavar="N", default=None,
+                    help="measure every benchmark in N fresh worker processes, one after another, and decide on "
+                         "the spread between them (ini gpuperf_processes, env GPUPERF_PROCESSES; default 3; 1: in "
+                         "this process only, which cannot see run-to-run spread)")
+    group.addoption("--gpuperf-no-ab-confirm", action="store_true", default=False,
+                    help="do not confirm a stored-baseline regression by A/B against the baseline's own git commit "
+                         "on this machine (ini gpuperf_ab_confirm = false)")
     group.addoption("--gpuperf-ab", metavar="REF", default=None,
                     help="A/B: measure the benchmarks of the working tree (B) and of git revision REF (A, e.g. "
                          "origin/main) on this machine, interleaved, and decide on the paired evidence (no stored "
@@ -203,6 +230,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_ab_pythonpath", "A/B: import roots of the code under test, relative to the repository's "
                   "top (space- or comma-separated), e.g. src", default="")
+    parser.addini("gpuperf_processes", "worker processes per benchmark (default 3; 1: in the pytest process only)",
+                  default="")
+    parser.addini("gpuperf_ab_confirm", "confirm a stored-baseline regression by A/B against the baseline's git "
+                  "commit on this machine (default true)", type="bool", default=True)
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "
                   "(the busy-host guard; default true)", type="bool", default=True)
     parser.addini("gpuperf_bottleneck_thresholds",
@@ -339,7 +370,23 @@ def pytest_configure(config: pytest.Config) -> None:
         plot_dir=Path(config.invocation_params.dir, plot_opt) if plot_opt else None,
         verbose=config.getoption("verbose", 0) or 0,
     )
+    _configure_replicates(config, config.stash[STATE_KEY])
     _configure_ab(config, config.stash[STATE_KEY])
+
+
+def _configure_replicates(config: pytest.Config, state: GpuPerfState) -> None:
+    """Resolve ``--gpuperf-processes`` (usage error when bad); in a replicate worker, its slot."""
+    from .replicates import default_processes, worker_slot
+
+    try:
+        state.processes = default_processes(config.getoption("--gpuperf-processes"),
+                                            config.getini("gpuperf_processes") or None)
+        state.replicate_slot = worker_slot() if state.worker_id is None else None
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    state.ab_confirm = not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm"))
+    if state.replicate_slot is not None:
+        state.measuring, state.updating = True, False
 
 
 def _host_load_enabled(config: pytest.Config) -> bool:
@@ -396,7 +443,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """``--gpuperf-ab``: run the whole A/B measurement before the tests (and before pytest-xdist
     starts its workers); the tests then pick up their finished results."""
     state: GpuPerfState | None = session.config.stash.get(STATE_KEY, None)
-    if state is None or state.ab is None or state.worker_id is not None or state.ab_worker is not None:
+    if state is None or state.worker_id is not None or state.ab_worker is not None:
+        return
+    if state.replicated:
+        from .replicates import ReplicateError
+
+        try:
+            _run_replicates(session.config, state)
+        except ReplicateError as exc:
+            pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.INTERNAL_ERROR)
+        return
+    if state.ab is None:
         return
     from .abrun import ABError
 
@@ -404,6 +461,74 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         _run_ab(session.config, state)
     except ABError as exc:
         pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def _say(config: pytest.Config) -> Any:
+    tr = config.pluginmanager.getplugin("terminalreporter")
+    return (lambda line: tr.write_line(line)) if tr is not None else (lambda line: None)
+
+
+def _run_replicates(config: pytest.Config, state: GpuPerfState) -> None:
+    """Measure every selected benchmark in ``state.processes`` worker processes, decide each against
+    its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.replicates`)."""
+    import tempfile
+
+    from .abrun import worker_args
+    from .replicates import missing_message, run_workers
+
+    say = _say(config)
+    args = worker_args(config.invocation_params.args)
+    if config.pluginmanager.hasplugin("xdist"):
+        args += ["-n", "0"]
+    from .bench import ensure_output_dir
+
+    logs = state.rootpath / ".gpuperf" / "replicates"
+    try:
+        ensure_output_dir(logs)
+    except OSError:
+        logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
+    state.replicate_log_dir = logs
+    say(f"gpuperf: measuring in {state.processes} worker processes, one after another (--gpuperf-processes)")
+    runs = run_workers(args, Path(config.invocation_params.dir), state.processes, logs, progress=say)
+    finished: dict[str, Any] = {}
+    for key in dict.fromkeys(k for r in runs for k in r.entries):
+        problem = missing_message(key, runs)
+        if problem is not None:
+            finished[key] = problem
+            continue
+        finished[key] = _decide_replicated(state, key, [r.entries[key] for r in runs])
+    for r in runs:
+        if r.error:
+            state.warnings.append(f"{r.error}; its output: {r.log}")
+    state.ab_results = finished
+    if state.xdist_dir is not None:
+        from .abresults import dump_results
+
+        dump_results(state.xdist_dir / "ab-results.json", finished)
+
+
+def _decide_replicated(state: GpuPerfState, key: str, entries: list[dict[str, Any]]) -> Any:
+    """The finished result of benchmark ``key`` (``module::id``) from its workers' entries, decided
+    against its stored baseline; a string when the baseline file is unusable."""
+    from .abresults import _options
+    from .baseline import BaselineError, baseline_path, check_module
+    from .environment import device_key
+    from .replicates import decide
+
+    module, _, bid = key.partition("::")
+    options = _options(entries[0])  # worker 0's: the test's own options, with max_time split over the workers
+    baseline = path = None
+    env = entries[0].get("environment") or {}
+    if env.get("device_type"):
+        path = baseline_path(state.baseline_dir, device_key(env), module)
+        try:
+            base_file = state.baseline(path)
+            check_module(base_file, module)
+        except BaselineError as exc:
+            return str(exc)
+        baseline = base_file.get(bid) if base_file is not None else None
+    return decide(key, entries, baseline, options, baseline_file=state.relpath(path) if path else None,
+                  can_fail=not state.updating)
 
 
 def _run_ab(config: pytest.Config, state: GpuPerfState) -> None:
@@ -517,8 +642,12 @@ def _options_for(item: pytest.Item, state: GpuPerfState) -> opts.BenchOptions:
     """The item's options: its markers over the session's; merged once per item (raises OptionError)."""
     if OPTIONS_KEY not in item.stash:
         marker = {**benchmark_compat.marker_options(item, state.options), **_marker_options(item)}
-        item.stash[OPTIONS_KEY] = opts.with_marker(state.options, marker,
-                                                   where=f"{item.nodeid}: gpu_bench marker")
+        options = opts.with_marker(state.options, marker, where=f"{item.nodeid}: gpu_bench marker")
+        if state.replicate_slot is not None:  # a replicate worker measures its share of max_time
+            from .replicates import worker_options
+
+            options = worker_options(options, state.replicate_slot)
+        item.stash[OPTIONS_KEY] = options
     return item.stash[OPTIONS_KEY]
 
 
@@ -588,15 +717,15 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
     path = env = key = None
     baseline = None
     ab_results = _ab_results(state)
-    if state.measuring and (state.ab_worker is not None or ab_results is not None):
+    if state.measuring and (state.ab_worker is not None or state.ab is not None or state.replicate_slot is not None):
         from .environment import device_key, fingerprint
 
-        env = fingerprint(device)  # A/B: no stored baseline, no reference workloads
+        env = fingerprint(device)  # A/B or a replicate worker: no stored baseline, no reference workloads
         key = device_key(env)
     elif state.measuring:
-        from .environment import device_key
+        from .environment import device_key, fingerprint
 
-        env = state.environment(device)
+        env = fingerprint(device) if state.replicated else state.environment(device)
         key = device_key(env)
         from .baseline import BaselineError, baseline_path, check_module
 
@@ -611,6 +740,10 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
         state.recorded.append(
             Recorded(item.nodeid, module, result, str(path) if path else None, key, env)
         )
+        if state.replicate_slot is not None and not result.smoke:  # hand it to the coordinator at once
+            from .replicates import report_result
+
+            report_result(f"{module}::{result.benchmark_id}", result, env or {})
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         state.warnings.extend(result.notes)
         if state.updating and not result.smoke:
@@ -664,14 +797,16 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
         ab_worker=state.ab_worker,
         ab_results=ab_results,
         nodeid=item.nodeid,
+        fail=lambda message: pytest.fail(message, pytrace=False),
     ), on_result)
     item.stash[BENCH_KEY] = bench
     return bench
 
 
 def _ab_results(state: GpuPerfState) -> dict[str, Any] | None:
-    """The finished A/B results (a pytest-xdist worker reads the controller's file once)."""
-    if state.ab is None or state.ab_worker is not None:
+    """The finished results of the A/B or replicate workers (a pytest-xdist worker reads the
+    controller's file once); None when this session measures in its own process."""
+    if (state.ab is None or state.ab_worker is not None) and not state.replicated:
         return None
     if state.ab_results is None and state.xdist_dir is not None:
         from .abresults import load_results
@@ -814,21 +949,21 @@ def _warn_if_measured_nothing(item: pytest.Item) -> None:
 def _write_baselines(state: GpuPerfState, item: pytest.Item) -> str | None:
     """Write the item's measurements into its baseline file; returns an error message or None."""
     from .baseline import BaselineError, update
-    from .environment import git_commit, utc_now
+    from .environment import utc_now
     from .report import result_entry
 
     mine = [r for r in state.recorded if r.nodeid == item.nodeid and not r.result.smoke]
     if not mine:
         return None
-    stamp, commit = utc_now(), git_commit(str(state.rootpath))
+    stamp, (commit, dirty) = utc_now(), state.git_state()
     by_path: dict[str, list[Recorded]] = {}
     for rec in mine:
         by_path.setdefault(rec.baseline_path or "", []).append(rec)
     for path, recs in by_path.items():
         entries = {
-            rec.result.benchmark_id: result_entry(
+            rec.result.benchmark_id: dict(result_entry(
                 rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
-            )
+            ), **({} if dirty is None else {"dirty": dirty}))
             for rec in recs
         }
         try:
@@ -864,6 +999,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         )
         return
     mode = "update baselines" if state.updating else "compare"
+    if state.replicated:
+        mode += f" ({state.processes} worker processes per benchmark)"
+    else:
+        mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
     if state.ab is not None:
         label = state.ab.label if hasattr(state.ab, "label") else str(state.ab)
         mode = f"A/B vs {label} ({state.ab_processes} pair(s) of worker processes, interleaved ABBA blocks)"

@@ -111,6 +111,8 @@ def result_entry(
     if result.probe_ms is not None:
         entry["probe_ms"] = result.probe_ms
         entry["probe"] = result.probe
+    if result.process_medians_ms is not None:
+        entry["process_medians_ms"] = list(result.process_medians_ms)
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
@@ -439,6 +441,7 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         extra_info=dict(entry.get("extra_info") or {}),
         probe_ms=entry.get("probe_ms"),
         probe=entry.get("probe"),
+        process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
         **{k: stats[k] for k in STAT_FIELDS},
     )
 

@@ -39,7 +39,10 @@ class BenchResult:
     in reports and baselines when not empty. ``probe_ms`` is the median time (ms) of the interleaved
     machine-speed probe timed between the rounds and ``probe`` its name (see
     :mod:`pytest_gpuperf.probe`); None when no probe ran (smoke mode, an injected measurer without
-    probe support); stored in reports and baselines.
+    probe support); stored in reports and baselines. ``process_medians_ms`` holds the median (ms)
+    of each worker process that measured the benchmark (``--gpuperf-processes`` >= 2; in process
+    order, ``samples_ms`` is their samples concatenated in that order), None when one process
+    measured it; stored in reports and baselines.
     """
 
     name: str
@@ -80,6 +83,7 @@ class BenchResult:
     extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     probe_ms: float | None = None
     probe: str | None = None
+    process_medians_ms: tuple[float, ...] | None = None
 
     def rates(self) -> dict[str, float] | None:
         """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum

@@ -32,3 +32,8 @@ except ImportError:  # pragma: no cover
 import os  # noqa: E402
 
 os.environ["GPUPERF_HOST_LOAD"] = "0"
+
+# Inner sessions measure in their own process (--gpuperf-processes 1) unless a test asks for worker
+# processes: each worker imports torch (seconds), and most tests check what happens inside one
+# process. The replicate tests (tests/test_replicates_e2e.py) pass --gpuperf-processes.
+os.environ["GPUPERF_PROCESSES"] = "1"

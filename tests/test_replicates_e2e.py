@@ -1,0 +1,119 @@
+"""End-to-end: process-level replicates (``--gpuperf-processes``, issue 21).
+
+Every benchmark is measured in P worker processes; the baseline stores each process's median, and
+the gate decides on the spread between processes, not on pooled rounds. Timings are scripted
+(tests/scripted.py), per worker process too (``process_factors``: a process-level speed mode), so
+every verdict here is the same on any machine. Each inner run starts P worker processes that import
+torch, so the tests keep P and the number of runs small.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripted import script_timings, set_timings
+
+pytest_plugins = ["pytester"]
+
+RUN = ("-p", "no:cacheprovider")
+
+BENCH = """
+import pytest
+
+@pytest.mark.gpu_bench(device="cpu", counts=False)
+def test_loop(gpu_bench):
+    gpu_bench.pedantic(sum, args=(range(100),), rounds=30, warmup_rounds=2)
+"""
+RECORDED = {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.03, 0.98]}
+
+
+def _record(pytester: pytest.Pytester, processes: int = 3, bench: str = BENCH) -> dict:
+    pytester.makepyfile(test_bench=bench)
+    script_timings(pytester, RECORDED)
+    rec = pytester.runpytest("--gpuperf-update-baselines", f"--gpuperf-processes={processes}", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines([f"*mode: update baselines ({processes} worker processes per benchmark)*"])
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    return json.loads(path.read_text())["benchmarks"]["test_loop"]
+
+
+def test_baseline_stores_each_process_median_and_an_aa_rerun_passes(pytester: pytest.Pytester) -> None:
+    entry = _record(pytester)
+    medians = entry["process_medians_ms"]
+    assert len(medians) == 3 and entry["history"][-1]["process_medians_ms"] == medians
+    assert medians[1] > medians[0] > medians[2]  # the scripted process modes, in process order
+    assert entry["rounds"] == 90  # 30 rounds in each of the 3 processes
+    # A/A: other process modes, no code change: the processes' spread decides, nothing fails
+    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 7, "process_factors": [1.02, 0.99, 1.01]})
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-json=r.json", *RUN)
+    rec.assert_outcomes(passed=1)
+    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
+    assert c["verdict"] in ("unchanged", "inconclusive")
+    assert c["processes"] == 3 and c["baseline_processes"] == 3
+
+
+def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester: pytest.Pytester) -> None:
+    _record(pytester)
+    set_timings(pytester, {"ms": 1.3, "cv": 0.02, "process_factors": [1.0, 1.02, 0.99]})
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-no-ab-confirm", *RUN)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*performance regression in test_bench.py::test_loop: 1.3*geometric mean of 3 process "
+                              "medians*Student t over process medians*"])
+
+
+def test_one_slow_process_is_not_a_regression(pytester: pytest.Pytester) -> None:
+    # One of three processes lands in a 25% slower mode: its thousands of rounds would make a pooled
+    # rank test say p ~ 0; over process medians it is one replicate of three.
+    _record(pytester)
+    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 3, "process_factors": [1.0, 1.25, 1.0]})
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
+                             *RUN)
+    rec.assert_outcomes(passed=1)
+    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
+    assert c["verdict"] != "regressed" and c["ratio_ci"][0] < 1.0
+
+
+def test_a_crashed_worker_fails_its_benchmarks_and_stores_nothing(pytester: pytest.Pytester) -> None:
+    bench = BENCH + """
+
+def test_crash(gpu_bench):
+    import os
+    if os.environ.get("GPUPERF_REPLICATE", "").startswith("1/"):
+        os._exit(3)  # the second worker process dies here
+    gpu_bench.pedantic(sum, args=(range(10),), rounds=10, warmup_rounds=1)
+"""
+    pytester.makepyfile(test_bench=bench)
+    script_timings(pytester, RECORDED)
+    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN)
+    rec.assert_outcomes(failed=1, passed=1)  # test_crash failed; test_loop was measured before the crash
+    out = rec.stdout.str()
+    assert "test_bench.py::test_crash: measured by 1 of 2 worker processes: worker process 2/2 exited with code 3" in out
+    assert "nothing is compared or stored from a partial set of replicates" in out
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    assert sorted(json.loads(path.read_text())["benchmarks"]) == ["test_loop"]
+
+
+def test_a_single_process_baseline_counts_its_runs_as_replicates(pytester: pytest.Pytester) -> None:
+    # A baseline recorded before --gpuperf-processes (one process per run, three runs) still loads:
+    # its runs' medians are the replicates; a 30% slower run in two processes fails.
+    pytester.makepyfile(test_bench=BENCH)
+    script_timings(pytester, {"ms": 1.0, "cv": 0.02})
+    for seed in (1, 2, 3):
+        set_timings(pytester, {"ms": 1.0 * (1 + 0.01 * seed), "cv": 0.02, "seed": seed})
+        pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=1", *RUN).assert_outcomes(passed=1)
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    entry = json.loads(path.read_text())["benchmarks"]["test_loop"]
+    assert "process_medians_ms" not in entry and len(entry["history"]) == 3
+    set_timings(pytester, {"ms": 1.3, "cv": 0.02})
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", *RUN)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*geometric mean of 2 process medians*of the baseline's 3*"])
+
+
+def test_processes_option_is_checked(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=0", *RUN)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    rec.stderr.fnmatch_lines(["*--gpuperf-processes '0': expected an integer >= 1*"])
