@@ -234,6 +234,8 @@ class Comparison:
                 f"ratio); median A {format_ms(self.baseline_median_ms)} -> B {format_ms(self.current_median_ms)}; "
                 f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {self.alpha:g}) over {self.ab_pairs} paired blocks from "
                 f"{self.runs} pair(s) of worker processes (per pair {per}), threshold +{self.threshold * 100:g}%")
+        if self.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
+            return text + self._tail(INTENDED_HINT)
         return text + self._tail("if the change is intended, this A/B comparison passes once REF includes it")
 
 

@@ -491,15 +491,18 @@ def _run_replicates(config: pytest.Config, state: GpuPerfState) -> None:
     say(f"gpuperf: measuring in {state.processes} worker processes, one after another (--gpuperf-processes)")
     runs = run_workers(args, Path(config.invocation_params.dir), state.processes, logs, progress=say)
     finished: dict[str, Any] = {}
+    commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
     for key in dict.fromkeys(k for r in runs for k in r.entries):
         problem = missing_message(key, runs)
         if problem is not None:
             finished[key] = problem
             continue
-        finished[key] = _decide_replicated(state, key, [r.entries[key] for r in runs])
+        finished[key] = _decide_replicated(state, key, [r.entries[key] for r in runs], commits)
     for r in runs:
         if r.error:
             state.warnings.append(f"{r.error}; its output: {r.log}")
+    if state.ab_confirm and not state.updating:
+        _confirm_by_ab(config, state, finished, commits)
     state.ab_results = finished
     if state.xdist_dir is not None:
         from .abresults import dump_results
@@ -507,9 +510,73 @@ def _run_replicates(config: pytest.Config, state: GpuPerfState) -> None:
         dump_results(state.xdist_dir / "ab-results.json", finished)
 
 
-def _decide_replicated(state: GpuPerfState, key: str, entries: list[dict[str, Any]]) -> Any:
+def _confirm_by_ab(config: pytest.Config, state: GpuPerfState, finished: dict[str, Any],
+                   commits: dict[str, tuple[str | None, bool | None]]) -> None:
+    """Re-measure every stored-baseline regression in ``finished`` by A/B against the commit its
+    baseline was recorded at, on this machine (a worktree of that commit is side A, the working tree
+    side B; :mod:`pytest_gpuperf.abrun`), and make the A/B verdict the final one (Chromium Pinpoint
+    confirms a dashboard alert the same way). A baseline recorded from uncommitted changes, a commit
+    that is not in this clone, or a side A that cannot run keeps the stored verdict, with a note."""
+    from .abrun import ABError, Coordinator, ab_folder, prepare_worktree, resolve_revision, side_specs, worker_args
+    from .abresults import ab_results, needs_more_pairs
+    from .replicates import with_ab_confirmation
+
+    suspects = [k for k, r in finished.items()
+                if not isinstance(r, str) and r.comparison is not None and r.comparison.verdict.value == "regressed"]
+    by_commit: dict[str, list[str]] = {}
+    for key in suspects:
+        commit, dirty = commits.get(key, (None, None))
+        if commit is None or dirty:
+            why = ("the baseline was recorded from uncommitted changes" if dirty else
+                   "the baseline records no git commit")
+            finished[key] = with_ab_confirmation(finished[key], None, "its commit", why)
+            continue
+        by_commit.setdefault(commit, []).append(key)
+    say = _say(config)
+    for commit, keys in by_commit.items():
+        label = commit[:7]
+        try:
+            import dataclasses
+
+            rev = dataclasses.replace(resolve_revision(Path(config.invocation_params.dir), commit),
+                                      ref="the baselines' commit")
+            label = rev.label
+            say(f"gpuperf: {len(keys)} regression(s): confirming by A/B against {label} on this machine")
+            worktree = prepare_worktree(rev)
+            logs = ab_folder(rev.repo) / "logs"
+            logs.mkdir(exist_ok=True)
+            specs = side_specs(rev, worktree, Path(config.invocation_params.dir), state.ab_roots)
+            args = worker_args(config.invocation_params.args)
+            if config.pluginmanager.hasplugin("xdist"):
+                args += ["-n", "0"]
+            coordinator = Coordinator(specs, args, state.ab_processes, logs,
+                                      progress=say if state.verbose > 0 else (lambda line: None))
+            coordinator.only = set(keys)
+            coordinator.run()
+            results, _, notes = ab_results(coordinator, rev.label)
+            more = {k for k in keys if k in results and needs_more_pairs(results[k].comparison)}
+            confirm = max(int(finished[k].options.get("confirm", 1) or 0) for k in keys)
+            if more and confirm > 0:
+                coordinator.confirm(more, confirm)
+                results, _, notes = ab_results(coordinator, rev.label)
+            state.warnings.extend(coordinator.notes + notes)
+        except ABError as exc:
+            why = str(exc)
+            if "no such commit" in why:
+                why = (f"the baselines' commit {commit[:7]} is not in this repository (a shallow clone? fetch the "
+                       f"history, e.g. actions/checkout with fetch-depth: 0)")
+            for key in keys:
+                finished[key] = with_ab_confirmation(finished[key], None, label, why)
+            continue
+        for key in keys:
+            finished[key] = with_ab_confirmation(finished[key], results.get(key), label)
+
+
+def _decide_replicated(state: GpuPerfState, key: str, entries: list[dict[str, Any]],
+                       commits: dict[str, tuple[str | None, bool | None]]) -> Any:
     """The finished result of benchmark ``key`` (``module::id``) from its workers' entries, decided
-    against its stored baseline; a string when the baseline file is unusable."""
+    against its stored baseline; a string when the baseline file is unusable. ``commits`` gets the
+    baseline's ``(git commit, dirty)``."""
     from .abresults import _options
     from .baseline import BaselineError, baseline_path, check_module
     from .environment import device_key
@@ -527,6 +594,8 @@ def _decide_replicated(state: GpuPerfState, key: str, entries: list[dict[str, An
         except BaselineError as exc:
             return str(exc)
         baseline = base_file.get(bid) if base_file is not None else None
+    if baseline is not None:
+        commits[key] = (baseline.git_commit, baseline.dirty)
     return decide(key, entries, baseline, options, baseline_file=state.relpath(path) if path else None,
                   can_fail=not state.updating)
 

@@ -272,3 +272,31 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
     return dataclasses.replace(merged, comparison=comparison, memory_comparison=memory, count_comparison=counts,
                                options=options.to_dict())
 
+
+
+def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None = None) -> Any:
+    """The final result of a stored-baseline regression after its A/B confirmation against the
+    baseline's own commit (``label``: ``"3f2a9c1 (3f2a9c1)"``): with an A/B comparison (``ab``, a
+    result of :func:`pytest_gpuperf.abresults.ab_result`), the verdict is the A/B one, its samples
+    B's, and the message says what the stored comparison said; without one (``problem`` says why:
+    the commit is missing, side A failed) the stored result, with that note. Memory, counts,
+    bottleneck and the process medians stay the stored run's."""
+    from .compare import Verdict
+    from .units import format_ratio
+
+    s = stored.comparison
+    said = f"the stored baseline said {s.verdict.value} {format_ratio(s.ratio)}" if s.ratio else "the stored baseline"
+    a = ab.comparison if ab is not None else None
+    if a is None or a.verdict is Verdict.NO_BASELINE or a.ratio is None:
+        why = problem or (a.note if a is not None and a.note else "no A/B result")
+        note = f"not confirmed by A/B against {label}: {why}; the stored verdict stands"
+        return dataclasses.replace(stored, comparison=dataclasses.replace(s, ab_confirmation=note))
+    from .ab import ab_summary
+
+    word = "confirmed" if a.verdict is Verdict.REGRESSED else "not confirmed"
+    note = f"{said}; {word} by A/B against the baseline's commit on this machine: {ab_summary(a)} ({a.verdict.value})"
+    return dataclasses.replace(
+        ab, comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
+        count_comparison=stored.count_comparison, counts=stored.counts, peak_memory_bytes=stored.peak_memory_bytes,
+        bottleneck=stored.bottleneck, telemetry=stored.telemetry, process_medians_ms=stored.process_medians_ms,
+        options=stored.options)

@@ -1,0 +1,122 @@
+"""End-to-end: a stored-baseline regression is confirmed by A/B against the baseline's own commit.
+
+A temporary git repository: the baselines are recorded at commit 1 (two replicate worker
+processes) and committed. Timings are scripted: a test module's ``MS`` is its per-call time, so a
+slowdown "in the code" is a different ``MS`` in the working tree, while ``MACHINE`` (an environment
+variable every worker inherits) slows both sides alike, as a slower machine would. Every verdict is
+therefore the same on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CONFTEST = '''
+import os
+import pytest
+from pytest_gpuperf._testing import ScriptedMeasurer
+
+@pytest.fixture
+def _gpuperf_measurer(request):
+    machine = float(os.environ.get("MACHINE", "1"))
+    return ScriptedMeasurer.from_spec({"ms": request.module.MS * machine, "cv": 0.03})
+'''
+
+TESTS = '''
+import pytest
+
+MS = @MS@
+
+@pytest.mark.gpu_bench(counts=False)
+def test_a(gpu_bench):
+    gpu_bench.pedantic(sum, args=(range(10),), rounds=40, warmup_rounds=2)
+'''
+
+FAST = ("--gpuperf-processes=2", "--gpuperf-ab-processes=1", "-p", "no:cacheprovider")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> Path:
+    """A git repository with a scripted-timing project whose baselines were recorded at its first commit."""
+    top = pytester.path
+    git(top, "init", "-q")
+    git(top, "config", "user.email", "t@t")
+    git(top, "config", "user.name", "t")
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_x=TESTS.replace("@MS@", "1.0"))
+    first = commit(top, "code")
+    pytester.runpytest("--gpuperf-update-baselines", *FAST).assert_outcomes(passed=1)
+    entry = _entry(top)
+    assert entry["git_commit"] == first and entry["dirty"] is False
+    commit(top, "baselines")
+    return top
+
+
+def _entry(top: Path) -> dict:
+    (path,) = top.joinpath("baselines").rglob("*.json")
+    return json.loads(path.read_text())["benchmarks"]["test_a"]
+
+
+def _comparison(pytester: pytest.Pytester) -> dict:
+    return json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_x.py::test_a"]["comparison"]
+
+
+def test_slower_machine_passes_and_slower_code_fails_after_ab(pytester: pytest.Pytester, repo: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    first = git(repo, "rev-parse", "HEAD~1")
+    # This machine is 1.3x slower, the code unchanged: the stored comparison says regressed, the A/B
+    # against the baselines' commit on this machine says unchanged, and that is the verdict.
+    monkeypatch.setenv("MACHINE", "1.3")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-json=r.json", *FAST)
+    rec.assert_outcomes(passed=1)
+    c = _comparison(pytester)
+    assert c["verdict"] != "regressed" and c["ab_ref"] == f"the baselines' commit ({first[:7]})"
+    assert c["ab_confirmation"].startswith("the stored baseline said regressed 1.3")
+    assert "not confirmed by A/B against the baseline's commit on this machine" in c["ab_confirmation"]
+    # The code is 1.3x slower (uncommitted), the machine as when recorded: the A/B confirms it.
+    monkeypatch.setenv("MACHINE", "1.0")
+    pytester.makepyfile(test_x=TESTS.replace("@MS@", "1.3"))
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-json=r.json", *FAST)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*performance regression in test_x.py::test_a: A/B vs the baselines' commit*: 1.*the "
+                              "stored baseline said regressed 1.*confirmed by A/B against the baseline's commit on this "
+                              "machine*--gpuperf-update-baselines*"])
+    assert _comparison(pytester)["verdict"] == "regressed"
+    # Opting out leaves the stored verdict alone.
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json", *FAST)
+    rec.assert_outcomes(failed=1)
+    assert _comparison(pytester)["ab_ref"] is None
+
+
+def test_missing_or_dirty_baseline_commit_keeps_the_stored_verdict_with_a_note(pytester: pytest.Pytester,
+                                                                             repo: Path) -> None:
+    (path,) = repo.joinpath("baselines").rglob("*.json")
+    pytester.makepyfile(test_x=TESTS.replace("@MS@", "1.3"))
+    data = json.loads(path.read_text())
+    data["benchmarks"]["test_a"]["git_commit"] = "0123456789abcdef0123456789abcdef01234567"  # not in this clone
+    path.write_text(json.dumps(data))
+    rec = pytester.runpytest("--gpuperf", *FAST)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*not confirmed by A/B against 0123456: the baselines' commit 0123456 is not in this "
+                              "repository (a shallow clone? fetch the history*fetch-depth: 0); the stored verdict stands*"])
+    data["benchmarks"]["test_a"]["history"][-1]["dirty"] = True  # recorded from uncommitted changes
+    path.write_text(json.dumps(data))
+    rec = pytester.runpytest("--gpuperf", *FAST)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*not confirmed by A/B against its commit: the baseline was recorded from uncommitted "
+                              "changes; the stored verdict stands*"])
