@@ -1080,9 +1080,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for line in summary_lines(items, **benchmark_compat.table_options(config)):
         tr.write_line(line)
     if any(rec.result.comparison is not None and rec.result.comparison.ratio is not None for rec in state.recorded):
-        from .report import AB_LEGEND
+        from .report import AB_LEGEND, REPLICATES_LEGEND
 
-        tr.write_line(AB_LEGEND if state.ab is not None else LEGEND)
+        tr.write_line(AB_LEGEND if state.ab is not None else REPLICATES_LEGEND if state.replicated else LEGEND)
     if state.ab is None:
         tr.write_line(f"baselines: {state.relpath(state.baseline_dir)}")
     else:
@@ -1112,6 +1112,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if b is not None and b.evidence.phases:
             shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in b.evidence.phases.items())
             tr.write_line(f"phases of {rec.module}::{rec.result.benchmark_id} (share of device time): {shares}")
+    blind = [f"{rec.module}::{rec.result.benchmark_id} (+{(c.resolution if c.resolution is not None else c.floor) * 100:.0f}%)"
+             for rec in state.recorded if (c := rec.result.comparison) is not None and c.cannot_fail]
+    if blind and not state.updating:
+        tr.write_line(f"warning: {len(blind)} benchmark(s) cannot fail a slowdown below the figure shown, their baseline's "
+                      f"spread is that wide: {', '.join(blind)}; re-record them on a quiet machine (they fail with "
+                      f"--gpuperf-strict)", yellow=True)
     from .report import machine_differs_line
 
     machine = machine_differs_line(rec.result for rec in state.recorded)

@@ -26,6 +26,15 @@ LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newe
           "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
 
 
+#: The legend in the default mode (``--gpuperf-processes`` >= 2): what "baseline" and "ratio" hold.
+REPLICATES_LEGEND = (
+    "baseline = geometric mean of the baseline's per-process medians; ratio = geometric mean of this run's process "
+    "medians / baseline (rows with [CI]: confirmed by A/B against the baselines' commit on this machine: baseline = "
+    "that commit's median, ratio = B/A estimate [99% CI]); median = of all rounds of all processes; ops/kern, syncs = "
+    "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
+    "minimum-traffic bytes per call at the median time")
+
+
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
     """A :class:`Comparison` as JSON-ready dict (verdict as a string, CI as a 2-list)."""
     if c is None:

@@ -29,11 +29,15 @@ except ImportError:  # pragma: no cover
 # runs: the busy-host guard (CPU host load) would make a misclassification or a regression
 # inconclusive on a loaded CI runner. Off for every inner session of this suite; the guard's own
 # tests script the host load (ScriptedMeasurer "host_load") or inject /proc/stat readers.
-import os  # noqa: E402
+# Inner sessions also measure in their own process (--gpuperf-processes 1) unless a test asks for
+# worker processes: each worker imports torch (seconds), and most tests check what happens inside
+# one process; the replicate tests pass --gpuperf-processes.
+# Set per test (not at import): the outer session -- e.g. the bundled perf suite, `pytest --gpuperf
+# tests/perf`, which this conftest also covers -- keeps its defaults.
+import pytest  # noqa: E402
 
-os.environ["GPUPERF_HOST_LOAD"] = "0"
 
-# Inner sessions measure in their own process (--gpuperf-processes 1) unless a test asks for worker
-# processes: each worker imports torch (seconds), and most tests check what happens inside one
-# process. The replicate tests (tests/test_replicates_e2e.py) pass --gpuperf-processes.
-os.environ["GPUPERF_PROCESSES"] = "1"
+@pytest.fixture(autouse=True)
+def _inner_session_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPERF_HOST_LOAD", "0")
+    monkeypatch.setenv("GPUPERF_PROCESSES", "1")

@@ -376,3 +376,19 @@ def test_hierarchical_log_ci_carries_the_spread_between_groups():
     assert d_lo < 0.2 < d_hi and d_lo > 0.15
     with pytest.raises(ValueError):
         hierarchical_log_ci([[]])
+
+
+def test_process_level_decision_and_a_baseline_too_noisy_to_fail():
+    from pytest_gpuperf.compare import decide_replicates
+
+    base = [1.00, 1.01, 0.99]
+    slower = [[1.30 * m] * 20 for m in (1.0, 1.01, 0.995)]
+    c = decide_replicates(slower, base)
+    assert c.verdict is Verdict.REGRESSED and c.processes == 3 and c.baseline_processes == 3
+    assert c.ratio == pytest.approx(c.current_median_ms / c.baseline_median_ms)  # the table's columns agree
+    one_slow_process = [[m] * 500 for m in (1.0, 1.25, 1.0)]  # 1500 rounds, but three replicates
+    assert decide_replicates(one_slow_process, base).verdict is not Verdict.REGRESSED
+    noisy = decide_replicates([[1.0] * 5, [1.0] * 5], [0.5, 2.0])  # the baseline's processes 4x apart
+    assert noisy.cannot_fail and noisy.fails(strict=True) and not noisy.fails()
+    assert "cannot fail" in noisy.message()
+    assert not c.cannot_fail
