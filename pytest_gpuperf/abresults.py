@@ -24,7 +24,8 @@ from .options import BenchOptions
 from .result import BenchResult
 
 
-def _options(entry: dict[str, Any]) -> BenchOptions:
+def options_from_entry(entry: dict[str, Any]) -> BenchOptions:
+    """The :class:`BenchOptions` stored in a report entry (unknown keys left out)."""
     fields = {f.name for f in dataclasses.fields(BenchOptions)}
     kw = {k: v for k, v in (entry.get("options") or {}).items() if k in fields}
     if isinstance(kw.get("expect_bottleneck"), list):
@@ -73,7 +74,7 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
         return None
     errors = errors or {}
     b = result_from_entry(entries["B"])
-    options = _options(entries["B"])
+    options = options_from_entry(entries["B"])
     b_samples = [v for blk in blocks if blk.side == "B" for v in blk.samples_ms] or list(b.samples_ms)
     a_samples = [v for blk in blocks if blk.side == "A" for v in blk.samples_ms]
     if "A" in entries and a_samples:

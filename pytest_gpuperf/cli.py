@@ -244,7 +244,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .gate import judge
     from .units import format_ms, format_ratio
 
-    from .gate import judge_counts
+    from .gate import judge_counts, judge_replicates
 
     comparisons, count_comparisons = [], []
     for name, bkey, ckey in m.pairs:
@@ -253,7 +253,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULTS.alpha)
         try:
             options = dataclasses.replace(DEFAULTS, threshold=threshold, alpha=alpha)
-            c = judge(c_entry.samples_ms, b_entry, options, benchmark_id=name, probe=_stored_probe(c_entry, b_entry))
+            processes = c_entry.history[-1].process_medians_ms
+            if processes is not None and len(processes) >= 2:  # measured by worker processes: decided as the plugin does
+                c = judge_replicates([[m] for m in processes], b_entry, options, benchmark_id=name)
+            else:
+                c = judge(c_entry.samples_ms, b_entry, options, benchmark_id=name, probe=_stored_probe(c_entry, b_entry))
             # the count gate, where both sides were counted (no budgets here: they are the test's)
             count_options = dataclasses.replace(
                 DEFAULTS, count_tolerance=_option(c_entry, "count_tolerance", DEFAULTS.count_tolerance))

@@ -74,7 +74,6 @@ class GpuPerfState:
     ab_confirm: bool = True  # confirm a stored regression by A/B against the baseline's commit
     processes: int = 1  # worker processes per benchmark (--gpuperf-processes; 1: measured in this process)
     replicate_slot: tuple[int, int] | None = None  # in a replicate worker: (k, P)
-    replicate_log_dir: Path | None = None
     _git: tuple[str | None, bool | None] | None = None
     _baselines: dict[str, "BaselineFile | None"] = field(default_factory=dict)
     _environments: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -487,7 +486,6 @@ def _run_replicates(config: pytest.Config, state: GpuPerfState) -> None:
         ensure_output_dir(logs)
     except OSError:
         logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
-    state.replicate_log_dir = logs
     say(f"gpuperf: measuring in {state.processes} worker processes, one after another (--gpuperf-processes)")
     runs = run_workers(args, Path(config.invocation_params.dir), state.processes, logs, progress=say)
     finished: dict[str, Any] = {}
@@ -517,8 +515,9 @@ def _confirm_by_ab(config: pytest.Config, state: GpuPerfState, finished: dict[st
     side B; :mod:`pytest_gpuperf.abrun`), and make the A/B verdict the final one (Chromium Pinpoint
     confirms a dashboard alert the same way). A baseline recorded from uncommitted changes, a commit
     that is not in this clone, or a side A that cannot run keeps the stored verdict, with a note."""
-    from .abrun import ABError, Coordinator, ab_folder, prepare_worktree, resolve_revision, side_specs, worker_args
-    from .abresults import ab_results, needs_more_pairs
+    import dataclasses
+
+    from .abrun import ABError, resolve_revision
     from .replicates import with_ab_confirmation
 
     suspects = [k for k, r in finished.items()
@@ -536,30 +535,11 @@ def _confirm_by_ab(config: pytest.Config, state: GpuPerfState, finished: dict[st
     for commit, keys in by_commit.items():
         label = commit[:7]
         try:
-            import dataclasses
-
             rev = dataclasses.replace(resolve_revision(Path(config.invocation_params.dir), commit),
                                       ref="the baselines' commit")
             label = rev.label
             say(f"gpuperf: {len(keys)} regression(s): confirming by A/B against {label} on this machine")
-            worktree = prepare_worktree(rev)
-            logs = ab_folder(rev.repo) / "logs"
-            logs.mkdir(exist_ok=True)
-            specs = side_specs(rev, worktree, Path(config.invocation_params.dir), state.ab_roots)
-            args = worker_args(config.invocation_params.args)
-            if config.pluginmanager.hasplugin("xdist"):
-                args += ["-n", "0"]
-            coordinator = Coordinator(specs, args, state.ab_processes, logs,
-                                      progress=say if state.verbose > 0 else (lambda line: None))
-            coordinator.only = set(keys)
-            coordinator.run()
-            results, _, notes = ab_results(coordinator, rev.label)
-            more = {k for k in keys if k in results and needs_more_pairs(results[k].comparison)}
-            confirm = max(int(finished[k].options.get("confirm", 1) or 0) for k in keys)
-            if more and confirm > 0:
-                coordinator.confirm(more, confirm)
-                results, _, notes = ab_results(coordinator, rev.label)
-            state.warnings.extend(coordinator.notes + notes)
+            results, _ = _measure_ab(config, state, rev, only=set(keys))
         except ABError as exc:
             why = str(exc)
             if "no such commit" in why:
@@ -577,13 +557,13 @@ def _decide_replicated(state: GpuPerfState, key: str, entries: list[dict[str, An
     """The finished result of benchmark ``key`` (``module::id``) from its workers' entries, decided
     against its stored baseline; a string when the baseline file is unusable. ``commits`` gets the
     baseline's ``(git commit, dirty)``."""
-    from .abresults import _options
+    from .abresults import options_from_entry
     from .baseline import BaselineError, baseline_path, check_module
     from .environment import device_key
     from .replicates import decide
 
     module, _, bid = key.partition("::")
-    options = _options(entries[0])  # worker 0's: the test's own options, with max_time split over the workers
+    options = options_from_entry(entries[0])  # worker 0's: the test's own options, with max_time split over the workers
     baseline = path = None
     env = entries[0].get("environment") or {}
     if env.get("device_type"):
@@ -601,13 +581,25 @@ def _decide_replicated(state: GpuPerfState, key: str, entries: list[dict[str, An
 
 
 def _run_ab(config: pytest.Config, state: GpuPerfState) -> None:
-    from .abrun import Coordinator, ab_folder, prepare_worktree, side_specs, worker_args
-    from .abresults import ab_results
-
-    tr = config.pluginmanager.getplugin("terminalreporter")
-    say = (lambda line: tr.write_line(line)) if tr is not None else (lambda line: None)
     rev = state.ab
-    say(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
+    _say(config)(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
+    state.ab_results, state.ab_removed = _measure_ab(config, state, rev)
+    if state.xdist_dir is not None:
+        from .abresults import dump_results
+
+        dump_results(state.xdist_dir / "ab-results.json", state.ab_results)
+
+
+def _measure_ab(config: pytest.Config, state: GpuPerfState, rev: Any,
+                only: set[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Measure the working tree (B) against a worktree of ``rev`` (A) in ``state.ab_processes`` pairs
+    of worker processes (``only``: just these benchmarks), then the sequential step: a benchmark that
+    says regressed, or whose CI straddles 1+T, is measured by ``confirm`` more pairs and decided again
+    on all pairs together. Returns ``(results by full id, ids removed since REF)``; notes go to the
+    session's warnings. Raises :class:`~pytest_gpuperf.abrun.ABError`."""
+    from .abrun import Coordinator, ab_folder, prepare_worktree, side_specs, worker_args
+    from .abresults import ab_results, needs_more_pairs
+
     worktree = prepare_worktree(rev)
     logs = ab_folder(rev.repo) / "logs"
     logs.mkdir(exist_ok=True)
@@ -616,23 +608,17 @@ def _run_ab(config: pytest.Config, state: GpuPerfState) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
     coordinator = Coordinator(specs, args, state.ab_processes, logs,
-                              progress=say if state.verbose > 0 else (lambda line: None))
+                              progress=_say(config) if state.verbose > 0 else (lambda line: None))
+    coordinator.only = only
     coordinator.run()
-    state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
-    from .abresults import needs_more_pairs
-
-    # the sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by
-    # `confirm` more pairs of worker processes and decided again on all pairs together
-    suspects = {k: n for k, r in state.ab_results.items()
+    results, removed, notes = ab_results(coordinator, rev.label)
+    suspects = {k: n for k, r in results.items()
                 if needs_more_pairs(r.comparison) and (n := int(r.options.get("confirm", 1) or 0)) > 0}
     if suspects:
         coordinator.confirm(set(suspects), max(suspects.values()))
-        state.ab_results, state.ab_removed, notes = ab_results(coordinator, rev.label)
+        results, removed, notes = ab_results(coordinator, rev.label)
     state.warnings.extend(coordinator.notes + notes)
-    if state.xdist_dir is not None:
-        from .abresults import dump_results
-
-        dump_results(state.xdist_dir / "ab-results.json", state.ab_results)
+    return results, removed
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -216,7 +216,8 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
     """One :class:`~pytest_gpuperf.result.BenchResult` (without verdicts) from the report entries of
     the P workers that measured benchmark ``key``, in process order: samples concatenated in that
     order, ``process_medians_ms`` each worker's median, rounds summed, and peak memory, counts,
-    bottleneck and telemetry from worker 0 (its ``other_cpu_cores`` the highest any worker saw).
+    bottleneck and telemetry from worker 0 (its ``other_cpu_cores`` the host load over all workers'
+    timed spans together, :func:`pytest_gpuperf.telemetry.pooled_host_load`).
     Raises ``ValueError`` for no entries."""
     from .report import result_from_entry
     from .result import BenchResult
@@ -226,11 +227,12 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
     results = [result_from_entry(dict(e)) for e in entries]
     first = results[0]
     samples = tuple(v for r in results for v in r.samples_ms)
+    from .telemetry import pooled_host_load
+
     telemetry = dict(first.telemetry) if first.telemetry else None
-    loads = [r.telemetry.get("other_cpu_cores") for r in results if r.telemetry]
-    loads = [v for v in loads if isinstance(v, (int, float))]
-    if telemetry is not None and loads:
-        telemetry["other_cpu_cores"] = max(loads)
+    load = pooled_host_load([r.telemetry for r in results])  # each worker alone may time too little to count
+    if telemetry is not None and load is not None:
+        telemetry["other_cpu_cores"] = load
     return BenchResult.from_samples(
         samples, name=first.name, device=first.device, rounds=sum(r.rounds for r in results),
         calls_per_round=first.calls_per_round, warmup_rounds=first.warmup_rounds, benchmark_id=first.benchmark_id,

@@ -489,6 +489,14 @@ class HostLoadMeter:
                 self.other_s += (stat1[0] - stat0[0]) - (own1 - own0)
                 self.steal_s += stat1[1] - stat0[1]
 
+    def spans(self) -> dict[str, float]:
+        """The raw totals, ``{"host_wall_s": ..., "host_other_s": ...}`` (s; empty with a fixed figure
+        or an unreadable ``/proc/stat``), kept even for spans too short to count, so that the spans of
+        several worker processes can be pooled (:func:`pooled_host_load`)."""
+        if self.fixed_cores is not None or self.failed or self.wall_s <= 0:
+            return {}
+        return {"host_wall_s": round(self.wall_s, 4), "host_other_s": round(max(0.0, self.other_s), 4)}
+
     def summary(self) -> dict[str, Any]:
         if self.fixed_cores is not None:
             return {"other_cpu_cores": float(self.fixed_cores), "steal_cpu_cores": 0.0, "cpu_count": _cpu_count()}
@@ -526,8 +534,22 @@ class CpuSampler:
         if not self.samples:
             return None
         last = self.samples[-1]
-        load = self.meter.summary() if self.meter is not None else {}
+        load = {**self.meter.spans(), **self.meter.summary()} if self.meter is not None else {}
         return {"cur_freq_mhz": last.get("cur_freq_mhz"), "load_average": last.get("load_average"), **load}
+
+
+def pooled_host_load(telemetries: list[dict[str, Any] | None]) -> float | None:
+    """Other processes' CPU load (cores) over the timed spans of several worker processes together:
+    the sum of their ``host_other_s`` over the sum of their ``host_wall_s``, when those add up to
+    :data:`HOST_LOAD_MIN_S` (each worker alone may time less); else the highest ``other_cpu_cores``
+    any reported (None when none did). Pure."""
+    wall = sum(float(t.get("host_wall_s") or 0.0) for t in telemetries if t)
+    other = sum(float(t.get("host_other_s") or 0.0) for t in telemetries if t)
+    if wall >= HOST_LOAD_MIN_S:
+        return round(other / wall, 3)
+    loads = [t.get("other_cpu_cores") for t in telemetries if t]
+    loads = [v for v in loads if isinstance(v, (int, float))]
+    return max(loads) if loads else None
 
 
 def _cpu_count() -> int | None:

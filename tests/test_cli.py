@@ -391,3 +391,19 @@ def test_show_reads_the_projects_baselines(capsys):
         pytest.skip("no committed baselines")
     assert main(["show", str(root)]) == 0
     assert "runs" in capsys.readouterr().out
+
+
+def test_compare_decides_replicated_runs_over_process_medians(tmp_path, capsys):
+    # Reports measured by worker processes carry each process's median: `gpuperf compare` decides on
+    # them as the plugin does (one process in a 25% slower mode is one replicate of three).
+    base_entry = entry("test_a", samples(31))
+    base_entry["process_medians_ms"] = [1.0, 1.01, 0.99]
+    cur_entry = entry("test_a", samples(32, median_ms=1.08))
+    cur_entry["process_medians_ms"] = [1.0, 1.25, 1.0]
+    base = write_baseline(tmp_path / "base.json", {"test_a": base_entry})
+    cur = write_report(tmp_path / "cur.json", {"test_a": cur_entry})
+    assert main(["compare", str(base), str(cur), "-v"]) == 0
+    assert "geometric mean of 3 process medians" in capsys.readouterr().out
+    cur_entry["process_medians_ms"] = [1.3, 1.31, 1.29]
+    cur = write_report(tmp_path / "cur2.json", {"test_a": cur_entry})
+    assert main(["compare", str(base), str(cur)]) == 1

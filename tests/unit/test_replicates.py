@@ -1,0 +1,114 @@
+"""Process-level replicates: option resolution, worker slots, merging, missing replicates and the
+A/B confirmation's final result (pure parts of pytest_gpuperf.replicates; no worker is started)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf import replicates
+from pytest_gpuperf.compare import Comparison, Verdict
+from pytest_gpuperf.options import BenchOptions
+from pytest_gpuperf.report import result_entry
+from pytest_gpuperf.result import BenchResult
+
+
+def test_processes_come_from_cli_then_ini_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUPERF_PROCESSES", raising=False)
+    assert replicates.default_processes(None, None) == replicates.DEFAULT_PROCESSES == 3
+    monkeypatch.setenv("GPUPERF_PROCESSES", "5")
+    assert replicates.default_processes(None, None) == 5
+    assert replicates.default_processes(None, "2") == 2
+    assert replicates.default_processes("1", "2") == 1
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ValueError, match="expected an integer >= 1"):
+            replicates.default_processes(bad, None)
+    with pytest.raises(ValueError, match="ini gpuperf_processes"):
+        replicates.default_processes(None, "x")
+
+
+def test_worker_slot_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUPERF_REPLICATE", raising=False)
+    assert replicates.worker_slot() is None
+    monkeypatch.setenv("GPUPERF_REPLICATE", "1/3")
+    assert replicates.worker_slot() == (1, 3)
+    for bad in ("3/3", "x", "1"):
+        monkeypatch.setenv("GPUPERF_REPLICATE", bad)
+        with pytest.raises(ValueError, match="GPUPERF_REPLICATE"):
+            replicates.worker_slot()
+    o = BenchOptions(max_time=1.5, warmup_time=0.03, expect_bottleneck=("compute",))
+    first, other = replicates.worker_options(o, (0, 3)), replicates.worker_options(o, (2, 3))
+    assert first.max_time == pytest.approx(0.5) and first.counts and first.expect_bottleneck == ("compute",)
+    assert other.max_time == pytest.approx(0.5) and not other.counts and other.expect_bottleneck is None
+    assert first.threshold == o.threshold and first.alpha == o.alpha
+
+
+def _entry(median: float, *, telemetry: dict | None = None, peak: int | None = 100) -> dict:
+    r = BenchResult.from_samples(tuple(median * f for f in (0.99, 1.0, 1.01) * 4), name="t", device="cpu", rounds=12,
+                                 calls_per_round=2, warmup_rounds=3, benchmark_id="test_x", options={"threshold": 0.05},
+                                 telemetry=telemetry, peak_memory_bytes=peak)
+    return result_entry(r, environment={"device_type": "cpu", "device_name": "X"}, git_commit=None, timestamp_utc="")
+
+
+def test_merge_keeps_each_process_and_pools_the_host_load() -> None:
+    entries = [_entry(1.0, telemetry={"host_wall_s": 0.3, "host_other_s": 0.3, "cpu_count": 2}),
+               _entry(1.2, telemetry={"host_wall_s": 0.3, "host_other_s": 0.0}, peak=999)]
+    m = replicates.merge("t.py::test_x", entries)
+    assert m.process_medians_ms == pytest.approx((1.0, 1.2))
+    assert m.samples_ms[:12] == tuple(entries[0]["samples_ms"]) and len(m.samples_ms) == 24
+    assert m.rounds == 24 and m.calls_per_round == 2 and m.peak_memory_bytes == 100  # worker 0's
+    # 0.3 core-seconds of others over 0.6 s of spans: neither worker alone timed the 0.5 s that count
+    assert m.telemetry["other_cpu_cores"] == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        replicates.merge("t.py::test_x", [])
+
+
+def test_missing_replicates_name_the_worker_and_its_output(tmp_path: Path) -> None:
+    log = tmp_path / "worker-1.log"
+    log.write_text("line\nSegmentation fault\n")
+    ok = replicates.WorkerRun(0, 0, tmp_path / "worker-0.log", {"m::a": {}, "m::b": {}})
+    crashed = replicates.WorkerRun(1, -11, log, {"m::a": {}}, error="worker process 2/2 exited with code -11")
+    runs = [ok, crashed]
+    assert replicates.missing_message("m::a", runs) is None
+    text = replicates.missing_message("m::b", runs)
+    assert text.startswith("m::b: measured by 1 of 2 worker processes: worker process 2/2 exited with code -11")
+    assert "Segmentation fault" in text and "partial set of replicates" in text
+    assert replicates.missing_message("m::c", [ok, replicates.WorkerRun(1, 0, log, {})]) is None  # ran in none
+    skipped = replicates.missing_message("m::b", [ok, replicates.WorkerRun(1, 0, log, {"m::a": {}})])
+    assert skipped.startswith("m::b: measured by 1 of 2 worker processes (worker 2 did not report it")
+
+
+def test_worker_results_survive_a_torn_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "w.jsonl"
+    monkeypatch.setenv("GPUPERF_REPLICATE_OUT", str(out))
+    r = BenchResult.from_samples((1.0, 2.0), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=0,
+                                 benchmark_id="test_x")
+    replicates.report_result("m::test_x", r, {"device_type": "cpu"})
+    with open(out, "a") as f:
+        f.write('{"key": "m::test_y", "entr')  # the worker died while writing
+    got = replicates.read_results(out)
+    assert list(got) == ["m::test_x"] and got["m::test_x"]["samples_ms"] == [1.0, 2.0]
+    assert replicates.read_results(tmp_path / "none.jsonl") == {}
+
+
+def test_ab_confirmation_makes_the_ab_verdict_final_or_keeps_the_stored_one_with_a_note() -> None:
+    def result(c: Comparison) -> BenchResult:
+        return BenchResult.from_samples((1.3,) * 4, name="t", device="cpu", rounds=4, calls_per_round=1,
+                                        warmup_rounds=0, benchmark_id="test_x", comparison=c, peak_memory_bytes=5,
+                                        process_medians_ms=(1.3, 1.3))
+
+    stored = result(Comparison(Verdict.REGRESSED, "m::test_x", 1.3, 1.0, ratio=1.3, ratio_ci=(1.2, 1.4)))
+    same = result(Comparison(Verdict.UNCHANGED, "m::test_x", 1.3, 1.29, ratio=1.005, ratio_ci=(0.99, 1.02),
+                             ab_ref="the baselines' commit (abc1234)"))
+    final = replicates.with_ab_confirmation(stored, same, "the baselines' commit (abc1234)")
+    c = final.comparison
+    assert c.verdict is Verdict.UNCHANGED and not final.failures()
+    assert c.ab_confirmation.startswith("the stored baseline said regressed 1.300x; not confirmed by A/B")
+    assert final.peak_memory_bytes == 5 and final.process_medians_ms == (1.3, 1.3)
+    kept = replicates.with_ab_confirmation(stored, None, "abc1234", "the commit is not in this repository")
+    assert kept.comparison.verdict is Verdict.REGRESSED and kept.failures()
+    assert "not confirmed by A/B against abc1234: the commit is not in this repository; the stored verdict stands" \
+        in kept.comparison.message()
+    json.dumps(result_entry(final, environment={}, git_commit=None, timestamp_utc="", with_comparison=True))
