@@ -10,10 +10,11 @@ therefore the same on any machine.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from gitrepo import commit, git, init
 
 CONFTEST = '''
 import os
@@ -39,23 +40,11 @@ def test_a(gpu_bench):
 FAST = ("--gpuperf-processes=2", "--gpuperf-ab-processes=1", "-p", "no:cacheprovider")
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def commit(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
     """A git repository with a scripted-timing project whose baselines were recorded at its first commit."""
     top = pytester.path
-    git(top, "init", "-q")
-    git(top, "config", "user.email", "t@t")
-    git(top, "config", "user.name", "t")
+    init(top)
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_x=TESTS.replace("@MS@", "1.0"))

@@ -9,11 +9,11 @@ blocks, enough for the signed-rank test at alpha 0.01) keeps each run to a few s
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from gitrepo import commit, git, init
 from pytest_gpuperf._testing import SCRIPTED_CONFTEST
 
 TESTS = '''
@@ -33,16 +33,6 @@ def test_b(gpu_bench):
 ONE_PAIR = ("--gpuperf-ab-processes", "1", "-p", "no:cacheprovider")
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def commit(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
 def timings(repo: Path, default_ms: float = 1.0, **per_test: float) -> None:
     data = {"*": {"ms": default_ms, "cv": 0.03}, **{k: {"ms": v, "cv": 0.03} for k, v in per_test.items()}}
     (repo / "timings.json").write_text(json.dumps(data))
@@ -52,9 +42,7 @@ def timings(repo: Path, default_ms: float = 1.0, **per_test: float) -> None:
 def repo(pytester: pytest.Pytester) -> Path:
     """A git repository holding a scripted-timing test project (committed once)."""
     top = pytester.path
-    git(top, "init", "-q")
-    git(top, "config", "user.email", "t@t")
-    git(top, "config", "user.name", "t")
+    init(top)
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(SCRIPTED_CONFTEST)
     pytester.makepyfile(test_x=TESTS)
