@@ -30,7 +30,9 @@ class BenchOptions:
     per call; see :mod:`pytest_gpuperf.counts`) on or off; ``count_tolerance`` is the relative
     slack above a stored count before it fails (0: exact); ``max_ops``/``max_kernels``/
     ``max_syncs``/``max_recompiles`` are declared budgets (``None``: none). ``items_per_call`` is
-    the work one call does in ``items`` (e.g. 64 "samples"), reported as items/s.
+    the work one call does in ``items`` (e.g. 64 "samples"), reported as items/s. ``processes``:
+    how many of the session's worker processes measure this benchmark (None: all of them, see
+    ``--gpuperf-processes``; at most the session's number).
     """
 
     group: str | None = None
@@ -57,6 +59,7 @@ class BenchOptions:
     max_recompiles: int | None = None
     items_per_call: float | None = None
     items: str = "items"
+    processes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -96,6 +99,8 @@ OPTION_HELP: dict[str, str] = {
     "max_recompiles": "budget: most torch.compile recompilations after the first call (default none)",
     "items_per_call": "work one call does, e.g. 64 (reported as items/s; default none)",
     "items": f"name of the items_per_call unit, e.g. samples or tokens (default {DEFAULTS.items!r})",
+    "processes": "worker processes that measure a benchmark (at most --gpuperf-processes, default 3; "
+                 "1: one process, which cannot see run-to-run spread)",
 }
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
@@ -211,6 +216,7 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "max_recompiles": _budget,
     "items_per_call": _items_per_call,
     "items": _items,
+    "processes": lambda name, v: None if v is None else _num(int, lambda x: x >= 1, "an integer >= 1")(name, v),
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

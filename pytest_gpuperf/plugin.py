@@ -229,8 +229,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_ab_pythonpath", "A/B: import roots of the code under test, relative to the repository's "
                   "top (space- or comma-separated), e.g. src", default="")
-    parser.addini("gpuperf_processes", "worker processes per benchmark (default 3; 1: in the pytest process only)",
-                  default="")
     parser.addini("gpuperf_ab_confirm", "confirm a stored-baseline regression by A/B against the baseline's git "
                   "commit on this machine (default true)", type="bool", default=True)
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "
@@ -265,6 +263,8 @@ def _cli_values(config: pytest.Config) -> dict[str, Any]:
 def _ini_values(config: pytest.Config) -> dict[str, Any]:
     out = {}
     for name in opts.OPTION_NAMES:
+        if name == "processes":  # the session's number (with --gpuperf-processes, GPUPERF_PROCESSES): not a default
+            continue
         value = config.getini(f"gpuperf_{name}")
         if isinstance(value, str) and value.strip():
             out[name] = value.strip()
@@ -472,6 +472,7 @@ def _run_replicates(config: pytest.Config, state: GpuPerfState) -> None:
     its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.replicates`)."""
     import tempfile
 
+    from .abresults import options_from_entry
     from .abrun import worker_args
     from .replicates import missing_message, run_workers
 
@@ -491,11 +492,13 @@ def _run_replicates(config: pytest.Config, state: GpuPerfState) -> None:
     finished: dict[str, Any] = {}
     commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
     for key in dict.fromkeys(k for r in runs for k in r.entries):
-        problem = missing_message(key, runs)
+        first = next(r.entries[key] for r in runs if key in r.entries)
+        mine = runs[:_worker_count(options_from_entry(first), len(runs))]  # marker processes=N: the first N
+        problem = missing_message(key, mine)
         if problem is not None:
             finished[key] = problem
             continue
-        finished[key] = _decide_replicated(state, key, [r.entries[key] for r in runs], commits)
+        finished[key] = _decide_replicated(state, key, [r.entries[key] for r in mine], commits)
     for r in runs:
         if r.error:
             state.warnings.append(f"{r.error}; its output: {r.log}")
@@ -772,7 +775,10 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
     path = env = key = None
     baseline = None
     ab_results = _ab_results(state)
-    if state.measuring and (state.ab_worker is not None or state.ab is not None or state.replicate_slot is not None):
+    measuring = state.measuring
+    if state.replicate_slot is not None and state.replicate_slot[0] >= _worker_count(options, state.replicate_slot[1]):
+        measuring = False  # marker processes=N: this worker only runs the test (one call), the first N measure it
+    if measuring and (state.ab_worker is not None or state.ab is not None or state.replicate_slot is not None):
         from .environment import device_key, fingerprint
 
         env = fingerprint(device)  # A/B or a replicate worker: no stored baseline, no reference workloads
@@ -833,7 +839,7 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
         module=module,
         options=options,
         device=device,
-        measuring=state.measuring,
+        measuring=measuring,
         baseline=baseline,
         baseline_file=state.relpath(path) if path else None,
         snapshot_dir=str(state.snapshot_dir) if state.snapshot_dir else None,
@@ -856,6 +862,11 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
     ), on_result)
     item.stash[BENCH_KEY] = bench
     return bench
+
+
+def _worker_count(options: opts.BenchOptions, session_processes: int) -> int:
+    """How many worker processes measure a benchmark: its ``processes`` option, at most the session's."""
+    return min(options.processes or session_processes, session_processes)
 
 
 def _ab_results(state: GpuPerfState) -> dict[str, Any] | None:

@@ -73,10 +73,12 @@ def worker_slot() -> tuple[int, int] | None:
 
 def worker_options(options: Any, slot: tuple[int, int]) -> Any:
     """A worker's options (a :class:`~pytest_gpuperf.options.BenchOptions`): ``max_time`` split over
-    the P processes (``warmup_time`` too), and in workers other than the first no counts and no
-    bottleneck expectation (worker 0 measures them once for the session)."""
+    the processes that measure the benchmark (P, or its ``processes`` option when smaller;
+    ``warmup_time`` too), and in workers other than the first no counts and no bottleneck
+    expectation (worker 0 measures them once for the session)."""
     k, p = slot
-    changes: dict[str, Any] = dict(max_time=options.max_time / p, warmup_time=options.warmup_time / p)
+    n = min(options.processes or p, p)
+    changes: dict[str, Any] = dict(max_time=options.max_time / n, warmup_time=options.warmup_time / n)
     if k > 0:
         changes.update(counts=False, expect_bottleneck=None)
     return dataclasses.replace(options, **changes)

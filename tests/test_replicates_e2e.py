@@ -59,7 +59,7 @@ def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester
     set_timings(pytester, {"ms": 1.3, "cv": 0.02, "process_factors": [1.0, 1.02]})
     rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", *RUN)
     rec.assert_outcomes(failed=1)
-    rec.stdout.fnmatch_lines(["*performance regression in test_bench.py::test_loop: 1.3*geometric mean of 2 process "
+    rec.stdout.fnmatch_lines(["*performance regression in test_bench.py::test_loop: 1.*x*geometric mean of 2 process "
                               "medians*Student t over process medians*"])
 
 
@@ -117,3 +117,19 @@ def test_processes_option_is_checked(pytester: pytest.Pytester) -> None:
     rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=0", *RUN)
     assert rec.ret == pytest.ExitCode.USAGE_ERROR
     rec.stderr.fnmatch_lines(["*--gpuperf-processes '0': expected an integer >= 1*"])
+
+
+def test_marker_processes_limits_the_workers_that_measure_a_benchmark(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH + """
+
+@pytest.mark.gpu_bench(device="cpu", counts=False, processes=1)
+def test_once(gpu_bench):
+    gpu_bench.pedantic(sum, args=(range(10),), rounds=10, warmup_rounds=1)
+""")
+    script_timings(pytester, RECORDED)
+    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN).assert_outcomes(passed=2)
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    stored = json.loads(path.read_text())["benchmarks"]
+    assert len(stored["test_loop"]["process_medians_ms"]) == 2 and stored["test_loop"]["rounds"] == 60
+    assert stored["test_once"]["process_medians_ms"] == [pytest.approx(stored["test_once"]["stats"]["median_ms"])]
+    assert stored["test_once"]["rounds"] == 10  # the second worker ran test_once without measuring it

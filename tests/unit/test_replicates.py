@@ -112,3 +112,14 @@ def test_ab_confirmation_makes_the_ab_verdict_final_or_keeps_the_stored_one_with
     assert "not confirmed by A/B against abc1234: the commit is not in this repository; the stored verdict stands" \
         in kept.comparison.message()
     json.dumps(result_entry(final, environment={}, git_commit=None, timestamp_utc="", with_comparison=True))
+
+
+def test_a_benchmark_measured_by_fewer_processes_splits_its_time_over_those() -> None:
+    o = BenchOptions(max_time=1.2, processes=2)
+    assert replicates.worker_options(o, (0, 3)).max_time == pytest.approx(0.6)
+    assert replicates.worker_options(BenchOptions(max_time=1.2, processes=9), (0, 3)).max_time == pytest.approx(0.4)
+    from pytest_gpuperf.options import OptionError, with_marker
+
+    assert with_marker(BenchOptions(), {"processes": 1}, where="m").processes == 1
+    with pytest.raises(OptionError, match="processes=0: expected an integer >= 1"):
+        with_marker(BenchOptions(), {"processes": 0}, where="m")
