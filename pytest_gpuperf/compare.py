@@ -23,8 +23,17 @@ median of the stored run-medians (their shape is the newest run's, their level t
 With fewer runs, ``T = threshold`` and the newest run is the reference.
 
 **Confirmation.** When a first measurement says regressed, the plugin measures again from a fresh
-warmup and calls :func:`decide` on the pooled samples (``confirmation_ms``); the result says
-whether the regression was confirmed (Pinpoint's "measure more" step).
+warmup and calls :func:`decide` once more with the re-measures (``confirmation_groups``): the
+first measurement and each re-measure are the groups of a two-stage bootstrap CI
+(:func:`hierarchical_log_ci`), so a one-off slow measurement widens the CI instead of deciding
+alone; the result says whether the regression was confirmed (Pinpoint's "measure more" step).
+
+**A CI wholly beyond the floor** (above 1 + T, or below 1/(1 + T)) is never "unchanged": it is
+regressed (improved), or inconclusive when the history's prediction limit holds it back.
+
+**Process-level replicates.** With several worker processes (``--gpuperf-processes``),
+:func:`decide_replicates` decides over the processes' medians instead (a Student t,
+:func:`process_level_test`): rounds of one process are one replicate.
 
 Sources: Mann & Whitney (1947); Hodges & Lehmann (1963); Efron's percentile bootstrap via
 ``scipy.stats.bootstrap``; the prediction interval for a new observation of a normal sample
