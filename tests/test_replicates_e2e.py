@@ -133,3 +133,17 @@ def test_once(gpu_bench):
     assert len(stored["test_loop"]["process_medians_ms"]) == 2 and stored["test_loop"]["rounds"] == 60
     assert stored["test_once"]["process_medians_ms"] == [pytest.approx(stored["test_once"]["stats"]["median_ms"])]
     assert stored["test_once"]["rounds"] == 10  # the second worker ran test_once without measuring it
+
+
+def test_replicates_under_xdist_are_measured_once_and_merged(pytester: pytest.Pytester) -> None:
+    # The controller runs the worker processes before pytest-xdist starts its own; the xdist workers
+    # pick up the finished results (nothing is measured twice) and the controller merges them.
+    pytester.makepyfile(test_bench=BENCH + BENCH.replace("test_loop", "test_other"))
+    script_timings(pytester, RECORDED)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "-n", "2", *RUN)
+    rec.assert_outcomes(passed=2)
+    rec.stdout.fnmatch_lines(["*worker process 2/2 done (2 benchmark(s)*", "*results of 2 worker(s) merged*"])
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    stored = json.loads(path.read_text())["benchmarks"]
+    assert sorted(stored) == ["test_loop", "test_other"]
+    assert all(len(e["process_medians_ms"]) == 2 and e["rounds"] == 60 for e in stored.values())
