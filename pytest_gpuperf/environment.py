@@ -102,9 +102,10 @@ def differences(baseline_env: dict[str, Any] | None, current_env: dict[str, Any]
     return out
 
 
-@lru_cache(maxsize=8)
 def git_commit(root: str) -> str | None:
-    """``git rev-parse HEAD`` in ``root``, or None when not a git checkout (or git is missing)."""
+    """``git rev-parse HEAD`` in ``root``, or None when not a git checkout (or git is missing).
+    Not cached: a session asks once (``GpuPerfState.git_state``), and a commit can change between
+    two sessions of one process (pytester)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5

@@ -1263,10 +1263,10 @@ def _write_plots(state: GpuPerfState) -> None:
 
 def _write_json(state: GpuPerfState) -> None:
     from .baseline import SCHEMA_VERSION, dumps, write_atomic
-    from .environment import git_commit, utc_now
+    from .environment import utc_now
     from .report import result_entry
 
-    stamp, commit = utc_now(), git_commit(str(state.rootpath))
+    stamp, (commit, _) = utc_now(), state.git_state()
     environments = {rec.device_key: rec.environment for rec in state.recorded if rec.device_key}
     data = {
         "schema_version": SCHEMA_VERSION,
