@@ -1,9 +1,12 @@
 """The one verdict pipeline: current samples + a stored baseline -> :class:`~.compare.Comparison`.
 
-Pure: knows nothing of pytest or torch. The plugin (``bench.py``), the ``gpuperf compare``
-command and the power study (``benchmarks/stat_power.py``) all call :func:`judge`, so a verdict
-is the same wherever it is computed; the count gate, independent of timing, is
-:func:`judge_counts`. The timing steps, in order:
+Pure: knows nothing of pytest or torch. A benchmark measured by several worker processes (the
+default, ``--gpuperf-processes``) is decided by :func:`judge_replicates`, over the processes'
+medians, by the plugin (:mod:`pytest_gpuperf.replicates`) and by ``gpuperf compare`` alike; one
+measured in a single process by :func:`judge`, which the plugin (``bench.py``), ``gpuperf compare``
+and the power study (``benchmarks/stat_power.py``) all call, so a verdict is the same wherever it
+is computed; the count gate, independent of timing, is :func:`judge_counts`. The timing steps of
+:func:`judge`, in order:
 
 1. **normalize** (only with ``--gpuperf-normalize``, ``normalize=True``): when the interleaved
    probe (``probe``, :mod:`pytest_gpuperf.probe`) has a stored level and its per-block times
