@@ -1216,7 +1216,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         devices = sorted({rec.result.device for rec in state.recorded})
         _write_report(state, "--gpuperf-markdown", state.markdown_path, lambda: write_atomic(
             state.markdown_path, markdown(items, devices=devices, strict=state.strict,
-                                          warnings=list(dict.fromkeys(state.warnings)))))
+                                          warnings=list(dict.fromkeys(state.warnings)),
+                                          mode="ab" if state.ab is not None else
+                                          "replicates" if state.replicated else "stored")))
     if state.plot_dir is not None:
         _write_plots(state)
 

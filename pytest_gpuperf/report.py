@@ -511,14 +511,36 @@ def median_ratio_text(c: Comparison | None) -> str:
     return text
 
 
+#: Markdown modes: (baseline column header, ratio column header, legend).
+_MARKDOWN_MODES = {
+    "stored": ("baseline (history median)", "Hodges-Lehmann ratio",
+               "baseline (history median): median of the stored runs' medians (3+ runs; else the newest run's "
+               "median). The 99% CI is of the median ratio; the gate uses the Hodges-Lehmann ratio."),
+    "replicates": ("baseline (process medians)", "ratio",
+                   "baseline (process medians): geometric mean of the baseline's per-process medians; ratio: that of "
+                   "this run's process medians over it, with its Student-t 99% CI (the gate's evidence). Where an A/B "
+                   "confirmation against the baselines' commit decided, baseline is that commit's median on this "
+                   "machine and ratio the B/A estimate (the A/B lines below)."),
+    "ab": ("baseline (REF's median)", "Hodges-Lehmann ratio B/A",
+           "baseline (REF's median): median of side A's samples; ratio: Hodges-Lehmann estimate of B/A over the "
+           "paired blocks; the 99% CI is of the median block ratio (the A/B lines below)."),
+}
+
+
 def markdown(
     items: Sequence[tuple[str, BenchResult]],
     *,
     devices: Sequence[str],
     strict: bool = False,
     warnings: Sequence[str] = (),
+    mode: str = "stored",
 ) -> str:
     """A Markdown summary for a CI step summary or a PR comment.
+
+    ``mode`` names what the baseline column holds, in its header and the legend: ``"stored"`` (the
+    history median of single-process runs), ``"replicates"`` (the default pipeline: geometric
+    mean of process medians, or REF's median where an A/B confirmation decided) or ``"ab"``
+    (``--gpuperf-ab``: REF's median). Raises ``ValueError`` for another mode.
 
     A header line with the device(s) and the verdict counts, then one table: regressions first,
     then inconclusive, improvements and the rest; each row with the baseline (history median) and
@@ -526,6 +548,10 @@ def markdown(
     and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
     """
     from .ab import ab_summary
+
+    if mode not in _MARKDOWN_MODES:
+        raise ValueError(f"mode={mode!r}: expected one of {', '.join(_MARKDOWN_MODES)}")
+    column, ratio_name, legend = _MARKDOWN_MODES[mode]
 
     def verdict(r: BenchResult) -> str | None:
         return r.comparison.verdict.value if r.comparison is not None else None
@@ -541,7 +567,7 @@ def markdown(
         f"**{'FAILED' if failing else 'PASSED'}**: {len(items)} benchmark(s) on {', '.join(devices) or '-'}: "
         f"{head}; {failing} failing.",
         "",
-        "| | benchmark | baseline (history median) | current median | median ratio (99% CI) | Hodges-Lehmann ratio "
+        f"| | benchmark | {column} | current median | median ratio (99% CI) | {ratio_name} "
         "| verdict | peak memory | ops/kernels | syncs | FLOP/s | B/s | bottleneck |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
@@ -561,10 +587,8 @@ def markdown(
                 if r.comparison is not None and ab_summary(r.comparison)]
     if ab_lines:
         lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
-    lines += ["", "baseline (history median): median of the stored runs' medians (3+ runs; else the newest "
-              "run's median). The 99% CI is of the median ratio; the gate uses the Hodges-Lehmann ratio. "
-              "ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are the counted "
-              "FLOPs and minimum-traffic bytes per call at the median time."]
+    lines += ["", legend + " ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are "
+              "the counted FLOPs and minimum-traffic bytes per call at the median time."]
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
     return "\n".join(lines) + "\n"

@@ -263,3 +263,16 @@ def test_benchmarking_a_generator_function_is_an_error_saying_what_was_timed():
     with pytest.raises(GpuBenchUsageError, match=r"numbers\(\) returned a generator.*only its creation was timed"
                                                  r".*lambda: list\(numbers\(\)\)"):
         _bench()(numbers)
+
+
+@pytest.mark.parametrize("mode, column, legend", [
+    ("replicates", "baseline (process medians)", "geometric mean of the baseline's per-process medians"),
+    ("ab", "baseline (REF's median)", "median of side A's samples"),
+])
+def test_markdown_header_and_legend_follow_the_mode(mode, column, legend):
+    c = decide(lognormal(10, 200, 1.3), lognormal(11, 200), benchmark_id="m.py::t")
+    text = report.markdown([("m.py::t", result(lognormal(10, 200, 1.3), comparison=c))], devices=["cpu"], mode=mode)
+    header = next(ln for ln in text.splitlines() if ln.startswith("| | benchmark"))
+    assert column in header and "history median" not in text and legend in text
+    with pytest.raises(ValueError, match="mode='x'"):
+        report.markdown([], devices=["cpu"], mode="x")
