@@ -150,12 +150,17 @@ def median_ci(x: Sequence[float], confidence: float = RATIO_CONFIDENCE, seed: in
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def per_process_ratios(ratios: Sequence[PairedRatio]) -> tuple[float, ...]:
-    """The median ratio (B/A, not log) of each process pair, in process order."""
+def log_ratios_by_process(ratios: Sequence[PairedRatio]) -> list[list[float]]:
+    """The log ratios grouped by the process pair that measured them, in process order."""
     by: dict[int, list[float]] = {}
     for r in ratios:
         by.setdefault(r.process, []).append(r.log_ratio)
-    return tuple(math.exp(_median(v)) for _, v in sorted(by.items()))
+    return [v for _, v in sorted(by.items())]
+
+
+def per_process_ratios(ratios: Sequence[PairedRatio]) -> tuple[float, ...]:
+    """The median ratio (B/A, not log) of each process pair, in process order."""
+    return tuple(math.exp(_median(v)) for v in log_ratios_by_process(ratios))
 
 
 def decide_ab(
@@ -196,11 +201,9 @@ def decide_ab(
                           note=f"only {len(logs)} paired block(s); a signed-rank test needs {min_pairs(alpha)} to reach "
                                f"alpha {alpha:g}: measure with more --gpuperf-ab-processes", **common)
     ratio = math.exp(hodges_lehmann_one_sample(logs))
-    by_process: dict[int, list[float]] = {}
-    for r in ratios:
-        by_process.setdefault(r.process, []).append(r.log_ratio)
+    by_process = log_ratios_by_process(ratios)
     if len(by_process) >= 2:  # process pairs are the replicated unit: a two-stage bootstrap over them
-        lo, hi = hierarchical_log_ci([v for _, v in sorted(by_process.items())])
+        lo, hi = hierarchical_log_ci(by_process)
     else:
         lo, hi = median_ci(logs)
     ci = (math.exp(lo), math.exp(hi))

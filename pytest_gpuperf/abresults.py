@@ -40,15 +40,10 @@ def _decide(key: str, blocks: list[Any], ref: str, options: BenchOptions, confir
     without confirmation blocks, else whether the pooled verdict is regressed."""
     a = [v for b in blocks if b.side == "A" for v in b.samples_ms]
     b = [v for b in blocks if b.side == "B" for v in b.samples_ms]
-    extra = [x for x in blocks if confirm_from is not None and x.process >= confirm_from]
-    confirmed = None
-    if extra and any(x.side == "A" for x in extra) and any(x.side == "B" for x in extra):
-        confirmed = True  # replaced below by whether the pooled decision is a regression
     c = decide_ab(paired_ratios(blocks), a_median_ms=statistics.median(a), b_median_ms=statistics.median(b),
                   ref=ref, threshold=options.threshold, alpha=options.alpha, benchmark_id=key)
-    if confirmed is not None:
-        c = dataclasses.replace(c, confirmed=c.verdict is Verdict.REGRESSED)
-    return c
+    extra = {x.side for x in blocks if confirm_from is not None and x.process >= confirm_from}
+    return dataclasses.replace(c, confirmed=c.verdict is Verdict.REGRESSED) if extra == {"A", "B"} else c
 
 
 def needs_more_pairs(c: Comparison | None) -> bool:

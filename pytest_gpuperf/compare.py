@@ -632,9 +632,9 @@ def decide_replicates(
     medians, never the pooled rounds (thousands of rounds of one process are one replicate); the
     verdict is :func:`shift_verdict`'s with T = ``threshold``. ``current_median_ms`` and
     ``baseline_median_ms`` are the geometric means of the process medians, so ``ratio`` is exactly
-    their quotient. With one process on both sides there is no between-process spread to test
-    against: :func:`decide` on the samples, with a note. Raises ``ValueError`` for empty groups or
-    bad options.
+    their quotient. Raises ``ValueError`` for empty groups, bad options, or one process on both
+    sides (no between-process spread to decide on: :func:`pytest_gpuperf.gate.judge_replicates`
+    then decides on the samples).
     """
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
@@ -650,11 +650,6 @@ def decide_replicates(
     if not baseline_medians_ms:
         return Comparison(verdict=Verdict.NO_BASELINE, current_median_ms=cur_geo, runs=0, **common)
     base = [float(v) for v in baseline_medians_ms]
-    if len(groups) + len(base) < 3:
-        c = decide([v for g in groups for v in g], [base[0]] * 2, threshold=threshold, alpha=alpha,
-                   benchmark_id=benchmark_id, baseline_file=baseline_file)
-        return with_note(c, "one process on each side: no between-process spread to decide on", processes=len(groups),
-                         baseline_processes=len(base))
     ratio, ci, p_slower, p_faster, df, sd = process_level_test([math.exp(m) for m in medians], base)
     verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha)
     from scipy import stats as sps

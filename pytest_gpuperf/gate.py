@@ -264,6 +264,12 @@ def judge_replicates(
     """
     from .compare import decide_replicates
 
+    if len(groups_ms) == 1 and baseline is not None and len(baseline.replicate_medians_ms) < 2:
+        # one process on each side (a `processes=1` marker): no between-process spread, so the
+        # single-process decision on the samples, with a note
+        c = judge(groups_ms[0], baseline, dataclasses.replace(options, confirm=0), benchmark_id=benchmark_id,
+                  baseline_file=baseline_file, throttle=throttle, can_fail=can_fail)
+        return with_note(c, "one process on each side: run-to-run spread not measured")
     c = decide_replicates(
         groups_ms, baseline.replicate_medians_ms if baseline is not None else None, threshold=options.threshold,
         alpha=options.alpha, benchmark_id=benchmark_id, baseline_file=baseline_file,

@@ -123,3 +123,16 @@ def test_a_benchmark_measured_by_fewer_processes_splits_its_time_over_those() ->
     assert with_marker(BenchOptions(), {"processes": 1}, where="m").processes == 1
     with pytest.raises(OptionError, match="processes=0: expected an integer >= 1"):
         with_marker(BenchOptions(), {"processes": 0}, where="m")
+
+
+def test_one_process_on_each_side_is_decided_on_the_samples_with_a_note() -> None:
+    from pytest_gpuperf.baseline import BaselineEntry
+    from pytest_gpuperf.compare import decide_replicates
+    from pytest_gpuperf.gate import judge_replicates
+
+    base = BaselineEntry.from_samples("m::t", [1.0 + 0.001 * (i % 7) for i in range(50)])
+    slower = [[1.3 + 0.001 * (i % 5) for i in range(50)]]
+    c = judge_replicates(slower, base, BenchOptions())
+    assert c.verdict is Verdict.REGRESSED and "run-to-run spread not measured" in c.note
+    with pytest.raises(ValueError, match="two processes"):
+        decide_replicates(slower, [1.0])
