@@ -17,10 +17,12 @@ delta (common random numbers), so the rows of one table differ only by the rule 
 
 Rules (all compare the current run with the baseline):
 
-* **ours** - the plugin's default: :func:`pytest_gpuperf.gate.judge` (the plugin's verdict pipeline) with ``threshold=0.05``,
+* **ours** - the plugin's single-process path (``--gpuperf-processes 1``; the default, several
+  worker processes, is studied by ``benchmarks/verdict_study.py``):
+  :func:`pytest_gpuperf.gate.evaluate` (the plugin's one evaluation function) with ``threshold=0.05``,
   ``alpha=0.01``, a history of K=10 stored baseline runs (their medians as ``run_medians_ms``,
   oldest first; the newest run's samples as ``baseline_ms``), and ONE confirmation: when the first
-  decision is ``REGRESSED``, ``judge`` re-measures: ``remeasure`` returns a second
+  decision is ``REGRESSED``, ``evaluate`` re-measures: ``remeasure`` returns a second
   measurement from the same run/process, and that final verdict counts. Fails iff the final
   verdict is ``Verdict.REGRESSED``. Two extra rows, for information: the first decision alone (no
   confirmation), and strict mode (``--gpuperf-strict``: a final ``INCONCLUSIVE`` fails too).
@@ -76,7 +78,7 @@ every noise model; power >= 95% at +10% and >= 80% at +5% wherever the run-offse
 (for real data: the measured run-to-run SD of the log process medians).
 
 Runtime on 2 CPU cores at the defaults: collection about 24 x 10 s; analysis a few minutes
-(``judge`` takes ~10 ms). ``--jobs 2`` splits the analysis over two processes (at most 2).
+(``evaluate`` takes ~10 ms). ``--jobs 2`` splits the analysis over two processes (at most 2).
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ import numpy as np
 try:
     from pytest_gpuperf.baseline import BaselineEntry
     from pytest_gpuperf.compare import Verdict
-    from pytest_gpuperf.gate import judge
+    from pytest_gpuperf.gate import Evidence, Reference, evaluate
     from pytest_gpuperf.options import DEFAULTS, BenchOptions
 except ImportError as exc:  # pragma: no cover - environment problem
     raise SystemExit(
@@ -243,9 +245,11 @@ def apply_rules(cur: np.ndarray, conf: np.ndarray, base: np.ndarray, run_medians
     entry = BaselineEntry.from_samples("study", base, run_medians)
     ours = dataclasses.replace(DEFAULTS, threshold=THRESHOLD, alpha=ALPHA, confirm=1)
     t3_options = dataclasses.replace(ours, threshold=0.03)
-    first = judge(cur, entry, ours)  # the first measurement alone (no confirmation)
-    final = judge(cur, entry, ours, remeasure=lambda: conf)
-    t3 = judge(cur, entry, t3_options, remeasure=lambda: conf)
+    # the plugin's single-process path (--gpuperf-processes 1): gate.evaluate, as bench.py calls it
+    evidence, reference = Evidence(samples_ms=tuple(cur)), Reference.stored(entry)
+    first = evaluate(evidence, reference, ours).comparison  # the first measurement alone (no confirmation)
+    final = evaluate(evidence, reference, ours, remeasure=lambda: conf).comparison
+    t3 = evaluate(evidence, reference, t3_options, remeasure=lambda: conf).comparison
     p = float(mannwhitneyu(cur, base, alternative="greater").pvalue)
     return {
         "ours": final.verdict is Verdict.REGRESSED,
@@ -449,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"n per cell: {args.trials} trials (seed {args.seed}; trial t of table j draws from "
         f"`default_rng([{args.seed}, j, t])`, the same draw for every delta). Cells are % of trials "
-        "that failed. Rules: **ours** = `gate.judge(threshold=0.05, alpha=0.01, confirm=1)` with K=10 history run "
+        "that failed. Rules: **ours** = `gate.evaluate(threshold=0.05, alpha=0.01, confirm=1)` with K=10 history run "
         "medians + newest run's samples, plus one confirmation re-measure when the first verdict is "
         "REGRESSED (fails iff the final verdict is REGRESSED); **fixed 5% on mean** = "
         "mean(current) > 1.05 x mean(newest baseline run); **gpucheck** = one-sided MWU p < 0.05 and "

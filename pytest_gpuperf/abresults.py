@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
-from .ab import decide_ab, paired_ratios
-from .compare import Comparison, Verdict, decide_memory, downgrade_throttled
+from .ab import Block
+from .compare import Comparison, Verdict
 from .options import BenchOptions
 from .result import BenchResult
 
@@ -31,19 +30,6 @@ def options_from_entry(entry: dict[str, Any]) -> BenchOptions:
     if isinstance(kw.get("expect_bottleneck"), list):
         kw["expect_bottleneck"] = tuple(kw["expect_bottleneck"])
     return BenchOptions(**kw)
-
-
-def _decide(key: str, blocks: list[Any], ref: str, options: BenchOptions, confirm_from: int | None) -> Comparison:
-    """decide_ab on all ``blocks``: the first process pairs and those of a confirmation (process
-    pairs from ``confirm_from`` on) are decided together, once (the CI is over process pairs, so
-    more pairs narrow it; no rule asks two separate tests to be significant). ``confirmed`` is None
-    without confirmation blocks, else whether the pooled verdict is regressed."""
-    a = [v for b in blocks if b.side == "A" for v in b.samples_ms]
-    b = [v for b in blocks if b.side == "B" for v in b.samples_ms]
-    c = decide_ab(paired_ratios(blocks), a_median_ms=statistics.median(a), b_median_ms=statistics.median(b),
-                  ref=ref, threshold=options.threshold, alpha=options.alpha, benchmark_id=key)
-    extra = {x.side for x in blocks if confirm_from is not None and x.process >= confirm_from}
-    return dataclasses.replace(c, confirmed=c.verdict is Verdict.REGRESSED) if extra == {"A", "B"} else c
 
 
 def needs_more_pairs(c: Comparison | None) -> bool:
@@ -62,7 +48,8 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
     there, or failed). ``blocks``: :class:`~pytest_gpuperf.ab.Block` of both sides; ``entries``:
     side -> result entry (``report.result_entry``) of that side's first worker; ``confirm_from``:
     the first process pair of a confirmation re-measure (None: none ran)."""
-    from .counts import Counts, decide_counts
+    from .counts import Counts
+    from .gate import Evidence, Reference, evaluate
     from .report import result_from_entry
 
     if "B" not in entries:
@@ -71,35 +58,20 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
     b = result_from_entry(entries["B"])
     options = options_from_entry(entries["B"])
     b_samples = [v for blk in blocks if blk.side == "B" for v in blk.samples_ms] or list(b.samples_ms)
-    a_samples = [v for blk in blocks if blk.side == "A" for v in blk.samples_ms]
-    if "A" in entries and a_samples:
-        comparison = _decide(key, blocks, ref, options, confirm_from)
-        comparison = dataclasses.replace(comparison, ab_blocks=tuple(
-            (blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks))
-        a = result_from_entry(entries["A"])
-        # other processes took cores while the blocks ran (CPU host load of either side's first worker):
-        # they slow A's and B's processes unequally, so a regression is not trusted (as a throttled GPU)
-        comparison = downgrade_throttled(comparison, b.host_busy or a.host_busy)
-    else:
-        why = f"A failed: {errors['A']}" if "A" in errors else f"new: not in {ref}"
-        comparison = Comparison(verdict=Verdict.NO_BASELINE, benchmark_id=key,
-                                current_median_ms=statistics.median(b_samples), runs=0, ab_ref=ref, note=why,
-                                threshold=options.threshold, alpha=options.alpha)
-        a = None
-    memory = None
-    if b.peak_memory_bytes is not None:
-        memory = decide_memory(b.peak_memory_bytes, a.peak_memory_bytes if a is not None else None,
-                               threshold=options.memory_threshold, max_memory_bytes=options.max_memory,
-                               benchmark_id=key, device=b.device, baseline_file=f"A/B vs {ref}")
-    count_comparison = None
-    if isinstance(b.counts, Counts):
-        from .counts import BUDGETS
-
-        a_counts = a.counts if a is not None and isinstance(a.counts, Counts) else None
-        count_comparison = decide_counts(
-            b.counts, [a_counts.totals()] if a_counts is not None else None, a_counts,
-            tolerance=options.count_tolerance, budgets={n: getattr(options, n) for n in BUDGETS},
-            benchmark_id=key, baseline_file=f"A/B vs {ref}")
+    a_measured = "A" in entries and any(blk.side == "A" for blk in blocks)
+    a = result_from_entry(entries["A"]) if a_measured else None
+    b_blocks = tuple(blocks) if any(blk.side == "B" for blk in blocks) else (Block("B", 0, 0, tuple(b_samples)),)
+    why = f"A failed: {errors['A']}" if "A" in errors else f"new: not in {ref}"
+    reference = Reference.ab(ref, measured=a_measured, peak_memory_bytes=a.peak_memory_bytes if a else None,
+                             counts=a.counts if a is not None and isinstance(a.counts, Counts) else None,
+                             missing_note=why)
+    # other processes took cores while the blocks ran (CPU host load of either side's first worker):
+    # they slow A's and B's processes unequally, so a regression is not trusted (as a throttled GPU)
+    evidence = Evidence(ab_blocks=b_blocks, peak_memory_bytes=b.peak_memory_bytes,
+                        counts=b.counts if isinstance(b.counts, Counts) else None,
+                        throttle=b.host_busy or (a.host_busy if a is not None else None), device=b.device)
+    ev = evaluate(evidence, reference, options, benchmark_id=key, confirm_from=confirm_from)
+    comparison, memory, count_comparison = ev.comparison, ev.memory, ev.counts
     rounds = len(b_samples)
     return BenchResult.from_samples(
         tuple(b_samples), name=b.name, device=b.device, rounds=rounds, calls_per_round=b.calls_per_round,

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
 
 from .baseline import BaselineEntry, BaselineFile
-from .compare import decide_memory
 from .options import BenchOptions
 from .result import BenchResult
 from .timing import Measurer, Progress, Timing, prepare_call
@@ -317,7 +316,7 @@ class GpuBench:
 
     def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
                           calls_per_round=None) -> BenchResult:
-        from .gate import judge
+        from .gate import Evidence, Reference, evaluate
         from .memory import measure_peak
         from .telemetry import host_busy, sampler_for, throttle_verdict
 
@@ -355,10 +354,9 @@ class GpuBench:
         a, k = prepare_call(fn, args, kwargs, setup)
         mem, _ = measure_peak(fn, a, k, ctx.device)
         entry = ctx.baseline.get(bid) if ctx.baseline is not None else None
-        counts = count_comparison = flop_dtype = None
+        counts = flop_dtype = None
         if self.options.counts:  # one more call, outside the timed rounds: the exact counts
             from .counting import count_call
-            from .gate import judge_counts
 
             ca, ck = prepare_call(fn, args, kwargs, setup)
             counts, flop_dtype = count_call(fn, ca, ck, ctx.device)
@@ -366,8 +364,6 @@ class GpuBench:
                 counts = dataclasses.replace(counts, **compiled)
                 if compiled["recompiles"]:
                     notes.append(self._recompile_note(bid, compiled["recompiles"]))
-            count_comparison = judge_counts(counts, entry, self.options, benchmark_id=self._full_id(bid),
-                                            baseline_file=ctx.baseline_file)
         confirmations: list[Timing] = []
 
         def remeasure() -> Timing:
@@ -375,31 +371,24 @@ class GpuBench:
             return confirmations[-1]  # judge reads its samples_ms and probe_ms
 
         probe_evidence = self._probe_evidence(t, probe, entry)
-        comparison = judge(
-            t.samples_ms, entry, self.options, benchmark_id=self._full_id(bid), baseline_file=ctx.baseline_file,
+        evaluation = evaluate(
+            Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes, counts=counts,
+                     throttle=throttle_verdict(telemetry), device=str(ctx.device)),
+            Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
             remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
-            throttle=throttle_verdict(telemetry), fixed_rounds=rounds is not None,
+            fixed_rounds=rounds is not None,
             can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
-            **({"probe": probe_evidence} if probe_evidence is not None else {}),
-            machine_reference=self._reference_ratio(entry), normalize=ctx.normalize,
+            probe=probe_evidence, machine_reference=self._reference_ratio(entry), normalize=ctx.normalize,
+            max_memory_text=ctx.max_memory_text,
         )
+        comparison, memory, count_comparison = evaluation.comparison, evaluation.memory, evaluation.counts
         probe_all = getattr(t, "probe_ms", ()) + sum((getattr(c, "probe_ms", ()) for c in confirmations), ())
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
                         if probe is not None and probe_all else {})
         if confirmations:  # the result holds the pooled samples the verdict was decided on
             t = dataclasses.replace(t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
                                     rounds=t.rounds + sum(c.rounds for c in confirmations))
-        memory = decide_memory(
-            mem.peak_bytes,
-            entry.peak_memory_bytes if entry is not None else None,
-            threshold=self.options.memory_threshold,
-            max_memory_bytes=self.options.max_memory,
-            benchmark_id=self._full_id(bid),
-            device=str(ctx.device),
-            baseline_file=ctx.baseline_file,
-            max_memory_text=ctx.max_memory_text,
-        )
-        if memory.failed:
+        if memory is not None and memory.failed:
             memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
         median_ms = statistics.median(t.samples_ms)
         expected = self.options.expect_bottleneck

@@ -13,11 +13,15 @@ plus the entry's id). When no full name is common to both sides (say, two baseli
 different modules, or a baseline file without a ``module`` field) they are matched by the test
 id alone, the part after the ``::`` that follows the module path; an id present in several
 modules of one file is then ambiguous and not compared. Each common benchmark goes through
-:func:`pytest_gpuperf.gate.judge` exactly as in a pytest run (the baseline side's stored
-run history included), so the verdict is the one the plugin would give for those samples.
+:func:`pytest_gpuperf.gate.evaluate` exactly as in a pytest run (timing, peak memory and
+counts; the baseline side's stored run history included; a report measured by worker processes
+is decided over its process medians), so the verdict is the one the plugin gave for those
+samples. A report benchmark whose verdict came from an A/B run (``--gpuperf-ab``, or a stored
+alarm confirmed by A/B against the baseline's commit) is decided again on the report's own
+paired blocks, as the plugin did.
 
-Exit codes: 0 nothing failed; 1 a benchmark regressed (or, with ``--fail-on inconclusive``,
-was inconclusive); 2 unusable input (a missing or unreadable file, not JSON, not a report or
+Exit codes: 0 nothing failed; 1 a benchmark regressed in time, peak memory or counts (or, with
+``--fail-on inconclusive``, was inconclusive in time); 2 unusable input (a missing or unreadable file, not JSON, not a report or
 baseline file, no benchmark in common) or a bad command line; 141 the reader closed the output
 early (``gpuperf show | head``), quietly. Nothing here imports torch.
 """
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -51,13 +56,33 @@ class ResultFile:
 
     ``kind`` is ``"report"`` or ``"baseline"``; ``entries`` maps the full benchmark name
     (``<module>::<test id>``, or the bare test id for a baseline file without ``module``) to its
-    entry; ``test_ids`` maps the same names to the bare test id.
+    entry; ``test_ids`` maps the same names to the bare test id. ``ab`` maps the names of a
+    report's benchmarks whose verdict came from an A/B run (``--gpuperf-ab``, or a stored alarm
+    confirmed by A/B against the baseline's commit) to ``(REF, blocks)``: the report's paired
+    blocks (:class:`~pytest_gpuperf.ab.Block`, one block median each), which decide them again.
     """
 
     path: str
     kind: str
     entries: dict[str, BaselineEntry]
     test_ids: dict[str, str]
+    ab: dict[str, tuple[str, tuple[Any, ...]]] = dataclasses.field(default_factory=dict)
+
+
+def _ab_blocks(raw: Any) -> tuple[str, tuple[Any, ...]] | None:
+    """``(REF, blocks)`` of a report entry's A/B comparison (``comparison.ab_ref``/``ab_blocks``), or None."""
+    from .ab import Block
+
+    c = raw.get("comparison") if isinstance(raw, dict) else None
+    if not isinstance(c, dict) or not c.get("ab_ref") or not c.get("ab_blocks"):
+        return None
+    try:
+        blocks = tuple(Block(str(side), int(proc), int(pos), (float(ms),)) for side, proc, pos, ms in c["ab_blocks"])
+    except (TypeError, ValueError):
+        return None
+    if not any(b.side == "A" for b in blocks) or any(b.samples_ms[0] <= 0 for b in blocks):
+        return None
+    return str(c["ab_ref"]), blocks
 
 
 # ----------------------------------------------------------------------------- loading
@@ -122,7 +147,9 @@ def load_result_file(path: os.PathLike[str] | str) -> ResultFile:
     if kind == "report":
         entries = {str(k): v for k, v in parsed.benchmarks.items()}
         ids = {k: _test_id(k, v, None) for k, v in entries.items()}
-        return ResultFile(str(p), "report", entries, ids)
+        raw = data.get("benchmarks") if isinstance(data.get("benchmarks"), dict) else {}
+        ab = {k: found for k in entries if (found := _ab_blocks(raw.get(k))) is not None}
+        return ResultFile(str(p), "report", entries, ids, ab)
     module = parsed.module if isinstance(parsed.module, str) and parsed.module else None
     entries, ids = {}, {}
     for bid, entry in parsed.benchmarks.items():
@@ -241,49 +268,65 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import dataclasses
 
     from .compare import Verdict
-    from .gate import judge
+    from .gate import Evidence, Reference, evaluate
     from .units import format_ms, format_ratio
 
-    from .gate import judge_counts, judge_replicates
-
-    comparisons, count_comparisons = [], []
+    comparisons, count_comparisons, memory_comparisons = [], [], []
+    ab_decided: list[str] = []
     for name, bkey, ckey in m.pairs:
         b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
         threshold = args.threshold if args.threshold is not None else _option(c_entry, "threshold", DEFAULTS.threshold)
         alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULTS.alpha)
         try:
-            options = dataclasses.replace(DEFAULTS, threshold=threshold, alpha=alpha)
+            # the thresholds of the stored options (or the flags); no budgets here: they are the test's
+            options = dataclasses.replace(
+                DEFAULTS, threshold=threshold, alpha=alpha,
+                memory_threshold=_option(c_entry, "memory_threshold", DEFAULTS.memory_threshold),
+                count_tolerance=_option(c_entry, "count_tolerance", DEFAULTS.count_tolerance))
             processes = c_entry.history[-1].process_medians_ms
-            if processes is not None and len(processes) >= 2:  # measured by worker processes: decided as the plugin does
-                c = judge_replicates([[m] for m in processes], b_entry, options, benchmark_id=name)
-            else:
-                c = judge(c_entry.samples_ms, b_entry, options, benchmark_id=name, probe=_stored_probe(c_entry, b_entry))
-            # the count gate, where both sides were counted (no budgets here: they are the test's)
-            count_options = dataclasses.replace(
-                DEFAULTS, count_tolerance=_option(c_entry, "count_tolerance", DEFAULTS.count_tolerance))
-            cc = (judge_counts(c_entry.counts, b_entry, count_options, benchmark_id=name)
-                  if c_entry.counts is not None and b_entry.count_history else None)
+            replicated = processes is not None and len(processes) >= 2  # measured by worker processes
+            ab = cur.ab.get(ckey)
+            if ab is not None:  # the report's verdict came from its paired A/B blocks: decided on them again
+                ev = evaluate(Evidence(ab_blocks=ab[1]), Reference.ab(ab[0], measured=True), options,
+                              benchmark_id=name)
+                ab_decided.append(f"{name}: decided on the report's A/B blocks against {ab[0]}, as the plugin "
+                                  f"did (the stored baseline's timing is not used)")
+                comparisons.append(ev.comparison)
+                count_comparisons.append(None)
+                memory_comparisons.append(None)
+                continue
+            evidence = Evidence(
+                samples_ms=tuple(c_entry.samples_ms),
+                process_samples_ms=tuple((m_,) for m_ in processes) if replicated and processes else None,
+                peak_memory_bytes=c_entry.peak_memory_bytes if b_entry.peak_memory_bytes is not None else None,
+                counts=c_entry.counts if b_entry.count_history else None)
+            ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
+                          probe=None if replicated else _stored_probe(c_entry, b_entry))
         except ValueError as exc:  # bad options stored in the current entry, bad stored medians
             _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
             return EXIT_INPUT
-        comparisons.append(c)
-        count_comparisons.append(cc)
+        comparisons.append(ev.comparison)
+        count_comparisons.append(ev.counts)
+        memory_comparisons.append(ev.memory)
 
     print(f"baseline: {base.path} ({base.kind})")
     print(f"current:  {cur.path} ({cur.kind})")
     if m.by_test_id:
         print("no '<module>::<test id>' name in common: matched by test id")
+    for line in ab_decided:
+        print(line)
     print()
     rows, starred = [], False
-    for c, cc in zip(comparisons, count_comparisons):
+    for c, cc, mc in zip(comparisons, count_comparisons, memory_comparisons):
         verdict = c.verdict.value
         if c.verdict is Verdict.UNCHANGED and c.note:
             verdict += "*"
             starred = True
         ci = f"{format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else "-"
         rows.append((c.benchmark_id, format_ms(c.baseline_median_ms), format_ms(c.current_median_ms),
-                     format_ratio(c.ratio), ci, verdict, cc.verdict.value if cc is not None else "-"))
-    header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict", "counts")
+                     format_ratio(c.ratio), ci, verdict, mc.verdict.value if mc is not None else "-",
+                     cc.verdict.value if cc is not None else "-"))
+    header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict", "memory", "counts")
     for line in format_table(rows, header=header, numeric=header[1:5]):
         print(line)
     if starred:
@@ -291,6 +334,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     details = [c for c in comparisons
                if args.verbose or c.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
     count_failures = [msg for cc in count_comparisons if cc is not None for msg in cc.messages()]
+    count_failures += [msg for mc in memory_comparisons if mc is not None for msg in mc.messages()]
     if details or count_failures:
         print()
         for c in details:
@@ -308,13 +352,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     counts = {v: sum(c.verdict is v for c in comparisons) for v in Verdict}
     print()
     counted = [cc for cc in count_comparisons if cc is not None]
+    mems = [mc for mc in memory_comparisons if mc is not None]
     print(f"{counts[Verdict.REGRESSED]} regressed, {counts[Verdict.IMPROVED]} improved, "
           f"{counts[Verdict.INCONCLUSIVE]} inconclusive, {counts[Verdict.UNCHANGED]} unchanged"
-          + (f"; counts: {sum(cc.failed for cc in counted)} regressed of {len(counted)} compared" if counted else ""))
+          + (f"; counts: {sum(cc.failed for cc in counted)} regressed of {len(counted)} compared" if counted else "")
+          + (f"; memory: {sum(mc.failed for mc in mems)} regressed of {len(mems)} compared" if mems else ""))
     failing = {Verdict.REGRESSED}
     if args.fail_on == "inconclusive":
         failing.add(Verdict.INCONCLUSIVE)
-    failed = any(c.verdict in failing for c in comparisons) or any(cc.failed for cc in counted)
+    failed = (any(c.verdict in failing for c in comparisons) or any(cc.failed for cc in counted)
+              or any(mc.failed for mc in mems))
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -5,8 +5,17 @@ default, ``--gpuperf-processes``) is decided by :func:`judge_replicates`, over t
 medians, by the plugin (:mod:`pytest_gpuperf.replicates`) and by ``gpuperf compare`` alike; one
 measured in a single process by :func:`judge`, which the plugin (``bench.py``), ``gpuperf compare``
 and the power study (``benchmarks/stat_power.py``) all call, so a verdict is the same wherever it
-is computed; the count gate, independent of timing, is :func:`judge_counts`. The timing steps of
-:func:`judge`, in order:
+is computed; the count gate, independent of timing, is :func:`judge_counts`. 
+**Entry point: :func:`evaluate`.** Every verdict of a benchmark - stored single-process, stored
+replicated (worker processes), A/B, and a stored alarm re-decided by A/B against the baseline's
+commit - with its memory verdict and count gate, comes from :func:`evaluate`: the plugin
+(``bench.py`` for one process, :mod:`pytest_gpuperf.replicates` for several, :mod:`pytest_gpuperf.abresults`
+for A/B), ``gpuperf compare`` and the studies (``benchmarks/stat_power.py``, ``benchmarks/ab_study.py``,
+``benchmarks/verdict_study.py`` through the plugin) call it; what was measured is an
+:class:`Evidence`, what it is compared with a :class:`Reference`, and the answer an
+:class:`Evaluation`. Pass or fail is then decided in one place,
+:meth:`pytest_gpuperf.result.BenchResult.failures`. :func:`judge`, :func:`judge_replicates`,
+:func:`judge_ab` and :func:`judge_counts` are its steps. The timing steps of :func:`judge`, in order:
 
 1. **normalize** (only with ``--gpuperf-normalize``, ``normalize=True``): when the interleaved
    probe (``probe``, :mod:`pytest_gpuperf.probe`) has a stored level and its per-block times
@@ -42,11 +51,12 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .baseline import BaselineEntry
-from .compare import (Comparison, Verdict, decide, downgrade_throttled, hodges_lehmann_ratio, recentred_baseline,
-                      run_stats, with_note)
+from .compare import (Comparison, MemoryComparison, Verdict, decide, decide_memory, downgrade_throttled,
+                      hodges_lehmann_ratio, recentred_baseline, run_stats, with_note)
 from .options import BenchOptions
 
 if TYPE_CHECKING:
+    from .ab import Block
     from .counts import CountComparison, Counts
     from .probe import ProbeEvidence
 
@@ -287,20 +297,195 @@ def judge_counts(
     *,
     benchmark_id: str = "benchmark",
     baseline_file: str | None = None,
+    ab_counts: "Counts | None" = None,
+    ab: bool = False,
 ) -> "CountComparison":
     """The count gate: ``counts`` (this run's, per call) against the counts stored with
-    ``baseline``'s runs, with ``options.count_tolerance`` and the declared budgets
-    (``max_ops``, ``max_kernels``, ``max_syncs``, ``max_recompiles``). See
+    ``baseline``'s runs - or, with ``ab``, against side A's ``ab_counts`` (None: A was not
+    counted) - with ``options.count_tolerance`` and the declared budgets (``max_ops``,
+    ``max_kernels``, ``max_syncs``, ``max_recompiles``). See
     :func:`pytest_gpuperf.counts.decide_counts`; independent of the timing verdict.
     """
     from .counts import BUDGETS, decide_counts
 
+    if ab:
+        history = [ab_counts.totals()] if ab_counts is not None else None
+        stored = ab_counts
+    else:
+        history = baseline.count_history if baseline is not None else None
+        stored = baseline.counts if baseline is not None else None
     return decide_counts(
         counts,
-        baseline.count_history if baseline is not None else None,
-        baseline.counts if baseline is not None else None,
+        history,
+        stored,
         tolerance=options.count_tolerance,
         budgets={name: getattr(options, name) for name in BUDGETS},
         benchmark_id=benchmark_id,
         baseline_file=baseline_file,
     )
+
+
+# ----------------------------------------------------------------------------- the one entry point
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What was measured of one benchmark, for :func:`evaluate` (pure data; units in the names).
+
+    Exactly one kind of timing evidence decides: ``ab_blocks`` (an A/B run: the timed blocks of
+    both sides, :class:`~pytest_gpuperf.ab.Block`), else ``process_samples_ms`` (per-call times,
+    ms, one tuple per worker process, in process order), else ``samples_ms`` (per-call times of one
+    process, ms). ``peak_memory_bytes`` and ``counts`` (:class:`~pytest_gpuperf.counts.Counts`) are
+    the memory verdict's and the count gate's inputs (None: not measured, no verdict).
+    ``throttle`` says why a regression measured now is not trusted (a throttled GPU, a busy host;
+    None: nothing). ``device`` names the device in memory messages.
+    """
+
+    samples_ms: tuple[float, ...] = ()
+    process_samples_ms: tuple[tuple[float, ...], ...] | None = None
+    ab_blocks: "tuple[Block, ...] | None" = None
+    peak_memory_bytes: int | None = None
+    counts: "Counts | None" = None
+    throttle: str | None = None
+    device: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """What :class:`Evidence` is compared with: a stored baseline entry or side A of an A/B run.
+
+    Build one with :meth:`stored` or :meth:`ab`. ``label`` names it in messages (the baseline
+    file, or ``"A/B vs REF"``).
+    """
+
+    baseline: BaselineEntry | None = None
+    label: str | None = None
+    ab_ref: str | None = None
+    ab_measured: bool = False
+    ab_peak_memory_bytes: int | None = None
+    ab_counts: "Counts | None" = None
+    ab_missing_note: str | None = None
+
+    @classmethod
+    def stored(cls, baseline: BaselineEntry | None, baseline_file: str | None = None) -> "Reference":
+        """The stored baseline ``baseline`` (None: the benchmark has none yet) read from ``baseline_file``."""
+        return cls(baseline=baseline, label=baseline_file)
+
+    @classmethod
+    def ab(cls, ref: str, *, measured: bool, peak_memory_bytes: int | None = None, counts: "Counts | None" = None,
+           missing_note: str | None = None) -> "Reference":
+        """Side A of an A/B run against git revision ``ref``: ``measured`` False when A has no
+        result for the benchmark (``missing_note`` says why: new in the working tree, A failed)."""
+        return cls(label=f"A/B vs {ref}", ab_ref=ref, ab_measured=measured, ab_peak_memory_bytes=peak_memory_bytes,
+                   ab_counts=counts, ab_missing_note=missing_note)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """The verdicts of one benchmark: timing (``comparison``), peak memory (``memory``, None when
+    not measured) and the count gate (``counts``, None when not counted)."""
+
+    comparison: Comparison
+    memory: MemoryComparison | None = None
+    counts: "CountComparison | None" = None
+
+
+def evaluate(
+    evidence: Evidence,
+    reference: Reference,
+    options: BenchOptions,
+    *,
+    benchmark_id: str = "benchmark",
+    can_fail: bool = True,
+    remeasure: Remeasure | None = None,
+    confirm_from: int | None = None,
+    probe: "ProbeEvidence | None" = None,
+    drift: tuple[str, float] | None = None,
+    machine_reference: tuple[str, float] | None = None,
+    normalize: bool = False,
+    fixed_rounds: bool = False,
+    max_memory_text: str | None = None,
+) -> Evaluation:
+    """Every verdict of one benchmark: the one evaluation function (see the module doc).
+
+    Timing: A/B blocks -> :func:`judge_ab` (``confirm_from``: the first process pair of a
+    confirmation re-measure); worker processes -> :func:`judge_replicates`; one process ->
+    :func:`judge` (``remeasure``, ``probe``, ``drift``, ``machine_reference``, ``normalize`` and
+    ``fixed_rounds`` are its arguments). Then ``evidence.throttle`` turns a regression into
+    inconclusive (:func:`~pytest_gpuperf.compare.downgrade_throttled`). Memory:
+    :func:`~pytest_gpuperf.compare.decide_memory` against the reference's peak with
+    ``options.memory_threshold`` and ``options.max_memory`` (``max_memory_text``: the budget as
+    written). Counts: :func:`judge_counts` against the reference's counts. ``can_fail`` False (an
+    update run) leaves strict-mode hints out of the notes. Raises ``ValueError`` for empty,
+    non-finite or non-positive times and bad options. Pure and deterministic (seeded bootstraps).
+    """
+    label = reference.label
+    if evidence.ab_blocks is not None:
+        comparison = judge_ab(evidence.ab_blocks, reference, options, benchmark_id=benchmark_id,
+                              confirm_from=confirm_from, throttle=evidence.throttle)
+        base_peak = reference.ab_peak_memory_bytes
+    else:
+        if evidence.process_samples_ms is not None:
+            comparison = judge_replicates(evidence.process_samples_ms, reference.baseline, options,
+                                          benchmark_id=benchmark_id, baseline_file=label, throttle=evidence.throttle,
+                                          can_fail=can_fail)
+        else:
+            comparison = judge(evidence.samples_ms, reference.baseline, options, benchmark_id=benchmark_id,
+                               baseline_file=label, remeasure=remeasure, drift=drift, throttle=evidence.throttle,
+                               fixed_rounds=fixed_rounds, can_fail=can_fail, probe=probe,
+                               machine_reference=machine_reference, normalize=normalize)
+        base_peak = reference.baseline.peak_memory_bytes if reference.baseline is not None else None
+    memory = None
+    if evidence.peak_memory_bytes is not None:
+        memory = decide_memory(evidence.peak_memory_bytes, base_peak, threshold=options.memory_threshold,
+                               max_memory_bytes=options.max_memory, benchmark_id=benchmark_id, device=evidence.device,
+                               baseline_file=label, max_memory_text=max_memory_text)
+    counts = None
+    if evidence.counts is not None:
+        counts = judge_counts(evidence.counts, reference.baseline, options, benchmark_id=benchmark_id,
+                              baseline_file=label, ab_counts=reference.ab_counts if reference.ab_ref else None,
+                              ab=reference.ab_ref is not None)
+    return Evaluation(comparison=comparison, memory=memory, counts=counts)
+
+
+def judge_ab(
+    blocks: "Sequence[Block]",
+    reference: Reference,
+    options: BenchOptions,
+    *,
+    benchmark_id: str = "benchmark",
+    confirm_from: int | None = None,
+    throttle: str | None = None,
+) -> Comparison:
+    """The A/B timing verdict (a step of :func:`evaluate`): :func:`pytest_gpuperf.ab.decide_ab`
+    on all ``blocks`` of both sides at once - the first process pairs and those of a confirmation
+    (process pairs from ``confirm_from`` on) are decided together, once (the CI is over process
+    pairs, so more pairs narrow it; no rule asks two separate tests to be significant).
+    ``confirmed`` is None without confirmation blocks, else whether the pooled verdict is
+    regressed. ``ab_blocks`` records (side, process, position, block median ms) for the report.
+    ``throttle`` (e.g. a busy host: other processes slow A's and B's processes unequally) turns a
+    regression into inconclusive. Without A (``reference.ab_measured`` False) the verdict is
+    ``no-baseline`` with ``reference.ab_missing_note``. Raises ``ValueError`` for no B blocks.
+    """
+    import statistics
+
+    from .ab import decide_ab, paired_ratios
+
+    ref = reference.ab_ref or "REF"
+    a = [v for b in blocks if b.side == "A" for v in b.samples_ms]
+    b = [v for b in blocks if b.side == "B" for v in b.samples_ms]
+    if not b:
+        raise ValueError(f"{benchmark_id}: no B (working tree) blocks to decide on")
+    if not reference.ab_measured or not a:
+        return Comparison(verdict=Verdict.NO_BASELINE, benchmark_id=benchmark_id,
+                          current_median_ms=statistics.median(b), runs=0, ab_ref=ref,
+                          note=reference.ab_missing_note or f"new: not in {ref}",
+                          threshold=options.threshold, alpha=options.alpha)
+    c = decide_ab(paired_ratios(blocks), a_median_ms=statistics.median(a), b_median_ms=statistics.median(b),
+                  ref=ref, threshold=options.threshold, alpha=options.alpha, benchmark_id=benchmark_id)
+    extra = {x.side for x in blocks if confirm_from is not None and x.process >= confirm_from}
+    if extra == {"A", "B"}:
+        c = dataclasses.replace(c, confirmed=c.verdict is Verdict.REGRESSED)
+    c = dataclasses.replace(c, ab_blocks=tuple(
+        (blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks))
+    return downgrade_throttled(c, throttle)

@@ -253,26 +253,19 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
            baseline_file: str | None, can_fail: bool, memory_text: str | None = None) -> Any:
     """The merged result of ``key`` with its verdicts against ``baseline`` (a
     :class:`~pytest_gpuperf.baseline.BaselineEntry` or None): the timing verdict of
-    :func:`pytest_gpuperf.gate.judge_replicates`, the memory verdict and the count gate as a
-    single-process run makes them. ``options``: the benchmark's resolved options (the user's
+    :func:`pytest_gpuperf.gate.evaluate` on the processes' samples (timing by
+    :func:`~pytest_gpuperf.gate.judge_replicates`), with the memory verdict and the count gate. ``options``: the benchmark's resolved options (the user's
     session's, not a worker's)."""
-    from .compare import decide_memory
-    from .gate import judge_counts, judge_replicates
+    from .gate import Evidence, Reference, evaluate
     from .telemetry import throttle_verdict
 
     merged = merge(key, entries)
-    comparison = judge_replicates(groups_of(entries), baseline, options, benchmark_id=key,
-                                  baseline_file=baseline_file, throttle=throttle_verdict(merged.telemetry),
-                                  can_fail=can_fail)
-    memory = None
-    if merged.peak_memory_bytes is not None:
-        memory = decide_memory(merged.peak_memory_bytes, baseline.peak_memory_bytes if baseline is not None else None,
-                               threshold=options.memory_threshold, max_memory_bytes=options.max_memory,
-                               benchmark_id=key, device=merged.device, baseline_file=baseline_file,
-                               max_memory_text=memory_text)
-    counts = None
-    if merged.counts is not None:
-        counts = judge_counts(merged.counts, baseline, options, benchmark_id=key, baseline_file=baseline_file)
+    evidence = Evidence(process_samples_ms=tuple(tuple(g) for g in groups_of(entries)),
+                        peak_memory_bytes=merged.peak_memory_bytes, counts=merged.counts,
+                        throttle=throttle_verdict(merged.telemetry), device=merged.device)
+    ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
+                  max_memory_text=memory_text)
+    comparison, memory, counts = ev.comparison, ev.memory, ev.counts
     return dataclasses.replace(merged, comparison=comparison, memory_comparison=memory, count_comparison=counts,
                                options=options.to_dict())
 

@@ -21,16 +21,18 @@ MAX_NAME_WIDTH = 70
 
 #: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
 LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show` "
-          "lists each run); ratio = Hodges-Lehmann estimate of current/baseline; ops/kern, syncs = aten ops "
+          "lists each run); ratio = median / baseline, raw (the verdict's Hodges-Lehmann estimate and CI, after any "
+          "--gpuperf-normalize, are in its message and the JSON report); ops/kern, syncs = aten ops "
           "(/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
           "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
 
 
 #: The legend in the default mode (``--gpuperf-processes`` >= 2): what "baseline" and "ratio" hold.
 REPLICATES_LEGEND = (
-    "baseline = geometric mean of the baseline's per-process medians; ratio = geometric mean of this run's process "
-    "medians / baseline (rows with [CI]: confirmed by A/B against the baselines' commit on this machine: baseline = "
-    "that commit's median, ratio = B/A estimate [99% CI]); median = of all rounds of all processes; ops/kern, syncs = "
+    "median = geometric mean of this run's per-process medians; baseline = that of the baseline's; ratio = median / "
+    "baseline, the estimate the verdict is decided on (rows with [CI]: confirmed by A/B against the baselines' commit "
+    "on this machine: median = B's, baseline = that commit's (A's) median, ratio = B/A [99% CI of the paired "
+    "estimate]); ops/kern, syncs = "
     "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
     "minimum-traffic bytes per call at the median time")
 
@@ -233,12 +235,12 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
     row = (
         label,
         r.device,
-        format_ms(r.median_ms),
+        format_ms(_centre_ms(r)),
         format_ms(r.p95_ms) if not r.smoke else "-",
         iqr,
         str(r.rounds),
         format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
-        _ratio_cell(c),
+        _ratio_cell(c, r),
         _memory_text(r),
         ops_text(r),
         syncs_text(r),
@@ -249,17 +251,39 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
     return row + ((items_text(r),) if items else ()) + (_verdict_text(r, updated),)
 
 
-def _ratio_cell(c: Comparison | None) -> str:
-    """The ratio column: the Hodges-Lehmann ratio; in A/B mode with its 99% CI, ``1.12x [1.08x, 1.16x]``."""
+def _centre_ms(r: BenchResult) -> float:
+    """The table's "median" cell (ms): the median of all rounds, or for a benchmark decided over
+    worker processes the geometric mean of their medians (what its baseline cell and ratio use)."""
+    c = r.comparison
+    if c is not None and c.processes and c.ab_ref is None and not r.smoke:
+        return c.current_median_ms
+    return r.median_ms
+
+
+def table_ratio(r: BenchResult) -> float | None:
+    """The table's ratio: its median cell / its baseline cell (raw, never normalized), so the
+    three columns agree; None without a baseline median."""
+    c = r.comparison
+    if c is None or not c.baseline_median_ms or r.smoke:
+        return None
+    return _centre_ms(r) / c.baseline_median_ms
+
+
+def _ratio_cell(c: Comparison | None, r: BenchResult | None = None) -> str:
+    """The ratio column: median / baseline of the same row (:func:`table_ratio`); in A/B mode with
+    the paired estimate's 99% CI, ``1.12x [1.08x, 1.16x]``."""
     if c is None or c.ratio is None:
         return "-"
+    ratio = table_ratio(r) if r is not None else None
+    ratio = ratio if ratio is not None else c.ratio
     if c.ab_ref is not None and c.ratio_ci:
-        return f"{format_ratio(c.ratio)} [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]"
-    return format_ratio(c.ratio)
+        return f"{format_ratio(ratio)} [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]"
+    return format_ratio(ratio)
 
 
 #: What the "baseline" and "ratio" columns hold in A/B mode (``--gpuperf-ab``).
-AB_LEGEND = ("A/B: baseline = median of REF's (A's) samples; ratio = Hodges-Lehmann estimate of B/A over the paired "
+AB_LEGEND = ("A/B: median = of B's (the working tree's) samples; baseline = of REF's (A's) samples; ratio = median / "
+             "baseline [99% CI of the paired estimate]; the verdict's Hodges-Lehmann estimate of B/A over the paired "
              "blocks [99% bootstrap CI of the median block ratio]; memory and counts are B's, compared with A's")
 
 
@@ -313,7 +337,7 @@ assert len(COLUMN_KEYS) == len(COLUMNS)
 _SORT: dict[str, Any] = {
     "name": lambda label, r: (0, label),
     "ratio": lambda label, r: ((1, 0.0) if r.comparison is None or r.comparison.ratio is None
-                               else (0, r.comparison.ratio)),
+                               else (0, table_ratio(r) or r.comparison.ratio)),
     "rounds": lambda label, r: (0, r.rounds),
     "iqr": lambda label, r: (0, r.iqr_ms),
     "stddev": lambda label, r: (0, r.std_ms),
@@ -498,11 +522,14 @@ def noisy_baseline_warning(label: str, r: BenchResult) -> str | None:
     )
 
 
-def median_ratio_text(c: Comparison | None) -> str:
-    """``0.738x (0.730x-0.746x)``: the median ratio with its 99% CI (the estimator the CI belongs to)."""
+def median_ratio_text(c: Comparison | None, r: BenchResult | None = None) -> str:
+    """``0.738x (0.730x-0.746x)``: the median ratio with its 99% CI (the estimator the CI belongs to).
+    With ``r``, the ratio is the row's own current median / baseline (:func:`table_ratio`: raw)."""
     if c is None or c.ratio is None:
         return "-"
-    mr = c.median_ratio
+    mr = table_ratio(r) if r is not None else None
+    if mr is None:
+        mr = c.median_ratio
     if mr is None and c.baseline_median_ms:  # a report written before the field existed
         mr = c.current_median_ms / c.baseline_median_ms
     text = format_ratio(mr)
@@ -511,14 +538,23 @@ def median_ratio_text(c: Comparison | None) -> str:
     return text
 
 
+def _estimate_text(c: Comparison | None) -> str:
+    """The verdict's own ratio estimate, marked when it was normalized (``--gpuperf-normalize``)."""
+    if c is None or c.ratio is None:
+        return "-"
+    return format_ratio(c.ratio) + (" (normalized)" if c.normalized_by else "")
+
+
 #: Markdown modes: (baseline column header, ratio column header, legend).
 _MARKDOWN_MODES = {
     "stored": ("baseline (history median)", "Hodges-Lehmann ratio",
                "baseline (history median): median of the stored runs' medians (3+ runs; else the newest run's "
-               "median). The 99% CI is of the median ratio; the gate uses the Hodges-Lehmann ratio."),
+               "median). median ratio = current median / baseline, raw; its 99% CI is of the median ratio; the "
+               "gate decides on the Hodges-Lehmann ratio (marked when --gpuperf-normalize rescaled it)."),
     "replicates": ("baseline (process medians)", "ratio",
-                   "baseline (process medians): geometric mean of the baseline's per-process medians; ratio: that of "
-                   "this run's process medians over it, with its Student-t 99% CI (the gate's evidence). Where an A/B "
+                   "baseline (process medians): geometric mean of the baseline's per-process medians; current "
+                   "median: that of this run's process medians; ratio: the one over the other, with its Student-t "
+                   "99% CI (the gate's evidence). Where an A/B "
                    "confirmation against the baselines' commit decided, baseline is that commit's median on this "
                    "machine and ratio the B/A estimate (the A/B lines below)."),
     "ab": ("baseline (REF's median)", "Hodges-Lehmann ratio B/A",
@@ -567,7 +603,7 @@ def markdown(
         f"**{'FAILED' if failing else 'PASSED'}**: {len(items)} benchmark(s) on {', '.join(devices) or '-'}: "
         f"{head}; {failing} failing.",
         "",
-        f"| | benchmark | {column} | current median | median ratio (99% CI) | {ratio_name} "
+        f"| | benchmark | {column} | current median | median ratio, raw (99% CI) | {ratio_name} "
         "| verdict | peak memory | ops/kernels | syncs | FLOP/s | B/s | bottleneck |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
@@ -578,7 +614,7 @@ def markdown(
         name = label.replace("|", "\\|")
         lines.append(
             f"| {mark} | `{name}` | {format_ms(c.baseline_median_ms) if c and c.baseline_median_ms else '-'} | "
-            f"{format_ms(r.median_ms)} | {median_ratio_text(c)} | {format_ratio(c.ratio) if c else '-'} | "
+            f"{format_ms(_centre_ms(r))} | {median_ratio_text(c, r)} | {_estimate_text(c)} | "
             f"{_verdict_text(r, False)} | {_memory_text(r)} | {ops_text(r)} | {syncs_text(r)} | "
             f"{_rate_text(r.rates(), 'flops_per_s', 'FLOP/s')} | {_rate_text(r.rates(), 'bytes_per_s', 'B/s')} | "
             f"{_bottleneck_text(r)} |"

@@ -407,3 +407,41 @@ def test_compare_decides_replicated_runs_over_process_medians(tmp_path, capsys):
     cur_entry["process_medians_ms"] = [1.3, 1.31, 1.29]
     cur = write_report(tmp_path / "cur2.json", {"test_a": cur_entry})
     assert main(["compare", str(base), str(cur)]) == 1
+
+
+def test_compare_gives_the_memory_verdict_the_plugin_gives(tmp_path, capsys):
+    # gate.evaluate decides peak memory too: 4 MiB -> 8 MiB fails here as it fails the test
+    base = write_baseline(tmp_path / "base.json", {"test_a": entry("test_a", samples(41), peak=4 << 20)})
+    cur = write_report(tmp_path / "cur.json", {"test_a": entry("test_a", samples(42), peak=8 << 20)})
+    assert main(["compare", str(base), str(cur)]) == 1
+    out = capsys.readouterr().out
+    assert "memory regression in tests/perf/test_demo.py::test_a" in out
+    assert "memory: 1 regressed of 1 compared" in out
+    same = write_report(tmp_path / "same.json", {"test_a": entry("test_a", samples(43), peak=4 << 20)})
+    assert main(["compare", str(base), str(same)]) == 0
+
+
+def test_compare_redecides_an_ab_verdict_on_the_reports_blocks(tmp_path, capsys):
+    # A report whose verdict came from A/B (here: 16 paired blocks per process pair, B 1.3x slower in
+    # both pairs) is decided again on those blocks, as the plugin decided it, not against the
+    # stored baseline's samples (which would say unchanged: the baseline is as slow as B).
+    from pytest_gpuperf.ab import Block, abba_schedule
+    from pytest_gpuperf.gate import Evidence, Reference, evaluate
+    from pytest_gpuperf.options import DEFAULTS
+    from pytest_gpuperf.report import comparison_dict
+
+    rng = np.random.default_rng(5)
+    blocks = tuple(Block(side, p, pos, (float((1.3 if side == "B" else 1.0) * rng.lognormal(0, 0.01)),))
+                   for p in range(2) for pos, side in enumerate(abba_schedule(4, seed=p)))
+    plugin = evaluate(Evidence(ab_blocks=blocks), Reference.ab("main (3f2a9c1)", measured=True), DEFAULTS,
+                      benchmark_id=f"{MODULE}::test_a").comparison
+    assert plugin.verdict.value == "regressed"
+    base = write_baseline(tmp_path / "base.json", {"test_a": entry("test_a", samples(51, median_ms=1.3))})
+    cur = write_report(tmp_path / "cur.json", {"test_a": entry("test_a", samples(52, median_ms=1.3))})
+    data = json.loads(cur.read_text())
+    data["benchmarks"][f"{MODULE}::test_a"]["comparison"] = comparison_dict(plugin)
+    cur.write_text(json.dumps(data))
+    assert main(["compare", str(base), str(cur)]) == 1
+    out = capsys.readouterr().out
+    assert "decided on the report's A/B blocks against main (3f2a9c1)" in out
+    assert "regressed" in row(out, "test_a") and f"{plugin.ratio:.3f}x" in row(out, "test_a")

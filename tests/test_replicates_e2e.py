@@ -54,13 +54,31 @@ def test_baseline_stores_each_process_median_and_an_aa_rerun_passes(pytester: py
     assert c["processes"] == 3 and c["baseline_processes"] == 3
 
 
-def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester: pytest.Pytester) -> None:
+def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester: pytest.Pytester,
+                                                                         capsys: pytest.CaptureFixture) -> None:
     _record(pytester, processes=2)
     set_timings(pytester, {"ms": 1.3, "cv": 0.02, "process_factors": [1.0, 1.02]})
-    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", *RUN)
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
+                             "--gpuperf-markdown=r.md", *RUN)
     rec.assert_outcomes(failed=1)
     rec.stdout.fnmatch_lines(["*performance regression in test_bench.py::test_loop: 1.*x*geometric mean of 2 process "
                               "medians*Student t over process medians*"])
+    # One verdict wherever it is shown (issue 21, item 5): the JSON, the Markdown, the terminal
+    # table and `gpuperf compare` on the same baseline and report, with the same ratio.
+    from pytest_gpuperf.cli import main
+    from pytest_gpuperf.units import format_ratio
+
+    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
+    assert c["verdict"] == "regressed"
+    ratio = format_ratio(c["ratio"])
+    assert f"| {ratio} (" in pytester.path.joinpath("r.md").read_text()  # median ratio = the gate's, here
+    table = [ln for ln in rec.stdout.lines if ln.startswith("test_bench.py::test_loop ")]
+    assert table and ratio in table[0] and "regressed" in table[0]
+    (baseline,) = pytester.path.joinpath("baselines").rglob("*.json")
+    capsys.readouterr()
+    assert main(["compare", str(baseline), str(pytester.path / "r.json")]) == 1
+    compared = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("test_bench.py::test_loop ")]
+    assert compared and ratio in compared[0] and "regressed" in compared[0]
 
 
 def test_one_slow_process_is_not_a_regression(pytester: pytest.Pytester) -> None:

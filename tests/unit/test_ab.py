@@ -120,9 +120,12 @@ def test_confirmation_pairs_are_decided_jointly_with_the_first():
     # Issue 21's tokenizer: 1.40x in the first two process pairs, 1.38x in the confirmation pair:
     # one joint decision says regressed (confirmed); an A/A confirmation pair after a one-pair fluke
     # does not fail.
-    from pytest_gpuperf.abresults import _decide as decide_pooled
     from pytest_gpuperf.abresults import needs_more_pairs
+    from pytest_gpuperf.gate import Reference, judge_ab
     from pytest_gpuperf.options import BenchOptions
+
+    def decide_pooled(key, blocks, ref, options, confirm_from):
+        return judge_ab(blocks, Reference.ab(ref, measured=True), options, benchmark_id=key, confirm_from=confirm_from)
 
     first = _blocks(0.40, processes=2, seed=3)
     more = [Block(b.side, b.process + 2, b.position, b.samples_ms) for b in _blocks(0.38, processes=1, seed=4)]

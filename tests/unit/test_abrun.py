@@ -167,8 +167,11 @@ def test_coordinator_pairs_solo_measurements_by_collection_order():
 
 
 def test_confirmation_keeps_a_real_regression_and_drops_a_transient():
-    from pytest_gpuperf.abresults import _decide
+    from pytest_gpuperf.gate import Reference, judge_ab
     from pytest_gpuperf.options import BenchOptions
+
+    def _decide(key, blocks, ref, options, confirm_from):
+        return judge_ab(blocks, Reference.ab(ref, measured=True), options, benchmark_id=key, confirm_from=confirm_from)
 
     def pair(p: int, b_ms: float) -> list[Block]:
         return [Block(side, p, pos, (1.0 if side == "A" else b_ms, 1.0 if side == "A" else b_ms))

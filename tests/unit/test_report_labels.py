@@ -91,13 +91,16 @@ def test_message_of_an_old_report_without_median_ratio_still_names_it():
 
 def test_markdown_labels_the_baseline_and_both_ratios():
     c = decide(lognormal(10, 200, 1.3), lognormal(11, 200), benchmark_id="m.py::t")
-    text = report.markdown([("m.py::t", result(lognormal(10, 200, 1.3), comparison=c))], devices=["cpu"])
+    r = result(lognormal(10, 200, 1.3), comparison=c)
+    text = report.markdown([("m.py::t", r)], devices=["cpu"])
     header = next(ln for ln in text.splitlines() if ln.startswith("| | benchmark"))
-    assert "baseline (history median)" in header and "median ratio (99% CI)" in header
+    assert "baseline (history median)" in header and "median ratio, raw (99% CI)" in header
     assert "Hodges-Lehmann ratio" in header
     row = next(ln for ln in text.splitlines() if ln.startswith("| [FAIL]"))
     cells = [x.strip() for x in row.split("|")]
-    assert cells[header.split("|").index(" median ratio (99% CI) ")] == report.median_ratio_text(c)
+    shown = cells[header.split("|").index(" median ratio, raw (99% CI) ")]
+    assert shown == report.median_ratio_text(c, r)
+    assert shown.startswith(format_ratio(r.median_ms / c.baseline_median_ms))  # its own columns' ratio
     assert cells[header.split("|").index(" Hodges-Lehmann ratio ")] == format_ratio(c.ratio)
     assert "median of the stored runs' medians" in text
 

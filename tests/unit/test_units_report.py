@@ -412,7 +412,7 @@ def test_summary_row_values():
     assert row[4] == f"{r.iqr_fraction * 100:.1f}%"
     assert row[5] == "100"
     assert row[6] == format_ms(c.baseline_median_ms)
-    assert row[7] == format_ratio(c.ratio)
+    assert row[7] == format_ratio(r.median_ms / c.baseline_median_ms)  # the row's own columns agree (raw)
     assert row[8] == "-"  # no peak memory measured
     assert row[BOTTLENECK] == "-"  # not classified
     assert row[VERDICT] == "regressed"
