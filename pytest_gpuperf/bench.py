@@ -349,6 +349,7 @@ class GpuBench:
             compiled = compile_delta(first_compile, compile_snapshot())
         self._check_value(fn, t.value)
         notes = self._overrun_notes(t, elapsed_s, bid) if rounds is None else []
+        notes.extend(f"{self._full_id(bid)}: {note}" for note in getattr(t, "notes", ()))
         telemetry = sampler.summary()
         # One extra call, outside the timed rounds, measures peak memory (never perturbs timing).
         a, k = prepare_call(fn, args, kwargs, setup)

@@ -161,6 +161,9 @@ def _cuda_profiler(stack: contextlib.ExitStack, device: Any) -> Any:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from .profiling import cupti_guard
+
+    cupti_guard(device)
     torch.cuda.synchronize(device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)

@@ -59,14 +59,20 @@ class MemoryLimitError(AssertionError):
 
 
 def is_oom(exc: BaseException | None) -> bool:
-    """True for ``torch.OutOfMemoryError`` (CUDA out of memory), without importing torch first."""
+    """True for ``torch.OutOfMemoryError`` (CUDA out of memory; ``torch.cuda.OutOfMemoryError`` on
+    torch < 2.5, which has no ``torch.OutOfMemoryError``), without importing torch first."""
     if exc is None:
         return False
     import sys
 
     torch = sys.modules.get("torch")
-    oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    return oom is not None and isinstance(exc, oom)
+    if torch is None:
+        return False
+    # torch.OutOfMemoryError exists from torch 2.5; torch.cuda.OutOfMemoryError before it (and is it since)
+    kinds = tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
+                              getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None))
+                  if isinstance(k, type))
+    return bool(kinds) and isinstance(exc, kinds)
 
 
 def oom_message(where: str, device: Any, budget: str, peak_bytes: int | None, exc: BaseException) -> str:

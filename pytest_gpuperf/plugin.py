@@ -298,6 +298,15 @@ def pytest_configure(config: pytest.Config) -> None:
         + ", ".join(opts.OPTION_NAMES),
     )
     compat = benchmark_compat.configure(config)  # the benchmark fixture and --benchmark-* flags (usage errors)
+    if os.environ.get("GPUPERF_SIMULATED_CUDA", "").strip():  # pytest_gpuperf.testing: a simulated CUDA device
+        from .testing import install_from_env
+
+        try:
+            installed = install_from_env()
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+        if installed is not None:
+            config.add_cleanup(installed[1].undo)
     try:
         session_options = opts.resolve_session({**compat.cli_options, **{
             k: v for k, v in _cli_values(config).items() if v is not None}}, _ini_values(config))
@@ -736,9 +745,11 @@ def _gpuperf_measurer() -> Any:
     Not public API: the plugin's own tests override this fixture in an inner conftest to inject
     scripted timings (``pytest_gpuperf._testing.ScriptedMeasurer``).
     """
+    from .testing import active
     from .timing import Measurer
 
-    return Measurer()
+    sim = active()
+    return Measurer() if sim is None else Measurer(clock=sim.clock)  # a simulated device: its host clock
 
 
 @pytest.fixture
@@ -759,7 +770,7 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
     as the ``gpu_bench`` fixture does.
     """
     from .bench import BenchContext, GpuBench
-    from .timing import DeviceUnavailable, resolve_device
+    from .timing import DeviceUnavailable, resolve_device, use_device
 
     state: GpuPerfState = request.config.stash[STATE_KEY]
     item = request.node
@@ -771,6 +782,7 @@ def make_gpu_bench(request: pytest.FixtureRequest, _gpuperf_measurer: Any, devic
         device = resolve_device(options.device, default_index=state.worker_index) if device is None else device
     except DeviceUnavailable as exc:
         pytest.skip(f"pytest-gpuperf: {exc}")
+    use_device(device)  # "cuda" in the test's own code now means the GPU measured (xdist worker k: GPU k)
     module, test_id = _split_nodeid(item.nodeid)
     path = env = key = None
     baseline = None
@@ -942,7 +954,7 @@ def memory_budget(request: pytest.FixtureRequest) -> Any:
     the block ``mem`` carries the :class:`pytest_gpuperf.memory.MemoryReport` fields.
     """
     from .memory import MemoryBudget, SnapshotRecorder
-    from .timing import DeviceUnavailable, resolve_device
+    from .timing import DeviceUnavailable, resolve_device, use_device
 
     state: GpuPerfState = request.config.stash[STATE_KEY]
     item = request.node
@@ -955,9 +967,13 @@ def memory_budget(request: pytest.FixtureRequest) -> Any:
     def factory(budget: int | str, *, max_leak: int | str | None = None, device: Any = None) -> MemoryBudget:
         nonlocal blocks
         try:
-            dev = resolve_device(str(device) if device is not None else default_device)
+            # the fixture's default is the GPU gpu_bench measures (xdist worker k: GPU k), and current
+            dev = resolve_device(str(device) if device is not None else default_device,
+                                 default_index=state.worker_index)
         except DeviceUnavailable as exc:
             pytest.skip(f"pytest-gpuperf: {exc}")
+        if device is None:
+            use_device(dev)
         snapshot = None
         if state.snapshot_dir is not None and dev.type == "cuda":
             from .plots import safe_filename

@@ -116,8 +116,8 @@ def _build(kind: str, device: Any) -> Probe:
     import torch
 
     cuda = getattr(device, "type", "cpu") == "cuda"
-    g = torch.Generator(device=device).manual_seed(0)
     if kind == "compute":
+        g = torch.Generator(device=device).manual_seed(0)
         n, dt = (2048, torch.bfloat16) if cuda else (256, torch.float32)
         a = torch.randn(n, n, device=device, generator=g).to(dt)
         b = torch.randn(n, n, device=device, generator=g).to(dt)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import statistics
 import warnings
@@ -222,6 +223,25 @@ def trace_events_from(events: Sequence[Any]) -> list[TraceEvent]:
     return out
 
 
+#: What torch's profiler sets itself when inductor's CUDA graphs are on (torch/profiler/profiler.py:
+#: "CUDA Graph does not work well with CUPTI teardown ... crashes on ... re-init after teardown").
+CUPTI_GRAPH_ENV = {"DISABLE_CUPTI_LAZY_REINIT": "1", "TEARDOWN_CUPTI": "0"}
+
+
+def cupti_guard(device: Any, environ: Any = None) -> bool:
+    """Before profiling CUDA in a process that captured its own CUDA graphs (``cuda_graph=True``),
+    turn CUPTI's teardown off as torch's profiler does for inductor's CUDA graphs (it only knows of
+    those): set :data:`CUPTI_GRAPH_ENV` where not set. Returns whether it applied. Nothing on the CPU."""
+    from .timing import graph_captured
+
+    if getattr(device, "type", "cpu") != "cuda" or not graph_captured():
+        return False
+    env = os.environ if environ is None else environ
+    for key, value in CUPTI_GRAPH_ENV.items():
+        env.setdefault(key, value)
+    return True
+
+
 def profile_calls(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, calls: int,
                   warmup: bool = True) -> tuple[Any, list[TraceEvent]]:
     """Profile ``calls`` calls of ``fn`` (after the caller's warmup); returns (profiler, events).
@@ -237,6 +257,7 @@ def profile_calls(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any
     activities = [ProfilerActivity.CPU]
     if getattr(device, "type", "cpu") == "cuda":
         activities.append(ProfilerActivity.CUDA)
+        cupti_guard(device)
     _sync(device)
     with contextlib.ExitStack() as stack:
         with warnings.catch_warnings():

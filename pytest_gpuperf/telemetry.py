@@ -100,21 +100,43 @@ def nvml_status() -> str | None:
     return None
 
 
+def nvml_uuid(uuid: Any) -> str | None:
+    """NVML's form of a CUDA device's UUID (``torch.cuda.get_device_properties(i).uuid``):
+    ``"GPU-58d5a7e1-..."`` (a MIG instance's ``"MIG-..."`` kept as it is); None when unknown."""
+    text = str(uuid or "").strip()
+    if not text or text.strip("0-") == "":
+        return None
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
 def handle_for(index: int) -> Any | None:
-    """The NVML handle of CUDA device ``index`` (by PCI bus id when torch can tell), or None."""
+    """The NVML handle of CUDA device ``index``, or None.
+
+    CUDA's index is not NVML's: ``CUDA_VISIBLE_DEVICES`` renumbers the GPUs a process sees (and
+    CUDA orders them fastest first by default, NVML by PCI bus). So the handle comes by the
+    device's UUID (``props.uuid``, exact, MIG instances included), else by its PCI bus id, and only
+    where torch can tell neither (a CPU build) by the index."""
     nv = _nvml()
     if nv is None:
         return None
-    bus_id = None
+    uuid = bus_id = None
     try:
         import torch
 
         props = torch.cuda.get_device_properties(index)
-        bus_id = "{:08X}:{:02X}:{:02X}.0".format(
-            getattr(props, "pci_domain_id", 0), props.pci_bus_id, props.pci_device_id
-        )
     except Exception:
-        pass
+        props = None
+    if props is not None:
+        uuid = nvml_uuid(getattr(props, "uuid", None))
+        try:
+            bus_id = "{:08X}:{:02X}:{:02X}.0".format(
+                getattr(props, "pci_domain_id", 0), props.pci_bus_id, props.pci_device_id)
+        except Exception:
+            bus_id = None
+    if uuid is not None and hasattr(nv, "nvmlDeviceGetHandleByUUID"):
+        h = _call(lambda: nv.nvmlDeviceGetHandleByUUID(uuid))
+        if h is not None:
+            return h
     if bus_id is not None:
         h = _call(lambda: nv.nvmlDeviceGetHandleByPciBusId(bus_id))
         if h is not None:
@@ -163,11 +185,49 @@ def own_pids(status: str | None = None) -> set[int]:
     return pids
 
 
+#: Environment variables that mark a worker process of this test session (pytest-xdist, an A/B
+#: side, a process replicate): its parent and siblings are the same session, not other users.
+WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_SIDE", "GPUPERF_REPLICATE")
+
+
+def _ppid(pid: int, proc: str = "/proc") -> int | None:
+    text = _read(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def session_pids(environ: Any = None, proc: str = "/proc") -> set[int]:
+    """The PIDs of this test session as seen from this process: its own (:func:`own_pids`), its
+    children (A/B and replicate workers) and, in a worker process (:data:`WORKER_ENV`), its parent
+    and the parent's other children (sibling pytest-xdist or A/B workers). Their use of the GPU is
+    the session's own, not a disturbance (Linux ``/proc``; elsewhere only :func:`own_pids`)."""
+    env = os.environ if environ is None else environ
+    pids = own_pids()
+    me = os.getpid()
+    worker = any(env.get(k) for k in WORKER_ENV)
+    parent = _ppid(me, proc) if worker else None
+    try:
+        entries = [int(p.name) for p in Path(proc).iterdir() if p.name.isdigit()]
+    except OSError:
+        return pids
+    for pid in entries:
+        pp = _ppid(pid, proc)
+        if pp == me or (parent is not None and pp == parent):
+            pids.add(pid)
+    if parent is not None:
+        pids.add(parent)
+    return pids
+
+
 def other_processes(handle: Any, own_pid: int | None = None,
                     visible: Callable[[int], bool] | None = None) -> list[dict[str, Any]] | None:
     """Other compute processes on the GPU: ``[{"pid", "used_memory_bytes"}]`` (None without NVML).
 
-    This process is recognised by :func:`own_pids` (``own_pid`` replaces them, for tests). NVML
+    This process and the rest of its test session are recognised by :func:`session_pids`
+    (``own_pid`` replaces them, for tests): sibling pytest-xdist workers and the A/B or replicate
+    workers use the GPU too, and are not "other" processes. NVML
     reports PIDs of the host's PID namespace; in a container none of them is this process's PID
     and none exists under this namespace's ``/proc`` (``visible(pid)``, default: ``/proc/<pid>``
     exists). Then this process is among them and cannot be told apart: every entry gets
@@ -179,7 +239,7 @@ def other_processes(handle: Any, own_pid: int | None = None,
     procs = _call(lambda: nv.nvmlDeviceGetComputeRunningProcesses(handle))
     if procs is None:
         return None
-    own = own_pids() if own_pid is None else {own_pid}
+    own = session_pids() if own_pid is None else {own_pid}
     listed = [{"pid": getattr(p, "pid", None), "used_memory_bytes": getattr(p, "usedGpuMemory", None)} for p in procs]
     others = [p for p in listed if p["pid"] not in own]
     seen = visible or (lambda pid: Path(f"/proc/{pid}").exists())
@@ -356,8 +416,9 @@ def throttle_verdict(telemetry: dict[str, Any] | None) -> str | None:
     """``"throttled: HW thermal 34% of samples"`` when a run was throttled, else None. Pure.
 
     Throttled: a thermal, power-brake or hardware-slowdown reason active in more than 10% of
-    samples, or the SM clock under 75% of its maximum in more than 10% of samples. On the CPU
-    backend, the :func:`host_busy` reason.
+    samples, or - only where the reasons could not be read - the SM clock under 75% of its maximum
+    in more than 10% of samples (a power-capped GPU sits below that by design, its "SW power cap"
+    reason is not throttling). On the CPU backend, the :func:`host_busy` reason.
     """
     if not telemetry:
         return None
@@ -370,7 +431,11 @@ def throttle_verdict(telemetry: dict[str, Any] | None) -> str | None:
     if worst[1] > THROTTLE_SHARE:
         return f"throttled: {worst[0]} {worst[1] * 100:.0f}% of samples"
     low = telemetry.get("low_clock_share")
-    if isinstance(low, (int, float)) and low > THROTTLE_SHARE:
+    # the clock rule stands in for the reasons only where NVML could not read them: with reasons
+    # read and none of ours active, a low clock is the GPU's normal state (a power-capped T4 or L4
+    # runs at its "SW power cap" below 75% of its max clock on every run)
+    reasons_read = telemetry.get("throttle_share") is not None
+    if not reasons_read and isinstance(low, (int, float)) and low > THROTTLE_SHARE:
         return f"throttled: SM clock below {LOW_CLOCK_FRACTION * 100:.0f}% of max in {low * 100:.0f}% of samples"
     return None
 

@@ -5,9 +5,17 @@ Both backends share one protocol (after Triton's ``do_bench`` and ``torch.utils.
 1. **warmup**: call ``fn`` until ``warmup_time`` seconds have passed and at least
    :data:`MIN_WARMUP_CALLS` calls were made (or ``warmup_rounds`` calls when given; with fewer
    than 2, one or two more calls are made to estimate a call's time, and counted as warmup);
-   this also lets clocks ramp up and autotuners (cuDNN benchmark, ``torch.compile``) settle;
+   this also lets clocks ramp up and autotuners (cuDNN benchmark, ``torch.compile``) settle.
+   On CUDA (:func:`_warmup_cuda`) two lone synchronized calls come first, then calls back to back
+   between CUDA event pairs, synchronized once per ~5 ms chunk, so the GPU does not idle between
+   short kernels (as in Triton's ``do_bench``);
 2. **estimate** one call from the warmup and size a round: calls shorter than the backend's
-   minimum round are batched ``calls_per_round`` per timed interval and reported per call;
+   minimum round are batched ``calls_per_round`` per timed interval and reported per call. On
+   CUDA the estimate is the back-to-back time (events see the device time, or the launch spacing
+   when the host is slower), so no extra calls are made for it. A call whose lone synchronized
+   wall time is long while events on the current stream see almost none of it runs its work on
+   another stream or device (:func:`off_stream`): its rounds are timed by the host clock between
+   device-wide synchronizations instead, with a note (:attr:`Timing.notes`);
 3. **rounds**: time rounds until ``max_time`` seconds of rounds were spent (at least
    ``min_rounds``, at most ``max_rounds``), stopping early once the 95% CI half-width of the
    median is below ``target_precision`` of the median. Python's GC is disabled meanwhile.
@@ -15,6 +23,13 @@ Both backends share one protocol (after Triton's ``do_bench`` and ``torch.utils.
    timed with the same clock after every k-th round (and once after a last partial block), k
    sized from the warmup so that the probe takes at most ``PROBE_SHARE`` (10%) of the rounds'
    time; its times are :attr:`Timing.probe_ms`. The probe's time counts against ``max_time``.
+   On CUDA the default probe (a 128 MiB copy) evicts the L2, so one untimed call of the benchmark
+   follows each probe (unless ``flush_l2`` flushes before every round anyway): no round starts
+   colder than the others.
+
+CUDA rounds run on the device the caller made current (:func:`use_device`, which the plugin calls
+for the measured device, so a test's ``device="cuda"`` tensors are on it). In CUDA graph mode
+the captured calls use what ``setup`` returns (replays reuse those tensors).
 
 torch is imported only inside these functions.
 """
@@ -40,6 +55,11 @@ CPU_MIN_ROUND_S = 100e-6
 CUDA_MIN_ROUND_S = 20e-6
 #: CUDA: rounds are recorded in blocks of about this many seconds between synchronizations.
 CUDA_BLOCK_S = 0.05
+#: CUDA: a call whose synchronized wall time is over this (s) while CUDA events on the current stream
+#: see less than :data:`OFF_STREAM_SHARE` of it runs its work on another stream (or device): its rounds
+#: are timed by the synchronized wall clock instead of events.
+OFF_STREAM_MIN_S = 1e-3
+OFF_STREAM_SHARE = 0.1
 
 Setup = Callable[[], Any]
 #: A monotonic clock in nanoseconds (default ``time.perf_counter_ns``); tests inject a fake one.
@@ -61,6 +81,8 @@ class Timing:
     ``probe_ms``: with a probe, the time of each probe call (ms, measurement order); probe j
     ran right after rounds ``j*probe_every .. (j+1)*probe_every - 1`` (the last block may be
     shorter), so ``len(probe_ms) == ceil(rounds / probe_every)``; empty without a probe.
+    ``notes``: remarks on how the measurement went that the user should read (e.g. the work ran
+    on another CUDA stream than the current one, so rounds were timed by the synchronized wall clock).
     """
 
     samples_ms: tuple[float, ...]
@@ -70,6 +92,7 @@ class Timing:
     value: Any = None
     probe_ms: tuple[float, ...] = ()
     probe_every: int = 1
+    notes: tuple[str, ...] = ()
 
 
 @contextmanager
@@ -111,6 +134,17 @@ def resolve_device(requested: str | None, default_index: int | None = None) -> A
             )
         return torch.device("cuda", index)
     return dev
+
+
+def use_device(device: Any) -> None:
+    """Make ``device`` the current CUDA device (``torch.cuda.set_device``) when it is one, so a
+    test's ``device="cuda"`` tensors, ``torch.cuda.synchronize()`` and the CUDA events of the timing
+    backend all mean the GPU it is measured on (a pytest-xdist worker k measures GPU k); nothing
+    for the CPU."""
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        torch.cuda.set_device(device)
 
 
 def prepare_call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None) -> tuple[tuple, dict]:
@@ -213,6 +247,88 @@ def _warmup(
     late = sorted(per_call[len(per_call) // 2:])
     estimate = late[len(late) // 2]
     return calls, max(estimate, 1e-9), value
+
+
+@dataclass(frozen=True)
+class CudaWarmup:
+    """What the CUDA warmup learned (seconds): ``calls`` made; ``wall_s`` and ``event_s``, one
+    lone synchronized call's wall time and the time CUDA events on the current stream saw of it
+    (:func:`off_stream` compares them); ``per_call_s``/``device_s``, a call's wall and event time
+    back to back (the later half's median); ``value``, the last call's return value."""
+
+    calls: int
+    wall_s: float
+    event_s: float
+    per_call_s: float
+    device_s: float
+    value: Any = None
+
+
+#: CUDA warmup: calls are launched back to back in chunks of about this many seconds between
+#: synchronizations (so the GPU never idles between short kernels, as in Triton's do_bench, and a
+#: long kernel never queues up far beyond the warmup time).
+CUDA_WARMUP_CHUNK_S = 5e-3
+
+
+def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None, warmup_time: float,
+                 warmup_rounds: int | None, sync: Callable[[], None], clock: Clock = time.perf_counter_ns
+                 ) -> CudaWarmup:
+    """Warm up on CUDA: two lone synchronized calls (wall and event time of one call), then calls
+    back to back, each between an event pair, synchronized once per chunk of about
+    :data:`CUDA_WARMUP_CHUNK_S`, until ``warmup_time`` (at least :data:`MIN_WARMUP_CALLS` calls) or
+    ``warmup_rounds`` calls in all."""
+    import torch
+
+    def events() -> tuple[Any, Any]:
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    t0 = clock()
+    lone_wall: list[float] = []
+    lone_event: list[float] = []
+    value = None
+    for _ in range(2):  # lone calls: what one call costs, and whether events on this stream see it
+        a, k = prepare_call(fn, args, kwargs, setup)
+        sync()
+        s = clock()
+        start, end = events()
+        start.record()
+        value = fn(*a, **k)
+        end.record()
+        sync()
+        lone_wall.append(max(clock() - s, 1) / 1e9)
+        lone_event.append(max(start.elapsed_time(end) / 1e3, 1e-9))
+    calls = 2
+    chunk = max(1, int(CUDA_WARMUP_CHUNK_S / lone_wall[-1]))
+    per_call: list[float] = []
+    device: list[float] = []
+
+    def more() -> bool:
+        if warmup_rounds is not None:
+            return calls < warmup_rounds
+        return calls < MIN_WARMUP_CALLS or (clock() - t0) / 1e9 < warmup_time
+
+    while more():
+        n = chunk if warmup_rounds is None else min(chunk, warmup_rounds - calls)
+        pairs = []
+        s = clock()
+        for _ in range(n):
+            a, k = prepare_call(fn, args, kwargs, setup)
+            start, end = events()
+            start.record()
+            value = fn(*a, **k)
+            end.record()
+            pairs.append((start, end))
+        sync()
+        per_call.append(max(clock() - s, 1) / 1e9 / n)
+        device.extend(max(x.elapsed_time(y) / 1e3, 1e-9) for x, y in pairs)
+        calls += n
+
+    def later_median(xs: list[float], default: float) -> float:
+        late = sorted(xs[len(xs) // 2:])
+        return late[len(late) // 2] if late else default
+
+    return CudaWarmup(calls, lone_wall[-1], lone_event[-1], later_median(per_call, lone_wall[-1]),
+                      later_median(device, lone_event[-1]), value)
 
 
 #: Probe calls made (untimed, after the benchmark's warmup) to warm the probe up and estimate its time.
@@ -373,14 +489,21 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
         if options.cuda_graph:
             return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress,
                                        clock, calls_per_round, probe)
-        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
-        batch_ok = setup is None and not options.flush_l2
-        if batch_ok:
-            est = min(est, _cuda_event_estimate(fn, args, kwargs))
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
+        n_warm, value = w.calls, w.value
+        if off_stream(w.wall_s, w.event_s):
+            return _measure_wall_synchronized(fn, args, kwargs, options, setup, rounds, progress, clock, sync,
+                                              n_warm, value, w.wall_s, w.event_s, device)
+        # a call's time back to back: events see the device time, or the launch spacing when the
+        # host is slower (the synchronized wall time of a lone call adds ~10-20 µs of overhead)
+        est = min(w.per_call_s, w.device_s) if setup is None and not options.flush_l2 else w.per_call_s
         cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
                                    calls_per_round=calls_per_round)
         flush = _l2_flusher(device) if options.flush_l2 else None
         prober = _CudaProber(probe, sync, clock, est * cpr)
+        if probe is not None and flush is None:  # the probe's warmup evicted the L2: re-warm (see below)
+            ra, rk = prepare_call(fn, args, kwargs, setup)
+            fn(*ra, **rk)
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
         loop = _RoundLoop(options, rounds, progress, clock)
         samples: list[float] = []
@@ -398,12 +521,55 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
                         value = fn(*a, **k)
                     end.record()
                     pairs.append((start, end))
-                    prober.after_round(len(samples) + len(pairs))
+                    if prober.after_round(len(samples) + len(pairs)) and flush is None:
+                        # the probe (a 128 MiB copy by default) evicted the L2: one untimed call puts
+                        # the benchmark's data back, so the next round starts as warm as the others
+                        ra, rk = prepare_call(fn, args, kwargs, setup)
+                        fn(*ra, **rk)
                 sync()  # one synchronize per block of rounds
                 samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
                 prober.collect()
             prober.finish(len(samples))
         return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every)
+
+
+#: Set once this process captured a CUDA graph (``cuda_graph=True``): profiling CUDA afterwards
+#: needs CUPTI's teardown off (see :func:`pytest_gpuperf.profiling.cupti_guard`).
+_GRAPH_CAPTURED = [False]
+
+
+def graph_captured() -> bool:
+    """True once this process captured a CUDA graph to time a benchmark."""
+    return _GRAPH_CAPTURED[0]
+
+
+def off_stream(wall_s: float, event_s: float) -> bool:
+    """True when a call's synchronized wall time (s) is long (over :data:`OFF_STREAM_MIN_S`) but
+    CUDA events on the current stream see less than :data:`OFF_STREAM_SHARE` of it: its work runs
+    on another stream (or device) that events on the current stream do not time. Pure."""
+    return wall_s > OFF_STREAM_MIN_S and event_s < OFF_STREAM_SHARE * wall_s
+
+
+def _measure_wall_synchronized(fn, args, kwargs, options, setup, rounds, progress, clock, sync, n_warm, value,
+                               wall_s, event_s, device) -> Timing:
+    """Rounds of one call each, timed by the host clock between device-wide synchronizations:
+    for work that CUDA events on the current stream cannot see (see :func:`off_stream`)."""
+    loop = _RoundLoop(options, rounds, progress, clock)
+    samples: list[float] = []
+    with gc_disabled():
+        while not loop.done(samples):
+            a, k = prepare_call(fn, args, kwargs, setup)
+            sync()
+            t0 = clock()
+            value = fn(*a, **k)
+            sync()
+            samples.append(max(clock() - t0, 1) / 1e6)
+    note = (f"CUDA events on the current stream of {device} saw {event_s * 1e3:.3g} ms of a call that took "
+            f"{wall_s * 1e3:.3g} ms: its work runs on another stream or device, so each round was timed by the "
+            f"host clock between device-wide synchronizations (includes launch and synchronize overhead); to time "
+            f"it with events, make the current stream wait for that work (`torch.cuda.current_stream()."
+            f"wait_stream(side)`) or launch it on the current stream")
+    return Timing(tuple(samples), len(samples), 1, n_warm, value, notes=(note,))
 
 
 def _cuda_event_estimate(fn: Callable[..., Any], args: tuple, kwargs: dict, calls: int = 10) -> float:
@@ -447,10 +613,12 @@ class _CudaProber:
             est = min(est, _cuda_event_estimate(lambda: probe(), (), {}, calls=3))
             self.every = probe_every(est, round_s)
 
-    def after_round(self, rounds_done: int) -> None:
-        """Record the probe between events when ``rounds_done`` completes a block."""
+    def after_round(self, rounds_done: int) -> bool:
+        """Record the probe between events when ``rounds_done`` completes a block; True when it ran."""
         if self.probe is not None and rounds_done % self.every == 0:
             self._record()
+            return True
+        return False
 
     def _record(self) -> None:
         import torch
@@ -501,23 +669,29 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
-        n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
-        if setup is None:
-            est = min(est, _cuda_event_estimate(fn, args, kwargs))
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
+        n_warm, value = w.calls, w.value
+        est = min(w.per_call_s, w.device_s) if setup is None else w.per_call_s
     torch.cuda.current_stream(device).wait_stream(side)
     sync()
     cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
                                calls_per_round=calls_per_round)
     graph = torch.cuda.CUDAGraph()
+    # the captured calls use what setup returns, as the warmup's calls did (replays reuse those
+    # tensors: a per-round setup may only refill them in place)
+    ca, ck = prepare_call(fn, args, kwargs, setup)
+    _GRAPH_CAPTURED[0] = True
     with gc_disabled():
         with torch.cuda.graph(graph, stream=side):
             for _ in range(cpr):
-                value = fn(*args, **kwargs)
+                value = fn(*ca, **ck)
     sync()
     graph.replay()  # one untimed replay: first replays upload the graph
     sync()
     flush = _l2_flusher(device) if options.flush_l2 else None
     prober = _CudaProber(probe, sync, clock, est * cpr)
+    if probe is not None and flush is None:
+        graph.replay()  # untimed: the probe's warmup evicted the L2 (see _measure_cuda)
     block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
     loop = _RoundLoop(options, rounds, progress, clock)
     samples: list[float] = []
@@ -535,7 +709,8 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
                 graph.replay()
                 end.record()
                 pairs.append((start, end))
-                prober.after_round(len(samples) + len(pairs))
+                if prober.after_round(len(samples) + len(pairs)) and flush is None:
+                    graph.replay()  # untimed: the probe evicted the L2 (see _measure_cuda)
             sync()
             samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
             prober.collect()

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_gpuperf import report
 from pytest_gpuperf.ab import Block, abba_schedule
-from pytest_gpuperf.baseline import BaselineEntry, RunRecord
+from pytest_gpuperf.baseline import BaselineEntry
 from pytest_gpuperf.compare import Verdict
 from pytest_gpuperf.counts import Counts
 from pytest_gpuperf.gate import Evidence, Reference, evaluate, judge, judge_replicates

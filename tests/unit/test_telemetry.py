@@ -106,6 +106,9 @@ class FakeNVML:
     def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> str:
         return f"pci-{bus_id}"
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        return f"uuid-{uuid}"
+
     def nvmlDeviceGetName(self, h: Any) -> bytes:
         return b"NVIDIA H100 80GB HBM3"
 
@@ -283,17 +286,26 @@ def test_summarize_empty_is_none():
     assert throttle_verdict({}) is None
 
 
-def test_low_clock_rule_alone_triggers():
-    # no throttle reason at all, but the SM clock sat under 75% of max in 20% of samples
-    samples = [sample(i, clock=LOW_SM_MHZ if i < 4 else MAX_SM_MHZ) for i in range(20)]
+def test_low_clock_rule_alone_triggers_only_without_reasons():
+    # the reasons could not be read; the SM clock sat under 75% of max in 20% of samples
+    samples = [sample(i, reasons=None, clock=LOW_SM_MHZ if i < 4 else MAX_SM_MHZ) for i in range(20)]
     s = summarize(samples, MAX_SM_MHZ)
-    assert s["throttle_share"] == 0.0
+    assert s["throttle_share"] is None
     assert s["low_clock_share"] == pytest.approx(0.2)
     assert throttle_verdict(s) == "throttled: SM clock below 75% of max in 20% of samples"
 
 
+def test_a_power_capped_gpu_at_a_low_clock_is_not_throttled():
+    # Defect 12: a T4/L4 runs under its power cap ("SW power cap") below 75% of its max clock on every
+    # run; with the reasons read and none of the throttle reasons active, that is its normal state.
+    samples = [sample(i, reasons=0x4, clock=LOW_SM_MHZ) for i in range(20)]
+    s = summarize(samples, MAX_SM_MHZ)
+    assert s["low_clock_share"] == 1.0 and s["throttle_share"] == 0.0
+    assert throttle_verdict(s) is None
+
+
 def test_exactly_ten_percent_does_not_trigger():
-    low = [sample(i, clock=LOW_SM_MHZ if i < 3 else MAX_SM_MHZ) for i in range(30)]
+    low = [sample(i, reasons=None, clock=LOW_SM_MHZ if i < 3 else MAX_SM_MHZ) for i in range(30)]
     s = summarize(low, MAX_SM_MHZ)
     assert s["low_clock_share"] == pytest.approx(0.1)
     assert throttle_verdict(s) is None
@@ -671,6 +683,29 @@ def test_handle_for_by_pci_bus_id(fake_nvml, monkeypatch):
     assert handle_for(0) == "pci-00000000:1B:00.0"
 
 
+def test_handle_for_by_uuid_first(fake_nvml, monkeypatch):
+    # Defect 6: under CUDA_VISIBLE_DEVICES=3 CUDA's device 0 is NVML's device 3: only the UUID (or
+    # the PCI bus id) names it; the index would read another GPU's telemetry.
+    fake = fake_nvml()
+    props = SimpleNamespace(uuid="58d5a7e1-0c3c-4f5e-9d2a-1b2c3d4e5f60", pci_domain_id=0, pci_bus_id=0x1B,
+                            pci_device_id=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    assert handle_for(0) == "uuid-GPU-58d5a7e1-0c3c-4f5e-9d2a-1b2c3d4e5f60"
+    assert "nvmlDeviceGetHandleByIndex" not in fake.calls
+    fake = fake_nvml(fail={"nvmlDeviceGetHandleByUUID"})
+    assert handle_for(0) == "pci-00000000:1B:00.0"
+    fake = fake_nvml(missing={"nvmlDeviceGetHandleByUUID"})  # an old nvidia-ml-py
+    assert handle_for(0) == "pci-00000000:1B:00.0"
+
+
+def test_nvml_uuid_forms():
+    from pytest_gpuperf.telemetry import nvml_uuid
+
+    assert nvml_uuid("58d5a7e1-0c3c") == "GPU-58d5a7e1-0c3c"
+    assert nvml_uuid("MIG-abc") == "MIG-abc" and nvml_uuid("GPU-abc") == "GPU-abc"
+    assert nvml_uuid(None) is None and nvml_uuid("00000000-0000-0000-0000-000000000000") is None
+
+
 def test_handle_for_pci_failure_falls_back_to_index(fake_nvml, monkeypatch):
     fake_nvml(fail={"nvmlDeviceGetHandleByPciBusId"})
     props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x1B, pci_device_id=0)
@@ -842,7 +877,10 @@ def test_idle_samples_do_not_count_as_low_clock():
                else sample(i, clock=LOW_SM_MHZ if i < 6 else MAX_SM_MHZ) for i in range(20)]
     s = summarize(samples, MAX_SM_MHZ)
     assert s["low_clock_share"] == pytest.approx(0.3)
-    assert throttle_verdict(s) == "throttled: SM clock below 75% of max in 30% of samples"
+    # the reasons were read (none of the throttle reasons): the low clock alone is not throttling
+    # (issue 22, defect 12); it is only where the reasons cannot be read
+    assert throttle_verdict(s) is None
+    assert throttle_verdict(dict(s, throttle_share=None)) == "throttled: SM clock below 75% of max in 30% of samples"
     assert summarize([sample(i, reasons=idle) for i in range(5)], MAX_SM_MHZ)["low_clock_share"] is None
 
 
@@ -869,3 +907,27 @@ def test_other_processes_in_a_container_count_this_process_among_them(fake_nvml)
     same = other_processes(HANDLE, own_pid=7, visible=lambda pid: pid == 91002)
     assert all("foreign_pid_namespace" not in p for p in same)
     assert other_processes_warning(same, "cuda:0").startswith("2 other compute process(es) on cuda:0 using")
+
+
+def test_session_pids_include_sibling_workers_only_in_a_worker(tmp_path):
+    # Defect 7: sibling pytest-xdist workers and A/B workers were reported as "other compute
+    # processes on this GPU". A fake /proc: controller 100 -> workers (us, 201, 202); 300 unrelated;
+    # our child 400 (an A/B worker we started).
+    import os
+
+    from pytest_gpuperf.telemetry import session_pids
+
+    me = os.getpid()
+
+    def proc(pid: int, ppid: int) -> None:
+        d = tmp_path / str(pid)
+        d.mkdir()
+        (d / "stat").write_text(f"{pid} (python3 -m pytest) S {ppid} 1 1 0 -1")
+
+    proc(me, 100)
+    for pid, ppid in ((100, 1), (201, 100), (202, 100), (300, 1), (400, me)):
+        proc(pid, ppid)
+    worker = session_pids({"PYTEST_XDIST_WORKER": "gw0"}, proc=str(tmp_path))
+    assert {me, 100, 201, 202, 400} <= worker and 300 not in worker
+    alone = session_pids({}, proc=str(tmp_path))
+    assert {me, 400} <= alone and not {100, 201, 202, 300} & alone

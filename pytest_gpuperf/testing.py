@@ -1,0 +1,626 @@
+"""Public testing helpers: a **simulated CUDA device** for testing benchmark code without a GPU.
+
+:class:`SimulatedCuda` stands in for ``torch.cuda`` on a machine without a GPU: per-device streams
+on a simulated device clock, launch costs, :class:`~SimulatedCuda.Event` timestamps, device-wide
+and per-stream synchronization, ``set_device``/``device``/``current_stream``/``stream``, CUDA
+graph capture and replay (a synchronization during capture raises, as in CUDA), an allocator with
+the memory-statistics API, ``memory._record_memory_history``/``_snapshot``, and device properties.
+Host time is simulated too: :meth:`SimulatedCuda.clock` is a nanosecond clock that advances by
+the launch cost of every kernel and jumps to the device's completion time at a synchronization,
+so a measurement on the simulated device is deterministic and takes no real time.
+
+It checks control flow, API use, synchronization order, stream and device routing and capture
+rules, **not numbers**: how fast a real kernel runs, what L2 or clocks do, is for a real GPU run
+of ``benchmarks/gpu_validate.py``.
+
+Use it in a test with pytest's ``monkeypatch``::
+
+    from pytest_gpuperf.testing import SimulatedCuda
+
+    def test_my_benchmark_code(monkeypatch):
+        sim = SimulatedCuda(devices=2).install(monkeypatch)
+        work = lambda: sim.kernel(ms=1.0)          # a 1 ms kernel on the current stream
+        ...
+
+or for an inner ``pytest --gpuperf`` run (``pytester``; replicate and A/B worker processes inherit
+it): set ``GPUPERF_SIMULATED_CUDA=<devices>`` in the environment; the plugin installs the
+simulator at start-up, times with its clock, and the session's tests reach it as
+:func:`active` (``pytest_gpuperf.testing.active()``). Simulated CUDA tensors are
+:class:`SimBuffer` objects (``torch.empty/zeros/ones(..., device="cuda")`` return one while the
+simulator is installed); a workload launches kernels with :meth:`SimulatedCuda.kernel`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+#: Environment variable: number of simulated CUDA devices the plugin installs at start-up.
+ENV = "GPUPERF_SIMULATED_CUDA"
+
+_ACTIVE: "SimulatedCuda | None" = None
+
+
+def active() -> "SimulatedCuda | None":
+    """The installed simulator (None when the real ``torch.cuda`` is in use)."""
+    return _ACTIVE
+
+
+class SimulatedCudaError(RuntimeError):
+    """A CUDA rule broken on the simulated device (the message says which, as CUDA would)."""
+
+
+@dataclass
+class SimStream:
+    """A stream of a simulated device: work runs in order; ``busy_until_ns`` is when the last
+    enqueued work completes (device clock, ns)."""
+
+    sim: "SimulatedCuda"
+    device: int
+    busy_until_ns: int = 0
+    priority: int = 0
+    name: str = "stream"
+
+    def wait_stream(self, stream: "SimStream") -> None:
+        """Later work on this stream waits for what ``stream`` has enqueued so far."""
+        self.sim._log("wait_stream", self.name, stream.name)
+        self.busy_until_ns = max(self.busy_until_ns, stream.busy_until_ns)
+
+    def synchronize(self) -> None:
+        """Block the host until this stream's work is done."""
+        self.sim._check_not_capturing("Stream.synchronize")
+        self.sim._log("stream_synchronize", self.name)
+        self.sim.host_ns = max(self.sim.host_ns, self.busy_until_ns)
+
+    def query(self) -> bool:
+        return self.sim.host_ns >= self.busy_until_ns
+
+
+class SimEvent:
+    """``torch.cuda.Event`` on the simulated device: ``record`` timestamps the point its stream
+    reaches (after all work enqueued there so far); ``elapsed_time`` raises unless both events
+    were recorded with ``enable_timing`` and have completed, as CUDA does."""
+
+    def __init__(self, sim: "SimulatedCuda", enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False, external: bool = False) -> None:
+        self.sim = sim
+        self.enable_timing = enable_timing
+        self.time_ns: int | None = None
+        self.stream: SimStream | None = None
+
+    def record(self, stream: Any = None) -> None:
+        s = stream if stream is not None else self.sim.current_stream()
+        self.stream = s
+        self.time_ns = max(self.sim.host_ns, s.busy_until_ns)
+        self.sim._log("event_record", s.name)
+
+    def query(self) -> bool:
+        return self.time_ns is not None and self.sim.host_ns >= self.time_ns
+
+    def synchronize(self) -> None:
+        self.sim._check_not_capturing("Event.synchronize")
+        if self.time_ns is not None:
+            self.sim.host_ns = max(self.sim.host_ns, self.time_ns)
+        self.sim._log("event_synchronize")
+
+    def wait(self, stream: Any = None) -> None:
+        s = stream if stream is not None else self.sim.current_stream()
+        if self.time_ns is not None:
+            s.busy_until_ns = max(s.busy_until_ns, self.time_ns)
+
+    def elapsed_time(self, end_event: "SimEvent") -> float:
+        """Milliseconds from this event to ``end_event`` (float)."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise SimulatedCudaError("Both events must be created with argument 'enable_timing=True'.")
+        if self.time_ns is None or end_event.time_ns is None:
+            raise SimulatedCudaError("Both events must be recorded before calculating elapsed time.")
+        if not (self.query() and end_event.query()):
+            raise SimulatedCudaError("CUDA error: device not ready")
+        return (end_event.time_ns - self.time_ns) / 1e6
+
+
+class SimGraph:
+    """``torch.cuda.CUDAGraph``: kernels launched on the capturing stream during capture are
+    recorded, not run; :meth:`replay` enqueues them all on the current stream for one launch cost."""
+
+    def __init__(self, sim: "SimulatedCuda", keep_graph: bool = False) -> None:
+        self.sim = sim
+        self.kernels: list[tuple[str, int]] = []
+        self.captured = False
+
+    def replay(self) -> None:
+        if not self.captured:
+            raise SimulatedCudaError("CUDAGraph.replay: the graph was never captured")
+        s = self.sim.current_stream()
+        self.sim.host_ns += self.sim.launch_ns
+        start = max(self.sim.host_ns, s.busy_until_ns)
+        s.busy_until_ns = start + sum(ns for _, ns in self.kernels)
+        self.sim._log("graph_replay", s.name, len(self.kernels))
+
+    def reset(self) -> None:
+        self.kernels, self.captured = [], False
+
+
+@dataclass(frozen=True)
+class SimDeviceProperties:
+    """``torch.cuda.get_device_properties`` of a simulated device (the fields the plugin reads)."""
+
+    name: str
+    total_memory: int
+    L2_cache_size: int
+    multi_processor_count: int
+    major: int
+    minor: int
+    uuid: str
+    pci_bus_id: int
+    pci_device_id: int
+    pci_domain_id: int
+
+
+@dataclass
+class _Device:
+    index: int
+    default: SimStream
+    current: SimStream
+    allocated: int = 0
+    peak: int = 0
+    reserved: int = 0
+    peak_reserved: int = 0
+    history: list[dict[str, Any]] | None = None
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+
+class SimBuffer:
+    """A simulated CUDA tensor: ``nbytes`` of device memory; ``zero_``/``fill_``/``copy_`` launch
+    a memory-bound kernel (bytes / ``bandwidth_bytes_per_s``). Freed with :meth:`free` (or when
+    garbage-collected)."""
+
+    def __init__(self, sim: "SimulatedCuda", nbytes: int, device: int, dtype: Any = None) -> None:
+        self.sim, self.nbytes, self.device_index, self.dtype = sim, int(nbytes), device, dtype
+        self.addr = sim._alloc(self.nbytes, device)
+        self.freed = False
+
+    @property
+    def device(self) -> Any:
+        import torch
+
+        return torch.device("cuda", self.device_index)
+
+    def numel(self) -> int:
+        return self.nbytes
+
+    def element_size(self) -> int:
+        return 1
+
+    def _touch(self, name: str) -> "SimBuffer":
+        self.sim.kernel(ms=self.nbytes / self.sim.bandwidth_bytes_per_s * 1e3, device=self.device_index, name=name,
+                        bytes_written=self.nbytes)
+        return self
+
+    def zero_(self) -> "SimBuffer":
+        return self._touch("zero_")
+
+    def fill_(self, value: Any) -> "SimBuffer":
+        return self._touch("fill_")
+
+    def copy_(self, other: Any, non_blocking: bool = False) -> "SimBuffer":
+        return self._touch("copy_")
+
+    def free(self) -> None:
+        if not self.freed:
+            self.freed = True
+            self.sim._free(self.nbytes, self.device_index, self.addr)
+
+    def __del__(self) -> None:  # pragma: no cover - timing of GC
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class SimulatedCuda:
+    """A simulated ``torch.cuda`` with ``devices`` GPUs (see the module doc).
+
+    ``launch_us``: host time of one kernel launch (µs; the host clock advances by it, and a kernel
+    starts no earlier than its launch ends); ``sync_us``: host time of a synchronize call;
+    ``total_memory_bytes``/``l2_bytes``/``sm_count``/``name``: the device properties;
+    ``bandwidth_bytes_per_s``: speed of :class:`SimBuffer` writes. ``calls`` logs the API calls
+    (name, args) in order, for tests of synchronization order and routing.
+    """
+
+    def __init__(self, devices: int = 1, *, launch_us: float = 5.0, sync_us: float = 10.0,
+                 total_memory_bytes: int = 80 << 30, l2_bytes: int = 50 << 20, sm_count: int = 132,
+                 name: str = "Simulated GPU", bandwidth_bytes_per_s: float = 2e12) -> None:
+        if devices < 1:
+            raise ValueError(f"devices={devices!r}: expected an integer >= 1")
+        self.host_ns = 0
+        self.launch_ns = int(launch_us * 1e3)
+        self.sync_ns = int(sync_us * 1e3)
+        self.total_memory_bytes = int(total_memory_bytes)
+        self.l2_bytes = int(l2_bytes)
+        self.sm_count = sm_count
+        self.name = name
+        self.bandwidth_bytes_per_s = float(bandwidth_bytes_per_s)
+        self._devices = []
+        for i in range(devices):
+            default = SimStream(self, i, name=f"cuda:{i}/default")
+            self._devices.append(_Device(i, default, default))
+        self.current_index = 0
+        self.capturing: tuple[SimGraph, SimStream] | None = None
+        self.calls: list[tuple[Any, ...]] = []
+        self.kernels_launched = 0
+        self.l2_epoch = [0] * devices  # bumped by writes of >= L2 bytes (they evict the L2)
+        self._addr = 1 << 20
+        self._warm: dict[tuple[int, str], int] = {}
+
+    # ------------------------------------------------------------------ workload side
+
+    def clock(self) -> int:
+        """The simulated host clock (ns): pass it as a measurer's clock."""
+        return self.host_ns
+
+    def host(self, ms: float) -> None:
+        """Spend ``ms`` of host time (Python overhead, a data loader...)."""
+        self.host_ns += int(ms * 1e6)
+
+    def kernel(self, ms: float, *, device: Any = None, stream: Any = None, name: str = "kernel",
+               bytes_written: int = 0, cold_ms: float | None = None) -> None:
+        """Launch a kernel of ``ms`` device time on ``stream`` (default: the current stream of
+        ``device``, default the current device). During graph capture on that stream it is
+        recorded into the graph instead. ``cold_ms``: its time when the L2 was evicted since this
+        kernel (by ``name``) last ran on the device (a write of at least ``l2_bytes``, e.g. an L2
+        flush or a large copy); ``bytes_written`` >= ``l2_bytes`` evicts the L2."""
+        s = stream if stream is not None else self.current_stream(device)
+        if cold_ms is not None:
+            key = (s.device, name)
+            if self._warm.get(key) != self.l2_epoch[s.device]:
+                ms = cold_ms
+            self._warm[key] = self.l2_epoch[s.device]
+        ns = max(1, int(ms * 1e6))
+        self.kernels_launched += 1
+        if bytes_written >= self.l2_bytes:
+            self.l2_epoch[s.device] += 1
+        if self.capturing is not None and self.capturing[1] is s:
+            self.capturing[0].kernels.append((name, ns))
+            self._log("kernel_captured", name, s.name)
+            return
+        self.host_ns += self.launch_ns
+        start = max(self.host_ns, s.busy_until_ns)
+        s.busy_until_ns = start + ns
+        self._log("kernel", name, s.name)
+
+    # ------------------------------------------------------------------ torch.cuda API
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def current_device(self) -> int:
+        return self.current_index
+
+    def _index(self, device: Any = None) -> int:
+        if device is None:
+            return self.current_index
+        if isinstance(device, int) and not isinstance(device, bool):
+            index = device
+        else:
+            import torch
+
+            d = torch.device(device) if not isinstance(device, torch.device) else device
+            if d.type != "cuda":
+                raise ValueError(f"Expected a cuda device, but got: {d}")
+            index = d.index if d.index is not None else self.current_index
+        if not 0 <= index < len(self._devices):
+            raise SimulatedCudaError(f"CUDA error: invalid device ordinal {index} ({len(self._devices)} device(s))")
+        return index
+
+    def set_device(self, device: Any) -> None:
+        self.current_index = self._index(device)
+        self._log("set_device", self.current_index)
+
+    def device(self, device: Any) -> Any:
+        """``with torch.cuda.device(d):`` the current device inside the block."""
+        sim = self
+
+        @contextlib.contextmanager
+        def ctx() -> Iterator[None]:
+            before = sim.current_index
+            if device is not None and not (isinstance(device, int) and device < 0):
+                sim.current_index = sim._index(device)
+            try:
+                yield
+            finally:
+                sim.current_index = before
+
+        return ctx()
+
+    def synchronize(self, device: Any = None) -> None:
+        """Block the host until every stream of ``device`` (default: the current one) is done."""
+        self._check_not_capturing("torch.cuda.synchronize")
+        i = self._index(device)
+        streams = self._streams.get(i, [])
+        done = max([self._devices[i].default.busy_until_ns] + [s.busy_until_ns for s in streams])
+        self.host_ns = max(self.host_ns + self.sync_ns, done)
+        self._log("synchronize", i)
+
+    def current_stream(self, device: Any = None) -> SimStream:
+        return self._devices[self._index(device)].current
+
+    def default_stream(self, device: Any = None) -> SimStream:
+        return self._devices[self._index(device)].default
+
+    def Stream(self, device: Any = None, priority: int = 0, **kwargs: Any) -> SimStream:  # noqa: N802 (torch's name)
+        i = self._index(device)
+        s = SimStream(self, i, priority=priority, name=f"cuda:{i}/side{len(self._streams.get(i, []))}")
+        self._streams.setdefault(i, []).append(s)
+        return s
+
+    @property
+    def _streams(self) -> dict[int, list[SimStream]]:
+        if not hasattr(self, "_side_streams"):
+            self._side_streams: dict[int, list[SimStream]] = {}
+        return self._side_streams
+
+    def stream(self, stream: Any) -> Any:
+        """``with torch.cuda.stream(s):`` ``s`` is the current stream of its device (and its
+        device the current device) inside the block; ``None`` does nothing."""
+        sim = self
+
+        @contextlib.contextmanager
+        def ctx() -> Iterator[None]:
+            if stream is None:
+                yield
+                return
+            before_dev = sim.current_index
+            before = sim._devices[stream.device].current
+            sim.current_index = stream.device
+            sim._devices[stream.device].current = stream
+            try:
+                yield
+            finally:
+                sim._devices[stream.device].current = before
+                sim.current_index = before_dev
+
+        return ctx()
+
+    def Event(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,  # noqa: N802
+              external: bool = False) -> SimEvent:
+        return SimEvent(self, enable_timing, blocking, interprocess, external)
+
+    def CUDAGraph(self, keep_graph: bool = False) -> SimGraph:  # noqa: N802
+        return SimGraph(self, keep_graph)
+
+    def graph(self, cuda_graph: SimGraph, pool: Any = None, stream: Any = None, capture_error_mode: str = "global",
+              **kwargs: Any) -> Any:
+        """``with torch.cuda.graph(g, stream=s):`` capture the kernels launched on ``s`` (a new
+        side stream when None) into ``g``. Like torch it synchronizes first; a synchronize during
+        capture raises."""
+        sim = self
+
+        @contextlib.contextmanager
+        def ctx() -> Iterator[None]:
+            sim.synchronize()
+            s = stream if stream is not None else sim.Stream()
+            if s is sim.default_stream(s.device):
+                raise SimulatedCudaError("CUDA graphs must be captured on a non-default stream.")
+            if sim.capturing is not None:
+                raise SimulatedCudaError("CUDA error: a graph capture is already in progress")
+            cuda_graph.reset()
+            sim.capturing = (cuda_graph, s)
+            sim._log("capture_begin", s.name)
+            try:
+                with sim.stream(s):
+                    yield
+            finally:
+                sim.capturing = None
+                cuda_graph.captured = True
+                sim._log("capture_end", s.name)
+
+        return ctx()
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing is not None and self.capturing[1] is self.current_stream()
+
+    def get_device_properties(self, device: Any = None) -> SimDeviceProperties:
+        i = self._index(device)
+        return SimDeviceProperties(
+            name=self.name, total_memory=self.total_memory_bytes, L2_cache_size=self.l2_bytes,
+            multi_processor_count=self.sm_count, major=9, minor=0, uuid=f"5a1b0000-0000-4000-8000-{i:012d}",
+            pci_bus_id=i + 1, pci_device_id=0, pci_domain_id=0)
+
+    def get_device_name(self, device: Any = None) -> str:
+        return self.name
+
+    def get_device_capability(self, device: Any = None) -> tuple[int, int]:
+        return (9, 0)
+
+    # memory statistics ------------------------------------------------
+
+    def _alloc(self, nbytes: int, device: int) -> int:
+        d = self._devices[device]
+        if d.allocated + nbytes > self.total_memory_bytes:
+            raise _oom_error()(f"CUDA out of memory. Tried to allocate {nbytes} bytes on simulated device {device}")
+        d.allocated += nbytes
+        d.peak = max(d.peak, d.allocated)
+        d.reserved = max(d.reserved, d.allocated)
+        d.peak_reserved = max(d.peak_reserved, d.reserved)
+        self._addr += max(nbytes, 512)
+        if d.history is not None:
+            d.trace.append({"action": "alloc", "addr": self._addr, "size": nbytes,
+                            "frames": [{"filename": "simulated.py", "line": 1, "name": "alloc"}]})
+        return self._addr
+
+    def _free(self, nbytes: int, device: int, addr: int) -> None:
+        d = self._devices[device]
+        d.allocated -= nbytes
+        if d.history is not None:
+            d.trace.append({"action": "free_requested", "addr": addr, "size": nbytes, "frames": []})
+
+    def alloc(self, nbytes: int, device: Any = None) -> SimBuffer:
+        """Allocate ``nbytes`` on ``device`` (a :class:`SimBuffer`; raises ``torch.OutOfMemoryError``
+        beyond the device's memory)."""
+        return SimBuffer(self, nbytes, self._index(device))
+
+    def memory_allocated(self, device: Any = None) -> int:
+        return self._devices[self._index(device)].allocated
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        return self._devices[self._index(device)].peak
+
+    def memory_reserved(self, device: Any = None) -> int:
+        return self._devices[self._index(device)].reserved
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        return self._devices[self._index(device)].peak_reserved
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        d = self._devices[self._index(device)]
+        d.peak, d.peak_reserved = d.allocated, d.reserved
+
+    def empty_cache(self) -> None:
+        for d in self._devices:
+            d.reserved = d.allocated
+
+    def memory_summary(self, device: Any = None, abbreviated: bool = False) -> str:
+        d = self._devices[self._index(device)]
+        return f"simulated device {d.index}: allocated {d.allocated} B, peak {d.peak} B, reserved {d.reserved} B"
+
+    def _record_memory_history(self, enabled: Any = "all", context: Any = "all", stacks: str = "all",
+                               max_entries: int = 2**63 - 1, device: Any = None, clear_history: bool = False,
+                               **kwargs: Any) -> None:
+        d = self._devices[self._index(device)]
+        if enabled is None:
+            d.history = None
+        else:
+            d.history, d.trace = [], []
+
+    def _snapshot(self, device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
+        return {"segments": [], "device_traces": [list(d.trace) for d in self._devices]}
+
+    # ------------------------------------------------------------------ installing
+
+    def _check_not_capturing(self, what: str) -> None:
+        if self.capturing is not None:
+            raise SimulatedCudaError(f"CUDA error: operation not permitted when stream is capturing ({what})")
+
+    def _log(self, *call: Any) -> None:
+        self.calls.append(call)
+
+    #: ``torch.cuda`` attributes replaced by :meth:`install`.
+    API = ("is_available", "is_initialized", "device_count", "current_device", "set_device", "device", "synchronize",
+           "current_stream", "default_stream", "Stream", "stream", "Event", "CUDAGraph", "graph",
+           "is_current_stream_capturing", "get_device_properties", "get_device_name", "get_device_capability",
+           "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+           "reset_peak_memory_stats", "empty_cache", "memory_summary")
+    MEMORY_API = ("_record_memory_history", "_snapshot")
+    FACTORIES = ("empty", "zeros", "ones", "empty_like")
+
+    def install(self, monkeypatch: Any) -> "SimulatedCuda":
+        """Replace ``torch.cuda``'s device API (:data:`API`), ``torch.cuda.memory``'s snapshot API
+        and ``torch.empty/zeros/ones`` for CUDA devices (-> :class:`SimBuffer`) with this
+        simulator, through ``monkeypatch`` (pytest's fixture, or any object with ``setattr``);
+        undone with it. Returns ``self``."""
+        import torch
+
+        for name in self.API:
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        for name in self.MEMORY_API:
+            monkeypatch.setattr(torch.cuda.memory, name, getattr(self, name))
+        for name in self.FACTORIES:
+            monkeypatch.setattr(torch, name, self._factory(getattr(torch, name)))
+        from . import probe
+
+        monkeypatch.setattr(probe, "_build", self._probe_builder(probe._build))
+        monkeypatch.setattr(sys.modules[__name__], "_ACTIVE", self)
+        return self
+
+    def _probe_builder(self, real: Any) -> Any:
+        """The interleaved probes on a simulated device: the ``memory`` probe (the default) is the
+        real code (a 128 MiB device copy between simulated buffers; it evicts the L2, as the real one
+        does); ``compute`` (a 30 µs kernel) and ``overhead`` (16 tiny kernels), whose real code
+        computes on CUDA tensors, are stand-ins with the real names; the CPU's probes are real."""
+        sim = self
+
+        def build(kind: str, device: Any) -> Any:
+            from .probe import OVERHEAD_OPS, Probe
+
+            if getattr(device, "type", "cpu") != "cuda" or kind == "memory":
+                return real(kind, device)
+            index = sim._index(device)
+            if kind == "compute":
+                return Probe(kind, "compute: 2048x2048 bfloat16 matmul",
+                             lambda: sim.kernel(ms=0.03, device=index, name="probe_matmul"))
+            return Probe(kind, f"overhead: {OVERHEAD_OPS} tiny adds",
+                         lambda: [sim.kernel(ms=0.001, device=index, name="probe_add") for _ in range(OVERHEAD_OPS)])
+
+        return build
+
+    def _factory(self, real: Any) -> Any:
+        sim = self
+
+        def factory(*size: Any, dtype: Any = None, device: Any = None, **kwargs: Any) -> Any:
+            import torch
+
+            if len(size) == 1 and isinstance(size[0], SimBuffer):  # empty_like(a simulated buffer)
+                like = size[0]
+                return SimBuffer(sim, like.nbytes, like.device_index, like.dtype)
+            if device is not None and torch.device(device).type == "cuda":
+                dims = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+                n = 1
+                for s in dims:
+                    n *= int(s)
+                width = torch.empty((), dtype=dtype).element_size() if dtype is not None else 4
+                return SimBuffer(sim, n * width, sim._index(device), dtype)
+            return real(*size, dtype=dtype, device=device, **kwargs)
+
+        factory.__wrapped__ = real  # type: ignore[attr-defined]
+        return factory
+
+
+def _oom_error() -> type[BaseException]:
+    import torch
+
+    return getattr(torch.cuda, "OutOfMemoryError", None) or getattr(torch, "OutOfMemoryError", RuntimeError)
+
+
+class _Patcher:
+    """A minimal ``monkeypatch`` for installing the simulator for a whole process (the plugin's
+    ``GPUPERF_SIMULATED_CUDA``); ``undo`` restores every attribute."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def setattr(self, target: Any, name: str, value: Any) -> None:
+        self._saved.append((target, name, getattr(target, name, None)))
+        setattr(target, name, value)
+
+    def undo(self) -> None:
+        for target, name, value in reversed(self._saved):
+            setattr(target, name, value)
+        self._saved.clear()
+
+
+def install_from_env(environ: Any = None) -> tuple["SimulatedCuda", _Patcher] | None:
+    """Install a simulator when ``GPUPERF_SIMULATED_CUDA`` names a number of devices (1-64);
+    returns ``(simulator, patcher)`` (``patcher.undo()`` uninstalls) or None when unset. Raises
+    ``ValueError`` naming the variable for another value."""
+    raw = (environ if environ is not None else os.environ).get(ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise ValueError(f"{ENV}={raw!r}: expected a number of simulated CUDA devices, 1 to 64")
+    patcher = _Patcher()
+    sim = SimulatedCuda(devices=n).install(patcher)
+    return sim, patcher

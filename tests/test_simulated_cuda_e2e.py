@@ -1,0 +1,156 @@
+"""End-to-end on the simulated CUDA device (``GPUPERF_SIMULATED_CUDA``, issue 22): inner
+``pytest --gpuperf`` sessions go through the plugin's real CUDA paths (device resolution, CUDA-event
+timing, peak memory, the probe, process replicates, pytest-xdist) with exact simulated timings.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytest_plugins = ["pytester"]
+
+RUN = ("-p", "no:cacheprovider")
+
+BENCH = """
+import os
+import pytest
+import torch
+from pytest_gpuperf.testing import active
+
+@pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.2)
+def test_kernel(gpu_bench):
+    sim = active()
+    ms = float(os.environ.get("KERNEL_MS", "1.0"))
+    def step():
+        buf = torch.empty(4 << 20, dtype=torch.int8, device="cuda")  # 4 MiB of simulated device memory
+        sim.kernel(ms=ms)
+        buf.free()
+    gpu_bench(step)
+"""
+
+
+def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "1")
+    pytester.makepyfile(test_sim=BENCH)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN)
+    rec.assert_outcomes(passed=1)
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    assert path.parent.name == "cuda-simulated-gpu"
+    entry = json.loads(path.read_text())["benchmarks"]["test_kernel"]
+    assert entry["process_medians_ms"] == [pytest.approx(1.0, rel=0.01)] * 2
+    assert entry["peak_memory_bytes"] == 4 << 20
+    same = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-json=r.json", *RUN)
+    same.assert_outcomes(passed=1)
+    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_sim.py::test_kernel"]
+    assert c["device"] == "cuda:0" and c["comparison"]["verdict"] == "unchanged"
+    monkeypatch.setenv("KERNEL_MS", "1.3")
+    slow = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", *RUN)
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines(["*performance regression in test_sim.py::test_kernel*1.3*"])
+
+
+XDIST_BENCH = """
+import os
+import pytest
+import torch
+from pytest_gpuperf.testing import active
+
+@pytest.mark.gpu_bench(counts=False, max_time=0.1)
+@pytest.mark.parametrize("i", range(4))
+def test_kernel(gpu_bench, memory_budget, i):
+    sim = active()
+    worker = int(os.environ["PYTEST_XDIST_WORKER"][2:])
+    # "cuda" in the test's own code is the GPU this worker measures (worker k: GPU k of 2)
+    assert torch.cuda.current_device() == worker % 2
+    r = gpu_bench(lambda: sim.kernel(ms=1.0))  # launched on the current device
+    assert r.device == f"cuda:{worker % 2}" and abs(r.median_ms - 1.0) < 0.01
+    with memory_budget("1 MiB") as mem:
+        buf = torch.empty(512 << 10, dtype=torch.int8, device="cuda")
+        buf.free()
+    assert mem.device == f"cuda:{worker % 2}" and mem.peak_bytes == 512 << 10
+    open(f"seen_worker{worker}", "w").close()
+"""
+
+
+def test_xdist_workers_measure_and_allocate_on_their_own_gpu(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Defect 1: worker k measured cuda:k inside torch.cuda.device(k), but nothing made GPU k current,
+    # so the test's device="cuda" work ran on GPU 0 (a 1 ms kernel measured as 5 µs on cuda:1), and
+    # memory_budget tracked GPU 0.
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "2")
+    pytester.makepyfile(test_sim=XDIST_BENCH)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=1", "-n", "2", *RUN)
+    rec.assert_outcomes(passed=4)
+    assert pytester.path.joinpath("seen_worker1").exists()  # worker 1 (GPU 1) measured at least one
+
+
+def test_a_bad_simulated_device_count_is_a_usage_error(pytester: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "two")
+    pytester.makepyfile(test_sim=BENCH)
+    rec = pytester.runpytest_subprocess("--gpuperf", *RUN)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    rec.stderr.fnmatch_lines(["*GPUPERF_SIMULATED_CUDA='two': expected a number of simulated CUDA devices, 1 to 64*"])
+
+
+IN_PROCESS = """
+import pytest
+import torch
+from pytest_gpuperf.testing import active
+
+@pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.1)
+def test_side_stream(gpu_bench):
+    sim = active()
+    side = torch.cuda.Stream()
+    gpu_bench(lambda: sim.kernel(ms=2.0, stream=side))  # work the current stream's events cannot see
+
+@pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.1, cuda_graph=True)
+def test_graph(gpu_bench):
+    sim = active()
+    gpu_bench(lambda: sim.kernel(ms=0.05))
+
+def test_budget(memory_budget):
+    with memory_budget("1 MiB") as mem:
+        buf = torch.empty(3 << 20, dtype=torch.int8, device="cuda")
+        buf.free()
+
+@pytest.mark.gpu_bench(device="cuda", counts=True, max_time=0.1)
+def test_counted(gpu_bench):
+    sim = active()
+    r = gpu_bench(lambda: sim.kernel(ms=0.5))
+    assert r.smoke or r.counts is not None  # counted under the profiler with CUDA activities (no kernels are simulated)
+
+@pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.1)
+def test_oom(gpu_bench):
+    sim = active()
+    gpu_bench(lambda: sim.alloc(1 << 50))
+"""
+
+
+def test_an_in_process_session_on_the_simulated_device(pytester: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process (so that benchmarks/cuda_coverage.py sees the plugin's CUDA lines run): smoke
+    # mode, then an update run with a memory snapshot; the simulator is uninstalled after each session.
+    import torch
+
+    from pytest_gpuperf.testing import active
+
+    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "1")
+    pytester.makepyfile(test_sim=IN_PROCESS)
+    smoke = pytester.runpytest_inprocess(*RUN)
+    smoke.assert_outcomes(passed=3, failed=2)  # the budget and the out-of-memory fail in smoke mode too
+    assert active() is None and not torch.cuda.is_available()
+    rec = pytester.runpytest_inprocess("--gpuperf-update-baselines", "--gpuperf-processes=1",
+                                       "--gpuperf-memory-snapshot=snaps", *RUN)
+    rec.assert_outcomes(passed=3, failed=2)
+    rec.stdout.fnmatch_lines(["*out of memory in benchmark test_sim.py::test_oom on cuda:0: max_memory none*"])
+    rec.stdout.fnmatch_lines(["*memory budget exceeded: peak 3.00 MiB > budget 1.00 MiB on cuda:0*",
+                              "*memory snapshot: */snaps/*.pickle*"])
+    rec.stdout.fnmatch_lines(["*test_side_stream: CUDA events on the current stream of cuda:0 saw*another stream*"])
+    assert list(pytester.path.joinpath("snaps").glob("*.pickle"))
+    assert active() is None

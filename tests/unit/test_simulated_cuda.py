@@ -1,0 +1,219 @@
+"""The plugin's CUDA paths on the simulated CUDA device (``pytest_gpuperf.testing.SimulatedCuda``,
+issue 22), and the simulator's own CUDA rules.
+
+Everything runs on the simulator's clocks (device and host), so timings are exact and
+independent of this machine: a 1 ms simulated kernel measures 1 ms. The simulation checks
+control flow, API use, synchronization, stream/device routing and capture rules, not real GPU
+numbers (that is ``benchmarks/gpu_validate.py`` on a real GPU).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_gpuperf import timing  # noqa: E402
+from pytest_gpuperf.options import BenchOptions  # noqa: E402
+from pytest_gpuperf.testing import SimulatedCuda, SimulatedCudaError, active  # noqa: E402
+
+CUDA0 = torch.device("cuda", 0)
+
+
+@pytest.fixture
+def sim(monkeypatch: pytest.MonkeyPatch) -> SimulatedCuda:
+    return SimulatedCuda(devices=2).install(monkeypatch)
+
+
+def measure(sim: SimulatedCuda, fn, device=CUDA0, **options):
+    opts = BenchOptions(**{"max_time": 0.2, **options})
+    return timing.Measurer(clock=sim.clock).measure(fn, (), {}, options=opts, device=device)
+
+
+# ----------------------------------------------------------------------------- the simulator's rules
+
+
+def test_install_replaces_torch_cuda_and_is_undone(monkeypatch):
+    with monkeypatch.context() as m:
+        sim = SimulatedCuda(devices=3).install(m)
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 3 and active() is sim
+    assert active() is None and torch.cuda.device_count() == 0
+
+
+def test_events_need_completion_and_timing(sim):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    sim.kernel(ms=2.0)
+    end.record()
+    with pytest.raises(SimulatedCudaError, match="not ready"):
+        start.elapsed_time(end)  # the kernel has not finished on the device
+    end.synchronize()
+    assert start.elapsed_time(end) == pytest.approx(2.0 + sim.launch_ns / 1e6)
+    untimed = torch.cuda.Event()
+    untimed.record()
+    with pytest.raises(SimulatedCudaError, match="enable_timing"):
+        untimed.elapsed_time(end)
+
+
+def test_devices_streams_and_synchronize_route_work(sim):
+    torch.cuda.set_device(1)
+    assert torch.cuda.current_device() == 1 and torch.cuda.current_stream().device == 1
+    with torch.cuda.device(0):
+        assert torch.cuda.current_device() == 0
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert torch.cuda.current_stream() is side
+        sim.kernel(ms=5.0)
+    assert torch.cuda.current_stream() is torch.cuda.default_stream()
+    torch.cuda.synchronize(0)  # another device: does not wait for device 1's side stream
+    assert sim.host_ns < 5e6
+    torch.cuda.synchronize()  # the current device: waits for all its streams
+    assert sim.host_ns >= 5e6
+
+
+def test_graph_capture_records_and_forbids_synchronize(sim):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        sim.kernel(ms=0.5)
+        sim.kernel(ms=0.25)
+        with pytest.raises(SimulatedCudaError, match="capturing"):
+            torch.cuda.synchronize()
+    assert [ns for _, ns in g.kernels] == [500_000, 250_000]
+    before = sim.host_ns
+    g.replay()
+    torch.cuda.synchronize()
+    assert sim.host_ns - before >= 750_000
+
+
+def test_memory_statistics_and_out_of_memory(monkeypatch):
+    sim = SimulatedCuda(total_memory_bytes=1 << 30).install(monkeypatch)
+    buf = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    assert torch.cuda.memory_allocated() == 256 << 20 == torch.cuda.max_memory_allocated()
+    buf.free()
+    torch.cuda.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_allocated() == 0
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        sim.alloc(2 << 30)
+    assert torch.zeros(3).device.type == "cpu"  # CPU tensors stay real
+
+
+# ----------------------------------------------------------------------------- the timing backend
+
+
+def test_a_1ms_kernel_measures_1ms_with_events(sim):
+    t = measure(sim, lambda: sim.kernel(ms=1.0))
+    assert statistics.median(t.samples_ms) == pytest.approx(1.0)
+    assert t.calls_per_round == 1 and not t.notes
+    assert any(c[0] == "event_record" for c in sim.calls)
+
+
+def test_a_launch_bound_kernel_is_batched(sim):
+    t = measure(sim, lambda: sim.kernel(ms=0.002))
+    assert t.calls_per_round > 1
+    assert statistics.median(t.samples_ms) == pytest.approx(sim.launch_ns / 1e6, rel=0.2)  # launch-bound
+
+
+def test_work_on_another_stream_is_timed_by_the_synchronized_wall_clock(sim):
+    # Defect 2: a 10 ms kernel on a side stream read 5.25 µs with events on the current stream, and
+    # sizing rounds from that estimate ran 98 s of device time for max_time 0.2 s.
+    side = torch.cuda.Stream()
+    t = measure(sim, lambda: sim.kernel(ms=10.0, stream=side))
+    assert statistics.median(t.samples_ms) == pytest.approx(10.0, rel=0.01)
+    assert t.calls_per_round == 1
+    assert sim.host_ns < 2e9  # warmup (0.1 s default... a few calls) + max_time 0.2 s, not minutes
+    assert t.notes and "another stream" in t.notes[0] and "wait_stream" in t.notes[0]
+
+
+def test_long_calls_make_no_extra_estimate_calls(sim):
+    # Defect 5: ten extra calls for the event estimate even when no batching could be needed (a 200 ms
+    # call took 4.6 s for max_time 1 s). Now every call launched is a warmup call or a timed round.
+    t = measure(sim, lambda: sim.kernel(ms=200.0), max_time=1.0, min_rounds=3)
+    assert sim.kernels_launched == t.warmup_rounds + t.rounds
+    assert sim.host_ns / 1e9 < (t.warmup_rounds + t.rounds) * 0.2 + 0.1
+
+
+def test_graph_mode_captures_with_what_setup_returns(sim):
+    # Defect 4: graph mode captured the original arguments: a setup returning a 100 µs input measured 10 µs.
+    def fn(ms):
+        sim.kernel(ms=ms)
+
+    opts = BenchOptions(max_time=0.2, cuda_graph=True)
+    t = timing.Measurer(clock=sim.clock).measure(fn, (0.01,), {}, options=opts, device=CUDA0,
+                                                 setup=lambda: ((0.1,), {}))
+    assert statistics.median(t.samples_ms) == pytest.approx(0.1, rel=0.01)
+
+
+def test_the_probe_does_not_leave_rounds_with_a_cold_l2(sim):
+    # Defect 3: the default memory probe copies 128 MiB after every k-th round, evicting the L2, so
+    # the next round ran cold although flush_l2 is off. One untimed call after each probe re-warms it.
+    from pytest_gpuperf.probe import make_probe
+
+    probe = make_probe("memory", CUDA0)
+    fn = lambda: sim.kernel(ms=0.5, cold_ms=1.5, name="bench")  # noqa: E731
+    opts = BenchOptions(max_time=0.2)
+    t = timing.Measurer(clock=sim.clock).measure(fn, (), {}, options=opts, device=CUDA0, probe=probe)
+    assert t.probe_ms and max(t.samples_ms) == pytest.approx(0.5, rel=0.02)
+    flushed = timing.Measurer(clock=sim.clock).measure(fn, (), {}, options=BenchOptions(max_time=0.2, flush_l2=True),
+                                                       device=CUDA0)
+    assert min(flushed.samples_ms) == pytest.approx(1.5, rel=0.02)  # flush_l2 still gives cold rounds
+
+
+def test_use_device_makes_the_measured_gpu_current(sim):
+    # Defect 1 (the unit): "cuda" in a test's own code must mean the GPU being measured.
+    timing.use_device(torch.device("cuda", 1))
+    assert torch.cuda.current_device() == 1
+    timing.use_device(torch.device("cpu"))
+    assert torch.cuda.current_device() == 1
+
+
+def test_out_of_memory_is_recognised_without_torch_OutOfMemoryError(monkeypatch):
+    # Defect 9: torch < 2.5 has only torch.cuda.OutOfMemoryError; is_oom() was then always False.
+    from pytest_gpuperf.memory import is_oom
+
+    err = torch.cuda.OutOfMemoryError("CUDA out of memory")
+    assert is_oom(err)
+    monkeypatch.delattr(torch, "OutOfMemoryError", raising=False)
+    assert is_oom(err) and not is_oom(RuntimeError("x"))
+
+
+def test_warmup_runs_short_kernels_back_to_back(sim):
+    # Defect 8: the warmup synchronized around every call, so the GPU idled between µs kernels (and
+    # the warmup measured launch + synchronize latency). Now: two lone synchronized calls, then chunks
+    # of back-to-back calls with one synchronize each (Triton's do_bench warms up back to back too).
+    t = timing.Measurer(clock=sim.clock).measure(lambda: sim.kernel(ms=0.002), (), {},
+                                                 options=BenchOptions(warmup_time=0.025), device=CUDA0, rounds=10)
+    syncs = sum(1 for c in sim.calls if c[0] == "synchronize")
+    assert t.warmup_rounds > 500 and syncs < t.warmup_rounds / 100  # was one per warmup call
+
+
+def test_profiling_after_our_own_graph_capture_turns_cupti_teardown_off(sim, monkeypatch):
+    # Defect 10: torch's profiler turns CUPTI teardown off only for inductor's CUDA graphs; we capture
+    # our own and then profile (classification, counts), which torch's comment says can crash.
+    from pytest_gpuperf import profiling
+
+    monkeypatch.setattr(timing, "_GRAPH_CAPTURED", [False])
+    env: dict = {}
+    assert not profiling.cupti_guard(CUDA0, env) and env == {}
+    measure(sim, lambda: sim.kernel(ms=0.05), cuda_graph=True)
+    assert timing.graph_captured()
+    assert not profiling.cupti_guard(torch.device("cpu"), env) and env == {}
+    assert profiling.cupti_guard(CUDA0, env) and env == {"DISABLE_CUPTI_LAZY_REINIT": "1", "TEARDOWN_CUPTI": "0"}
+    env = {"TEARDOWN_CUPTI": "1"}  # the user's own setting wins
+    profiling.cupti_guard(CUDA0, env)
+    assert env["TEARDOWN_CUPTI"] == "1"
+
+
+def test_resolve_device_on_the_simulated_gpus(sim):
+    assert timing.resolve_device(None) == torch.device("cuda", 0)  # auto: CUDA when available
+    assert timing.resolve_device("cuda", default_index=3) == torch.device("cuda", 1)  # xdist worker 3 of 2 GPUs
+    assert timing.resolve_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(timing.DeviceUnavailable, match="only 2 CUDA device"):
+        timing.resolve_device("cuda:5")
+    assert timing.resolve_device("cpu") == torch.device("cpu")
+
+
+def test_smoke_mode_synchronizes_the_device(sim):
+    t = timing.Measurer(clock=sim.clock).once(lambda: sim.kernel(ms=3.0), (), {}, CUDA0)
+    assert t.samples_ms[0] >= 3.0 and ("synchronize", 0) in sim.calls
