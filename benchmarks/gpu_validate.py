@@ -27,6 +27,12 @@ Sections (a table on stdout, every number in the JSON):
   plugin's own path (:func:`pytest_gpuperf.profiling.classify_call`).
 * **counts** — kernels, syncs and copies per call of those workloads
   (:func:`pytest_gpuperf.counting.count_call`), 3 runs each: identical?
+* **plugin** — the plugin's default path, as a user runs it: a ``gpu_bench`` test of a matmul (bf16
+  4096 on CUDA; ``--quick``/CPU: fp32 256) in a temporary project, ``pytest
+  --gpuperf-update-baselines`` then ``pytest --gpuperf`` (worker processes, the interleaved probe,
+  the telemetry sampler, the count gate, peak memory; no options changed), each in a fresh
+  process: exit codes, the verdict, the median against ``ours()`` of the same call here, whether
+  probe times, telemetry, counts and peak memory were recorded, and the wall time of each run.
 
 With ``--device cpu`` (and ``--quick`` for small sizes and short budgets) the script runs what
 applies to a CPU — ours vs the Timer, classification of the CPU classes, counts — and records
@@ -340,6 +346,60 @@ def counts(device: Any, quick: bool, runs: int = 3) -> list[dict[str, Any]]:
     return rows
 
 
+PLUGIN_BENCH = """
+import pytest
+import torch
+
+N = {n}
+DTYPE = torch.{dtype}
+
+@pytest.mark.gpu_bench(device="{device}")
+def test_matmul(gpu_bench):
+    g = torch.Generator(device="{device}").manual_seed(0)
+    a = torch.randn(N, N, device="{device}", generator=g).to(DTYPE)
+    gpu_bench(torch.matmul, a, a)
+"""
+
+
+def plugin(device: Any, quick: bool) -> dict[str, Any]:
+    """The plugin's default path end to end (see the module doc): update, then compare."""
+    import os
+    import subprocess
+    import tempfile
+
+    import torch
+
+    cuda = device.type == "cuda"
+    n, dtype = (4096, "bfloat16") if cuda and not quick else (256, "float32")
+    out: dict[str, Any] = {"workload": f"matmul {dtype} {n}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_bench.py").write_text(PLUGIN_BENCH.format(n=n, dtype=dtype, device=str(device)))
+        Path(tmp, "pytest.ini").write_text("[pytest]\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPERF_", "PYTEST_"))}
+        for step, flags in (("update", ["--gpuperf-update-baselines"]), ("compare", ["--gpuperf", "--gpuperf-json=r.json"])):
+            started = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *flags],
+                                  cwd=tmp, env=env, capture_output=True, text=True)
+            out[f"{step}_exit"] = proc.returncode
+            out[f"{step}_s"] = round(time.perf_counter() - started, 1)
+            if proc.returncode != 0:
+                out[f"{step}_tail"] = (proc.stdout + proc.stderr)[-2000:]
+        report = Path(tmp, "r.json")
+        if report.exists():
+            entry = json.loads(report.read_text())["benchmarks"]["test_bench.py::test_matmul"]
+            c = entry.get("comparison") or {}
+            out.update(verdict=c.get("verdict"), ratio=c.get("ratio"), median_us=entry["stats"]["median_ms"] * 1e3,
+                       processes=len(entry.get("process_medians_ms") or []) or 1,
+                       probe=entry.get("probe_ms") is not None, telemetry=bool(entry.get("telemetry")),
+                       counts=entry.get("counts") is not None, peak_memory_bytes=entry.get("peak_memory_bytes"))
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, generator=g).to(getattr(torch, dtype))
+    out["ours_us"] = ours(lambda: torch.matmul(a, a), device, max_time=0.2 if quick else 1.0)
+    if out.get("median_us") and out["ours_us"]:
+        out["plugin/ours"] = out["median_us"] / out["ours_us"]
+    return out
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -379,6 +439,8 @@ def table(result: dict[str, Any]) -> str:
     lines += [f"| {r['workload']} | {r['expected']} | {r['got']} | {_fmt(r['met'])} |" for r in rows("classification")]
     lines += ["", "## Counts (3 runs)", "", "| workload | per call | identical |", "| --- | --- | --- |"]
     lines += [f"| {r['workload']} | {r['runs'][0]} | {_fmt(r['identical'])} |" for r in rows("counts")]
+    lines += ["", "## The plugin's default path (update, then compare)", "", "```",
+              json.dumps(result.get("plugin"), indent=1, default=str), "```"]
     return "\n".join(lines)
 
 
@@ -387,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu (a dry run of the script)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per agreement measurement (default 3)")
     ap.add_argument("--quick", action="store_true", help="small sizes and short budgets (a dry run)")
-    ap.add_argument("--only", help="comma-separated sections (agreement,overhead,l2_flush,cuda_graph,classification,counts)")
+    ap.add_argument("--only", help="comma-separated sections "
+                    "(agreement,overhead,l2_flush,cuda_graph,classification,counts,plugin)")
     ap.add_argument("--out", help="write every number as JSON here")
     args = ap.parse_args(argv)
     import torch
@@ -403,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         "cuda_graph": lambda: cuda_graphs(device, args.quick),
         "classification": lambda: classification(device, args.quick),
         "counts": lambda: counts(device, args.quick),
+        "plugin": lambda: plugin(device, args.quick),
     }
     only = set(args.only.split(",")) if args.only else set(sections)
     unknown = only - set(sections)

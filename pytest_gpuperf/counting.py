@@ -151,10 +151,18 @@ def count_call(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -
         ops=sum(counter.ops.values()), syncs=sum(syncs.values()), copies=counter.copies,
         copy_bytes=counter.copy_bytes, flops=total_flops, traffic_bytes=counter.traffic_bytes,
         kernels=sum(kernels.values()) if kernels is not None else None,
+        cudnn_benchmark=bool(cuda and _cudnn_benchmark()),
         ops_by_name=counter.ops, kernels_by_name=kernels or {}, syncs_by_name=syncs,
         cost_ms=(time.perf_counter() - start) * 1e3,
     )
     return counts, dtype
+
+
+def _cudnn_benchmark() -> bool:
+    """Whether cuDNN benchmark mode is on (``torch.backends.cudnn.benchmark``)."""
+    import torch
+
+    return bool(getattr(torch.backends.cudnn, "benchmark", False))
 
 
 def _cuda_profiler(stack: contextlib.ExitStack, device: Any) -> Any:

@@ -62,6 +62,10 @@ class Counts:
     counters over the benchmark's warmup and timed rounds after its first call (None when
     ``torch.compile`` was not in use). ``*_by_name`` break ops, kernels and syncs down by name.
     ``cost_ms`` is what the counting call took (ms, wall clock; informative, never gated).
+    ``cudnn_benchmark``: the kernels were counted with ``torch.backends.cudnn.benchmark`` on, where
+    cuDNN picks each convolution's algorithm by timing them in the process, so the kernel count can
+    differ between processes on unchanged code: it is then reported, not gated (the
+    ``max_kernels`` budget still applies).
     """
 
     ops: int = 0
@@ -78,6 +82,7 @@ class Counts:
     kernels_by_name: Mapping[str, int] = field(default_factory=dict)
     syncs_by_name: Mapping[str, int] = field(default_factory=dict)
     cost_ms: float | None = field(default=None, compare=False)
+    cudnn_benchmark: bool = False
 
     def totals(self) -> dict[str, int]:
         """The gated counts that were measured (``None`` ones left out), by field name."""
@@ -96,6 +101,8 @@ class Counts:
         d["by_name"] = {f: dict(sorted(self.by_name(f).items())) for f in BY_NAME_FIELDS if self.by_name(f)}
         if self.cost_ms is not None:
             d["cost_ms"] = float(self.cost_ms)
+        if self.cudnn_benchmark:
+            d["cudnn_benchmark"] = True
         return d
 
     @classmethod
@@ -112,7 +119,8 @@ class Counts:
             if isinstance(names, Mapping):
                 kw[f"{f}_by_name"] = {str(k): int(v) for k, v in names.items()}
         cost = d.get("cost_ms")
-        return cls(**kw, cost_ms=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None)
+        return cls(**kw, cost_ms=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+                   cudnn_benchmark=d.get("cudnn_benchmark") is True)
 
 
 def stored_totals(d: Any) -> dict[str, int]:
@@ -264,7 +272,8 @@ def decide_counts(
 
     ``history``: the stored runs' ``counts`` records (oldest first; runs without counts are
     skipped; None: no baseline); ``newest``: the newest stored run's :class:`Counts` with its
-    per-name breakdowns (for the diff). ``tolerance``: relative slack (0.01 = 1%) above the stored
+    per-name breakdowns (for the diff). Kernels counted with cuDNN benchmark mode on, now or in the
+    newest stored run (:attr:`Counts.cudnn_benchmark`), get the status ``"not gated"``. ``tolerance``: relative slack (0.01 = 1%) above the stored
     value before a count fails. ``budgets``: ``max_ops``/``max_kernels``/``max_syncs``/
     ``max_recompiles`` -> limit (None: none). Raises ``ValueError`` for a negative tolerance or an
     unknown budget name. Deterministic.
@@ -274,8 +283,14 @@ def decide_counts(
     stored = [stored_totals(r) for r in (history or ())]
     stored = [s for s in stored if s]
     changes = []
+    # kernels counted with cuDNN benchmark mode (either side) depend on the algorithms the process picked
+    algorithm_dependent = current.cudnn_benchmark or (newest is not None and newest.cudnn_benchmark)
     for name, value in current.totals().items():
         values = [s[name] for s in stored if name in s]
+        if name == "kernels" and algorithm_dependent and values:
+            changes.append(CountChange(name, value, min(values), max(values), len(values), min(values) != max(values),
+                                       None, "not gated"))
+            continue
         if not values:
             changes.append(CountChange(name, value, None, None, 0, False, None, "new"))
             continue

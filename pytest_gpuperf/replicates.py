@@ -217,8 +217,9 @@ def _crash_text(key: str, failed: Sequence[WorkerRun], total: int) -> str:
 def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
     """One :class:`~pytest_gpuperf.result.BenchResult` (without verdicts) from the report entries of
     the P workers that measured benchmark ``key``, in process order: samples concatenated in that
-    order, ``process_medians_ms`` each worker's median, rounds summed, and peak memory, counts,
-    bottleneck and telemetry from worker 0 (its ``other_cpu_cores`` the host load over all workers'
+    order, ``process_medians_ms`` each worker's median, rounds summed, the interleaved probe's
+    level the median of the workers' (same probe only), and peak memory, counts, bottleneck and
+    telemetry from worker 0 (its ``other_cpu_cores`` the host load over all workers'
     timed spans together, :func:`pytest_gpuperf.telemetry.pooled_host_load`).
     Raises ``ValueError`` for no entries."""
     from .report import result_from_entry
@@ -232,6 +233,9 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
     from .telemetry import pooled_host_load
 
     telemetry = dict(first.telemetry) if first.telemetry else None
+    probes = [r.probe_ms for r in results if r.probe_ms is not None and r.probe == first.probe]
+    import statistics
+
     load = pooled_host_load([r.telemetry for r in results])  # each worker alone may time too little to count
     if telemetry is not None and load is not None:
         telemetry["other_cpu_cores"] = load
@@ -241,6 +245,7 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
         group=first.group, options=first.options, peak_memory_bytes=first.peak_memory_bytes,
         bottleneck=first.bottleneck, telemetry=telemetry, counts=first.counts, extra_info=first.extra_info,
         process_medians_ms=tuple(r.median_ms for r in results),
+        probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
     )
 
 

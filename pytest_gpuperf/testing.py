@@ -523,12 +523,17 @@ class SimulatedCuda:
     MEMORY_API = ("_record_memory_history", "_snapshot")
     FACTORIES = ("empty", "zeros", "ones", "empty_like")
 
-    def install(self, monkeypatch: Any) -> "SimulatedCuda":
+    def install(self, monkeypatch: Any, *, nvml: bool = True) -> "SimulatedCuda":
         """Replace ``torch.cuda``'s device API (:data:`API`), ``torch.cuda.memory``'s snapshot API
-        and ``torch.empty/zeros/ones`` for CUDA devices (-> :class:`SimBuffer`) with this
-        simulator, through ``monkeypatch`` (pytest's fixture, or any object with ``setattr``);
-        undone with it. Returns ``self``."""
+        and ``torch.empty/zeros/ones/empty_like`` for CUDA devices (-> :class:`SimBuffer`) with this
+        simulator, and with ``nvml`` the ``pynvml`` module with a :class:`SimulatedNVML` of the
+        same devices (:attr:`nvml`), through ``monkeypatch`` (pytest's fixture, or any object with
+        ``setattr``/``setitem``); undone with it. Returns ``self``."""
         import torch
+
+        if nvml:
+            self.nvml = SimulatedNVML(self)
+            monkeypatch.setitem(sys.modules, "pynvml", self.nvml)
 
         for name in self.API:
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
@@ -591,6 +596,143 @@ def _oom_error() -> type[BaseException]:
     return getattr(torch.cuda, "OutOfMemoryError", None) or getattr(torch, "OutOfMemoryError", RuntimeError)
 
 
+class NVMLError(Exception):
+    """What the simulated NVML raises (``pynvml.NVMLError``'s role)."""
+
+
+class SimulatedNVML:
+    """``pynvml`` for the simulated GPUs of a :class:`SimulatedCuda` (install with
+    :meth:`SimulatedCuda.install` ``(nvml=True)``): handles by UUID, PCI bus id or index for the
+    same devices, static facts (name, UUID, memory, max clocks, power limit...) and a scriptable
+    state read by the telemetry sampler: ``sm_clock_mhz``, ``reasons`` (the clocks-event reason
+    bits, e.g. ``0x40`` HW thermal, ``0x4`` SW power cap), ``temperature_c``, ``power_w``,
+    ``utilization_pct`` and ``processes`` (``[(pid, used bytes)]``, what
+    ``nvmlDeviceGetComputeRunningProcesses`` lists). ``calls`` counts the calls by name."""
+
+    NVML_CLOCK_SM = 0
+    NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
+    NVMLError = NVMLError
+
+    def __init__(self, sim: "SimulatedCuda", *, max_sm_clock_mhz: int = 1980, max_memory_clock_mhz: int = 2619,
+                 power_limit_w: float = 700.0) -> None:
+        self.sim = sim
+        self.max_sm_clock_mhz = max_sm_clock_mhz
+        self.max_memory_clock_mhz = max_memory_clock_mhz
+        self.power_limit_w = power_limit_w
+        self.sm_clock_mhz = max_sm_clock_mhz
+        self.reasons = 0
+        self.temperature_c = 60
+        self.power_w = 300.0
+        self.utilization_pct = 90
+        self.processes: list[tuple[int, int | None]] = []
+        self.calls: dict[str, int] = {}
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def _handle(self, index: int) -> tuple[str, int]:
+        if not 0 <= index < self.sim.device_count():
+            raise NVMLError("NVML_ERROR_INVALID_ARGUMENT")
+        return ("nvml-handle", index)
+
+    def nvmlInit(self) -> None:  # noqa: N802 (NVML's names)
+        self._count("nvmlInit")
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:  # noqa: N802
+        return 12040
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return self.sim.device_count()
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[str, int]:  # noqa: N802
+        self._count("nvmlDeviceGetHandleByIndex")
+        return self._handle(index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> tuple[str, int]:  # noqa: N802
+        self._count("nvmlDeviceGetHandleByUUID")
+        for i in range(self.sim.device_count()):
+            if uuid == f"GPU-{self.sim.get_device_properties(i).uuid}":
+                return self._handle(i)
+        raise NVMLError("NVML_ERROR_NOT_FOUND")
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> tuple[str, int]:  # noqa: N802
+        self._count("nvmlDeviceGetHandleByPciBusId")
+        for i in range(self.sim.device_count()):
+            p = self.sim.get_device_properties(i)
+            if bus_id == f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0":
+                return self._handle(i)
+        raise NVMLError("NVML_ERROR_NOT_FOUND")
+
+    def nvmlDeviceGetName(self, h: Any) -> str:  # noqa: N802
+        return self.sim.name
+
+    def nvmlDeviceGetUUID(self, h: Any) -> str:  # noqa: N802
+        return f"GPU-{self.sim.get_device_properties(h[1]).uuid}"
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: Any) -> tuple[int, int]:  # noqa: N802
+        return self.sim.get_device_capability(h[1])
+
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:  # noqa: N802
+        from types import SimpleNamespace
+
+        used = self.sim.memory_reserved(h[1])
+        return SimpleNamespace(total=self.sim.total_memory_bytes, used=used, free=self.sim.total_memory_bytes - used)
+
+    def nvmlDeviceGetMaxClockInfo(self, h: Any, kind: int) -> int:  # noqa: N802
+        return self.max_sm_clock_mhz if kind == self.NVML_CLOCK_SM else self.max_memory_clock_mhz
+
+    def nvmlDeviceGetClockInfo(self, h: Any, kind: int) -> int:  # noqa: N802
+        return self.sm_clock_mhz if kind == self.NVML_CLOCK_SM else self.max_memory_clock_mhz
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: Any) -> int:  # noqa: N802
+        return int(self.power_limit_w * 1000)
+
+    def nvmlDeviceGetPersistenceMode(self, h: Any) -> int:  # noqa: N802
+        return 1
+
+    def nvmlDeviceGetMigMode(self, h: Any) -> list[int]:  # noqa: N802
+        return [0, 0]
+
+    def nvmlDeviceGetEccMode(self, h: Any) -> list[int]:  # noqa: N802
+        return [1, 1]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: Any) -> int:  # noqa: N802
+        return 5
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: Any) -> int:  # noqa: N802
+        return 16
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:  # noqa: N802
+        self._count("nvmlDeviceGetCurrentClocksEventReasons")
+        return self.reasons
+
+    def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:  # noqa: N802
+        return self.temperature_c
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:  # noqa: N802
+        return int(self.power_w * 1000)
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:  # noqa: N802
+        from types import SimpleNamespace
+
+        return SimpleNamespace(gpu=self.utilization_pct, memory=self.utilization_pct // 2)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:  # noqa: N802
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.processes]
+
+
+_MISSING = object()
+
+
 class _Patcher:
     """A minimal ``monkeypatch`` for installing the simulator for a whole process (the plugin's
     ``GPUPERF_SIMULATED_CUDA``); ``undo`` restores every attribute."""
@@ -602,9 +744,19 @@ class _Patcher:
         self._saved.append((target, name, getattr(target, name, None)))
         setattr(target, name, value)
 
+    def setitem(self, mapping: Any, key: str, value: Any) -> None:
+        self._saved.append((mapping, key, mapping.get(key, _MISSING)))
+        mapping[key] = value
+
     def undo(self) -> None:
         for target, name, value in reversed(self._saved):
-            setattr(target, name, value)
+            if isinstance(target, dict):
+                if value is _MISSING:
+                    target.pop(name, None)
+                else:
+                    target[name] = value
+            else:
+                setattr(target, name, value)
         self._saved.clear()
 
 

@@ -40,6 +40,7 @@ def test_table_names_the_versions_and_every_section(gv):
     assert "| matmul bf16 4096 | 180 | 185 | - | 181 | 184 | - | ours/timer 0.995, ours_flush/do_bench 1.005 |" in text
     assert "| gemm | compute | compute | yes |" in text
     assert '"error": "RuntimeError: capture failed"' in text and '(counts: {"error": "boom"})' in text
+    assert "## The plugin's default path (update, then compare)" in gv.table(dict(RESULT, plugin={"verdict": "unchanged"}))
 
 
 def test_unknown_section_is_an_error_naming_the_accepted_ones(gv, capsys):

@@ -45,10 +45,11 @@ def test_worker_slot_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert first.threshold == o.threshold and first.alpha == o.alpha
 
 
-def _entry(median: float, *, telemetry: dict | None = None, peak: int | None = 100) -> dict:
+def _entry(median: float, *, telemetry: dict | None = None, peak: int | None = 100, probe_ms: float | None = None) -> dict:
     r = BenchResult.from_samples(tuple(median * f for f in (0.99, 1.0, 1.01) * 4), name="t", device="cpu", rounds=12,
                                  calls_per_round=2, warmup_rounds=3, benchmark_id="test_x", options={"threshold": 0.05},
-                                 telemetry=telemetry, peak_memory_bytes=peak)
+                                 telemetry=telemetry, peak_memory_bytes=peak, probe_ms=probe_ms,
+                                 probe="memory: 2 MiB copy" if probe_ms else None)
     return result_entry(r, environment={"device_type": "cpu", "device_name": "X"}, git_commit=None, timestamp_utc="")
 
 
@@ -63,6 +64,11 @@ def test_merge_keeps_each_process_and_pools_the_host_load() -> None:
     assert m.telemetry["other_cpu_cores"] == pytest.approx(0.5)
     with pytest.raises(ValueError):
         replicates.merge("t.py::test_x", [])
+    assert m.probe_ms is None
+    # the probe level recorded is the workers' median (it was dropped before: baselines had none)
+    probed = replicates.merge("t.py::test_x", [_entry(1.0, probe_ms=0.2), _entry(1.0, probe_ms=0.3),
+                                               _entry(1.0, probe_ms=0.25)])
+    assert probed.probe_ms == pytest.approx(0.25) and probed.probe == "memory: 2 MiB copy"
 
 
 def test_missing_replicates_name_the_worker_and_its_output(tmp_path: Path) -> None:

@@ -217,3 +217,57 @@ def test_resolve_device_on_the_simulated_gpus(sim):
 def test_smoke_mode_synchronizes_the_device(sim):
     t = timing.Measurer(clock=sim.clock).once(lambda: sim.kernel(ms=3.0), (), {}, CUDA0)
     assert t.samples_ms[0] >= 3.0 and ("synchronize", 0) in sim.calls
+
+
+def test_kernel_counts_under_cudnn_benchmark_mode_are_reported_not_gated(sim, monkeypatch):
+    # Defect 11: with torch.backends.cudnn.benchmark on, cuDNN picks convolution algorithms by timing
+    # them in each process, so exact kernel counts can differ between processes on unchanged code.
+    from pytest_gpuperf.compare import Verdict
+    from pytest_gpuperf.counting import count_call
+    from pytest_gpuperf.counts import Counts, decide_counts
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    counts, _ = count_call(lambda: sim.kernel(ms=0.1), (), {}, CUDA0)
+    assert counts.cudnn_benchmark and Counts.from_dict(counts.to_dict()).cudnn_benchmark
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    assert not count_call(lambda: sim.kernel(ms=0.1), (), {}, CUDA0)[0].cudnn_benchmark
+
+    stored = Counts(ops=10, kernels=10)
+    more = Counts(ops=10, kernels=12)
+    assert decide_counts(more, [stored.totals()], stored).verdict is Verdict.REGRESSED
+    c = decide_counts(Counts(ops=10, kernels=12, cudnn_benchmark=True), [stored.totals()], stored)
+    assert c.verdict is Verdict.UNCHANGED and [x.status for x in c.changes if x.name == "kernels"] == ["not gated"]
+    old = Counts(ops=10, kernels=10, cudnn_benchmark=True)  # the baseline was counted in benchmark mode
+    assert decide_counts(more, [old.totals()], old).verdict is Verdict.UNCHANGED
+    ops = decide_counts(Counts(ops=11, kernels=12, cudnn_benchmark=True), [stored.totals()], stored)
+    assert ops.verdict is Verdict.REGRESSED  # other counts are still gated
+    budget = decide_counts(Counts(ops=10, kernels=12, cudnn_benchmark=True), [stored.totals()], stored,
+                           budgets={"max_kernels": 11})
+    assert budget.over_budget  # a declared budget still applies
+
+
+def test_simulated_nvml_telemetry_on_the_simulated_gpus(sim):
+    # NVML of the same simulated devices: handles by UUID (defect 6), the sampler's reads, throttling.
+    import sys
+
+    from pytest_gpuperf import telemetry
+
+    nv = sys.modules["pynvml"]
+    assert nv is sim.nvml
+    assert telemetry.handle_for(1) == ("nvml-handle", 1) and nv.calls.get("nvmlDeviceGetHandleByIndex") is None
+    info = telemetry.gpu_info(telemetry.handle_for(0))
+    assert info["name"] == sim.name and info["max_sm_clock_mhz"] == 1980
+    nv.reasons, nv.sm_clock_mhz = 0x40, 1000  # HW thermal
+    s = telemetry.sampler_for(CUDA0)
+    s.interval_s = 0.001
+    with s:
+        import time
+
+        time.sleep(0.05)
+    assert telemetry.throttle_verdict(s.summary()).startswith("throttled: HW thermal")
+    nv.reasons = 0x4  # a power-capped GPU at its cap (defect 12): not throttled
+    s = telemetry.sampler_for(CUDA0)
+    s.interval_s = 0.001
+    with s:
+        time.sleep(0.05)
+    assert telemetry.throttle_verdict(s.summary()) is None
