@@ -41,8 +41,8 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from .compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, RATIO_CONFIDENCE, Comparison, Verdict, hierarchical_log_ci,
-                      shift_verdict)
+from .compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, RATIO_CONFIDENCE, Comparison, Verdict,  # noqa: F401
+                      ab_summary, hierarchical_log_ci, shift_verdict)
 from .units import format_ratio
 
 #: Sides of an A/B comparison: A is the git revision, B the working tree.
@@ -222,10 +222,3 @@ def decide_ab(
     return Comparison(verdict=verdict, ratio=ratio, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
                       **common)
 
-
-def ab_summary(c: Comparison) -> str | None:
-    """``"A/B vs origin/main (3f2a1c9): 1.12x [1.08x, 1.16x]"`` for an A/B comparison, else None."""
-    if c.ab_ref is None or c.ratio is None:
-        return None
-    ci = f" [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]" if c.ratio_ci else ""
-    return f"A/B vs {c.ab_ref}: {format_ratio(c.ratio)}{ci}"

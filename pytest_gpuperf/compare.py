@@ -236,8 +236,6 @@ class Comparison:
         return text
 
     def _ab_message(self, head: str, p: float | None) -> str:
-        from .ab import ab_summary
-
         per = ", ".join(format_ratio(v) for v in (self.ab_process_ratios or ()))
         text = (f"{head} in {self.benchmark_id}: {ab_summary(self)} (Hodges-Lehmann B/A, 99% CI of the median "
                 f"ratio); median A {format_ms(self.baseline_median_ms)} -> B {format_ms(self.current_median_ms)}; "
@@ -677,6 +675,14 @@ def downgrade_throttled(c: Comparison, reason: str | None, *, strict_hint: bool 
 
     note = f"{reason}; the regression is not trusted" + (" (fails with --gpuperf-strict)" if strict_hint else "")
     return with_note(c, note, verdict=Verdict.INCONCLUSIVE)
+
+
+def ab_summary(c: Comparison) -> str | None:
+    """``"A/B vs origin/main (3f2a1c9): 1.12x [1.08x, 1.16x]"`` for an A/B comparison, else None."""
+    if c.ab_ref is None or c.ratio is None:
+        return None
+    ci = f" [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]" if c.ratio_ci else ""
+    return f"A/B vs {c.ab_ref}: {format_ratio(c.ratio)}{ci}"
 
 
 def with_note(c: Comparison, note: str, **changes: Any) -> Comparison:

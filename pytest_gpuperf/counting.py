@@ -141,7 +141,7 @@ def count_call(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -
                 torch.cuda.synchronize(device)
     kernels = syncs = None
     if prof is not None:
-        from .profiling import to_trace_events
+        from .trace import to_trace_events
 
         kernels, syncs = device_counts(to_trace_events(prof), sync_calls=SYNC_CALLS, final_sync=FINAL_SYNC_NAME)
     total_flops = int(flops.get_total_flops())
@@ -169,7 +169,7 @@ def _cuda_profiler(stack: contextlib.ExitStack, device: Any) -> Any:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from .profiling import cupti_guard
+    from .trace import cupti_guard
 
     cupti_guard(device)
     torch.cuda.synchronize(device)

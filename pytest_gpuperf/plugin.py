@@ -1099,7 +1099,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state.ab is None:
         tr.write_line(f"baselines: {state.relpath(state.baseline_dir)}")
     else:
-        from .ab import ab_summary
+        from .compare import ab_summary
 
         for rec in state.recorded:
             c = rec.result.comparison

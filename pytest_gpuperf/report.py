@@ -583,7 +583,7 @@ def markdown(
     current median, the median ratio with its 99% CI, the Hodges-Lehmann ratio, verdict, peak memory
     and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
     """
-    from .ab import ab_summary
+    from .compare import ab_summary
 
     if mode not in _MARKDOWN_MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(_MARKDOWN_MODES)}")

@@ -21,6 +21,7 @@ from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 from pytest_gpuperf import profiling  # noqa: E402
+from pytest_gpuperf import trace  # noqa: E402
 from pytest_gpuperf.bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME, TraceEvent, analyze  # noqa: E402
 
 HAS_ACTIVITY_TYPE = callable(getattr(torch._C._autograd._KinetoEvent, "activity_type", None))
@@ -89,7 +90,7 @@ def test_inferred_activity_matches_activity_type(prof, torch_like):
     assert raw and all(callable(getattr(e, "activity_type", None)) for e in raw)
     hidden = old_torch(raw, HIDE[torch_like])
     assert not any(hasattr(e, "activity_type") for e in hidden)
-    names = profiling._cpu_annotation_names(hidden)
+    names = trace._cpu_annotation_names(hidden)
     assert {REGION_NAME, FINAL_SYNC_NAME, PHASE_PREFIX + "forward", PHASE_PREFIX + "backward"} <= names
     for e, h in zip(raw, hidden):
         assert profiling.event_activity(h, names) == str(e.activity_type()), e.name()
@@ -109,10 +110,10 @@ def test_inferred_activity_matches_chrome_trace_cat(prof, chrome_trace, torch_li
     """The chrome trace's ``cat`` is the activity type on every torch: an oracle without activity_type."""
     raw = profiling.raw_events(prof)
     events = raw if torch_like == "installed" else old_torch(raw, HIDE[torch_like])
-    trace = chrome_trace
     cats = {"cpu_op", "user_annotation"}
-    want = Counter((t["name"], t["cat"]) for t in trace["traceEvents"] if t.get("ph") == "X" and t.get("cat") in cats)
-    names = profiling._cpu_annotation_names(events)
+    want = Counter((t["name"], t["cat"]) for t in chrome_trace["traceEvents"]
+                   if t.get("ph") == "X" and t.get("cat") in cats)
+    names = trace._cpu_annotation_names(events)
     got = Counter((str(e.name()), profiling.event_activity(e, names)) for e in events)
     got = Counter({k: n for k, n in got.items() if k[1] in cats})
     assert got == want
@@ -133,8 +134,8 @@ def test_old_torch_profile_analyzes_like_the_installed_one(monkeypatch, torch_li
 
     cpu = torch.device("cpu")
     _, native = profiling.profile_calls(fn, (), {}, cpu, 2)
-    real_raw_events = profiling.raw_events
-    monkeypatch.setattr(profiling, "raw_events", lambda p: old_torch(real_raw_events(p), HIDE[torch_like]))
+    real_raw_events = trace.raw_events
+    monkeypatch.setattr(trace, "raw_events", lambda p: old_torch(real_raw_events(p), HIDE[torch_like]))
     _, old = profiling.profile_calls(fn, (), {}, cpu, 2)
     for events in (native, old):
         kinds = Counter(e.kind for e in events)
@@ -268,7 +269,7 @@ FLAVORS = ["torch-2.13", "torch-2.11", "torch-2.4"]
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_synthetic_cuda_events_classify_by_category(flavor):
     events = synthetic(flavor)
-    names = profiling._cpu_annotation_names(events) if flavor != "torch-2.13" else frozenset()
+    names = trace._cpu_annotation_names(events) if flavor != "torch-2.13" else frozenset()
     assert [profiling.event_activity(e, names) for e in events] == [row[2] for row in CUDA_TRACE]
     kinds = {(t.name, t.kind) for t in profiling.trace_events_from(events)}
     assert {k for _, k in kinds} == {"annotation", "cpu_op", "runtime", "kernel", "memcpy", "memset"}
