@@ -357,10 +357,14 @@ def device_counts(events: Iterable[Any], *, sync_calls: Iterable[str], final_syn
     named by :func:`kernel_name`; a sync (a ``runtime`` event named in ``sync_calls``) is named by
     the innermost ``cpu_op`` that encloses it (``aten::_local_scalar_dense`` for ``.item()``),
     else by the runtime call; syncs inside the ``final_sync`` annotation (the plugin's own wait)
-    are left out. Returns ``(kernels_by_name, syncs_by_name)``.
+    and after it (torch's profiler synchronizes the device on exit, while it still records: found
+    on the simulated CUDA device) are left out. Returns ``(kernels_by_name, syncs_by_name)``.
     """
     events = list(events)
     ours = [(e.start_ns, e.end_ns) for e in events if e.kind == "annotation" and e.name == final_sync]
+    # after our own final sync only the profiler's teardown runs (torch's profiler synchronizes the
+    # device on exit, while still recording): not the benchmark's
+    done = max((t for _, t in ours), default=None)
     ops = sorted((e for e in events if e.kind == "cpu_op"), key=lambda e: (e.start_ns, -e.end_ns))
     sync_names = set(sync_calls)
     kernels: dict[str, int] = {}
@@ -370,7 +374,7 @@ def device_counts(events: Iterable[Any], *, sync_calls: Iterable[str], final_syn
             name = kernel_name(e.name)
             kernels[name] = kernels.get(name, 0) + 1
         elif e.kind == "runtime" and e.name in sync_names:
-            if any(s <= e.start_ns and e.end_ns <= t for s, t in ours):
+            if any(s <= e.start_ns and e.end_ns <= t for s, t in ours) or (done is not None and e.start_ns >= done):
                 continue
             inner = [o for o in ops if o.start_ns <= e.start_ns and e.end_ns <= o.end_ns]
             name = min(inner, key=lambda o: o.duration_ns).name if inner else e.name

@@ -4,7 +4,9 @@
 on a simulated device clock, launch costs, :class:`~SimulatedCuda.Event` timestamps, device-wide
 and per-stream synchronization, ``set_device``/``device``/``current_stream``/``stream``, CUDA
 graph capture and replay (a synchronization during capture raises, as in CUDA), an allocator with
-the memory-statistics API, ``memory._record_memory_history``/``_snapshot``, and device properties.
+the memory-statistics API, ``memory._record_memory_history``/``_snapshot``, device properties, NVML
+(:class:`SimulatedNVML`) and profiler events (:class:`SimKinetoEvent`: kernels, copies and runtime
+calls that join the real profiler's, for the count gate and the bottleneck classification).
 Host time is simulated too: :meth:`SimulatedCuda.clock` is a nanosecond clock that advances by
 the launch cost of every kernel and jumps to the device's completion time at a synchronization,
 so a measurement on the simulated device is deterministic and takes no real time.
@@ -32,12 +34,16 @@ simulator is installed); a workload launches kernels with :meth:`SimulatedCuda.k
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+#: The simulator keeps the profiler events of this many recent launches and waits.
+KINETO_EVENTS = 200_000
 #: Environment variable: number of simulated CUDA devices the plugin installs at start-up.
 ENV = "GPUPERF_SIMULATED_CUDA"
 
@@ -73,7 +79,7 @@ class SimStream:
         """Block the host until this stream's work is done."""
         self.sim._check_not_capturing("Stream.synchronize")
         self.sim._log("stream_synchronize", self.name)
-        self.sim.host_ns = max(self.sim.host_ns, self.busy_until_ns)
+        self.sim._wait("cudaStreamSynchronize", max(self.sim.host_ns, self.busy_until_ns))
 
     def query(self) -> bool:
         return self.sim.host_ns >= self.busy_until_ns
@@ -103,7 +109,7 @@ class SimEvent:
     def synchronize(self) -> None:
         self.sim._check_not_capturing("Event.synchronize")
         if self.time_ns is not None:
-            self.sim.host_ns = max(self.sim.host_ns, self.time_ns)
+            self.sim._wait("cudaEventSynchronize", max(self.sim.host_ns, self.time_ns))
         self.sim._log("event_synchronize")
 
     def wait(self, stream: Any = None) -> None:
@@ -120,6 +126,48 @@ class SimEvent:
         if not (self.query() and end_event.query()):
             raise SimulatedCudaError("CUDA error: device not ready")
         return (end_event.time_ns - self.time_ns) / 1e6
+
+
+class SimKinetoEvent:
+    """A profiler event of the simulated device, shaped like torch's ``_KinetoEvent`` (the methods
+    :mod:`pytest_gpuperf.trace` reads): CUDA runtime calls on the CPU timeline (``cudaLaunchKernel``,
+    ``cudaDeviceSynchronize``...) and kernels, copies and memsets on the device timeline, with
+    wall-clock (epoch) nanosecond timestamps like kineto's. Runtime calls take the real time the
+    simulator call took, so they nest inside the real profiler's CPU ops and ``record_function``
+    ranges; device events take the simulated durations."""
+
+    def __init__(self, name: str, activity: str, start_ns: int, duration_ns: int, correlation: int) -> None:
+        self._name, self._activity = name, activity
+        self._start, self._duration, self._correlation = int(start_ns), max(0, int(duration_ns)), correlation
+
+    def name(self) -> str:
+        return self._name
+
+    def activity_type(self) -> str:
+        return self._activity
+
+    def device_type(self) -> Any:
+        from torch.autograd import DeviceType
+
+        return DeviceType.CPU if self._activity == "cuda_runtime" else DeviceType.CUDA
+
+    def is_user_annotation(self) -> bool:
+        return False
+
+    def scope(self) -> int:
+        return 0
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def duration_ns(self) -> int:
+        return self._duration
+
+    def end_ns(self) -> int:
+        return self._start + self._duration
+
+    def correlation_id(self) -> int:
+        return self._correlation
 
 
 class SimGraph:
@@ -255,6 +303,9 @@ class SimulatedCuda:
         self.l2_epoch = [0] * devices  # bumped by writes of >= L2 bytes (they evict the L2)
         self._addr = 1 << 20
         self._warm: dict[tuple[int, str], int] = {}
+        #: the profiler events of the last :data:`KINETO_EVENTS` launches and waits (see :class:`SimKinetoEvent`)
+        self.kineto: collections.deque[SimKinetoEvent] = collections.deque(maxlen=KINETO_EVENTS)
+        self._corr = 0
 
     # ------------------------------------------------------------------ workload side
 
@@ -287,10 +338,19 @@ class SimulatedCuda:
             self.capturing[0].kernels.append((name, ns))
             self._log("kernel_captured", name, s.name)
             return
+        wall = time.time_ns()
         self.host_ns += self.launch_ns
         start = max(self.host_ns, s.busy_until_ns)
         s.busy_until_ns = start + ns
         self._log("kernel", name, s.name)
+        self._corr += 1
+        device_name = ("Memcpy DtoD (Device -> Device)" if name == "copy_" else
+                       "Memset (Device)" if name in ("zero_", "fill_") else name)
+        activity = "gpu_memcpy" if name == "copy_" else "gpu_memset" if name in ("zero_", "fill_") else "kernel"
+        self.kineto.append(SimKinetoEvent("cudaLaunchKernel", "cuda_runtime", wall, time.time_ns() - wall, self._corr))
+        # at the launch's real time: a simulated queue delay mapped onto the real clock would put a
+        # kernel of an earlier block inside a later profile's window
+        self.kineto.append(SimKinetoEvent(device_name, activity, wall, ns, self._corr))
 
     # ------------------------------------------------------------------ torch.cuda API
 
@@ -348,7 +408,7 @@ class SimulatedCuda:
         i = self._index(device)
         streams = self._streams.get(i, [])
         done = max([self._devices[i].default.busy_until_ns] + [s.busy_until_ns for s in streams])
-        self.host_ns = max(self.host_ns + self.sync_ns, done)
+        self._wait("cudaDeviceSynchronize", max(self.host_ns + self.sync_ns, done))
         self._log("synchronize", i)
 
     def current_stream(self, device: Any = None) -> SimStream:
@@ -507,6 +567,19 @@ class SimulatedCuda:
 
     # ------------------------------------------------------------------ installing
 
+    def _wait(self, call: str, until_ns: int) -> None:
+        """The host blocks in runtime call ``call`` until simulated time ``until_ns``."""
+        wall = time.time_ns()
+        self.host_ns = max(self.host_ns, until_ns)
+        self._corr += 1
+        # on the real CPU timeline, so it nests in the real profiler's ops and annotations
+        self.kineto.append(SimKinetoEvent(call, "cuda_runtime", wall, time.time_ns() - wall, self._corr))
+
+    def kineto_events(self, start_ns: int, end_ns: int) -> list[SimKinetoEvent]:
+        """The simulated profiler events (runtime calls, kernels, copies) that began in the wall-clock
+        window ``[start_ns, end_ns]`` (epoch ns, kineto's clock)."""
+        return [e for e in self.kineto if start_ns <= e.start_ns() <= end_ns]
+
     def _check_not_capturing(self, what: str) -> None:
         if self.capturing is not None:
             raise SimulatedCudaError(f"CUDA error: operation not permitted when stream is capturing ({what})")
@@ -526,8 +599,10 @@ class SimulatedCuda:
     def install(self, monkeypatch: Any, *, nvml: bool = True) -> "SimulatedCuda":
         """Replace ``torch.cuda``'s device API (:data:`API`), ``torch.cuda.memory``'s snapshot API
         and ``torch.empty/zeros/ones/empty_like`` for CUDA devices (-> :class:`SimBuffer`) with this
-        simulator, and with ``nvml`` the ``pynvml`` module with a :class:`SimulatedNVML` of the
-        same devices (:attr:`nvml`), through ``monkeypatch`` (pytest's fixture, or any object with
+        simulator, the profiler's events (the simulated kernels, copies and runtime calls join
+        the real ones: :class:`SimKinetoEvent`), the bottleneck classification's device ceilings
+        (:data:`PEAK_FLOPS_PER_S`, :data:`PEAK_BYTES_PER_S`) and the CUDA probes' builder, and with
+        ``nvml`` the ``pynvml`` module with a :class:`SimulatedNVML` of the same devices (:attr:`nvml`), through ``monkeypatch`` (pytest's fixture, or any object with
         ``setattr``/``setitem``); undone with it. Returns ``self``."""
         import torch
 
@@ -541,11 +616,60 @@ class SimulatedCuda:
             monkeypatch.setattr(torch.cuda.memory, name, getattr(self, name))
         for name in self.FACTORIES:
             monkeypatch.setattr(torch, name, self._factory(getattr(torch, name)))
-        from . import probe
+        import importlib
 
+        # by sys.modules (not the package's attributes, which can outlive a module pytester's
+        # in-process runs dropped from sys.modules): the modules the plugin will import
+        probe, trace, profiling = (importlib.import_module(f"{__package__}.{m}") for m in ("probe", "trace", "profiling"))
         monkeypatch.setattr(probe, "_build", self._probe_builder(probe._build))
+        monkeypatch.setattr(trace, "raw_events", self._raw_events(trace.raw_events))
+        monkeypatch.setattr(profiling, "calibrate", self._calibrate(profiling.calibrate))
+        real_start = torch.profiler.profile.start
+
+        def start(prof: Any) -> Any:  # when each profile started, on kineto's (epoch) clock
+            prof._gpuperf_sim_started_ns = time.time_ns()
+            return real_start(prof)
+
+        monkeypatch.setattr(torch.profiler.profile, "start", start)
         monkeypatch.setattr(sys.modules[__name__], "_ACTIVE", self)
         return self
+
+    #: The ceilings the bottleneck classification's roofline uses on a simulated device (stand-ins:
+    #: the real calibration computes a large matmul and copy on the device).
+    PEAK_FLOPS_PER_S = 1.0e15
+    PEAK_BYTES_PER_S = 3.0e12
+
+    def _calibrate(self, real: Any) -> Any:
+        sim = self
+
+        def calibrate(device: Any, dtype: str | None = None, *, tf32: bool = False) -> tuple[float, float]:
+            if getattr(device, "type", "cpu") != "cuda":
+                return real(device, dtype, tf32=tf32)
+            return sim.PEAK_FLOPS_PER_S, sim.PEAK_BYTES_PER_S
+
+        return calibrate
+
+    def _raw_events(self, real: Any) -> Any:
+        """``trace.raw_events`` with the simulated device's events of the profiled window added:
+        what kineto would have recorded of the simulated kernels, copies and runtime calls."""
+        sim = self
+
+        def raw_events(prof: Any) -> list[Any]:
+            events = list(real(prof))
+            lo = getattr(prof, "_gpuperf_sim_started_ns", None)  # stamped by the patched profile.start
+            if lo is None:
+                results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+                start = getattr(results, "trace_start_ns", None)
+                lo = int(start()) if callable(start) else min((int(e.start_ns()) for e in events), default=None)
+            # a scheduled profile keeps its recorded step only (kineto drops the warm-up step's events)
+            steps = [int(e.start_ns()) for e in events if str(e.name()).startswith("ProfilerStep#")]
+            lo = max(steps) if steps else lo
+            if lo is None:
+                return events
+            # the window ends now: the profile has stopped (torch's profiling_end_time_ns is on another clock)
+            return events + sim.kineto_events(lo, time.time_ns())
+
+        return raw_events
 
     def _probe_builder(self, real: Any) -> Any:
         """The interleaved probes on a simulated device: the ``memory`` probe (the default) is the

@@ -119,11 +119,14 @@ def test_budget(memory_budget):
         buf = torch.empty(3 << 20, dtype=torch.int8, device="cuda")
         buf.free()
 
-@pytest.mark.gpu_bench(device="cuda", counts=True, max_time=0.1)
+ANY = ("compute", "memory", "overhead", "sync", "transfer", "data")
+
+@pytest.mark.gpu_bench(device="cuda", counts=True, max_time=0.1, expect_bottleneck=ANY)
 def test_counted(gpu_bench):
     sim = active()
-    r = gpu_bench(lambda: sim.kernel(ms=0.5))
-    assert r.smoke or r.counts is not None  # counted under the profiler with CUDA activities (no kernels are simulated)
+    r = gpu_bench(lambda: sim.kernel(ms=0.5, name="gemm_kernel"))
+    # counted and classified from the profiler's events, the simulated kernels among them
+    assert r.smoke or (r.counts.kernels == 1 and r.counts.syncs == 0 and r.bottleneck is not None)
 
 @pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.1)
 def test_oom(gpu_bench):

@@ -271,3 +271,42 @@ def test_simulated_nvml_telemetry_on_the_simulated_gpus(sim):
     with s:
         time.sleep(0.05)
     assert telemetry.throttle_verdict(s.summary()) is None
+
+
+def test_counting_and_profiling_see_the_simulated_kernels_copies_and_syncs(sim):
+    # The simulator's kineto-like events join the real profiler's: the count gate's kernel and sync
+    # counts, and the trace the bottleneck classification reads, see the simulated device's work.
+    from pytest_gpuperf import profiling
+    from pytest_gpuperf.counting import count_call
+
+    buf = sim.alloc(1 << 20)
+
+    def fn():
+        sim.kernel(ms=0.1, name="gemm_kernel")
+        sim.kernel(ms=0.1, name="gemm_kernel")
+        buf.copy_(None)
+        sim.kernel(ms=0.05, name="relu_kernel")
+        torch.cuda.synchronize()  # a host sync inside the benchmark, as .item() makes
+
+    counts, _ = count_call(fn, (), {}, CUDA0)
+    assert counts.kernels == 3 and dict(counts.kernels_by_name) == {"gemm_kernel": 2, "relu_kernel": 1}
+    assert counts.syncs == 1 and dict(counts.syncs_by_name) == {"cudaDeviceSynchronize": 1}  # not our final sync
+    _, events = profiling.profile_calls(fn, (), {}, CUDA0, calls=2)
+    kinds = {}
+    for e in events:
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    assert kinds["kernel"] == 6 and kinds["memcpy"] == 2 and kinds["runtime"] >= 8
+
+
+def test_bottleneck_classification_runs_on_the_simulated_device(sim):
+    # The classification's CUDA path (profile with CUDA activities, kernel trace, roofline) runs on
+    # the simulator's events; the class it reaches is not a claim about real GPUs.
+    from pytest_gpuperf import profiling
+    from pytest_gpuperf.bottleneck import CLASSES
+
+    def fn():
+        for _ in range(50):
+            sim.kernel(ms=0.002, name="tiny_kernel")
+
+    _, b = profiling.classify_call(fn, (), {}, CUDA0, median_ms=0.3)
+    assert b.kind in CLASSES and b.evidence.kernel_count == 50
