@@ -945,6 +945,27 @@ def _progress_writer(config: pytest.Config, nodeid: str) -> Any:
 
 
 @pytest.fixture
+def gpuperf_simulated_cuda(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Install a simulated CUDA device: ``sim = gpuperf_simulated_cuda(devices=2)``.
+
+    Returns the installed :class:`pytest_gpuperf.testing.SimulatedCuda` (this process's
+    ``torch.cuda``, NVML and profiler events), and sets ``GPUPERF_SIMULATED_CUDA`` for the test, so
+    ``pytester`` sessions it runs - in process or in subprocesses, their worker processes and
+    pytest-xdist workers included - measure on the same kind of simulated device. Undone after the
+    test. Raises ``ValueError`` for ``devices`` outside 1-64.
+    """
+    from .testing import ENV, SimulatedCuda
+
+    def install(devices: int = 1) -> Any:
+        if not 1 <= devices <= 64:
+            raise ValueError(f"devices={devices!r}: expected 1 to 64 simulated CUDA devices")
+        monkeypatch.setenv(ENV, str(devices))
+        return SimulatedCuda(devices=devices).install(monkeypatch)
+
+    return install
+
+
+@pytest.fixture
 def memory_budget(request: pytest.FixtureRequest) -> Any:
     """Fail the test when a block allocates more than a budget: ``with memory_budget("1.5 GiB") as mem:``.
 

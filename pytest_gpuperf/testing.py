@@ -733,7 +733,7 @@ class SimulatedNVML:
     ``utilization_pct`` and ``processes`` (``[(pid, used bytes)]``, what
     ``nvmlDeviceGetComputeRunningProcesses`` lists). ``calls`` counts the calls by name."""
 
-    NVML_CLOCK_SM = 0
+    NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
     NVML_TEMPERATURE_GPU = 0
     NVMLError = NVMLError
@@ -803,7 +803,7 @@ class SimulatedNVML:
     def nvmlDeviceGetCudaComputeCapability(self, h: Any) -> tuple[int, int]:  # noqa: N802
         return self.sim.get_device_capability(h[1])
 
-    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, h: Any, version: Any = None) -> Any:  # noqa: N802
         from types import SimpleNamespace
 
         used = self.sim.memory_reserved(h[1])

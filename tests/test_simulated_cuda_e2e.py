@@ -157,3 +157,22 @@ def test_an_in_process_session_on_the_simulated_device(pytester: pytest.Pytester
     rec.stdout.fnmatch_lines(["*test_side_stream: CUDA events on the current stream of cuda:0 saw*another stream*"])
     assert list(pytester.path.joinpath("snaps").glob("*.pickle"))
     assert active() is None
+
+
+def test_the_fixture_installs_the_simulator_for_the_test_and_its_sessions(pytester: pytest.Pytester) -> None:
+    # A user's own test of their benchmark code, with the plugin's fixture (no environment variable)
+    pytester.makepyfile(test_outer="""
+        import os
+        import torch
+        from pytest_gpuperf.timing import Measurer
+        from pytest_gpuperf.options import BenchOptions
+
+        def test_timing_on_two_gpus(gpuperf_simulated_cuda, pytester):
+            sim = gpuperf_simulated_cuda(devices=2)
+            assert torch.cuda.device_count() == 2 and os.environ["GPUPERF_SIMULATED_CUDA"] == "2"
+            t = Measurer(clock=sim.clock).measure(lambda: sim.kernel(ms=2.0), (), {},
+                                                  options=BenchOptions(max_time=0.1), device=torch.device("cuda", 1))
+            assert abs(t.samples_ms[0] - 2.0) < 0.01
+    """)
+    rec = pytester.runpytest_subprocess("-p", "pytester", *RUN)
+    rec.assert_outcomes(passed=1)

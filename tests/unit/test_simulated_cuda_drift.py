@@ -106,3 +106,28 @@ def test_device_properties_fields_exist_in_torchs_type_stubs():
     fields = {f.name for f in dataclasses.fields(SimDeviceProperties)}
     missing = sorted(fields - declared - OPTIONAL_PROPERTIES)
     assert not missing, f"SimDeviceProperties fields not in torch's _CudaDeviceProperties stubs: {missing}"
+
+
+#: NVML calls the package reaches through getattr with a fallback (an older nvidia-ml-py's name).
+NVML_OPTIONAL = {"nvmlDeviceGetCurrentClocksThrottleReasons"}
+
+
+def test_every_nvml_call_and_constant_is_simulated_like_pynvml():
+    pynvml = pytest.importorskip("pynvml")
+    from pytest_gpuperf.testing import SimulatedNVML
+
+    text = (ROOT / "pytest_gpuperf" / "telemetry.py").read_text()
+    calls = set(re.findall(r"\b(nvml[A-Z][A-Za-z]+)\s*[(,)]", text)) - NVML_OPTIONAL  # called or passed
+    assert {"nvmlInit", "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetClockInfo"} <= calls
+    missing = sorted(c for c in calls if not hasattr(SimulatedNVML, c))
+    assert not missing, f"NVML calls the package makes that SimulatedNVML lacks: {missing}"
+    for name in sorted(calls):
+        if not hasattr(pynvml, name):
+            continue  # not in this nvidia-ml-py: the package guards it
+        real = [p for p in inspect.signature(getattr(pynvml, name)).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        sim = [p for p in inspect.signature(getattr(SimulatedNVML, name)).parameters.values()
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+        assert len(sim) == len(real), f"{name}: pynvml takes {[p.name for p in real]}, the simulator {[p.name for p in sim]}"
+    for const in set(re.findall(r"\bnv\.(NVML_[A-Z_]+)", text)):
+        assert getattr(SimulatedNVML, const) == getattr(pynvml, const), const
