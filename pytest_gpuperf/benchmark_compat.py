@@ -381,7 +381,7 @@ def marker_options(item: pytest.Item, session: opts.BenchOptions) -> dict[str, A
     if "min_rounds" in out and out["min_rounds"] > session.max_rounds:
         out["max_rounds"] = out["min_rounds"]
     if ignored:
-        from .plugin import STATE_KEY  # the plugin's session state (loaded: it imported this module)
+        from .keys import STATE_KEY  # the plugin's session state
 
         state = item.config.stash.get(STATE_KEY, None)
         if state is not None:
@@ -656,18 +656,19 @@ class BenchmarkPlugin:
     @pytest.fixture
     def benchmark(self, request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Any:
         """pytest-benchmark's ``benchmark`` fixture, measured by pytest-gpuperf (see :class:`BenchmarkFixture`)."""
-        from .plugin import BENCH_KEY, STATE_KEY, _options_for, make_gpu_bench
+        from .keys import BENCH_KEY, FIXTURES_KEY, STATE_KEY
 
         state = request.config.stash[STATE_KEY]
+        fixtures = request.config.stash[FIXTURES_KEY]  # the plugin's, set at configure
         item = request.node
         try:
-            group = _options_for(item, state).group
+            group = fixtures.options_for(item, state).group
         except opts.OptionError as exc:
             pytest.fail(str(exc), pytrace=False)
 
         def make_bench(device: Any) -> Any:
             existing = item.stash.get(BENCH_KEY, None)  # the test also uses gpu_bench: one GpuBench
-            return existing if existing is not None else make_gpu_bench(request, _gpuperf_measurer, device)
+            return existing if existing is not None else fixtures.make_gpu_bench(request, _gpuperf_measurer, device)
 
         return BenchmarkFixture(item, make_bench, group=group, disabled=not state.measuring,
                                 warn=state.warnings.append)

@@ -15,13 +15,10 @@ import pytest
 
 from . import benchmark_compat
 from . import options as opts
+from .keys import BENCH_KEY, FIXTURES_KEY, STATE_KEY, SessionFixtures  # shared with benchmark_compat
 
 if TYPE_CHECKING:
     from .baseline import BaselineFile
-
-STATE_KEY = pytest.StashKey["GpuPerfState"]()
-BENCH_KEY = pytest.StashKey["Any"]()
-
 
 
 @dataclass
@@ -357,6 +354,7 @@ def pytest_configure(config: pytest.Config) -> None:
         for option, value in (("--gpuperf-json", json_opt), ("--gpuperf-markdown", md_opt)):
             if value:
                 _check_output_path(option, Path(config.invocation_params.dir, value))
+    config.stash[FIXTURES_KEY] = SessionFixtures(options_for=_options_for, make_gpu_bench=make_gpu_bench)
     config.stash[STATE_KEY] = GpuPerfState(
         measuring=(bool(config.getoption("--gpuperf")) or updating) and not compat.disabled,
         updating=updating,

@@ -2,9 +2,9 @@
 
 The graph counts every ``from . import``/``from .x import`` of ``pytest_gpuperf``, including the
 imports inside functions (most of the package's imports are there, to keep torch and numpy out of
-start-up; a cycle through them is still a cycle). One known cycle remains until the plugin's
-session object lands (``benchmark_compat`` reaches into the plugin's private helpers); any other
-cycle fails here, naming it.
+start-up; a cycle through them is still a cycle). The plugin and the pytest-benchmark
+adapter share state through ``pytest_gpuperf.keys`` (stash keys and the plugin's fixture
+functions), so the adapter never imports the plugin; any cycle fails here, naming it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_gpuperf"
-#: Cycles allowed for now, each with the step that removes it.
-KNOWN = {frozenset({"benchmark_compat", "plugin"}):
-         "issue 23: the pytest-benchmark adapter imports the plugin's STATE_KEY, BENCH_KEY, _options_for and "
-         "make_gpu_bench, and the plugin imports the adapter; both should depend on a session module"}
+#: Cycles allowed for now, each with the step that removes it (none left).
+KNOWN: dict[frozenset[str], str] = {}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -83,14 +81,15 @@ def test_the_scan_sees_the_package():
     assert "compare" in graph["gate"] and "trace" in graph["counting"]
 
 
-def test_no_import_cycles_but_the_known_one():
+def test_no_import_cycles():
     found = cycles(import_graph())
     unknown = [sorted(c) for c in found if c not in KNOWN]
     assert not unknown, f"import cycles in pytest_gpuperf (break them; see tests/unit/test_architecture.py): {unknown}"
 
 
 def test_the_cycles_of_issue_23_are_gone():
-    # ab <-> compare (ab_summary now lives with Comparison) and counting <-> profiling (the
-    # profiler's events are in pytest_gpuperf.trace, below both)
+    # ab <-> compare (ab_summary now lives with Comparison), counting <-> profiling (the profiler's
+    # events are in pytest_gpuperf.trace, below both), benchmark_compat <-> plugin (pytest_gpuperf.keys)
     graph = import_graph()
     assert "ab" not in graph["compare"] and "profiling" not in graph["counting"]
+    assert "plugin" not in graph["benchmark_compat"] and "keys" in graph["benchmark_compat"]
