@@ -41,8 +41,8 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from .compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, RATIO_CONFIDENCE, Comparison, Verdict,  # noqa: F401
-                      ab_summary, hierarchical_log_ci, shift_verdict)
+from .compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_ALPHA, DEFAULT_THRESHOLD,  # noqa: F401
+                      RATIO_CONFIDENCE, Comparison, Verdict, ab_summary, hierarchical_log_ci, shift_verdict)
 from .units import format_ratio
 
 #: Sides of an A/B comparison: A is the git revision, B the working tree.
@@ -169,8 +169,8 @@ def decide_ab(
     a_median_ms: float,
     b_median_ms: float,
     ref: str,
-    threshold: float = 0.05,
-    alpha: float = 0.01,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
     benchmark_id: str = "benchmark",
     confirmed: bool | None = None,
 ) -> Comparison:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .ab import Block, SIDES, abba_schedule
+from .options import DEFAULTS
 
 #: Worktrees of other revisions kept under ``.gpuperf/ab`` for later runs.
 KEEP_WORKTREES = 3
@@ -331,7 +332,7 @@ class Measured:
     blocks: list[Block] = field(default_factory=list)
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    max_time_s: float = 1.0
+    max_time_s: float = DEFAULTS.max_time
 
     def sides(self) -> set[str]:
         return {b.side for b in self.blocks}
@@ -583,7 +584,7 @@ class Coordinator:
 
     def _interleave(self, p: int, key: str, a: _Worker, b: _Worker, ma: dict, mb: dict) -> None:
         m = self._record(key)
-        m.max_time_s = float(mb.get("max_time_s", ma.get("max_time_s", 1.0)))
+        m.max_time_s = float(mb.get("max_time_s", ma.get("max_time_s", DEFAULTS.max_time)))
         self.progress(f"A/B: {key} (worker pair {p + 1})")
         workers = {"A": a, "B": b}
         first = ("A", "B") if p % 2 == 0 else ("B", "A")
@@ -602,7 +603,7 @@ class Coordinator:
     def _alone(self, p: int, w: _Worker) -> None:
         key = w.pending["key"]
         m = self._record(key)
-        m.max_time_s = float(w.pending.get("max_time_s", 1.0))
+        m.max_time_s = float(w.pending.get("max_time_s", DEFAULTS.max_time))
         self.progress(f"A/B: {key} on side {w.spec.side} only (worker {w.name})")
         warm = self._warm(w, m)
         if warm is not None:

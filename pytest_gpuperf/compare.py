@@ -70,6 +70,8 @@ MIN_RUNS_FOR_PREDICTION = 5
 #: Defaults of the gate options, from the one place options are defined.
 DEFAULT_THRESHOLD = BenchOptions.threshold
 DEFAULT_ALPHA = BenchOptions.alpha
+#: Peak-memory growth that fails a test by default (BenchOptions.memory_threshold, stated once there).
+DEFAULT_MEMORY_THRESHOLD = BenchOptions.memory_threshold
 #: One-sided confidence of the Student-t prediction limit of the log run-medians.
 PREDICTION_CONFIDENCE = 0.99
 
@@ -711,7 +713,7 @@ class MemoryComparison:
     benchmark_id: str
     current_bytes: int
     baseline_bytes: int | None = None
-    threshold: float = 0.02
+    threshold: float = DEFAULT_MEMORY_THRESHOLD
     max_memory_bytes: int | None = None
     device: str = ""
     baseline_file: str | None = None
@@ -766,7 +768,7 @@ def decide_memory(
     current_bytes: int,
     baseline_bytes: int | None,
     *,
-    threshold: float = 0.02,
+    threshold: float = DEFAULT_MEMORY_THRESHOLD,
     max_memory_bytes: int | None = None,
     benchmark_id: str = "benchmark",
     device: str = "",

@@ -623,7 +623,7 @@ def _measure_ab(config: pytest.Config, state: GpuPerfState, rev: Any,
     coordinator.run()
     results, removed, notes = ab_results(coordinator, rev.label)
     suspects = {k: n for k, r in results.items()
-                if needs_more_pairs(r.comparison) and (n := int(r.options.get("confirm", 1) or 0)) > 0}
+                if needs_more_pairs(r.comparison) and (n := int(r.options.get("confirm", opts.DEFAULTS.confirm) or 0)) > 0}
     if suspects:
         coordinator.confirm(set(suspects), max(suspects.values()))
         results, removed, notes = ab_results(coordinator, rev.label)
