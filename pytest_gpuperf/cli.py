@@ -297,7 +297,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 continue
             evidence = Evidence(
                 samples_ms=tuple(c_entry.samples_ms),
-                process_samples_ms=tuple((m_,) for m_ in processes) if replicated and processes else None,
+                process_samples_ms=tuple((m_,) for m_ in processes or ()) if replicated else None,
                 peak_memory_bytes=c_entry.peak_memory_bytes if b_entry.peak_memory_bytes is not None else None,
                 counts=c_entry.counts if b_entry.count_history else None)
             ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,

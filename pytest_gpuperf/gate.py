@@ -443,7 +443,7 @@ def evaluate(
     counts = None
     if evidence.counts is not None:
         counts = judge_counts(evidence.counts, reference.baseline, options, benchmark_id=benchmark_id,
-                              baseline_file=label, ab_counts=reference.ab_counts if reference.ab_ref else None,
+                              baseline_file=label, ab_counts=reference.ab_counts,
                               ab=reference.ab_ref is not None)
     return Evaluation(comparison=comparison, memory=memory, counts=counts)
 

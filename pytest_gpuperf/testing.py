@@ -303,6 +303,7 @@ class SimulatedCuda:
         self.l2_epoch = [0] * devices  # bumped by writes of >= L2 bytes (they evict the L2)
         self._addr = 1 << 20
         self._warm: dict[tuple[int, str], int] = {}
+        self._streams: dict[int, list[SimStream]] = {}  # side streams per device (torch.cuda.Stream())
         #: the profiler events of the last :data:`KINETO_EVENTS` launches and waits (see :class:`SimKinetoEvent`)
         self.kineto: collections.deque[SimKinetoEvent] = collections.deque(maxlen=KINETO_EVENTS)
         self._corr = 0
@@ -422,12 +423,6 @@ class SimulatedCuda:
         s = SimStream(self, i, priority=priority, name=f"cuda:{i}/side{len(self._streams.get(i, []))}")
         self._streams.setdefault(i, []).append(s)
         return s
-
-    @property
-    def _streams(self) -> dict[int, list[SimStream]]:
-        if not hasattr(self, "_side_streams"):
-            self._side_streams: dict[int, list[SimStream]] = {}
-        return self._side_streams
 
     def stream(self, stream: Any) -> Any:
         """``with torch.cuda.stream(s):`` ``s`` is the current stream of its device (and its
