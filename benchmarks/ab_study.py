@@ -16,8 +16,8 @@ benchmark's blocks (side, process pair, position, block median ms: the JSON repo
 **analyze** re-decides from the stored blocks. The unit that carries a process's speed mode is a
 pair of worker processes, so a trial draws 2 distinct process pairs (seeded) from all the
 collected ones of that benchmark (any run, any condition in the file) and calls
-:func:`pytest_gpuperf.gate.evaluate` (what the plugin ships; its A/B step is
-:func:`pytest_gpuperf.ab.decide_ab`) on their paired blocks; for power, side B's block medians are
+:func:`pytest_gpuperf.verdict.gate.evaluate` (what the plugin ships; its A/B step is
+:func:`pytest_gpuperf.verdict.paired.decide_ab`) on their paired blocks; for power, side B's block medians are
 multiplied by ``1 + delta`` first (delta = +5%, +10%, +20%; the same draws for every delta). With
 P collected process pairs there are only P(P-1)/2 distinct draws: the tables say P, and a rate
 under 1 / (P(P-1)/2) cannot be resolved.
@@ -88,9 +88,9 @@ def _pairs(data: dict, name: str) -> list[list[tuple[str, int, float]]]:
 
 
 def _decide(pairs: list[list[tuple[str, int, float]]], delta: float) -> str:
-    from pytest_gpuperf.ab import Block
-    from pytest_gpuperf.gate import Evidence, Reference, evaluate
-    from pytest_gpuperf.options import DEFAULTS
+    from pytest_gpuperf.verdict.paired import Block
+    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+    from pytest_gpuperf.core.options import DEFAULTS
 
     blocks = tuple(Block(side, p, pos, (ms * (1 + delta) if side == "B" else ms,))
                    for p, pair in enumerate(pairs) for side, pos, ms in pair)

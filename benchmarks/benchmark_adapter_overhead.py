@@ -56,10 +56,10 @@ def per_test(calls: int) -> dict[str, float]:
     """Median seconds per test of a direct GpuBench call and of the same through the adapter."""
     import torch
 
-    from pytest_gpuperf.bench import BenchContext, GpuBench
-    from pytest_gpuperf.benchmark_compat import BenchmarkFixture, BenchmarkStats
-    from pytest_gpuperf.options import BenchOptions
-    from pytest_gpuperf.result import BenchResult
+    from pytest_gpuperf.plugin.bench import BenchContext, GpuBench
+    from pytest_gpuperf.plugin.benchmark_compat import BenchmarkFixture, BenchmarkStats
+    from pytest_gpuperf.core.options import BenchOptions
+    from pytest_gpuperf.verdict.result import BenchResult
 
     ctx = BenchContext(test_id="test_add", options=BenchOptions(), device=torch.device("cpu"), measuring=False)
     a, b = torch.ones(1000), torch.ones(1000)

@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     cov.load()
     total = ran = 0
     rows = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        if path.name in SKIP:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent == PACKAGE and path.name in SKIP:
             continue
         _, statements, _, missing, _ = cov.analysis2(str(path))
         cuda = cuda_only_lines(path) & set(statements)
@@ -97,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         hit = cuda - set(missing)
         total += len(cuda)
         ran += len(hit)
-        rows.append((path.name, len(hit), len(cuda), sorted(cuda - hit)))
+        rows.append((str(path.relative_to(PACKAGE)), len(hit), len(cuda), sorted(cuda - hit)))
     data.unlink(missing_ok=True)
     print("\nCUDA-only statements run on the simulated device (benchmarks/cuda_coverage.py):")
     for name, hit, n, missed in rows:
-        print(f"  {name:22s} {hit:4d} / {n:4d}  ({hit / n * 100:5.1f}%)")
+        print(f"  {name:28s} {hit:4d} / {n:4d}  ({hit / n * 100:5.1f}%)")
         if args.list and missed:
             print(f"      not run: {', '.join(map(str, missed))}")
     share = ran / total * 100 if total else 100.0
-    print(f"  {'total':22s} {ran:4d} / {total:4d}  ({share:5.1f}%)")
+    print(f"  {'total':28s} {ran:4d} / {total:4d}  ({share:5.1f}%)")
     if args.min is not None and share < args.min:
         print(f"cuda_coverage: {share:.1f}% < --min {args.min:g}%", file=sys.stderr)
         return 1

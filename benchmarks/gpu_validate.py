@@ -24,9 +24,9 @@ Sections (a table on stdout, every number in the JSON):
 * **classification** — the six classes on canonical workloads (bf16 GEMM -> compute, large
   elementwise -> memory, many tiny kernels -> overhead, ``.item()`` per layer -> sync, large
   pageable H2D copies -> transfer, a DataLoader whose dataset sleeps -> data), through the
-  plugin's own path (:func:`pytest_gpuperf.profiling.classify_call`).
+  plugin's own path (:func:`pytest_gpuperf.measure.profiling.classify_call`).
 * **counts** — kernels, syncs and copies per call of those workloads
-  (:func:`pytest_gpuperf.counting.count_call`), 3 runs each: identical?
+  (:func:`pytest_gpuperf.measure.counting.count_call`), 3 runs each: identical?
 * **plugin** — the plugin's default path, as a user runs it: a ``gpu_bench`` test of a matmul (bf16
   4096 on CUDA; ``--quick``/CPU: fp32 256) in a temporary project, ``pytest
   --gpuperf-update-baselines`` then ``pytest --gpuperf`` (worker processes, the interleaved probe,
@@ -72,7 +72,7 @@ def environment(device: Any) -> dict[str, Any]:
         env.update(gpu=props.name, cuda=torch.version.cuda, sm_count=props.multi_processor_count,
                    memory_bytes=props.total_memory)
         try:
-            from pytest_gpuperf.telemetry import gpu_info, handle_for
+            from pytest_gpuperf.measure.telemetry import gpu_info, handle_for
 
             info = gpu_info(handle_for(device.index or 0)) or {}
             env.update(driver=info.get("driver_version"), max_sm_clock_mhz=info.get("max_sm_clock_mhz"))
@@ -95,8 +95,8 @@ def environment(device: Any) -> dict[str, Any]:
 def ours(fn: Callable[[], Any], device: Any, *, max_time: float, flush_l2: bool = False,
          cuda_graph: bool = False) -> float:
     """pytest-gpuperf's median per call (us)."""
-    from pytest_gpuperf.options import BenchOptions
-    from pytest_gpuperf.timing import measure
+    from pytest_gpuperf.core.options import BenchOptions
+    from pytest_gpuperf.measure.timing import measure
 
     opts = BenchOptions(max_time=max_time, flush_l2=flush_l2, cuda_graph=cuda_graph, target_precision=0.0)
     t = measure(fn, (), {}, options=opts, device=device)
@@ -206,7 +206,7 @@ def overhead(device: Any, quick: bool) -> dict[str, Any]:
         return _skip("needs CUDA (event-pair loop, NVML sampler)")
     import torch
 
-    from pytest_gpuperf.telemetry import sampler_for
+    from pytest_gpuperf.measure.telemetry import sampler_for
 
     x, y = torch.randn(1 << 10, device=device), torch.randn(1 << 10, device=device)
     fn = lambda: torch.add(x, y)  # noqa: E731
@@ -252,7 +252,7 @@ def l2_flush(device: Any, quick: bool) -> dict[str, Any]:
 
 def kernel_device_us(fn: Callable[[], Any], device: Any) -> float:
     """Sum of the kernels' device time of one call (us), from the profiler."""
-    from pytest_gpuperf.profiling import profile_calls
+    from pytest_gpuperf.measure.profiling import profile_calls
 
     _, events = profile_calls(fn, (), {}, device, 1)
     return sum(e.duration_ns for e in events if e.kind in ("kernel", "memset")) / 1e3
@@ -321,7 +321,7 @@ def canonical_workloads(device: Any, quick: bool) -> dict[str, tuple[str, Callab
 
 def classification(device: Any, quick: bool) -> list[dict[str, Any]]:
     """Each canonical workload through the plugin's classification path."""
-    from pytest_gpuperf.profiling import classify_call
+    from pytest_gpuperf.measure.profiling import classify_call
 
     rows = []
     for name, (expected, fn) in canonical_workloads(device, quick).items():
@@ -334,7 +334,7 @@ def classification(device: Any, quick: bool) -> list[dict[str, Any]]:
 
 def counts(device: Any, quick: bool, runs: int = 3) -> list[dict[str, Any]]:
     """Kernels (CUDA) / ops, syncs and copies per call, ``runs`` times: identical?"""
-    from pytest_gpuperf.counting import count_call
+    from pytest_gpuperf.measure.counting import count_call
 
     rows = []
     for name, (_, fn) in canonical_workloads(device, quick).items():

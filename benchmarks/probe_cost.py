@@ -5,7 +5,7 @@ Usage (from the repository root, in an environment with the plugin installed; CP
     python benchmarks/probe_cost.py [--repeats 5] [--max-time 1.0]
 
 For three workloads (a small matmul, a large elementwise add, a loop of tiny ops) and each probe
-class, it measures the workload with the probe interleaved (``pytest_gpuperf.timing.measure``,
+class, it measures the workload with the probe interleaved (``pytest_gpuperf.measure.timing.measure``,
 ``probe=``) ``--repeats`` times and prints: rounds per probe call (k), the probe's share of the
 measuring time (sum of probe times / (sum of round times + sum of probe times)), the probe's
 median (ms), and the within-run Spearman rho and one-sided p between the per-block benchmark
@@ -21,10 +21,11 @@ import statistics
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from pytest_gpuperf.gate import probe_correlation
-    from pytest_gpuperf.options import BenchOptions
-    from pytest_gpuperf.probe import PROBE_KINDS, ProbeEvidence, make_probe
-    from pytest_gpuperf.timing import measure
+    from pytest_gpuperf.verdict.gate import probe_correlation
+    from pytest_gpuperf.core.options import BenchOptions
+    from pytest_gpuperf.measure.probe import PROBE_KINDS, make_probe
+    from pytest_gpuperf.verdict.machine import ProbeEvidence
+    from pytest_gpuperf.measure.timing import measure
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="measurements per workload and probe (default 5)")

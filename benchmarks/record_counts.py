@@ -44,7 +44,8 @@ def main() -> int:
                         f"--gpuperf-baseline-dir={tmp}", "--gpuperf-json", str(report)], cwd=ROOT, check=False)
         measured = json.loads(report.read_text())["benchmarks"]
     by_id = {key.split("::", 1)[1]: e["counts"] for key, e in measured.items() if e.get("counts")}
-    from pytest_gpuperf.baseline import dumps, load, write_atomic
+    from pytest_gpuperf.core.files import write_atomic
+    from pytest_gpuperf.storage.baseline import dumps, load
 
     for path in files:
         load(path)  # refuses an unusable file before anything is written

@@ -19,7 +19,7 @@ Rules (all compare the current run with the baseline):
 
 * **ours** - the plugin's single-process path (``--gpuperf-processes 1``; the default, several
   worker processes, is studied by ``benchmarks/verdict_study.py``):
-  :func:`pytest_gpuperf.gate.evaluate` (the plugin's one evaluation function) with ``threshold=0.05``,
+  :func:`pytest_gpuperf.verdict.gate.evaluate` (the plugin's one evaluation function) with ``threshold=0.05``,
   ``alpha=0.01``, a history of K=10 stored baseline runs (their medians as ``run_medians_ms``,
   oldest first; the newest run's samples as ``baseline_ms``), and ONE confirmation: when the first
   decision is ``REGRESSED``, ``evaluate`` re-measures: ``remeasure`` returns a second
@@ -38,7 +38,7 @@ Data sources:
 
 (a) **Real CPU timings.** The script spawns ``--processes`` worker processes (default 24) one after
     another (never in parallel): ``python benchmarks/stat_power.py --collect FILE``. Each imports
-    torch afresh and times three ops on the CPU with :func:`pytest_gpuperf.timing.measure` at the
+    torch afresh and times three ops on the CPU with :func:`pytest_gpuperf.measure.timing.measure` at the
     plugin's default options (``BenchOptions()``: max_time 1 s, target_precision 0.5%,
     min_rounds 10; ``--max-time`` overrides max_time for quick checks only): a 256x256 fp32
     matmul, an elementwise add of two 2^22-float tensors, and a small conv2d forward
@@ -101,10 +101,10 @@ from typing import Any, Sequence
 import numpy as np
 
 try:
-    from pytest_gpuperf.baseline import BaselineEntry
-    from pytest_gpuperf.compare import Verdict
-    from pytest_gpuperf.gate import Evidence, Reference, evaluate
-    from pytest_gpuperf.options import DEFAULTS, BenchOptions
+    from pytest_gpuperf.storage.baseline import BaselineEntry
+    from pytest_gpuperf.verdict.compare import Verdict
+    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+    from pytest_gpuperf.core.options import DEFAULTS, BenchOptions
 except ImportError as exc:  # pragma: no cover - environment problem
     raise SystemExit(
         f"cannot import pytest_gpuperf ({exc}); install the plugin first (pip install -e .)"
@@ -164,7 +164,7 @@ def collect_worker(path: str, max_time: float | None, threads: int) -> None:
     import torch
     import torch.nn.functional as F
 
-    from pytest_gpuperf.timing import measure, resolve_device
+    from pytest_gpuperf.measure.timing import measure, resolve_device
 
     if threads > 0:
         torch.set_num_threads(threads)

@@ -13,19 +13,19 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "BenchOptions": "options",
-    "OptionError": "options",
-    "BenchResult": "result",
-    "Comparison": "compare",
-    "Verdict": "compare",
-    "decide": "compare",
-    "Outliers": "stats",
-    "parse_size": "units",
-    "format_bytes": "units",
-    "MemoryReport": "memory",
-    "MemoryLimitError": "memory",
-    "MemoryComparison": "compare",
-    "decide_memory": "compare",
+    "BenchOptions": "core.options",
+    "OptionError": "core.options",
+    "BenchResult": "verdict.result",
+    "Comparison": "verdict.compare",
+    "Verdict": "verdict.compare",
+    "decide": "verdict.compare",
+    "Outliers": "verdict.stats",
+    "parse_size": "core.units",
+    "format_bytes": "core.units",
+    "MemoryReport": "measure.memory",
+    "MemoryLimitError": "measure.memory",
+    "MemoryComparison": "verdict.compare",
+    "decide_memory": "verdict.compare",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

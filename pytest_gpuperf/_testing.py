@@ -1,6 +1,6 @@
 """Test helpers (not public API): scripted timings for deterministic tests of verdicts.
 
-A :class:`ScriptedMeasurer` runs the real measurement protocol of :mod:`pytest_gpuperf.timing`
+A :class:`ScriptedMeasurer` runs the real measurement protocol of :mod:`pytest_gpuperf.measure.timing`
 (warmup, batching, rounds, early stopping, the ``max_time`` budget) on a :class:`FakeClock` that
 advances by a scripted number of milliseconds at every call of the benchmarked function, so a
 test of a verdict gives the same answer on any machine, loaded or not. The function itself is
@@ -26,7 +26,7 @@ A spec's ``"machine"`` (a factor, or ``{"every": k, "factors": [...]}``) multipl
 benchmark's and the probe's scripted times, a machine state that both follow (correlated).
 
 **Host load.** The CPU sampler's host load (``other_cpu_cores``, see
-:class:`pytest_gpuperf.telemetry.CpuSampler`) is not measured under a scripted measurer; a spec's
+:class:`pytest_gpuperf.measure.telemetry.CpuSampler`) is not measured under a scripted measurer; a spec's
 ``"host_load": 0.98`` scripts it (cores used by other processes), e.g. to test "host busy".
 """
 
@@ -39,7 +39,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .timing import Measurer, measure, time_once
+from pytest_gpuperf.measure.timing import Measurer, measure, time_once
 
 #: ``script(i) -> ms``: the duration of the i-th call of the benchmarked function (0-based).
 Script = Callable[[int], float]
@@ -78,7 +78,7 @@ def noisy(median_ms: float, cv: float = 0.02, seed: int = 0, *, slow_calls: int 
 
 
 class ScriptedMeasurer(Measurer):
-    """A :class:`~pytest_gpuperf.timing.Measurer` whose clock advances ``script(i)`` ms at call i.
+    """A :class:`~pytest_gpuperf.measure.timing.Measurer` whose clock advances ``script(i)`` ms at call i.
 
     ``script`` is a function of the call index, a sequence (cycled), or a constant (ms). The call
     index runs across warmup, rounds and re-measures of one fixture instance. Always uses the CPU

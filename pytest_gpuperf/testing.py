@@ -130,7 +130,7 @@ class SimEvent:
 
 class SimKinetoEvent:
     """A profiler event of the simulated device, shaped like torch's ``_KinetoEvent`` (the methods
-    :mod:`pytest_gpuperf.trace` reads): CUDA runtime calls on the CPU timeline (``cudaLaunchKernel``,
+    :mod:`pytest_gpuperf.measure.trace` reads): CUDA runtime calls on the CPU timeline (``cudaLaunchKernel``,
     ``cudaDeviceSynchronize``...) and kernels, copies and memsets on the device timeline, with
     wall-clock (epoch) nanosecond timestamps like kineto's. Runtime calls take the real time the
     simulator call took, so they nest inside the real profiler's CPU ops and ``record_function``
@@ -615,7 +615,7 @@ class SimulatedCuda:
 
         # by sys.modules (not the package's attributes, which can outlive a module pytester's
         # in-process runs dropped from sys.modules): the modules the plugin will import
-        probe, trace, profiling = (importlib.import_module(f"{__package__}.{m}") for m in ("probe", "trace", "profiling"))
+        probe, trace, profiling = (importlib.import_module(f"{__package__}.measure.{m}") for m in ("probe", "trace", "profiling"))
         monkeypatch.setattr(probe, "_build", self._probe_builder(probe._build))
         monkeypatch.setattr(trace, "raw_events", self._raw_events(trace.raw_events))
         monkeypatch.setattr(profiling, "calibrate", self._calibrate(profiling.calibrate))
@@ -674,7 +674,7 @@ class SimulatedCuda:
         sim = self
 
         def build(kind: str, device: Any) -> Any:
-            from .probe import OVERHEAD_OPS, Probe
+            from pytest_gpuperf.measure.probe import OVERHEAD_OPS, Probe
 
             if getattr(device, "type", "cpu") != "cuda" or kind == "memory":
                 return real(kind, device)

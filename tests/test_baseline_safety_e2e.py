@@ -107,7 +107,7 @@ def test_wrong_typed_field_errors_naming_it(pytester: pytest.Pytester, field: st
 
 def test_written_baselines_follow_the_schema_and_leave_no_locks(pytester: pytest.Pytester,
                                                                  private_tmpdir: Path) -> None:
-    from pytest_gpuperf.schema import validate
+    from pytest_gpuperf.storage.schema import validate
 
     _two_modules(pytester)
     for _ in range(2):

@@ -215,7 +215,7 @@ def test_bad_counts_are_errors(benchmark, bad):
         benchmark.pedantic(fn, args=(1,), **bad)
 
 def test_second_call_is_pytest_benchmarks_error(benchmark):
-    from pytest_gpuperf.benchmark_compat import FixtureAlreadyUsed
+    from pytest_gpuperf.plugin.benchmark_compat import FixtureAlreadyUsed
 
     assert benchmark(fn, 4) == 8
     with pytest.raises(FixtureAlreadyUsed, match=r"Fixture can only be used once. Previously it was used in "
@@ -299,7 +299,7 @@ def test_extra_info_goes_to_the_json_report_and_baselines_for_both_fixtures(pyte
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     stored = json.loads(path.read_text())["benchmarks"]
     assert stored["test_bm"]["extra_info"] == {"before": 1, "after": [1, 2]}
-    from pytest_gpuperf.schema import validate
+    from pytest_gpuperf.storage.schema import validate
 
     validate(json.loads(path.read_text()), "baseline")
     validate(json.loads(pytester.path.joinpath("report.json").read_text()), "report")
@@ -625,7 +625,7 @@ import pytest
 def test_bm(benchmark):
     out = benchmark(sum, [1, 2])
     print("OWNER", type(benchmark).__module__, out)
-    if type(benchmark).__module__ == "pytest_gpuperf.benchmark_compat":
+    if type(benchmark).__module__ == "pytest_gpuperf.plugin.benchmark_compat":
         o = benchmark.result.options
         print("OPTIONS", o["min_rounds"], o["max_time"], o["warmup_time"])
 
@@ -664,7 +664,7 @@ def test_with_pytest_benchmark_loaded_gpuperf_takes_over_for_the_session(pyteste
     out = rec.stdout.str()
     assert out.count("pytest-gpuperf: pytest-benchmark 5.3.1-stand-in is taken over for this session: its "
                      "benchmark fixture, marker and --benchmark-* flags are served by pytest-gpuperf") == 1
-    assert "OWNER pytest_gpuperf.benchmark_compat 3" in out
+    assert "OWNER pytest_gpuperf.plugin.benchmark_compat 3" in out
     assert "OPTIONS 10 0.2 0.025" in out  # its flags are read; at their defaults (min_rounds 5) they change nothing
     assert "pytest-gpuperf: --benchmark-timer is accepted and ignored" in out
     head = next(line for line in out.splitlines() if line.startswith("name "))
@@ -726,7 +726,7 @@ def test_plain_session_with_the_adapter_imports_nothing_heavy(pytester: pytest.P
 
         @pytest.mark.benchmark(group="g", timer=None)
         def test_plain():
-            assert "pytest_gpuperf.benchmark_compat" in sys.modules
+            assert "pytest_gpuperf.plugin.benchmark_compat" in sys.modules
             assert "torch" not in sys.modules and "numpy" not in sys.modules
         """
     )
@@ -735,4 +735,4 @@ def test_plain_session_with_the_adapter_imports_nothing_heavy(pytester: pytest.P
     rec.assert_outcomes(skipped=1)
     rec = pytester.runpytest_subprocess("--benchmark-group-by=param:size", "--gpuperf-columns=min", *RUN)
     rec.assert_outcomes(passed=1)
-    assert sys.modules.get("pytest_gpuperf.benchmark_compat") is not None
+    assert sys.modules.get("pytest_gpuperf.plugin.benchmark_compat") is not None

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_gpuperf.schema import validate
+from pytest_gpuperf.storage.schema import validate
 from scripted import script_timings, set_timings
 
 pytest_plugins = ["pytester"]

@@ -1,4 +1,4 @@
-"""The ``gpuperf`` command line (``pytest_gpuperf.cli``): compare and show.
+"""The ``gpuperf`` command line (``pytest_gpuperf.reporting.cli``): compare and show.
 
 Inputs are written to ``tmp_path`` from seeded log-normal samples, so every verdict is
 deterministic; ``main([...])`` is called in-process (one subprocess test checks
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_gpuperf.cli import main
+from pytest_gpuperf.reporting.cli import main
 
 MODULE = "tests/perf/test_demo.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -425,10 +425,10 @@ def test_compare_redecides_an_ab_verdict_on_the_reports_blocks(tmp_path, capsys)
     # A report whose verdict came from A/B (here: 16 paired blocks per process pair, B 1.3x slower in
     # both pairs) is decided again on those blocks, as the plugin decided it, not against the
     # stored baseline's samples (which would say unchanged: the baseline is as slow as B).
-    from pytest_gpuperf.ab import Block, abba_schedule
-    from pytest_gpuperf.gate import Evidence, Reference, evaluate
-    from pytest_gpuperf.options import DEFAULTS
-    from pytest_gpuperf.report import comparison_dict
+    from pytest_gpuperf.verdict.paired import Block, abba_schedule
+    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+    from pytest_gpuperf.core.options import DEFAULTS
+    from pytest_gpuperf.reporting.report import comparison_dict
 
     rng = np.random.default_rng(5)
     blocks = tuple(Block(side, p, pos, (float((1.3 if side == "B" else 1.0) * rng.lognormal(0, 0.01)),))

@@ -212,8 +212,8 @@ def test_counts_do_not_change_under_load() -> None:
     """20 counting calls of one training step, while a background process keeps a core busy: the
     counts are identical every time (the gate does not depend on the machine's state)."""
     torch = pytest.importorskip("torch")
-    from pytest_gpuperf.counting import count_call
-    from pytest_gpuperf.counts import decide_counts
+    from pytest_gpuperf.measure.counting import count_call
+    from pytest_gpuperf.verdict.counts import decide_counts
 
     w = torch.randn(32, 32, requires_grad=True)
 

@@ -89,7 +89,7 @@ def test_slower_code_on_the_same_machine_fails(pytester: pytest.Pytester) -> Non
 def test_measurer_without_probe_support_still_works(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_bench=BENCH)
     script_timings(pytester, conftest='''
-from pytest_gpuperf.timing import measure
+from pytest_gpuperf.measure.timing import measure
 
 class OldMeasurer:  # the signature before probes existed
     clock = None

@@ -164,8 +164,8 @@ def test_the_fixture_installs_the_simulator_for_the_test_and_its_sessions(pytest
     pytester.makepyfile(test_outer="""
         import os
         import torch
-        from pytest_gpuperf.timing import Measurer
-        from pytest_gpuperf.options import BenchOptions
+        from pytest_gpuperf.measure.timing import Measurer
+        from pytest_gpuperf.core.options import BenchOptions
 
         def test_timing_on_two_gpus(gpuperf_simulated_cuda, pytester):
             sim = gpuperf_simulated_cuda(devices=2)

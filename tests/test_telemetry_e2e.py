@@ -35,7 +35,7 @@ def _record(pytester: pytest.Pytester, *extra: str) -> None:
 
 THROTTLED_SAMPLER = """
 import pytest
-import pytest_gpuperf.telemetry as telemetry
+import pytest_gpuperf.measure.telemetry as telemetry
 
 class ThrottledSampler:
     # what an NVML sampler summarizes for a GPU that ran hot: HW thermal in 34% of samples
@@ -136,7 +136,7 @@ def test_no_gpu_means_no_nvml_line_and_no_failure(pytester: pytest.Pytester) -> 
 def test_real_nvml_smoke() -> None:
     import torch
 
-    from pytest_gpuperf import telemetry
+    from pytest_gpuperf.measure import telemetry
 
     assert telemetry.nvml_status() is None
     handle = telemetry.handle_for(0)

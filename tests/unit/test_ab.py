@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from pytest_gpuperf.ab import (Block, PairedRatio, abba_schedule, ab_summary, decide_ab, min_pairs, paired_ratios,
+from pytest_gpuperf.verdict.paired import (Block, PairedRatio, abba_schedule, ab_summary, decide_ab, min_pairs, paired_ratios,
                                per_process_ratios)
-from pytest_gpuperf.compare import Verdict
+from pytest_gpuperf.verdict.compare import Verdict
 
 
 def _blocks(slowdown: float, *, processes: int = 2, groups: int = 4, cv: float = 0.03, drift: float = 0.0,
@@ -107,7 +107,7 @@ def test_per_process_ratios_and_bad_options():
 def test_the_ci_is_over_process_pairs_not_pooled_blocks():
     # Two pairs of worker processes in different speed modes (B 1.00x in one, 1.16x in the other):
     # a bootstrap of the pooled blocks gives a narrow CI; the two-stage one spans both pairs' levels.
-    from pytest_gpuperf.ab import median_ci
+    from pytest_gpuperf.verdict.paired import median_ci
 
     blocks = _blocks(0.0, process_modes=(1.0, 1.16), cv=0.01)
     c = _decide(blocks)
@@ -120,9 +120,9 @@ def test_confirmation_pairs_are_decided_jointly_with_the_first():
     # Issue 21's tokenizer: 1.40x in the first two process pairs, 1.38x in the confirmation pair:
     # one joint decision says regressed (confirmed); an A/A confirmation pair after a one-pair fluke
     # does not fail.
-    from pytest_gpuperf.abresults import needs_more_pairs
-    from pytest_gpuperf.gate import Reference, judge_ab
-    from pytest_gpuperf.options import BenchOptions
+    from pytest_gpuperf.ab.results import needs_more_pairs
+    from pytest_gpuperf.verdict.gate import Reference, judge_ab
+    from pytest_gpuperf.core.options import BenchOptions
 
     def decide_pooled(key, blocks, ref, options, confirm_from):
         return judge_ab(blocks, Reference.ab(ref, measured=True), options, benchmark_id=key, confirm_from=confirm_from)

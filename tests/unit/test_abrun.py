@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.ab import abba_schedule
-from pytest_gpuperf.abrun import (ABError, Block, Coordinator, Measured, Revision, WorkerSpec, foreign_modules,
+from pytest_gpuperf.verdict.paired import abba_schedule
+from pytest_gpuperf.ab.run import (ABError, Block, Coordinator, Measured, Revision, WorkerSpec, foreign_modules,
                                   hash_seed, map_path, prepare_worktree, resolve_revision, side_specs, worker_args)
-from pytest_gpuperf.abresults import ab_result, dump_results, load_results
-from pytest_gpuperf.compare import Verdict
+from pytest_gpuperf.ab.results import ab_result, dump_results, load_results
+from pytest_gpuperf.verdict.compare import Verdict
 
 
 def test_worker_args_drop_reports_xdist_and_ab_options():
@@ -106,9 +106,9 @@ def test_prepare_worktree_checks_out_reuses_and_keeps_the_repo_clean(repo: Path)
 
 
 def test_ab_result_builds_the_verdict_new_and_count_gate():
-    from pytest_gpuperf.counts import Counts
-    from pytest_gpuperf.report import result_entry
-    from pytest_gpuperf.result import BenchResult
+    from pytest_gpuperf.verdict.counts import Counts
+    from pytest_gpuperf.reporting.report import result_entry
+    from pytest_gpuperf.verdict.result import BenchResult
 
     def entry(ops: int) -> dict:
         r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=1,
@@ -129,8 +129,8 @@ def test_ab_result_builds_the_verdict_new_and_count_gate():
 
 
 def test_results_file_round_trip(tmp_path: Path):
-    from pytest_gpuperf.report import result_entry
-    from pytest_gpuperf.result import BenchResult
+    from pytest_gpuperf.reporting.report import result_entry
+    from pytest_gpuperf.verdict.result import BenchResult
 
     blocks = [Block(side, 0, pos, (1.0, 1.0)) for pos, side in enumerate("ABBAABBA")]
     b = BenchResult.from_samples((1.0,), name="t", device="cpu", rounds=1, calls_per_round=1, warmup_rounds=0,
@@ -167,8 +167,8 @@ def test_coordinator_pairs_solo_measurements_by_collection_order():
 
 
 def test_confirmation_keeps_a_real_regression_and_drops_a_transient():
-    from pytest_gpuperf.gate import Reference, judge_ab
-    from pytest_gpuperf.options import BenchOptions
+    from pytest_gpuperf.verdict.gate import Reference, judge_ab
+    from pytest_gpuperf.core.options import BenchOptions
 
     def _decide(key, blocks, ref, options, confirm_from):
         return judge_ab(blocks, Reference.ab(ref, measured=True), options, benchmark_id=key, confirm_from=confirm_from)
@@ -190,8 +190,8 @@ def test_confirmation_keeps_a_real_regression_and_drops_a_transient():
 def test_ab_regression_on_a_busy_host_is_inconclusive():
     """Other processes took a core while the blocks ran (B's first worker measured it): the
     paired ratio is not trusted, as on a throttled GPU; it fails only under --gpuperf-strict."""
-    from pytest_gpuperf.report import result_entry
-    from pytest_gpuperf.result import BenchResult
+    from pytest_gpuperf.reporting.report import result_entry
+    from pytest_gpuperf.verdict.result import BenchResult
 
     def entry(load: float) -> dict:
         r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=1,
@@ -212,9 +212,9 @@ def test_ab_regression_on_a_busy_host_is_inconclusive():
 def test_ab_worker_host_load_meter_choice():
     import time
 
-    from pytest_gpuperf.bench import _host_load_meter
-    from pytest_gpuperf.telemetry import HostLoadMeter
-    from pytest_gpuperf.timing import Measurer
+    from pytest_gpuperf.plugin.bench import _host_load_meter
+    from pytest_gpuperf.measure.telemetry import HostLoadMeter
+    from pytest_gpuperf.measure.timing import Measurer
 
     class Scripted:
         host_load = 0.7

@@ -3,7 +3,7 @@
 The graph counts every ``from . import``/``from .x import`` of ``pytest_gpuperf``, including the
 imports inside functions (most of the package's imports are there, to keep torch and numpy out of
 start-up; a cycle through them is still a cycle). The plugin and the pytest-benchmark
-adapter share state through ``pytest_gpuperf.keys`` (stash keys and the plugin's fixture
+adapter share state through ``pytest_gpuperf.plugin.keys`` (stash keys and the plugin's fixture
 functions), so the adapter never imports the plugin; any cycle fails here, naming it.
 """
 
@@ -17,24 +17,40 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pytest_gpuperf"
 KNOWN: dict[frozenset[str], str] = {}
 
 
+def module_name(path: Path) -> str:
+    """``pytest_gpuperf/verdict/gate.py`` -> ``"verdict.gate"``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (module level and inside functions)."""
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    """Module (dotted, below ``pytest_gpuperf``) -> the package modules it imports, at module level
+    and inside functions; ``from pytest_gpuperf.verdict import gate`` counts as importing
+    ``verdict.gate``."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
-    for path in PACKAGE.glob("*.py"):
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.ImportFrom):
                 continue
-            if node.level == 1:
-                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-            elif node.level == 0 and node.module and node.module.split(".")[0] == "pytest_gpuperf":
-                parts = node.module.split(".")
-                names = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
+            if node.level:
+                base = package.split(".") if package and package != "__init__" else []
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.split(".")[0] == "pytest_gpuperf":
+                target = node.module.partition(".")[2]
             else:
                 continue
-            deps.update(n for n in names if n in modules and n != path.stem)
-        graph[path.stem] = deps
+            for alias in node.names:
+                sub = f"{target}.{alias.name}" if target else alias.name
+                dep = sub if sub in paths else target
+                if dep in paths and dep != name:
+                    deps.add(dep)
+        graph[name] = deps
     return graph
 
 
@@ -77,8 +93,8 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_the_scan_sees_the_package():
     graph = import_graph()
-    assert {"gate", "compare", "plugin", "testing", "trace"} <= set(graph)
-    assert "compare" in graph["gate"] and "trace" in graph["counting"]
+    assert {"verdict.gate", "verdict.compare", "plugin", "testing", "measure.trace"} <= set(graph)
+    assert "verdict.compare" in graph["verdict.gate"] and "measure.trace" in graph["measure.counting"]
 
 
 def test_no_import_cycles():
@@ -89,7 +105,26 @@ def test_no_import_cycles():
 
 def test_the_cycles_of_issue_23_are_gone():
     # ab <-> compare (ab_summary now lives with Comparison), counting <-> profiling (the profiler's
-    # events are in pytest_gpuperf.trace, below both), benchmark_compat <-> plugin (pytest_gpuperf.keys)
+    # events are in pytest_gpuperf.measure.trace, below both), benchmark_compat <-> plugin (pytest_gpuperf.plugin.keys)
     graph = import_graph()
-    assert "ab" not in graph["compare"] and "profiling" not in graph["counting"]
-    assert "plugin" not in graph["benchmark_compat"] and "keys" in graph["benchmark_compat"]
+    assert "verdict.paired" not in graph["verdict.compare"] and "measure.profiling" not in graph["measure.counting"]
+    assert "plugin" not in graph["plugin.benchmark_compat"] and "plugin.keys" in graph["plugin.benchmark_compat"]
+
+
+def test_every_internal_import_names_a_module_that_exists():
+    # imports inside functions run only when their code path does: a moved module must not leave a
+    # dangling import behind in a branch no other test reaches
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    dangling = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                    and node.module.split(".")[0] == "pytest_gpuperf":
+                target = node.module.partition(".")[2] or "__init__"
+                if target not in modules:
+                    dangling.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.module}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("pytest_gpuperf.") and alias.name.partition(".")[2] not in modules:
+                        dangling.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {alias.name}")
+    assert not dangling, f"imports of modules that do not exist: {dangling}"

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.baseline: paths, schema validation, atomic read-merge-write."""
+"""Unit tests for pytest_gpuperf.storage.baseline: paths, schema validation, atomic read-merge-write."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf import baseline as bl
-from pytest_gpuperf.baseline import (
+from pytest_gpuperf.storage import baseline as bl
+from pytest_gpuperf.storage.baseline import (
     SCHEMA_VERSION,
     BaselineEntry,
     BaselineError,

@@ -17,25 +17,22 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf import baseline as bl
-from pytest_gpuperf.baseline import (
+from pytest_gpuperf.core.files import STALE_TEMP_SECONDS, find_temp_files, is_temp_file_name, write_atomic
+from pytest_gpuperf.storage import baseline as bl
+from pytest_gpuperf.storage.baseline import (
     SCHEMA_VERSION,
-    STALE_TEMP_SECONDS,
     BaselineError,
     RemovingFileLock,
     baseline_path,
     check_module,
-    find_temp_files,
-    is_temp_file_name,
     json_path,
     load,
     lock_folder,
     lock_for,
     module_file_name,
     update,
-    write_atomic,
 )
-from pytest_gpuperf.cli import EXIT_BROKEN_PIPE, main
+from pytest_gpuperf.reporting.cli import EXIT_BROKEN_PIPE, main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_KEY = "cpu-test-device"
@@ -280,7 +277,7 @@ def test_files_the_plugin_writes_and_schema1_files_load():
 
 
 def test_written_file_follows_the_full_schema(tmp_path):
-    from pytest_gpuperf.schema import validate
+    from pytest_gpuperf.storage.schema import validate
 
     path = tmp_path / "b.json"
     update(path, {"a": entry("a", peak_memory_bytes=1024, bottleneck=None, telemetry=None)},
@@ -293,7 +290,7 @@ def test_jsonschema_is_imported_only_when_a_file_is_loaded(tmp_path):
     write_file(path, file_data())
     code = (
         "import sys\n"
-        "import pytest_gpuperf.baseline as bl, pytest_gpuperf.cli\n"
+        "import pytest_gpuperf.storage.baseline as bl, pytest_gpuperf.reporting.cli\n"
         "assert 'jsonschema' not in sys.modules\n"
         f"bl.load({str(path)!r})\n"
         "assert 'jsonschema' in sys.modules\n"
@@ -595,7 +592,7 @@ def test_removing_lock_excludes_and_waiter_rechecks(tmp_path):
 COUNTER = """
 import sys
 from pathlib import Path
-from pytest_gpuperf.baseline import RemovingFileLock
+from pytest_gpuperf.storage.baseline import RemovingFileLock
 
 lock_file, counter, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 for _ in range(n):

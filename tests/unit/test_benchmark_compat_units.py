@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from pytest_gpuperf import benchmark_compat as compat
+from pytest_gpuperf.plugin import benchmark_compat as compat
 from pytest_gpuperf._testing import ScriptedMeasurer
-from pytest_gpuperf.compare import Comparison, Verdict
-from pytest_gpuperf.options import BenchOptions
-from pytest_gpuperf.report import COLUMN_KEYS, EXTRA_COLUMNS, json_safe, result_entry, result_from_entry, summary_lines
-from pytest_gpuperf.result import BenchResult
+from pytest_gpuperf.verdict.compare import Comparison, Verdict
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.reporting.report import COLUMN_KEYS, EXTRA_COLUMNS, json_safe, result_entry, result_from_entry, summary_lines
+from pytest_gpuperf.verdict.result import BenchResult
 
 FAST = BenchOptions(warmup_time=0.0, max_time=0.05, target_precision=0.0)
 

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.bottleneck (pure: synthetic Evidence and synthetic traces)."""
+"""Unit tests for pytest_gpuperf.verdict.bottleneck (pure: synthetic Evidence and synthetic traces)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pytest_gpuperf.bottleneck import (
+from pytest_gpuperf.verdict.bottleneck import (
     CLASSES,
     DATALOADER_PREFIX,
     PHASE_PREFIX,
@@ -922,7 +922,7 @@ def test_classify_cpu_trace_one_big_op_goes_to_roofline():
 def test_plugin_final_synchronize_is_not_counted_as_a_sync_stall():
     # the profiled region ends with the plugin's own cudaDeviceSynchronize, annotated
     # gpuperf::final_sync; only the user's synchronizing calls count
-    from pytest_gpuperf.bottleneck import FINAL_SYNC_NAME
+    from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME
 
     events = [
         TraceEvent("gpuperf::region", "annotation", 0, 10_000),

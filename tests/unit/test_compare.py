@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.compare: the regression decision rule on seeded synthetic data."""
+"""Unit tests for pytest_gpuperf.verdict.compare: the regression decision rule on seeded synthetic data."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf.compare import (
+from pytest_gpuperf.verdict.compare import (
     Comparison,
     Verdict,
     decide,
     hodges_lehmann_ratio,
     median_ratio_ci,
 )
-from pytest_gpuperf.units import format_ms
+from pytest_gpuperf.core.units import format_ms
 
 BASE_MEDIAN_MS = 2.0
 

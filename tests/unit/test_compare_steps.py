@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf.compare import (
+from pytest_gpuperf.verdict.compare import (
     FLOOR_SDS,
     MIN_RUNS_FOR_FLOOR,
     MIN_RUNS_FOR_PREDICTION,
@@ -363,7 +363,7 @@ def test_decide_is_the_composition_of_the_steps(median, meds):
 def test_hierarchical_log_ci_carries_the_spread_between_groups():
     import numpy as np
 
-    from pytest_gpuperf.compare import hierarchical_log_ci
+    from pytest_gpuperf.verdict.compare import hierarchical_log_ci
 
     rng = np.random.default_rng(3)
     same = [np.log(rng.lognormal(0, 0.02, 200)) for _ in range(3)]
@@ -379,7 +379,7 @@ def test_hierarchical_log_ci_carries_the_spread_between_groups():
 
 
 def test_process_level_decision_and_a_baseline_too_noisy_to_fail():
-    from pytest_gpuperf.compare import decide_replicates
+    from pytest_gpuperf.verdict.compare import decide_replicates
 
     base = [1.00, 1.01, 0.99]
     slower = [[1.30 * m] * 20 for m in (1.0, 1.01, 0.995)]

@@ -1,4 +1,4 @@
-"""The count gate's pure core (pytest_gpuperf.counts): exact and variable counts, budgets, diffs,
+"""The count gate's pure core (pytest_gpuperf.verdict.counts): exact and variable counts, budgets, diffs,
 torch.compile counter deltas, CUDA kernel/sync counting on synthetic profiler events, rates."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from pytest_gpuperf.bottleneck import FINAL_SYNC_NAME, SYNC_CALLS, TraceEvent
-from pytest_gpuperf.compare import Verdict
-from pytest_gpuperf.counts import (CountComparison, Counts, compile_delta, decide_counts, device_counts, kernel_name,
+from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME, SYNC_CALLS, TraceEvent
+from pytest_gpuperf.verdict.compare import Verdict
+from pytest_gpuperf.verdict.counts import (CountComparison, Counts, compile_delta, decide_counts, device_counts, kernel_name,
                                    name_diff, stored_totals, throughput)
-from pytest_gpuperf.units import format_si
+from pytest_gpuperf.core.units import format_si
 
 BASE = Counts(ops=212, syncs=0, copies=0, copy_bytes=0, flops=1_000_000, traffic_bytes=4096,
               ops_by_name={"aten::mm": 2, "aten::relu": 210})

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.drift: drift ratios, the reference a benchmark is normalized by,
+"""Unit tests for pytest_gpuperf.measure.drift: drift ratios, the reference a benchmark is normalized by,
 normalization and the drift warning (pure), plus one real measurement of the CPU references."""
 
 from __future__ import annotations
@@ -8,14 +8,8 @@ import math
 import pytest
 import torch
 
-from pytest_gpuperf.drift import (
-    DRIFT_WARN,
-    drift_ratios,
-    drift_warning,
-    measure_reference,
-    normalize,
-    ratio_for,
-)
+from pytest_gpuperf.measure.drift import measure_reference
+from pytest_gpuperf.verdict.machine import DRIFT_WARN, drift_ratios, drift_warning, normalize, ratio_for
 
 PREFIX = "machine speed drift since the baseline was recorded (reference workloads now/then): "
 

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.gate.evaluate, the one evaluation function (issue 21, item 5):
+"""Unit tests for pytest_gpuperf.verdict.gate.evaluate, the one evaluation function (issue 21, item 5):
 stored single-process, replicated, A/B evidence, memory and counts go through it, and the
 summary table's ratio agrees with its own median and baseline columns in every mode.
 
@@ -14,15 +14,15 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf import report
-from pytest_gpuperf.ab import Block, abba_schedule
-from pytest_gpuperf.baseline import BaselineEntry
-from pytest_gpuperf.compare import Verdict
-from pytest_gpuperf.counts import Counts
-from pytest_gpuperf.gate import Evidence, Reference, evaluate, judge, judge_replicates
-from pytest_gpuperf.options import BenchOptions
-from pytest_gpuperf.result import BenchResult
-from pytest_gpuperf.units import format_ratio
+from pytest_gpuperf.reporting import report
+from pytest_gpuperf.verdict.paired import Block, abba_schedule
+from pytest_gpuperf.storage.baseline import BaselineEntry
+from pytest_gpuperf.verdict.compare import Verdict
+from pytest_gpuperf.verdict.counts import Counts
+from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate, judge, judge_replicates
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.core.units import format_ratio
 
 OPTS = BenchOptions()
 BUSY = "host busy: other processes used 0.98 of 2 CPU cores while it ran"

@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf.bottleneck import Bottleneck, Evidence, classify
-from pytest_gpuperf.compare import Comparison, MemoryComparison, Verdict, decide, decide_memory
-from pytest_gpuperf.result import BenchResult
+from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence, classify
+from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict, decide, decide_memory
+from pytest_gpuperf.verdict.result import BenchResult
 
 BID = "tests/perf/test_m.py::test_t[2]"
 MiB = 1 << 20

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.gate.judge, the one verdict pipeline: normalize, decide, confirm,
+"""Unit tests for pytest_gpuperf.verdict.gate.judge, the one verdict pipeline: normalize, decide, confirm,
 raw ratio, inconclusive hint, throttle downgrade.
 
 All samples are seeded and synthetic (log-normal per-call times in ms), so every verdict is
@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf import gate
-from pytest_gpuperf.baseline import BaselineEntry, RunRecord
-from pytest_gpuperf.compare import Comparison, Verdict, decide, downgrade_throttled
-from pytest_gpuperf.gate import judge
-from pytest_gpuperf.options import BenchOptions
+from pytest_gpuperf.verdict import gate
+from pytest_gpuperf.storage.baseline import BaselineEntry, RunRecord
+from pytest_gpuperf.verdict.compare import Comparison, Verdict, decide, downgrade_throttled
+from pytest_gpuperf.verdict.gate import judge
+from pytest_gpuperf.core.options import BenchOptions
 
 OPTS = BenchOptions()
 THROTTLE = "throttled: HW thermal 34% of samples"

@@ -1,6 +1,6 @@
 """Unit tests for the baseline history: run-to-run statistics, the effect floor, re-centring,
-the prediction limit, inconclusive verdicts, pooled confirmation (pytest_gpuperf.compare), the
-stored history (pytest_gpuperf.baseline) and the ``history``/``confirm`` options.
+the prediction limit, inconclusive verdicts, pooled confirmation (pytest_gpuperf.verdict.compare), the
+stored history (pytest_gpuperf.storage.baseline) and the ``history``/``confirm`` options.
 
 All data are seeded and synthetic; sample counts are kept small so the module runs in well under
 a second.
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_gpuperf import baseline as bl
-from pytest_gpuperf import gate
-from pytest_gpuperf.baseline import (
+from pytest_gpuperf.storage import baseline as bl
+from pytest_gpuperf.verdict import gate
+from pytest_gpuperf.storage.baseline import (
     DEFAULT_HISTORY,
     SCHEMA_VERSION,
     BaselineError,
@@ -28,7 +28,7 @@ from pytest_gpuperf.baseline import (
     run_record,
     update,
 )
-from pytest_gpuperf.compare import (
+from pytest_gpuperf.verdict.compare import (
     FLOOR_SDS,
     MIN_RUNS_FOR_FLOOR,
     MIN_RUNS_FOR_PREDICTION,
@@ -39,7 +39,7 @@ from pytest_gpuperf.compare import (
     decide,
     run_stats,
 )
-from pytest_gpuperf.options import BenchOptions, OptionError, convert, resolve
+from pytest_gpuperf.core.options import BenchOptions, OptionError, convert, resolve
 
 DEVICE_KEY = "cpu-test-device"
 MODULE = "tests/perf/test_workloads.py"

@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from pytest_gpuperf import telemetry
-from pytest_gpuperf.telemetry import (HOST_BUSY_CORES, CpuSampler, HostLoadMeter, host_busy, proc_stat_busy_s,
-                                      throttle_verdict)
+from pytest_gpuperf.measure import telemetry
+from pytest_gpuperf.measure.telemetry import CpuSampler, HostLoadMeter, proc_stat_busy_s
+from pytest_gpuperf.verdict.machine import HOST_BUSY_CORES, host_busy, throttle_verdict
 
 HZ = os.sysconf("SC_CLK_TCK")
 STAT = """cpu  700 10 200 5000 40 5 5 30 0 0
@@ -102,8 +102,8 @@ def test_threshold_is_strict():
 def test_bench_measures_host_load_only_with_the_real_clock():
     import time
 
-    from pytest_gpuperf.bench import _sampler
-    from pytest_gpuperf.timing import Measurer
+    from pytest_gpuperf.plugin.bench import _sampler
+    from pytest_gpuperf.measure.timing import Measurer
 
     class Scripted:
         host_load = 0.9
@@ -125,7 +125,7 @@ def test_bench_measures_host_load_only_with_the_real_clock():
 
 def test_meter_pools_several_spans():
     """Blocks of an A/B worker: other processes' CPU time over all spans / their wall time."""
-    from pytest_gpuperf.telemetry import HostLoadMeter
+    from pytest_gpuperf.measure.telemetry import HostLoadMeter
 
     wall, busy, own = [0.0, 0.3, 5.0, 5.4], [10.0, 10.5, 20.0, 20.5], [1.0, 1.3, 2.0, 2.4]
     m = HostLoadMeter(stat=lambda: (busy.pop(0), 0.0), own=lambda: own.pop(0), clock=lambda: wall.pop(0))

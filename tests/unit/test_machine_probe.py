@@ -15,14 +15,15 @@ import statistics
 import numpy as np
 import pytest
 
-from pytest_gpuperf import gate
+from pytest_gpuperf.verdict import gate
 from pytest_gpuperf._testing import ScriptedMeasurer
-from pytest_gpuperf.baseline import BaselineEntry, RunRecord, merge_entry, parse
-from pytest_gpuperf.compare import Comparison, Verdict
-from pytest_gpuperf.gate import judge, machine_rule, probe_correlation
-from pytest_gpuperf.options import BenchOptions
-from pytest_gpuperf.probe import DEFAULT_KIND, ProbeEvidence, probe_kind
-from pytest_gpuperf.timing import probe_every
+from pytest_gpuperf.storage.baseline import BaselineEntry, RunRecord, merge_entry, parse
+from pytest_gpuperf.verdict.compare import Comparison, Verdict
+from pytest_gpuperf.verdict.gate import judge, machine_rule, probe_correlation
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.measure.probe import DEFAULT_KIND, probe_kind
+from pytest_gpuperf.verdict.machine import ProbeEvidence
+from pytest_gpuperf.measure.timing import probe_every
 
 OPTS = BenchOptions()
 PROBE = "compute: 256x256 float32 matmul"
@@ -134,7 +135,7 @@ def test_no_slowdown_on_a_slower_machine_is_trusted():
 
 
 def test_reference_workloads_stand_in_for_a_baseline_without_probe():
-    from pytest_gpuperf.probe import ProbeEvidence
+    from pytest_gpuperf.verdict.machine import ProbeEvidence
 
     cur, probe = machine_run(7, machine=1.0, slowdown=1.4)
     no_level = ProbeEvidence(probe.now_ms, None, probe.name, probe.every)
@@ -262,8 +263,8 @@ def test_baseline_round_trip_stores_the_probe_and_old_files_load():
 
 
 def test_report_entry_round_trip_keeps_the_probe():
-    from pytest_gpuperf.report import machine_differs_line, result_entry, result_from_entry
-    from pytest_gpuperf.result import BenchResult
+    from pytest_gpuperf.reporting.report import machine_differs_line, result_entry, result_from_entry
+    from pytest_gpuperf.verdict.result import BenchResult
 
     cur, probe = machine_run(3, machine=1.29)
     c = judge_n(cur, ENTRY, OPTS, probe=probe)
@@ -305,7 +306,7 @@ def test_scripted_machine_factor_slows_benchmark_and_probe_together():
 
 
 def test_gpuperf_compare_reports_the_machine_ratio_of_stored_probes(tmp_path, capsys):
-    from pytest_gpuperf.cli import main
+    from pytest_gpuperf.reporting.cli import main
 
     def stored(median: float, probe_ms: float | None) -> dict:
         e = _entry(samples_ms=[float(v) for v in lognormal(21 if median == 1.0 else 22, 200, median)],
@@ -333,7 +334,7 @@ def test_gpuperf_compare_reports_the_machine_ratio_of_stored_probes(tmp_path, ca
 
 def test_cpu_backend_interleaves_the_probe_every_kth_round_and_after_a_partial_block():
     from pytest_gpuperf._testing import FakeClock
-    from pytest_gpuperf.timing import PROBE_WARMUP_CALLS, measure
+    from pytest_gpuperf.measure.timing import PROBE_WARMUP_CALLS, measure
 
     clock, events = FakeClock(), []
 

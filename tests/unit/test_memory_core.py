@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from pytest_gpuperf.compare import MEMORY_SLACK_BYTES, MemoryComparison, Verdict, decide_memory
-from pytest_gpuperf.memory import (
+from pytest_gpuperf.verdict.compare import MEMORY_SLACK_BYTES, MemoryComparison, Verdict, decide_memory
+from pytest_gpuperf.measure.memory import (
     MemoryLimitError,
     MemoryReport,
     budget_message,
@@ -17,8 +17,8 @@ from pytest_gpuperf.memory import (
     largest_at_peak,
     leak_message,
 )
-from pytest_gpuperf.options import BenchOptions, OptionError, resolve
-from pytest_gpuperf.units import SIZE_UNITS, byte_unit_for, format_bytes, parse_size
+from pytest_gpuperf.core.options import BenchOptions, OptionError, resolve
+from pytest_gpuperf.core.units import SIZE_UNITS, byte_unit_for, format_bytes, parse_size
 
 KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 
@@ -631,7 +631,7 @@ def test_snapshot_recorder_records_python_stacks_only(monkeypatch):
     (issue 11, item 9); a torch without the keyword gets its default."""
     import torch
 
-    from pytest_gpuperf.memory import SnapshotRecorder
+    from pytest_gpuperf.measure.memory import SnapshotRecorder
 
     calls = []
 
@@ -656,7 +656,7 @@ def test_cuda_tracker_empties_the_cache_first_so_fragmentation_is_the_blocks(mon
     the block's fragmentation (issue 11, item 8): the tracker releases it before resetting the peaks."""
     import torch
 
-    from pytest_gpuperf.memory import MemoryTracker
+    from pytest_gpuperf.measure.memory import MemoryTracker
 
     calls = []
     state = {"allocated": 100, "peak": 100, "reserved": 1_000}  # 900 B of stale cache

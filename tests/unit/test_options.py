@@ -1,10 +1,10 @@
-"""Unit tests for pytest_gpuperf.options: validation and marker > CLI > ini > default resolution."""
+"""Unit tests for pytest_gpuperf.core.options: validation and marker > CLI > ini > default resolution."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_gpuperf.options import (
+from pytest_gpuperf.core.options import (
     CLI_OPTIONS,
     OPTION_NAMES,
     BenchOptions,

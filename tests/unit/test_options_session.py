@@ -1,4 +1,4 @@
-"""Unit tests for the session/marker split of option resolution (pytest_gpuperf.options):
+"""Unit tests for the session/marker split of option resolution (pytest_gpuperf.core.options):
 ``resolve_session`` (command line over ini over defaults), ``with_marker`` (marker over session),
 ``DEFAULTS`` and ``OPTION_HELP``.
 """
@@ -9,9 +9,11 @@ import dataclasses
 
 import pytest
 
-from pytest_gpuperf import compare, options as opts
-from pytest_gpuperf.bottleneck import CLASSES
-from pytest_gpuperf.options import (
+from pytest_gpuperf.verdict import compare
+
+from pytest_gpuperf.core import options as opts
+from pytest_gpuperf.verdict.bottleneck import CLASSES
+from pytest_gpuperf.core.options import (
     CLI_OPTIONS,
     DEFAULTS,
     OPTION_HELP,
@@ -22,7 +24,7 @@ from pytest_gpuperf.options import (
     resolve_session,
     with_marker,
 )
-from pytest_gpuperf.timing import MIN_WARMUP_CALLS
+from pytest_gpuperf.measure.timing import MIN_WARMUP_CALLS
 
 # --------------------------------------------------------------------------------------------
 # DEFAULTS

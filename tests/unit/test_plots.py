@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.plots (PNG plots; matplotlib's Agg renderer, no display)."""
+"""Unit tests for pytest_gpuperf.reporting.plots (PNG plots; matplotlib's Agg renderer, no display)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 matplotlib = pytest.importorskip("matplotlib")
 
-from pytest_gpuperf import plots  # noqa: E402
-from pytest_gpuperf.compare import decide  # noqa: E402
-from pytest_gpuperf.report import comparison_dict  # noqa: E402
+from pytest_gpuperf.reporting import plots  # noqa: E402
+from pytest_gpuperf.verdict.compare import decide  # noqa: E402
+from pytest_gpuperf.reporting.report import comparison_dict  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VERDICTS = ("regressed", "improved", "inconclusive", "unchanged")

@@ -1,4 +1,4 @@
-"""Profiler event classification across torch versions (pytest_gpuperf.profiling).
+"""Profiler event classification across torch versions (pytest_gpuperf.measure.profiling).
 
 torch >= 2.12 exposes ``_KinetoEvent.activity_type()``; older releases (2.4 - 2.11) do not, and
 torch 2.4 lacks ``is_user_annotation()`` as well. These tests run a small real profile on the CPU
@@ -20,9 +20,9 @@ torch = pytest.importorskip("torch")
 from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from pytest_gpuperf import profiling  # noqa: E402
-from pytest_gpuperf import trace  # noqa: E402
-from pytest_gpuperf.bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME, TraceEvent, analyze  # noqa: E402
+from pytest_gpuperf.measure import profiling  # noqa: E402
+from pytest_gpuperf.measure import trace  # noqa: E402
+from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME, TraceEvent, analyze  # noqa: E402
 
 HAS_ACTIVITY_TYPE = callable(getattr(torch._C._autograd._KinetoEvent, "activity_type", None))
 US = 1_000  # ns
@@ -356,7 +356,7 @@ def test_function_event_view_on_a_torch_without_is_user_annotation():
 def test_fp32_peak_follows_the_tf32_settings_in_force():
     """cuDNN convolutions use TF32 by default while fp32 matmuls do not: a conv step's compute
     peak is the TF32 matmul's, or it shows more than 100% of peak (issue 11, item 7)."""
-    from pytest_gpuperf.profiling import uses_tf32
+    from pytest_gpuperf.measure.profiling import uses_tf32
 
     defaults = dict(matmul_tf32=False, cudnn_tf32=True)
     assert uses_tf32("float32", device_type="cuda", has_conv=True, **defaults)
@@ -371,7 +371,7 @@ def test_fp32_peak_follows_the_tf32_settings_in_force():
 def test_calibration_is_cached_per_math_mode(monkeypatch):
     import torch
 
-    from pytest_gpuperf import profiling
+    from pytest_gpuperf.measure import profiling
 
     monkeypatch.setattr(profiling, "_CALIBRATION", {})
     timed = []
@@ -388,7 +388,7 @@ def test_profiler_warm_up_step_is_run_and_left_out_of_the_trace():
     runs once more than profiled, and only the profiled calls are in the trace."""
     import torch
 
-    from pytest_gpuperf.profiling import profile_calls
+    from pytest_gpuperf.measure.profiling import profile_calls
 
     made = []
 

@@ -1,5 +1,5 @@
 """Process-level replicates: option resolution, worker slots, merging, missing replicates and the
-A/B confirmation's final result (pure parts of pytest_gpuperf.replicates; no worker is started)."""
+A/B confirmation's final result (pure parts of pytest_gpuperf.plugin.replicates; no worker is started)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf import replicates
-from pytest_gpuperf.compare import Comparison, Verdict
-from pytest_gpuperf.options import BenchOptions
-from pytest_gpuperf.report import result_entry
-from pytest_gpuperf.result import BenchResult
+from pytest_gpuperf.plugin import replicates
+from pytest_gpuperf.verdict.compare import Comparison, Verdict
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.reporting.report import result_entry
+from pytest_gpuperf.verdict.result import BenchResult
 
 
 def test_processes_come_from_cli_then_ini_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,7 +124,7 @@ def test_a_benchmark_measured_by_fewer_processes_splits_its_time_over_those() ->
     o = BenchOptions(max_time=1.2, processes=2)
     assert replicates.worker_options(o, (0, 3)).max_time == pytest.approx(0.6)
     assert replicates.worker_options(BenchOptions(max_time=1.2, processes=9), (0, 3)).max_time == pytest.approx(0.4)
-    from pytest_gpuperf.options import OptionError, with_marker
+    from pytest_gpuperf.core.options import OptionError, with_marker
 
     assert with_marker(BenchOptions(), {"processes": 1}, where="m").processes == 1
     with pytest.raises(OptionError, match="processes=0: expected an integer >= 1"):
@@ -132,9 +132,9 @@ def test_a_benchmark_measured_by_fewer_processes_splits_its_time_over_those() ->
 
 
 def test_one_process_on_each_side_is_decided_on_the_samples_with_a_note() -> None:
-    from pytest_gpuperf.baseline import BaselineEntry
-    from pytest_gpuperf.compare import decide_replicates
-    from pytest_gpuperf.gate import judge_replicates
+    from pytest_gpuperf.storage.baseline import BaselineEntry
+    from pytest_gpuperf.verdict.compare import decide_replicates
+    from pytest_gpuperf.verdict.gate import judge_replicates
 
     base = BaselineEntry.from_samples("m::t", [1.0 + 0.001 * (i % 7) for i in range(50)])
     slower = [[1.3 + 0.001 * (i % 5) for i in range(50)]]

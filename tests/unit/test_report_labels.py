@@ -12,13 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from pytest_gpuperf import report
-from pytest_gpuperf.bench import BenchContext, GpuBench, GpuBenchUsageError, _lazy_kind, ensure_output_dir
-from pytest_gpuperf.compare import INTENDED_HINT, Verdict, decide, decide_memory
-from pytest_gpuperf.drift import shared_reference
-from pytest_gpuperf.options import BenchOptions
-from pytest_gpuperf.result import BenchResult
-from pytest_gpuperf.units import format_ratio, shorten_middle, size_unit
+from pytest_gpuperf.reporting import report
+from pytest_gpuperf.core.files import ensure_output_dir
+from pytest_gpuperf.plugin.bench import BenchContext, GpuBench, GpuBenchUsageError, _lazy_kind
+from pytest_gpuperf.verdict.compare import INTENDED_HINT, Verdict, decide, decide_memory
+from pytest_gpuperf.measure.drift import shared_reference
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.core.units import format_ratio, shorten_middle, size_unit
 
 
 def lognormal(seed: int, n: int, median: float = 1.0, sigma: float = 0.05) -> np.ndarray:
@@ -67,7 +68,7 @@ def test_skewed_samples_the_hodges_lehmann_ratio_lies_outside_the_ci_but_is_labe
 
 
 def test_median_ratio_round_trips_through_report_entries_and_is_schema_valid():
-    from pytest_gpuperf.schema import validate
+    from pytest_gpuperf.storage.schema import validate
 
     c = decide(lognormal(8, 100, 1.2), lognormal(9, 100), benchmark_id="m.py::t")
     r = result(lognormal(8, 100, 1.2), comparison=c)
@@ -176,7 +177,7 @@ def test_plots_module_does_not_import_matplotlib_at_import_time():
     import subprocess
     import sys
 
-    code = "import sys, pytest_gpuperf.plots; assert 'matplotlib' not in sys.modules"
+    code = "import sys, pytest_gpuperf.reporting.plots; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

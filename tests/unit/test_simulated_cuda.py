@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_gpuperf import timing  # noqa: E402
-from pytest_gpuperf.options import BenchOptions  # noqa: E402
+from pytest_gpuperf.measure import timing  # noqa: E402
+from pytest_gpuperf.core.options import BenchOptions  # noqa: E402
 from pytest_gpuperf.testing import SimulatedCuda, SimulatedCudaError, active  # noqa: E402
 
 CUDA0 = torch.device("cuda", 0)
@@ -148,7 +148,7 @@ def test_graph_mode_captures_with_what_setup_returns(sim):
 def test_the_probe_does_not_leave_rounds_with_a_cold_l2(sim):
     # Defect 3: the default memory probe copies 128 MiB after every k-th round, evicting the L2, so
     # the next round ran cold although flush_l2 is off. One untimed call after each probe re-warms it.
-    from pytest_gpuperf.probe import make_probe
+    from pytest_gpuperf.measure.probe import make_probe
 
     probe = make_probe("memory", CUDA0)
     fn = lambda: sim.kernel(ms=0.5, cold_ms=1.5, name="bench")  # noqa: E731
@@ -170,7 +170,7 @@ def test_use_device_makes_the_measured_gpu_current(sim):
 
 def test_out_of_memory_is_recognised_without_torch_OutOfMemoryError(monkeypatch):
     # Defect 9: torch < 2.5 has only torch.cuda.OutOfMemoryError; is_oom() was then always False.
-    from pytest_gpuperf.memory import is_oom
+    from pytest_gpuperf.measure.memory import is_oom
 
     err = torch.cuda.OutOfMemoryError("CUDA out of memory")
     assert is_oom(err)
@@ -191,7 +191,7 @@ def test_warmup_runs_short_kernels_back_to_back(sim):
 def test_profiling_after_our_own_graph_capture_turns_cupti_teardown_off(sim, monkeypatch):
     # Defect 10: torch's profiler turns CUPTI teardown off only for inductor's CUDA graphs; we capture
     # our own and then profile (classification, counts), which torch's comment says can crash.
-    from pytest_gpuperf import profiling
+    from pytest_gpuperf.measure import profiling
 
     monkeypatch.setattr(timing, "_GRAPH_CAPTURED", [False])
     env: dict = {}
@@ -222,9 +222,9 @@ def test_smoke_mode_synchronizes_the_device(sim):
 def test_kernel_counts_under_cudnn_benchmark_mode_are_reported_not_gated(sim, monkeypatch):
     # Defect 11: with torch.backends.cudnn.benchmark on, cuDNN picks convolution algorithms by timing
     # them in each process, so exact kernel counts can differ between processes on unchanged code.
-    from pytest_gpuperf.compare import Verdict
-    from pytest_gpuperf.counting import count_call
-    from pytest_gpuperf.counts import Counts, decide_counts
+    from pytest_gpuperf.verdict.compare import Verdict
+    from pytest_gpuperf.measure.counting import count_call
+    from pytest_gpuperf.verdict.counts import Counts, decide_counts
 
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
     counts, _ = count_call(lambda: sim.kernel(ms=0.1), (), {}, CUDA0)
@@ -250,7 +250,8 @@ def test_simulated_nvml_telemetry_on_the_simulated_gpus(sim):
     # NVML of the same simulated devices: handles by UUID (defect 6), the sampler's reads, throttling.
     import sys
 
-    from pytest_gpuperf import telemetry
+    from pytest_gpuperf.measure import telemetry
+    from pytest_gpuperf.verdict import machine
 
     nv = sys.modules["pynvml"]
     assert nv is sim.nvml
@@ -264,20 +265,20 @@ def test_simulated_nvml_telemetry_on_the_simulated_gpus(sim):
         import time
 
         time.sleep(0.05)
-    assert telemetry.throttle_verdict(s.summary()).startswith("throttled: HW thermal")
+    assert machine.throttle_verdict(s.summary()).startswith("throttled: HW thermal")
     nv.reasons = 0x4  # a power-capped GPU at its cap (defect 12): not throttled
     s = telemetry.sampler_for(CUDA0)
     s.interval_s = 0.001
     with s:
         time.sleep(0.05)
-    assert telemetry.throttle_verdict(s.summary()) is None
+    assert machine.throttle_verdict(s.summary()) is None
 
 
 def test_counting_and_profiling_see_the_simulated_kernels_copies_and_syncs(sim):
     # The simulator's kineto-like events join the real profiler's: the count gate's kernel and sync
     # counts, and the trace the bottleneck classification reads, see the simulated device's work.
-    from pytest_gpuperf import profiling
-    from pytest_gpuperf.counting import count_call
+    from pytest_gpuperf.measure import profiling
+    from pytest_gpuperf.measure.counting import count_call
 
     buf = sim.alloc(1 << 20)
 
@@ -301,8 +302,8 @@ def test_counting_and_profiling_see_the_simulated_kernels_copies_and_syncs(sim):
 def test_bottleneck_classification_runs_on_the_simulated_device(sim):
     # The classification's CUDA path (profile with CUDA activities, kernel trace, roofline) runs on
     # the simulator's events; the class it reaches is not a claim about real GPUs.
-    from pytest_gpuperf import profiling
-    from pytest_gpuperf.bottleneck import CLASSES
+    from pytest_gpuperf.measure import profiling
+    from pytest_gpuperf.verdict.bottleneck import CLASSES
 
     def fn():
         for _ in range(50):

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Names used but deliberately real under the simulator: exception classes and the memory module itself.
 REAL = {"OutOfMemoryError", "memory"}
 #: Parameters the simulator takes beyond torch's (none) / torch's keyword-only extras it accepts by **kwargs.
-SOURCES = sorted((ROOT / "pytest_gpuperf").glob("*.py")) + [ROOT / "benchmarks" / "gpu_validate.py"]
+SOURCES = sorted((ROOT / "pytest_gpuperf").rglob("*.py")) + [ROOT / "benchmarks" / "gpu_validate.py"]
 
 
 def used_names() -> set[str]:
@@ -116,7 +116,7 @@ def test_every_nvml_call_and_constant_is_simulated_like_pynvml():
     pynvml = pytest.importorskip("pynvml")
     from pytest_gpuperf.testing import SimulatedNVML
 
-    text = (ROOT / "pytest_gpuperf" / "telemetry.py").read_text()
+    text = (ROOT / "pytest_gpuperf" / "measure" / "telemetry.py").read_text()
     calls = set(re.findall(r"\b(nvml[A-Z][A-Za-z]+)\s*[(,)]", text)) - NVML_OPTIONAL  # called or passed
     assert {"nvmlInit", "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetClockInfo"} <= calls
     missing = sorted(c for c in calls if not hasattr(SimulatedNVML, c))

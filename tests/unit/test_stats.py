@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.stats (pure numpy/scipy statistics of timing samples)."""
+"""Unit tests for pytest_gpuperf.verdict.stats (pure numpy/scipy statistics of timing samples)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from pytest_gpuperf.stats import (
+from pytest_gpuperf.verdict.stats import (
     MAX_STORED_SAMPLES,
     PERCENTILES,
     Outliers,

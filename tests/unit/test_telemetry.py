@@ -1,5 +1,5 @@
-"""Unit tests for pytest_gpuperf.telemetry (NVML replaced by a fake ``pynvml`` module) and for
-pytest_gpuperf.compare.downgrade_throttled.
+"""Unit tests for pytest_gpuperf.measure.telemetry (NVML replaced by a fake ``pynvml`` module) and for
+pytest_gpuperf.verdict.compare.downgrade_throttled.
 
 No GPU or NVIDIA driver is needed: every test installs its own ``pynvml`` in ``sys.modules``
 (a fake, or None for "not installed"), so the real nvidia-ml-py is never called.
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
-import pytest_gpuperf.telemetry as telemetry
-from pytest_gpuperf.compare import Comparison, Verdict, downgrade_throttled
-from pytest_gpuperf.telemetry import (
+import pytest_gpuperf.measure.telemetry as telemetry
+from pytest_gpuperf.verdict.compare import Comparison, Verdict, downgrade_throttled
+from pytest_gpuperf.measure.telemetry import (
     CpuSampler,
     GpuSampler,
     Sampler,
@@ -30,8 +30,8 @@ from pytest_gpuperf.telemetry import (
     other_processes,
     sampler_for,
     summarize,
-    throttle_verdict,
 )
+from pytest_gpuperf.verdict.machine import throttle_verdict
 
 MAX_SM_MHZ = 1980
 LOW_SM_MHZ = 1200  # < 75% of 1980 (1485)
@@ -699,7 +699,7 @@ def test_handle_for_by_uuid_first(fake_nvml, monkeypatch):
 
 
 def test_nvml_uuid_forms():
-    from pytest_gpuperf.telemetry import nvml_uuid
+    from pytest_gpuperf.measure.telemetry import nvml_uuid
 
     assert nvml_uuid("58d5a7e1-0c3c") == "GPU-58d5a7e1-0c3c"
     assert nvml_uuid("MIG-abc") == "MIG-abc" and nvml_uuid("GPU-abc") == "GPU-abc"
@@ -885,7 +885,7 @@ def test_idle_samples_do_not_count_as_low_clock():
 
 
 def test_own_pids_reads_every_namespace_level():
-    from pytest_gpuperf.telemetry import own_pids
+    from pytest_gpuperf.measure.telemetry import own_pids
 
     assert own_pids("Name:\\tpython\nNSpid:\t812\t7\n".replace("\\t", "\t")) >= {812, 7, os.getpid()}
     assert own_pids("") == {os.getpid()}
@@ -893,7 +893,7 @@ def test_own_pids_reads_every_namespace_level():
 
 def test_other_processes_in_a_container_count_this_process_among_them(fake_nvml):
     """NVML lists host PIDs; in a container none is ours and none is visible here (issue 11, item 10)."""
-    from pytest_gpuperf.telemetry import other_processes_warning
+    from pytest_gpuperf.measure.telemetry import other_processes_warning
 
     fake_nvml(processes=[SimpleNamespace(pid=91001, usedGpuMemory=1 << 30)])
     alone = other_processes(HANDLE, own_pid=7, visible=lambda pid: False)
@@ -915,7 +915,7 @@ def test_session_pids_include_sibling_workers_only_in_a_worker(tmp_path):
     # our child 400 (an A/B worker we started).
     import os
 
-    from pytest_gpuperf.telemetry import session_pids
+    from pytest_gpuperf.measure.telemetry import session_pids
 
     me = os.getpid()
 

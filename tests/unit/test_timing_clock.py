@@ -1,4 +1,4 @@
-"""Unit tests of the CPU measurement protocol (pytest_gpuperf.timing) on a fake clock.
+"""Unit tests of the CPU measurement protocol (pytest_gpuperf.measure.timing) on a fake clock.
 
 Every test injects a clock that only moves when the benchmarked function is called (a
 :class:`pytest_gpuperf._testing.FakeClock`, directly or through a ``ScriptedMeasurer``), so the
@@ -14,10 +14,10 @@ import math
 
 import pytest
 
-from pytest_gpuperf import timing
+from pytest_gpuperf.measure import timing
 from pytest_gpuperf._testing import FakeClock, ScriptedMeasurer, noisy
-from pytest_gpuperf.options import BenchOptions
-from pytest_gpuperf.timing import CPU_MIN_ROUND_S, MIN_WARMUP_CALLS, Measurer, Timing
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.measure.timing import CPU_MIN_ROUND_S, MIN_WARMUP_CALLS, Measurer, Timing
 
 #: Options whose only stopping rule is the max_time budget (no early stopping).
 BUDGET = BenchOptions(target_precision=0.0)
@@ -422,7 +422,7 @@ def test_graph_mode_with_l2_flush_captures_one_call_per_replay():
     """One flush per round (eager) or replay (graph mode): with several calls per round all but
     the first would run with a warm L2 (issue 11, item 6). Without a flush, short calls are
     batched to fill the minimum round."""
-    from pytest_gpuperf.timing import CUDA_MIN_ROUND_S, cuda_calls_per_round
+    from pytest_gpuperf.measure.timing import CUDA_MIN_ROUND_S, cuda_calls_per_round
 
     short = CUDA_MIN_ROUND_S / 10
     assert cuda_calls_per_round(short, setup_given=False, flush_l2=False) == 10

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_gpuperf.units, pytest_gpuperf.report and BenchResult."""
+"""Unit tests for pytest_gpuperf.core.units, pytest_gpuperf.reporting.report and BenchResult."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf import report
-from pytest_gpuperf.baseline import SCHEMA_VERSION, dumps, load, run_record, update
-from pytest_gpuperf.bottleneck import Bottleneck, Evidence, classify
-from pytest_gpuperf.compare import MEMORY_SLACK_BYTES, Comparison, Verdict, decide, decide_memory
-from pytest_gpuperf.result import BenchResult
-from pytest_gpuperf.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
-from pytest_gpuperf.units import format_bytes, format_ms, format_pct, format_ratio, time_unit_for
+from pytest_gpuperf.reporting import report
+from pytest_gpuperf.storage.baseline import SCHEMA_VERSION, dumps, load, run_record, update
+from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence, classify
+from pytest_gpuperf.verdict.compare import MEMORY_SLACK_BYTES, Comparison, Verdict, decide, decide_memory
+from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
+from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, time_unit_for
 
 MiB = 2**20
 BOTTLENECK = 13  # report.COLUMNS.index("bottleneck"), checked in test_columns

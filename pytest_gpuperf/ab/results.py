@@ -1,0 +1,121 @@
+"""A/B verdicts: what the coordinator measured -> one :class:`~pytest_gpuperf.verdict.result.BenchResult` per
+benchmark of the working tree, with its A/B comparison, memory comparison and count gate
+(pure: no torch, no pytest; the JSON file hands the results to pytest-xdist workers).
+
+For a benchmark measured on both sides: the timing verdict is :func:`pytest_gpuperf.verdict.paired.decide_ab`
+on the paired block ratios; peak memory of B is compared with A's (the same rule as a stored
+baseline, :func:`pytest_gpuperf.verdict.compare.decide_memory`); the exact counts of B are gated against
+A's with the count tolerance and budgets (:func:`pytest_gpuperf.verdict.counts.decide_counts`). A
+benchmark of the working tree only is ``no-baseline`` with the note "new"; one of REF only is
+listed as removed. Neither fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.verdict.paired import Block
+from pytest_gpuperf.verdict.compare import Comparison, Verdict
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.verdict.result import BenchResult
+
+
+def options_from_entry(entry: dict[str, Any]) -> BenchOptions:
+    """The :class:`BenchOptions` stored in a report entry (unknown keys left out)."""
+    fields = {f.name for f in dataclasses.fields(BenchOptions)}
+    kw = {k: v for k, v in (entry.get("options") or {}).items() if k in fields}
+    if isinstance(kw.get("expect_bottleneck"), list):
+        kw["expect_bottleneck"] = tuple(kw["expect_bottleneck"])
+    return BenchOptions(**kw)
+
+
+def needs_more_pairs(c: Comparison | None) -> bool:
+    """Whether an A/B comparison is measured again by more process pairs (the sequential step):
+    it says regressed, or its CI straddles 1+T (it could still be a regression)."""
+    if c is None or c.ab_ref is None or c.ratio_ci is None:
+        return False
+    if c.verdict is Verdict.REGRESSED:
+        return True
+    return c.verdict is Verdict.INCONCLUSIVE and c.ratio_ci[0] < 1 + c.threshold < c.ratio_ci[1]
+
+
+def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], ref: str,
+              errors: dict[str, str] | None = None, confirm_from: int | None = None) -> BenchResult | None:
+    """The working tree's result for one benchmark (None when B has no entry: it was not measured
+    there, or failed). ``blocks``: :class:`~pytest_gpuperf.verdict.paired.Block` of both sides; ``entries``:
+    side -> result entry (``report.result_entry``) of that side's first worker; ``confirm_from``:
+    the first process pair of a confirmation re-measure (None: none ran)."""
+    from pytest_gpuperf.verdict.counts import Counts
+    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+    from pytest_gpuperf.reporting.report import result_from_entry
+
+    if "B" not in entries:
+        return None
+    errors = errors or {}
+    b = result_from_entry(entries["B"])
+    options = options_from_entry(entries["B"])
+    b_samples = [v for blk in blocks if blk.side == "B" for v in blk.samples_ms] or list(b.samples_ms)
+    a_measured = "A" in entries and any(blk.side == "A" for blk in blocks)
+    a = result_from_entry(entries["A"]) if a_measured else None
+    b_blocks = tuple(blocks) if any(blk.side == "B" for blk in blocks) else (Block("B", 0, 0, tuple(b_samples)),)
+    why = f"A failed: {errors['A']}" if "A" in errors else f"new: not in {ref}"
+    reference = Reference.ab(ref, measured=a_measured, peak_memory_bytes=a.peak_memory_bytes if a else None,
+                             counts=a.counts if a is not None and isinstance(a.counts, Counts) else None,
+                             missing_note=why)
+    # other processes took cores while the blocks ran (CPU host load of either side's first worker):
+    # they slow A's and B's processes unequally, so a regression is not trusted (as a throttled GPU)
+    evidence = Evidence(ab_blocks=b_blocks, peak_memory_bytes=b.peak_memory_bytes,
+                        counts=b.counts if isinstance(b.counts, Counts) else None,
+                        throttle=b.host_busy or (a.host_busy if a is not None else None), device=b.device)
+    ev = evaluate(evidence, reference, options, benchmark_id=key, confirm_from=confirm_from)
+    comparison, memory, count_comparison = ev.comparison, ev.memory, ev.counts
+    rounds = len(b_samples)
+    return BenchResult.from_samples(
+        tuple(b_samples), name=b.name, device=b.device, rounds=rounds, calls_per_round=b.calls_per_round,
+        warmup_rounds=b.warmup_rounds, comparison=comparison, peak_memory_bytes=b.peak_memory_bytes,
+        memory_comparison=memory, bottleneck=b.bottleneck, telemetry=b.telemetry, benchmark_id=b.benchmark_id,
+        group=b.group, options=b.options, counts=b.counts, count_comparison=count_comparison,
+    )
+
+
+def ab_results(coordinator: Any, ref: str) -> tuple[dict[str, BenchResult], list[str], list[str]]:
+    """``(results by full id, ids removed since REF, notes)`` from a finished
+    :class:`~pytest_gpuperf.ab.run.Coordinator`."""
+    results: dict[str, BenchResult] = {}
+    removed, notes = [], []
+    for key in coordinator.order:
+        m = coordinator.measured[key]
+        r = ab_result(key, m.blocks, m.entries, ref, m.errors, getattr(coordinator, "confirm_from", None))
+        if r is not None:
+            results[key] = r
+        elif "B" not in m.sides() and "B" not in m.errors:
+            removed.append(key)
+        for side, err in m.errors.items():
+            notes.append(f"A/B: {key} failed on side {side} ({'REF' if side == 'A' else 'working tree'}): {err}")
+    return results, removed, notes
+
+
+def dump_results(path: Path, results: dict[str, Any]) -> None:
+    """Write the results for pytest-xdist workers (report entries with their comparisons; a string,
+    why a benchmark has no result, as it is)."""
+    from pytest_gpuperf.core.files import write_atomic
+    from pytest_gpuperf.reporting.report import result_entry
+
+    data = {k: r if isinstance(r, str) else result_entry(r, environment={}, git_commit=None, timestamp_utc="",
+                                                           with_comparison=True)
+            for k, r in results.items()}
+    write_atomic(path, json.dumps(data))
+
+
+def load_results(path: Path) -> dict[str, BenchResult]:
+    """Read what :func:`dump_results` wrote ({} when there is no file)."""
+    from pytest_gpuperf.reporting.report import result_from_entry
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v if isinstance(v, str) else result_from_entry(v) for k, v in data.items()}

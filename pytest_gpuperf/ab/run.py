@@ -1,0 +1,668 @@
+"""Running an A/B comparison: the git worktree of REF, the worker processes, and their coordinator.
+
+``pytest --gpuperf --gpuperf-ab REF`` (see :mod:`pytest_gpuperf.verdict.paired` for the statistics):
+
+1. **A's code.** REF is checked out with ``git worktree add --detach`` under
+   ``.gpuperf/ab/<sha>/`` (kept as a cache for the next run; older ones beyond
+   :data:`KEEP_WORKTREES` are removed with ``git worktree remove``, only ever below ``.gpuperf/ab``).
+2. **Workers.** For each of ``processes`` pairs, one pytest process per side runs the same
+   selection as the user's command (report, xdist and A/B options removed): side A in the worktree
+   (working directory and ``PYTHONPATH`` entries mapped into it, plus the import roots of
+   ``gpuperf_ab_pythonpath``), side B in the working tree. The measuring plugin is always the
+   running one (the worker imports it first), so both sides are timed by the same code.
+3. **Interleaving.** Each worker's ``gpu_bench`` reports ``ready`` and then only does what the
+   coordinator (this process) says: warm up, time a block of rounds, finish. A benchmark is timed
+   only while both workers wait at it, in randomized ABBA blocks, so A and B never run at the same
+   moment (on a GPU or a CPU). A benchmark present on one side only is measured alone and reported
+   as new or removed, never failed.
+4. **Checks.** At every ``ready`` a worker lists the modules it imported from the other side's
+   tree; any such module stops the run with an error naming it (an editable install of the
+   working tree shadowing REF's code would otherwise make A/B compare B with itself).
+
+The protocol is JSON lines over a local TCP socket, authenticated with a random token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pytest_gpuperf.verdict.paired import Block, SIDES, abba_schedule
+from pytest_gpuperf.core.options import DEFAULTS
+
+#: Worktrees of other revisions kept under ``.gpuperf/ab`` for later runs.
+KEEP_WORKTREES = 3
+#: ABBA groups per benchmark and process pair (4 blocks each, 2 paired ratios each): with 2
+#: process pairs, 16 paired ratios per benchmark.
+GROUPS = 4
+#: Untimed calls at the start of every block (the other side ran meanwhile: caches are cold); one
+#: for rounds longer than :data:`LONG_ROUND_MS`.
+REWARM_CALLS = 2
+LONG_ROUND_MS = 20.0
+#: Fewest timed rounds in a block.
+MIN_BLOCK_ROUNDS = 2
+#: Seconds to wait for a worker to start and say hello (importing torch and collecting).
+HELLO_TIMEOUT_S = 300.0
+
+#: Options of the user's command that the workers must not get: (name, takes a value).
+_DROP_OPTIONS = {
+    "--gpuperf-ab": True, "--gpuperf-ab-processes": True, "--gpuperf-ab-pythonpath": True,
+    "--gpuperf-processes": True, "--gpuperf-no-ab-confirm": False,
+    "--gpuperf-json": True, "--gpuperf-markdown": True, "--gpuperf-plot": True, "--gpuperf-artifacts": True,
+    "--gpuperf-memory-snapshot": True, "--junitxml": True, "--junit-xml": True, "--junit-prefix": True,
+    "-n": True, "--numprocesses": True, "--maxprocesses": True, "--dist": True, "-d": False, "--tx": True,
+    "--gpuperf-update-baselines": False, "--benchmark-autosave": False, "--benchmark-save": True,
+    "--benchmark-json": True, "--lf": False, "--last-failed": False, "--ff": False, "--failed-first": False,
+    "--sw": False, "--stepwise": False, "--pdb": False, "--trace": False,
+}
+
+
+class ABError(RuntimeError):
+    """The A/B comparison cannot run (the message names the revision, file or worker and says why)."""
+
+
+# ----------------------------------------------------------------------------- git
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ABError(f"git {' '.join(args)} failed: {exc}") from None
+    if out.returncode != 0:
+        raise ABError(f"git {' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Revision:
+    """REF resolved: ``ref`` as given, its full ``sha``, the repository's top folder ``repo``."""
+
+    ref: str
+    sha: str
+    repo: Path
+
+    @property
+    def label(self) -> str:
+        """``"origin/main (3f2a1c9)"``."""
+        return f"{self.ref} ({self.sha[:7]})"
+
+
+def resolve_revision(start: Path, ref: str) -> Revision:
+    """Find the git repository holding ``start`` and resolve ``ref`` to a commit.
+
+    Raises :class:`ABError` when ``start`` is not in a git repository or ``ref`` names no commit.
+    """
+    try:
+        top = Path(_git(start, "rev-parse", "--show-toplevel")).resolve()
+    except ABError as exc:
+        raise ABError(f"--gpuperf-ab {ref}: {start} is not inside a git repository ({exc})") from None
+    try:
+        sha = _git(top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except ABError:
+        raise ABError(f"--gpuperf-ab {ref}: no such commit in {top} (try a branch, tag or sha, e.g. origin/main "
+                      f"or HEAD~1)") from None
+    return Revision(ref, sha, top)
+
+
+def ab_folder(repo: Path) -> Path:
+    """``<repo>/.gpuperf/ab`` (created, with the ``.gitignore`` that keeps it out of commits)."""
+    from pytest_gpuperf.core.files import ensure_output_dir
+
+    folder = repo / ".gpuperf" / "ab"
+    ensure_output_dir(folder)
+    return folder
+
+
+def prepare_worktree(rev: Revision) -> Path:
+    """A clean checkout of ``rev`` under ``.gpuperf/ab/<sha12>`` (reused when it exists and is
+    clean); removes older cached worktrees beyond :data:`KEEP_WORKTREES`. Raises :class:`ABError`."""
+    folder = ab_folder(rev.repo)
+    path = folder / rev.sha[:12]
+    if path.is_dir():
+        try:
+            head = _git(path, "rev-parse", "HEAD")
+            dirty = _git(path, "status", "--porcelain", "--untracked-files=no")
+        except ABError:
+            head, dirty = "", "?"
+        if head == rev.sha and not dirty:
+            os.utime(path)  # most recently used
+            _prune(folder, keep=path)
+            return path
+        _remove_worktree(rev.repo, path)
+    _git(rev.repo, "worktree", "prune")
+    _git(rev.repo, "worktree", "add", "--detach", "--force", str(path), rev.sha)
+    _prune(folder, keep=path)
+    return path
+
+
+def _remove_worktree(repo: Path, path: Path) -> None:
+    """Remove a worktree we created (only ever a folder under ``.gpuperf/ab``)."""
+    if path.parent.name != "ab" or path.parent.parent.name != ".gpuperf":
+        raise ABError(f"refusing to remove {path}: not an A/B worktree under .gpuperf/ab")
+    try:
+        _git(repo, "worktree", "remove", "--force", str(path))
+    except ABError:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        _git(repo, "worktree", "prune")
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    others = sorted((p for p in folder.iterdir() if p.is_dir() and p != keep and (p / ".git").exists()),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in others[KEEP_WORKTREES - 1:]:
+        try:
+            _remove_worktree(folder.parent.parent, old)
+        except ABError:
+            pass
+
+
+# ----------------------------------------------------------------------------- worker command lines
+
+
+def worker_args(args: Sequence[str]) -> list[str]:
+    """The user's pytest arguments without the options the workers must not get (reports, xdist,
+    A/B options, baseline updates, debugging), plus ``--gpuperf`` and ``-p no:cacheprovider``."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in _DROP_OPTIONS:
+            skip = _DROP_OPTIONS[name] and "=" not in a
+            continue
+        if a.startswith("-n") and a[2:].isdigit() or a in ("-nauto", "-nlogical"):
+            continue
+        out.append(a)
+    out = ["--gpuperf", "-p", "no:cacheprovider", *out]
+    return out
+
+
+def map_path(path: str, working_tree: Path, worktree: Path) -> str:
+    """``path`` inside the working tree mapped to the same place in the worktree (else unchanged)."""
+    p = Path(path)
+    try:
+        rel = p.resolve().relative_to(working_tree)
+    except ValueError:
+        return path
+    return str(worktree / rel)
+
+
+#: Python run by a worker before pytest: import the measuring plugin from where the coordinator
+#: runs it (never from the worktree, which may hold another version of it), then run pytest.
+_BOOT = (
+    "import sys, os; sys.path.insert(0, os.environ['GPUPERF_AB_PLUGIN_PATH']); import pytest_gpuperf.plugin; "
+    "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+)
+
+
+@dataclass
+class WorkerSpec:
+    """How to start one side's worker: working directory, extra import roots, environment."""
+
+    side: str
+    cwd: Path
+    root: Path  # the tree this side's code must come from
+    other_root: Path  # the tree it must not import from
+    pythonpath: list[str] = field(default_factory=list)
+
+
+def side_specs(rev: Revision, worktree: Path, invocation_dir: Path, import_roots: Sequence[str]) -> dict[str, WorkerSpec]:
+    """The worker specs of A (the worktree) and B (the working tree) for a run started in
+    ``invocation_dir``; ``import_roots`` (relative to the repository's top) are put first on
+    ``PYTHONPATH`` of each side, in that side's tree; other ``PYTHONPATH`` entries inside the working
+    tree are mapped into the worktree for A."""
+    top = rev.repo
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    try:
+        rel_dir = invocation_dir.resolve().relative_to(top)
+    except ValueError:
+        raise ABError(f"--gpuperf-ab: run pytest from inside the repository {top} (the run started in "
+                      f"{invocation_dir})") from None
+    a_path = [str(worktree / r) for r in import_roots] + [map_path(p, top, worktree) for p in inherited]
+    b_path = [str(top / r) for r in import_roots] + inherited
+    return {
+        "A": WorkerSpec("A", worktree / rel_dir, worktree, top, a_path),
+        "B": WorkerSpec("B", top / rel_dir, top, worktree, b_path),
+    }
+
+
+# ----------------------------------------------------------------------------- the wire
+
+
+class Channel:
+    """JSON lines over a socket: ``send(obj)``, ``recv(timeout) -> obj`` (None at end of stream)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = b""
+
+    def send(self, obj: Any) -> None:
+        self.sock.sendall(json.dumps(obj).encode() + b"\n")
+
+    def recv(self, timeout: float | None = None) -> Any:
+        """The next message; raises ``TimeoutError`` after ``timeout`` s; None when the peer closed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(left)
+            else:
+                self.sock.settimeout(None)
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except socket.timeout:
+                raise TimeoutError from None
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect_worker() -> "Channel | None":
+    """In a worker process (``GPUPERF_AB_ADDRESS`` set): connect to the coordinator and
+    authenticate; None outside a worker."""
+    address = os.environ.pop("GPUPERF_AB_ADDRESS", None)  # popped: nested pytest runs (pytester) are no workers
+    token = os.environ.pop("GPUPERF_AB_TOKEN", "")
+    if not address:
+        return None
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    ch = Channel(sock)
+    ch.send({"token": token})
+    return ch
+
+
+def foreign_modules(own_root: str, other_root: str, allowed: Sequence[str] = ()) -> list[str]:
+    """``"name (path)"`` for each loaded module whose file lies in ``other_root`` but not in
+    ``own_root`` (the worktree sits inside the working tree) nor under ``allowed`` folders (the
+    measuring plugin, the Python installation, virtual environments and site-packages)."""
+    own, other = os.path.realpath(own_root), os.path.realpath(other_root)
+    skip = [os.path.realpath(a) for a in allowed] + [os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)]
+
+    def inside(path: str, root: str) -> bool:
+        return path == root or path.startswith(root + os.sep)
+
+    out = []
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if not isinstance(f, str):
+            continue
+        path = os.path.realpath(f)
+        if not inside(path, other) or inside(path, own) and len(own) > len(other):
+            continue
+        if any(inside(path, s) for s in skip) or "site-packages" in path or "dist-packages" in path:
+            continue
+        out.append(f"{name} ({path})")
+    return sorted(out)
+
+
+# ----------------------------------------------------------------------------- the coordinator
+
+
+@dataclass
+class Measured:
+    """What the coordinator got for one benchmark key: blocks of both sides, each side's result
+    entry (from the first process pair: counts, memory, bottleneck), errors."""
+
+    key: str
+    blocks: list[Block] = field(default_factory=list)
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    max_time_s: float = DEFAULTS.max_time
+
+    def sides(self) -> set[str]:
+        return {b.side for b in self.blocks}
+
+
+class _Worker:
+    def __init__(self, spec: WorkerSpec, process: int, proc: subprocess.Popen, log: Path) -> None:
+        self.spec, self.process, self.proc, self.log = spec, process, proc, log
+        self.ch: Channel | None = None
+        self.items: list[str] = []
+        self.pending: Any = None  # the message it is waiting on us with (ready/bye)
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.side}{self.process + 1}"
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def next(self) -> Any:
+        """The worker's next message (ready/bye); a worker that died without a word says bye."""
+        assert self.ch is not None
+        while True:
+            try:
+                msg = self.ch.recv(timeout=1.0)
+            except TimeoutError:
+                if self.proc.poll() is not None:
+                    return {"op": "bye", "crashed": True}
+                continue
+            if msg is None:
+                return {"op": "bye", "crashed": self.proc.poll() not in (None, 0, 1, 5)}
+            return msg
+
+    def ask(self, op: str, **kw: Any) -> Any:
+        assert self.ch is not None
+        self.ch.send({"op": op, **kw})
+        while True:
+            try:
+                msg = self.ch.recv(timeout=5.0)
+            except TimeoutError:
+                if self.proc.poll() is not None:
+                    return None
+                continue
+            return msg
+
+
+class Coordinator:
+    """Runs the A/B measurement of one session; results in :attr:`measured` (key -> Measured).
+
+    ``specs``: the two sides' :class:`WorkerSpec`; ``args``: the workers' pytest arguments;
+    ``processes``: pairs of worker processes, run one pair after another; ``log_dir``: where each
+    worker's output goes; ``progress``: a callable taking one line of text.
+    """
+
+    def __init__(self, specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path,
+                 progress: Callable[[str], None] = lambda _s: None) -> None:
+        self.specs, self.args, self.processes, self.log_dir = specs, list(args), processes, log_dir
+        self.progress = progress
+        self.measured: dict[str, Measured] = {}
+        self.order: list[str] = []
+        self.notes: list[str] = []
+        self.only: set[str] | None = None  # while confirming: the benchmarks to measure again
+        self.confirm_from: int | None = None  # the first process pair of the confirmation
+
+    def run(self) -> None:
+        """Run every process pair; raises :class:`ABError` when a worker cannot start or imports
+        code from the wrong tree."""
+        for p in range(self.processes):
+            self._run_pair(p)
+
+    def confirm(self, keys: set[str], pairs: int) -> None:
+        """Measure ``keys`` again with ``pairs`` more process pairs (their blocks get process
+        indices from :attr:`confirm_from` on); the workers pass every other benchmark through
+        without timing it (Chromium Pinpoint's "measure more", as the stored-baseline gate does)."""
+        if not keys or pairs < 1:
+            return
+        self.only, self.confirm_from = set(keys), self.processes
+        self.progress(f"A/B: confirming {len(keys)} regression(s) with {pairs} more pair(s) of worker processes")
+        try:
+            for p in range(self.processes, self.processes + pairs):
+                self._run_pair(p)
+        finally:
+            self.only = None
+
+    def _spawn(self, spec: WorkerSpec, process: int, address: str, token: str) -> _Worker:
+        import pytest_gpuperf
+
+        env = dict(os.environ)
+        env.update(
+            GPUPERF_AB_ADDRESS=address, GPUPERF_AB_TOKEN=token, GPUPERF_AB_SIDE=spec.side,
+            GPUPERF_AB_PROCESS=str(process), GPUPERF_AB_ROOT=str(spec.root), GPUPERF_AB_OTHER_ROOT=str(spec.other_root),
+            GPUPERF_AB_PLUGIN_PATH=str(Path(pytest_gpuperf.__file__).resolve().parent.parent),
+            PYTHONPATH=os.pathsep.join(spec.pythonpath),
+        )
+        env.pop("GPUPERF_XDIST_DIR", None)
+        if not spec.pythonpath:
+            env.pop("PYTHONPATH")
+        log = self.log_dir / f"worker-{spec.side}{process + 1}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-c", _BOOT, *self.args], cwd=spec.cwd, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return _Worker(spec, process, proc, log)
+
+    def _run_pair(self, p: int) -> None:
+        token = secrets.token_hex(16)
+        server = socket.create_server(("127.0.0.1", 0))
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        workers = {side: self._spawn(self.specs[side], p, address, token) for side in SIDES}
+        try:
+            self._accept(server, workers, token)
+            self.progress(f"A/B: worker pair {p + 1}/{self.processes} started "
+                          f"(A pid {workers['A'].proc.pid}, B pid {workers['B'].proc.pid})")
+            for w in workers.values():
+                w.pending = w.next()
+            self._loop(p, workers)
+        finally:
+            server.close()
+            for w in workers.values():
+                if w.ch is not None:
+                    w.ch.close()
+                try:
+                    w.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    w.proc.kill()
+
+    def _accept(self, server: socket.socket, workers: dict[str, _Worker], token: str) -> None:
+        deadline = time.monotonic() + HELLO_TIMEOUT_S
+        waiting = dict(workers)
+        server.settimeout(1.0)
+        while waiting:
+            for w in waiting.values():
+                if w.proc.poll() is not None:
+                    raise ABError(f"--gpuperf-ab: worker {w.name} ({w.spec.cwd}) exited with code "
+                                  f"{w.proc.returncode} before it connected; its output ({w.log}):\n{w.tail()}")
+            if time.monotonic() > deadline:
+                raise ABError(f"--gpuperf-ab: workers {', '.join(waiting)} did not connect within "
+                              f"{HELLO_TIMEOUT_S:g} s; logs in {self.log_dir}")
+            try:
+                conn, _ = server.accept()
+            except socket.timeout:
+                continue
+            ch = Channel(conn)
+            try:
+                auth = ch.recv(timeout=30)
+                hello = ch.recv(timeout=HELLO_TIMEOUT_S)
+            except TimeoutError:
+                ch.close()
+                continue
+            if not auth or auth.get("token") != token or not hello or hello.get("side") not in waiting:
+                ch.close()
+                continue
+            w = waiting.pop(hello["side"])
+            w.ch, w.items = ch, list(hello.get("items", []))
+
+    def _check_imports(self, w: _Worker, msg: dict[str, Any]) -> None:
+        foreign = msg.get("foreign") or []
+        if not foreign:
+            return
+        which = "REF's worktree" if w.spec.side == "A" else "the working tree"
+        other = "the working tree" if w.spec.side == "A" else "REF's worktree"
+        raise ABError(
+            f"--gpuperf-ab: side {w.spec.side} must run the code of {which} ({w.spec.root}) but imported from "
+            f"{other} ({w.spec.other_root}): {'; '.join(foreign[:5])}. An installed package (e.g. `pip install -e .`) "
+            f"shadows the revision's code: name the import roots of your code with the ini option "
+            f"`gpuperf_ab_pythonpath = src` (or --gpuperf-ab-pythonpath src), relative to the repository's top"
+        )
+
+    def _loop(self, p: int, workers: dict[str, _Worker]) -> None:
+        a, b = workers["A"], workers["B"]
+        while True:
+            ma, mb = a.pending, b.pending
+            for w in (a, b):
+                if w.pending.get("op") == "ready":
+                    self._check_imports(w, w.pending)
+            if ma["op"] == "bye" and mb["op"] == "bye":
+                for w in (a, b):
+                    if w.pending.get("crashed"):
+                        self.notes.append(f"A/B worker {w.name} stopped unexpectedly (exit code "
+                                          f"{w.proc.poll()}); its output: {w.log}")
+                return
+            if ma["op"] == "ready" and mb["op"] == "ready" and ma["key"] == mb["key"]:
+                if self.only is not None and ma["key"] not in self.only:
+                    for w in (a, b):
+                        self._pass(w)
+                    continue
+                self._interleave(p, ma["key"], a, b, ma, mb)
+                continue
+            solo = self._behind(a, b)
+            if self.only is not None:
+                self._pass(solo)
+                continue
+            self._alone(p, solo)
+
+    def _pass(self, w: _Worker) -> None:
+        """Let a waiting worker go on without timing its benchmark (not being confirmed)."""
+        w.ask("finish", extras=False, classify=False)
+        w.pending = w.next()
+
+    def _behind(self, a: _Worker, b: _Worker) -> _Worker:
+        """Which worker measures alone when the two wait at different benchmarks."""
+        ma, mb = a.pending, b.pending
+        if ma["op"] == "bye":
+            return b
+        if mb["op"] == "bye":
+            return a
+        na, nb = ma["nodeid"], mb["nodeid"]
+        if na not in b.items:
+            return a
+        if nb not in a.items:
+            return b
+        order = b.items
+        return b if order.index(nb) < order.index(na) else a
+
+    def _record(self, key: str) -> Measured:
+        if key not in self.measured:
+            self.measured[key] = Measured(key)
+            self.order.append(key)
+        return self.measured[key]
+
+    def _warm(self, w: _Worker, m: Measured) -> tuple[float, int] | None:
+        reply = w.ask("warmup")
+        if reply is None or reply.get("op") != "warm":
+            m.errors[w.spec.side] = (reply or {}).get("error", f"worker {w.name} stopped")
+            return None
+        return float(reply["round_ms"]), int(reply["cpr"])
+
+    def _rounds(self, m: Measured, round_ms: float, blocks_per_side: int) -> int:
+        block_s = m.max_time_s / max(1, self.processes * blocks_per_side)
+        return max(MIN_BLOCK_ROUNDS, int(block_s * 1e3 / max(round_ms, 1e-6)))
+
+    def _block(self, w: _Worker, m: Measured, p: int, pos: int, rounds: int, round_ms: float) -> bool:
+        reply = w.ask("block", rounds=rounds, rewarm=1 if round_ms > LONG_ROUND_MS else REWARM_CALLS)
+        if reply is None or reply.get("op") != "samples":
+            m.errors[w.spec.side] = (reply or {}).get("error", f"worker {w.name} stopped")
+            return False
+        m.blocks.append(Block(w.spec.side, p, pos, tuple(float(v) for v in reply["samples_ms"])))
+        return True
+
+    def _finish(self, w: _Worker, m: Measured, p: int) -> None:
+        reply = w.ask("finish", extras=w.spec.side not in m.entries, classify=w.spec.side == "B")
+        if reply is not None and reply.get("op") == "result" and reply.get("entry") and w.spec.side not in m.entries:
+            m.entries[w.spec.side] = reply["entry"]
+        elif reply is not None and reply.get("op") == "error":
+            m.errors[w.spec.side] = reply.get("error", "error")
+        w.pending = w.next()
+
+    def _interleave(self, p: int, key: str, a: _Worker, b: _Worker, ma: dict, mb: dict) -> None:
+        m = self._record(key)
+        m.max_time_s = float(mb.get("max_time_s", ma.get("max_time_s", DEFAULTS.max_time)))
+        self.progress(f"A/B: {key} (worker pair {p + 1})")
+        workers = {"A": a, "B": b}
+        first = ("A", "B") if p % 2 == 0 else ("B", "A")
+        warm = {}
+        for side in first:
+            warm[side] = self._warm(workers[side], m)
+        if all(warm.values()):
+            schedule = abba_schedule(GROUPS, seed=hash_seed(key, p))
+            rounds = {s: self._rounds(m, warm[s][0], GROUPS * 2) for s in SIDES}  # type: ignore[index]
+            for pos, side in enumerate(schedule):
+                if not self._block(workers[side], m, p, pos, rounds[side], warm[side][0]):  # type: ignore[index]
+                    break
+        for side in first:
+            self._finish(workers[side], m, p)
+
+    def _alone(self, p: int, w: _Worker) -> None:
+        key = w.pending["key"]
+        m = self._record(key)
+        m.max_time_s = float(w.pending.get("max_time_s", DEFAULTS.max_time))
+        self.progress(f"A/B: {key} on side {w.spec.side} only (worker {w.name})")
+        warm = self._warm(w, m)
+        if warm is not None:
+            rounds = self._rounds(m, warm[0], GROUPS * 2)
+            for pos in range(GROUPS * 2):
+                if not self._block(w, m, p, pos * 2 + (0 if w.spec.side == "A" else 1), rounds, warm[0]):
+                    break
+        self._finish(w, m, p)
+
+
+def hash_seed(key: str, process: int) -> int:
+    """A stable seed from a benchmark key and a process-pair index (not Python's salted hash)."""
+    import zlib
+
+    return zlib.crc32(f"{key}#{process}".encode())
+
+
+# ----------------------------------------------------------------------------- the worker's side
+
+
+class WorkerClient:
+    """A worker's end of the protocol (``GPUPERF_AB_*`` in its environment): say hello with the
+    collected node ids, then for every benchmark ``ready`` and obey commands until ``finish``."""
+
+    def __init__(self, ch: Channel) -> None:
+        self.ch = ch
+        self.side = os.environ.get("GPUPERF_AB_SIDE", "?")
+        self.root = os.environ.get("GPUPERF_AB_ROOT", "")
+        self.other_root = os.environ.get("GPUPERF_AB_OTHER_ROOT", "")
+        self.said_hello = False
+
+    @classmethod
+    def from_environment(cls) -> "WorkerClient | None":
+        ch = connect_worker()
+        return cls(ch) if ch is not None else None
+
+    def hello(self, items: Sequence[str]) -> None:
+        self.ch.send({"side": self.side, "items": list(items), "pid": os.getpid()})
+        self.said_hello = True
+
+    def ready(self, key: str, nodeid: str, max_time_s: float) -> None:
+        import pytest_gpuperf
+
+        plugin_dir = str(Path(pytest_gpuperf.__file__).resolve().parent)
+        foreign = foreign_modules(self.root, self.other_root, allowed=[plugin_dir]) if self.root else []
+        self.ch.send({"op": "ready", "key": key, "nodeid": nodeid, "max_time_s": max_time_s, "foreign": foreign})
+
+    def command(self) -> dict[str, Any]:
+        msg = self.ch.recv()
+        if msg is None:
+            raise ABError("the A/B coordinator went away")
+        return msg
+
+    def reply(self, op: str, **kw: Any) -> None:
+        self.ch.send({"op": op, **kw})
+
+    def bye(self) -> None:
+        try:
+            self.ch.send({"op": "bye"})
+        except OSError:
+            pass
+        self.ch.close()

@@ -1,0 +1,1 @@
+"""Measuring (torch, lazily): timing backends, probes, peak memory, counting, profiling, telemetry, environment, reference workloads."""

@@ -1,0 +1,157 @@
+"""Interleaved machine-speed probes: a short workload of the benchmark's class, timed between its rounds.
+
+The session-start reference workloads (:mod:`pytest_gpuperf.measure.drift`) say how fast the machine
+was once, for ~0.1 s, at the start of a process. A *probe* follows the machine during each
+benchmark: the timing backends (:mod:`pytest_gpuperf.measure.timing`) call it after every k-th timed
+round, with the same clock as the rounds (``perf_counter_ns`` on the CPU, CUDA events on a
+GPU), choosing k so that the probe takes at most :data:`PROBE_SHARE` of the measuring time.
+The per-probe times go into :attr:`pytest_gpuperf.measure.timing.Timing.probe_ms`; their median is
+stored with each result and baseline run, and :func:`pytest_gpuperf.verdict.gate.judge` uses them
+(see :class:`ProbeEvidence`) to normalize and to tell "the machine differs" from "the code
+got slower".
+
+Probes, one per class (``kind``):
+
+* ``compute``: a 256x256 fp32 matmul on the CPU; a 2048x2048 bf16 matmul on CUDA (~17 GFLOP,
+  tens of µs on a datacenter GPU);
+* ``memory``: a copy of a 2 MiB slice of a source buffer of 4x the last-level cache (32 MiB at
+  least, 256 MiB at most), the next slice each call, so every call reads from DRAM, on the CPU;
+  a 128 MiB device-to-device copy on CUDA (at least 2x the L2 of current GPUs);
+* ``overhead``: 16 ``torch.add`` calls on a 16-element tensor (per-op dispatch and launch latency).
+
+The benchmark's class comes from the first entry of its ``expect_bottleneck`` option
+(:func:`probe_kind`); ``sync`` and ``data`` map to ``overhead`` (host-side latency: host-device
+round trips, DataLoader Python work), ``transfer`` to ``memory`` (bandwidth-bound copies);
+without one, ``memory``.
+
+Pure at import: torch is imported inside :func:`make_probe` only. Probes are built once per
+process, device and kind (their buffers are allocated once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: The probe's share of the measuring time, at most (about): a probe after every k-th round,
+#: with k = ceil(probe time / (PROBE_SHARE x round time)).
+PROBE_SHARE = 0.10
+#: Probe classes.
+PROBE_KINDS = ("compute", "memory", "overhead")
+#: expect_bottleneck class -> probe class.
+KIND_OF_BOTTLENECK = {"compute": "compute", "memory": "memory", "overhead": "overhead",
+                      "sync": "overhead", "data": "overhead", "transfer": "memory"}
+#: The probe class of a benchmark that declares no ``expect_bottleneck``.
+DEFAULT_KIND = "memory"
+#: CPU memory probe: bytes copied per call, and the least size of the buffer the slices rotate through.
+CPU_COPY_BYTES = 2 << 20
+CPU_COPY_MIN_BUFFER_BYTES = 32 << 20
+#: ... and its largest size (where ``/sys`` reports the L3 of the whole package, not of one core's complex).
+CPU_COPY_MAX_BUFFER_BYTES = 256 << 20
+#: CUDA memory probe: bytes copied per call.
+CUDA_COPY_BYTES = 128 << 20
+#: Overhead probe: tiny ops per call.
+OVERHEAD_OPS = 16
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A machine-speed probe: ``fn()`` runs the workload once (no synchronization; the timing
+    backend synchronizes or records events around it). ``kind`` is its class (one of
+    :data:`PROBE_KINDS`), ``name`` what it runs, e.g. ``"compute: 256x256 fp32 matmul"``
+    (stored with results and baselines: only runs of the same probe name are compared)."""
+
+    kind: str
+    name: str
+    fn: Callable[[], Any] = field(repr=False, compare=False)
+
+    def __call__(self) -> Any:
+        return self.fn()
+
+
+def probe_kind(expect_bottleneck: tuple[str, ...] | None) -> str:
+    """The probe class for a benchmark: from the first entry of ``expect_bottleneck`` (see
+    :data:`KIND_OF_BOTTLENECK`), else :data:`DEFAULT_KIND`. Pure."""
+    if expect_bottleneck:
+        return KIND_OF_BOTTLENECK.get(expect_bottleneck[0], DEFAULT_KIND)
+    return DEFAULT_KIND
+
+
+def last_level_cache_bytes(default: int = 32 << 20) -> int:
+    """The CPU's last-level cache in bytes, from ``/sys/devices/system/cpu/cpu0/cache`` (Linux);
+    ``default`` where it cannot be read."""
+    from pathlib import Path
+
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            best = max(best, int(text.rstrip("KMG")) * scale)
+        except ValueError:
+            continue
+    return best or default
+
+
+_CACHE: dict[tuple[str, str], Probe] = {}
+
+
+def make_probe(kind: str, device: Any) -> Probe:
+    """The probe of class ``kind`` for ``device`` (a ``torch.device``), built once per process.
+
+    Raises ``ValueError`` for an unknown ``kind``. Inputs are seeded (``torch.Generator`` seed 0).
+    """
+    if kind not in PROBE_KINDS:
+        raise ValueError(f"probe kind {kind!r}: expected one of {', '.join(PROBE_KINDS)}")
+    key = (kind, str(device))
+    if key not in _CACHE:
+        _CACHE[key] = _build(kind, device)
+    return _CACHE[key]
+
+
+def _build(kind: str, device: Any) -> Probe:
+    import torch
+
+    cuda = getattr(device, "type", "cpu") == "cuda"
+    if kind == "compute":
+        g = torch.Generator(device=device).manual_seed(0)
+        n, dt = (2048, torch.bfloat16) if cuda else (256, torch.float32)
+        a = torch.randn(n, n, device=device, generator=g).to(dt)
+        b = torch.randn(n, n, device=device, generator=g).to(dt)
+        out = torch.empty(n, n, device=device, dtype=dt)
+        return Probe(kind, f"compute: {n}x{n} {str(dt).removeprefix('torch.')} matmul",
+                     lambda: torch.mm(a, b, out=out))
+    if kind == "memory":
+        if cuda:
+            numel = CUDA_COPY_BYTES // 4
+            src = torch.ones(numel, device=device)
+            dst = torch.empty_like(src)
+            return Probe(kind, f"memory: {CUDA_COPY_BYTES >> 20} MiB copy", lambda: dst.copy_(src))
+        numel = CPU_COPY_BYTES // 4
+        buffer_bytes = min(max(CPU_COPY_MIN_BUFFER_BYTES, 4 * last_level_cache_bytes()), CPU_COPY_MAX_BUFFER_BYTES)
+        slots = max(2, buffer_bytes // CPU_COPY_BYTES)
+        src = torch.ones(slots * numel)
+        dst = torch.empty(numel)
+        state = [0]
+
+        def copy_slice() -> Any:
+            i = state[0]
+            state[0] = (i + 1) % slots
+            return dst.copy_(src[i * numel:(i + 1) * numel])
+
+        # the name leaves the buffer size out (it follows this machine's cache): same name, same probe
+        return Probe(kind, f"memory: {CPU_COPY_BYTES >> 20} MiB copy (rotating source)", copy_slice)
+    x = torch.ones(16, device=device)
+    y = torch.empty_like(x)
+
+    def tiny_ops() -> Any:
+        for _ in range(OVERHEAD_OPS):
+            torch.add(x, 1, out=y)
+        return y
+
+    return Probe(kind, f"overhead: {OVERHEAD_OPS} tiny adds", tiny_ops)
+
+

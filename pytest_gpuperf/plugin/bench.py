@@ -1,0 +1,653 @@
+"""The object behind the ``gpu_bench`` fixture (no pytest imports; the plugin wires it up)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Mapping
+
+from pytest_gpuperf.storage.baseline import BaselineEntry, BaselineFile
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.measure.timing import Measurer, Progress, Timing, prepare_call
+
+
+def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
+    """True when ``fn`` takes ``keyword`` (or ``**kwargs``), or when its signature is unknown."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: let fn decide
+        return True
+    return any(p.name == keyword and p.kind is not p.POSITIONAL_ONLY or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def assign_extra_info(target: dict[str, Any], value: Mapping[str, Any], name: str) -> None:
+    """``obj.extra_info = value``: replace the contents of ``target`` in place (the same dict object,
+    so results already made keep seeing it). Raises ``TypeError`` naming ``name`` for a non-mapping."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
+    new = dict(value)
+    target.clear()
+    target.update(new)
+
+
+class GpuBenchUsageError(RuntimeError):
+    """The fixture was used in a way it does not support (the message says how to fix it)."""
+
+
+def _lazy_kind(value: Any) -> str | None:
+    """"generator", "async generator" or "coroutine" when calling fn only created one, else None."""
+    import inspect
+
+    if inspect.isgenerator(value):
+        return "generator"
+    if inspect.isasyncgen(value):
+        return "async generator"
+    if inspect.iscoroutine(value):
+        value.close()  # never awaited: close it quietly
+        return "coroutine"
+    return None
+
+
+@dataclass(frozen=True)
+class BenchContext:
+    """Everything one test's ``gpu_bench`` needs, resolved once by the plugin (frozen).
+
+    ``test_id``/``module``: the test's id and module path; ``options``: its resolved options;
+    ``device``: a ``torch.device``; ``measuring``: ``--gpuperf`` (else smoke mode); ``baseline``:
+    the module's :class:`~pytest_gpuperf.storage.baseline.BaselineFile` (None: none stored) and
+    ``baseline_file`` its path for messages; ``snapshot_dir``/``artifacts_dir``: where CUDA memory
+    snapshots and chrome traces go (None: nowhere); ``classify``: classify every benchmark;
+    ``thresholds``: classification thresholds; ``confirm_regressions``: re-measure a regression
+    (off while updating baselines); ``reference``/``normalize``: this device's reference-workload
+    medians and ``--gpuperf-normalize``; ``device_lock``: a context manager factory that serializes
+    measurements on the device (pytest-xdist); ``progress``: verbose progress callback;
+    ``measurer``: the timing backend (tests inject a scripted one); ``max_memory_text``: the
+    ``max_memory`` option as written (``"100 kB"``), to report the budget in its own unit;
+    ``group_of``: maps the ``group`` option to the group a result is shown under (the summary's
+    grouping, e.g. ``--benchmark-group-by``; None: the option as it is). A/B mode
+    (``--gpuperf-ab``): in a worker process ``ab_worker`` is its
+    :class:`~pytest_gpuperf.ab.run.WorkerClient` (measure only when the coordinator says so); in the
+    user's session ``ab_results`` maps a benchmark's full id to its finished result, measured by
+    the A/B workers or by the replicate workers (:mod:`pytest_gpuperf.plugin.replicates`), or to a string
+    saying why it has none (the test then fails with it through ``fail``); the benchmark is not
+    measured again. ``nodeid``: the test's pytest node id. ``fail``: fails the test with a message
+    (the plugin passes ``pytest.fail``).
+    """
+
+    test_id: str
+    options: BenchOptions
+    device: Any
+    measuring: bool
+    module: str = ""
+    baseline: BaselineFile | None = None
+    baseline_file: str | None = None
+    snapshot_dir: str | None = None
+    classify: bool = False
+    thresholds: Any = None
+    artifacts_dir: str | None = None
+    confirm_regressions: bool = True
+    reference: Mapping[str, Any] | None = None
+    normalize: bool = False
+    host_load: bool = True
+    device_lock: Callable[[], ContextManager[Any]] | None = None
+    progress: Progress | None = None
+    measurer: Measurer = field(default_factory=Measurer)
+    max_memory_text: str | None = None
+    group_of: Callable[[str | None], str | None] | None = None
+    ab_worker: Any = None
+    ab_results: Mapping[str, Any] | None = None
+    nodeid: str = ""
+    fail: Callable[[str], Any] | None = None
+
+
+class GpuBench:
+    """Measures callables for one test: ``gpu_bench(fn, *args, **kwargs) -> BenchResult``.
+
+    ``device`` is the ``torch.device`` the benchmark should allocate its tensors on. With
+    ``--gpuperf`` each call warms up, times rounds (CUDA events on a GPU, the CPU clock
+    otherwise) and compares with the stored baseline; without it, ``fn`` runs exactly once
+    (smoke mode). A test may measure several things when each has a distinct ``name=``.
+    ``extra_info`` is a dict of the test's own data (JSON-ready values), stored with its results in
+    the JSON report and the baselines.
+    """
+
+    def __init__(self, context: BenchContext, on_result: Callable[[BenchResult], None] = lambda _r: None) -> None:
+        self.context = context
+        self._on_result = on_result
+        self.results: list[BenchResult] = []
+        self._extra_info: dict[str, Any] = {}
+
+    @property
+    def extra_info(self) -> dict[str, Any]:
+        """The test's own data (a dict, JSON-ready values), stored with every result of this test in
+        the JSON report and the baselines; changes made after a measurement are stored too."""
+        return self._extra_info
+
+    @extra_info.setter
+    def extra_info(self, value: Mapping[str, Any]) -> None:
+        assign_extra_info(self._extra_info, value, "extra_info")
+
+    @property
+    def test_id(self) -> str:
+        return self.context.test_id
+
+    @property
+    def module(self) -> str:
+        return self.context.module
+
+    @property
+    def options(self) -> BenchOptions:
+        return self.context.options
+
+    @property
+    def measuring(self) -> bool:
+        return self.context.measuring
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` to benchmark on (``cuda:N`` or ``cpu``)."""
+        return self.context.device
+
+    def phase(self, name: str) -> Any:
+        """Label a phase inside the benchmarked function: ``with gpu_bench.phase("forward"): ...``.
+
+        A ``torch.profiler.record_function`` region; when the benchmark is classified, each
+        phase's share of device time is reported in ``result.bottleneck.evidence.phases``.
+        """
+        from pytest_gpuperf.measure.profiling import phase
+
+        return phase(name)
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BenchResult:
+        """Benchmark ``fn(*args, **kwargs)`` with the options of the test's marker.
+
+        Every keyword argument goes to ``fn``; to name a measurement use :meth:`named`. Raises
+        :class:`GpuBenchUsageError` when ``name=`` is given but ``fn`` takes no ``name`` parameter.
+        """
+        if "name" in kwargs and not _accepts_keyword(fn, "name"):
+            raise GpuBenchUsageError(
+                f"gpu_bench(fn, ..., name={kwargs['name']!r}) passes name= to fn, which does not take it; "
+                f"to name a measurement use gpu_bench.named({kwargs['name']!r})(fn, ...) or "
+                f"gpu_bench.pedantic(fn, args=..., name={kwargs['name']!r})"
+            )
+        return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_rounds=None, name=None)
+
+    def named(self, name: str) -> Callable[..., BenchResult]:
+        """``gpu_bench.named("forward")(fn, *args, **kwargs)``: benchmark under a name.
+
+        The measurement's id becomes ``<test id>::forward``, so one test can hold several; every
+        argument after ``fn`` goes to ``fn`` (a ``name=`` keyword included). Raises ``ValueError``
+        for an empty or non-string name.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"gpu_bench.named: name={name!r}: expected a non-empty string")
+
+        def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BenchResult:
+            return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_rounds=None, name=name)
+
+        return measure
+
+    def pedantic(
+        self,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        setup: Callable[[], Any] | None = None,
+        rounds: int | None = None,
+        warmup_rounds: int | None = None,
+        name: str | None = None,
+        calls_per_round: int | None = None,
+    ) -> BenchResult:
+        """Benchmark with explicit control.
+
+        ``setup`` runs untimed before every round (one call per round then) and may return
+        ``(args, kwargs)`` to use for that round; ``rounds`` fixes the number of timed rounds and
+        ``warmup_rounds`` the number of warmup calls (0 allowed); ``name`` labels the measurement
+        (``<test id>::<name>``) so one test can hold several; ``calls_per_round`` fixes how many
+        calls are timed together in a round (each sample is the round's time divided by it; None:
+        sized from the warmup; not with ``setup``). Raises ``ValueError`` for non-integer or
+        out-of-range counts.
+        """
+        if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
+            raise ValueError(f"gpu_bench.pedantic: rounds={rounds!r}: expected an integer >= 1")
+        if warmup_rounds is not None and (
+            isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0
+        ):
+            raise ValueError(f"gpu_bench.pedantic: warmup_rounds={warmup_rounds!r}: expected an integer >= 0")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ValueError(f"gpu_bench.pedantic: name={name!r}: expected a non-empty string")
+        if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
+                                            or calls_per_round < 1):
+            raise ValueError(f"gpu_bench.pedantic: calls_per_round={calls_per_round!r}: expected an integer >= 1")
+        if calls_per_round is not None and calls_per_round > 1 and setup is not None:
+            raise ValueError(f"gpu_bench.pedantic: calls_per_round={calls_per_round} with a setup function: setup "
+                             f"runs before every round, so a round holds one call (use calls_per_round=1)")
+        return self._run(fn, tuple(args), dict(kwargs or {}), setup=setup, rounds=rounds,
+                         warmup_rounds=warmup_rounds, name=name, calls_per_round=calls_per_round)
+
+    def _benchmark_id(self, name: str | None) -> str:
+        bid = self.test_id if name is None else f"{self.test_id}::{name}"
+        if any(r.benchmark_id == bid for r in self.results):
+            if name is None:
+                raise GpuBenchUsageError(
+                    f"gpu_bench was already called without a name in {self.test_id}; to measure "
+                    f"several things in one test give each a distinct name, e.g. "
+                    f"gpu_bench.pedantic(fn, args=(x,), name='forward')"
+                )
+            raise GpuBenchUsageError(
+                f"gpu_bench measurement name {name!r} is used twice in {self.test_id}; names must be distinct"
+            )
+        return bid
+
+    def _run(self, fn, args, kwargs, *, setup, rounds, warmup_rounds, name, calls_per_round=None) -> BenchResult:
+        if not callable(fn):
+            raise TypeError(f"gpu_bench: expected a callable as first argument, got {type(fn).__name__}")
+        bid = self._benchmark_id(name)
+        label = name or self.test_id.split("::")[-1]
+        group = self.options.group if self.context.group_of is None else self.context.group_of(self.options.group)
+        common = dict(name=label, device=str(self.device), benchmark_id=bid,
+                      group=group, options=self.options.to_dict(), extra_info=self._extra_info)
+        try:
+            result = self._measure(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round)
+        except Exception as exc:
+            from pytest_gpuperf.measure.memory import is_oom
+
+            if not is_oom(exc):
+                raise
+            self._raise_oom(exc, fn, args, kwargs, bid)
+        self.results.append(result)
+        self._on_result(result)
+        return result
+
+    def _full_id(self, bid: str) -> str:
+        return f"{self.module}::{bid}" if self.module else bid
+
+    def _measure(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round=None) -> BenchResult:
+        ctx = self.context
+        if ctx.measuring and ctx.ab_results is not None:
+            done = ctx.ab_results.get(self._full_id(bid))
+            if isinstance(done, str):  # the workers could not measure it (crashed, partial replicates)
+                if ctx.fail is not None:
+                    ctx.fail(done)
+                raise RuntimeError(done)
+            if done is not None:  # measured by the workers: the verdict is decided; one call here
+                a, k = prepare_call(fn, args, kwargs, setup)  # gives the test its value and side effects
+                value = ctx.measurer.once(fn, a, k, ctx.device).value
+                self._check_value(fn, value)
+                return dataclasses.replace(done, name=common["name"], group=common["group"], value=value,
+                                           options=common["options"], extra_info=common["extra_info"])
+        if ctx.measuring and ctx.ab_worker is not None:
+            return self._measure_ab_worker(fn, args, kwargs, setup, bid, common, calls_per_round)
+        if not ctx.measuring or ctx.ab_results is not None:
+            a, k = prepare_call(fn, args, kwargs, setup)
+            t = ctx.measurer.once(fn, a, k, ctx.device)
+            self._check_value(fn, t.value)
+            return BenchResult.from_samples(
+                t.samples_ms, rounds=1, calls_per_round=1, warmup_rounds=0, smoke=True, value=t.value, **common
+            )
+        if ctx.device_lock is not None:
+            # pytest-xdist: never let two workers time the same device at once
+            with ctx.device_lock():
+                return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
+                                              calls_per_round)
+        return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round)
+
+    def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
+                          calls_per_round=None) -> BenchResult:
+        from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+        from pytest_gpuperf.measure.memory import measure_peak
+        from pytest_gpuperf.measure.telemetry import sampler_for
+        from pytest_gpuperf.verdict.machine import host_busy, throttle_verdict
+
+        ctx = self.context
+
+        # passed only when fixed, so a measurer of an older signature (a test suite's own) still works
+        fixed = {} if calls_per_round is None else {"calls_per_round": calls_per_round}
+        # the interleaved machine-speed probe, for a measurer that takes it (an injected one may not)
+        probe = self._probe() if _accepts_keyword(ctx.measurer.measure, "probe") else None
+        if probe is not None:
+            fixed["probe"] = probe
+
+        def timed(progress: Any = None) -> Timing:
+            return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
+                                        rounds=rounds, warmup_rounds=warmup_rounds, progress=progress, **fixed)
+
+        first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
+        self._reset_cuda_peak()
+        sampler = _sampler(ctx.measurer, ctx.device, sampler_for, measure=ctx.host_load)
+        clock = getattr(ctx.measurer, "clock", time.perf_counter_ns)  # the clock of the time budgets
+        start_ns = clock()
+        with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
+            t = timed(ctx.progress)
+        elapsed_s = (clock() - start_ns) / 1e9
+        compiled = None
+        if self.options.counts:
+            from pytest_gpuperf.measure.counting import compile_snapshot
+            from pytest_gpuperf.verdict.counts import compile_delta
+
+            compiled = compile_delta(first_compile, compile_snapshot())
+        self._check_value(fn, t.value)
+        notes = self._overrun_notes(t, elapsed_s, bid) if rounds is None else []
+        notes.extend(f"{self._full_id(bid)}: {note}" for note in getattr(t, "notes", ()))
+        telemetry = sampler.summary()
+        # One extra call, outside the timed rounds, measures peak memory (never perturbs timing).
+        a, k = prepare_call(fn, args, kwargs, setup)
+        mem, _ = measure_peak(fn, a, k, ctx.device)
+        entry = ctx.baseline.get(bid) if ctx.baseline is not None else None
+        counts = flop_dtype = None
+        if self.options.counts:  # one more call, outside the timed rounds: the exact counts
+            from pytest_gpuperf.measure.counting import count_call
+
+            ca, ck = prepare_call(fn, args, kwargs, setup)
+            counts, flop_dtype = count_call(fn, ca, ck, ctx.device)
+            if compiled is not None:
+                counts = dataclasses.replace(counts, **compiled)
+                if compiled["recompiles"]:
+                    notes.append(self._recompile_note(bid, compiled["recompiles"]))
+        confirmations: list[Timing] = []
+
+        def remeasure() -> Timing:
+            confirmations.append(timed())
+            return confirmations[-1]  # judge reads its samples_ms and probe_ms
+
+        probe_evidence = self._probe_evidence(t, probe, entry)
+        evaluation = evaluate(
+            Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes, counts=counts,
+                     throttle=throttle_verdict(telemetry), device=str(ctx.device)),
+            Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
+            remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
+            fixed_rounds=rounds is not None,
+            can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
+            probe=probe_evidence, machine_reference=self._reference_ratio(entry), normalize=ctx.normalize,
+            max_memory_text=ctx.max_memory_text,
+        )
+        comparison, memory, count_comparison = evaluation.comparison, evaluation.memory, evaluation.counts
+        probe_all = getattr(t, "probe_ms", ()) + sum((getattr(c, "probe_ms", ()) for c in confirmations), ())
+        probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
+                        if probe is not None and probe_all else {})
+        if confirmations:  # the result holds the pooled samples the verdict was decided on
+            t = dataclasses.replace(t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
+                                    rounds=t.rounds + sum(c.rounds for c in confirmations))
+        if memory is not None and memory.failed:
+            memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
+        median_ms = statistics.median(t.samples_ms)
+        expected = self.options.expect_bottleneck
+        prof = bottleneck = None
+        if expected or ctx.classify:
+            counted = (counts.flops, counts.traffic_bytes, flop_dtype) if counts is not None else None
+            prof, bottleneck = self._classify_fn(fn, a, k, median_ms, counted)
+        trace_path = top_ops = None
+        mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
+        busy = host_busy(telemetry)
+        if mismatch and busy and ctx.confirm_regressions:  # not while updating
+            notes.append(f"{self._full_id(bid)}: expected {'/'.join(expected)}-bound, measured "
+                         f"{bottleneck.kind}-bound while {busy}: the bottleneck check is not trusted "
+                         f"(fails with --gpuperf-strict); rerun on a quiet machine")
+        if (comparison.failed or mismatch) and ctx.artifacts_dir is not None:
+            from pytest_gpuperf.measure.profiling import profile_call_count, profile_calls, top_ops_table
+
+            if prof is None:
+                prof, _ = profile_calls(fn, a, k, ctx.device, profile_call_count(median_ms))
+            trace_path = self._export_trace(prof, bid, notes)
+            top_ops = top_ops_table(prof, ctx.device)
+        return BenchResult.from_samples(
+            t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
+            warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
+            memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
+            telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
+            count_comparison=count_comparison, **probe_stored, **common
+        )
+
+    def _measure_ab_worker(self, fn, args, kwargs, setup, bid, common, calls_per_round) -> BenchResult:
+        """In an A/B worker process: report ready, then warm up, time blocks and finish as the
+        coordinator commands (see :mod:`pytest_gpuperf.ab.run`). An exception of ``fn`` is reported
+        to the coordinator and re-raised (the worker's test fails; the user's session re-runs it)."""
+        ctx, client = self.context, self.context.ab_worker
+        client.ready(self._full_id(bid), ctx.nodeid, self.options.max_time)
+        cpr, samples, rounds, warm = calls_per_round, [], 0, 0
+        host = _host_load_meter(ctx.measurer, ctx.device, measure=ctx.host_load)  # over its blocks (CPU)
+        while True:
+            cmd = client.command()
+            try:
+                if cmd["op"] == "warmup":
+                    t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
+                                             rounds=1, **({} if cpr is None else {"calls_per_round": cpr}))
+                    cpr, warm = t.calls_per_round, t.warmup_rounds
+                    client.reply("warm", round_ms=t.samples_ms[0] * cpr, cpr=cpr)
+                elif cmd["op"] == "block":
+                    with host.span() if host is not None else contextlib.nullcontext():
+                        t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device,
+                                                 setup=setup, rounds=int(cmd["rounds"]),
+                                                 warmup_rounds=int(cmd["rewarm"]), calls_per_round=cpr or 1)
+                    samples.extend(t.samples_ms)
+                    rounds += t.rounds
+                    client.reply("samples", samples_ms=list(t.samples_ms))
+                elif cmd["op"] == "finish":
+                    load = host.summary() if host is not None else {}
+                    result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,
+                                             extras=bool(cmd.get("extras")), classify=bool(cmd.get("classify")),
+                                             telemetry=load or None)
+                    from pytest_gpuperf.reporting.report import result_entry
+
+                    client.reply("result", entry=result_entry(result, environment={}, git_commit=None,
+                                                              timestamp_utc="") if cmd.get("extras") else None)
+                    return result
+                else:
+                    client.reply("error", error=f"unknown command {cmd!r}")
+            except Exception as exc:
+                client.reply("error", error=f"{type(exc).__name__}: {exc}")
+                raise
+
+    def _ab_result(self, fn, args, kwargs, setup, bid, common, samples, rounds, cpr, warm, *, extras,
+                   classify=True, telemetry=None) -> BenchResult:
+        """An A/B worker's result: its samples, and with ``extras`` peak memory, counts and (with
+        ``classify`` and ``expect_bottleneck`` or ``--gpuperf-classify``) the bottleneck, each from
+        one more call (side B classifies; A's class is not compared); ``telemetry`` the host load
+        over its blocks (CPU backend; None elsewhere)."""
+        from pytest_gpuperf.measure.memory import measure_peak
+
+        if not samples:  # finished before any block (the other side failed): one timed call
+            samples = list(self.context.measurer.once(fn, *prepare_call(fn, args, kwargs, setup),
+                                                      self.context.device).samples_ms)
+        extra: dict[str, Any] = {}
+        if extras:
+            a, k = prepare_call(fn, args, kwargs, setup)
+            mem, _ = measure_peak(fn, a, k, self.context.device)
+            extra["peak_memory_bytes"] = mem.peak_bytes
+            counted = None
+            if self.options.counts:
+                from pytest_gpuperf.measure.counting import count_call
+
+                ca, ck = prepare_call(fn, args, kwargs, setup)
+                extra["counts"], flop_dtype = count_call(fn, ca, ck, self.context.device)
+                counted = (extra["counts"].flops, extra["counts"].traffic_bytes, flop_dtype)
+            if classify and (self.options.expect_bottleneck or self.context.classify):
+                _, extra["bottleneck"] = self._classify_fn(fn, a, k, statistics.median(samples), counted)
+        return BenchResult.from_samples(tuple(samples), rounds=max(rounds, len(samples)), calls_per_round=cpr,
+                                        warmup_rounds=warm, telemetry=telemetry, **extra, **common)
+
+    def _first_call_compiles(self, fn, args, kwargs, setup) -> dict[str, dict[str, int]] | None:
+        """With ``torch.compile`` loaded: make one untimed call first and return dynamo's counters
+        after it, so that what compiles later counts as a recompilation (None: not loaded)."""
+        if "torch._dynamo.eval_frame" not in sys.modules:
+            return None
+        from pytest_gpuperf.measure.counting import compile_snapshot
+
+        a, k = prepare_call(fn, args, kwargs, setup)
+        fn(*a, **k)  # the first call compiles; its frames are not recompilations
+        return compile_snapshot()
+
+    def _recompile_note(self, bid: str, n: int) -> str:
+        return (f"{self._full_id(bid)}: torch.compile compiled {n} frame(s) after the first call, during warmup "
+                f"and the timed rounds: recompilations (their compile time is in the timing); mark the sizes "
+                f"that vary dynamic (torch._dynamo.mark_dynamic) or give each shape its own benchmark")
+
+    def _check_value(self, fn: Callable[..., Any], value: Any) -> None:
+        """Fail when ``fn`` returned a generator or coroutine: only its creation was timed."""
+        kind = _lazy_kind(value)
+        if kind is None:
+            return
+        name = getattr(fn, "__name__", "fn")
+        fix = f"gpu_bench(lambda: list({name}()))" if kind == "generator" else "a function that runs it to the end"
+        raise GpuBenchUsageError(
+            f"gpu_bench: {name}() returned a {kind}, so only its creation was timed, not the work it does; "
+            f"benchmark {fix} instead"
+        )
+
+    def _overrun_notes(self, t: Timing, elapsed_s: float, bid: str) -> list[str]:
+        """A note when the measurement took far longer than ``max_time`` because one call is long."""
+        o = self.options
+        round_ms = statistics.median(t.samples_ms) * t.calls_per_round
+        if elapsed_s < max(1.0, 2 * (o.max_time + o.warmup_time)) or round_ms / 1e3 * o.min_rounds <= o.max_time:
+            return []
+        from pytest_gpuperf.core.units import format_ms
+
+        return [
+            f"{self._full_id(bid)}: measuring took {elapsed_s:.1f} s for a max_time of {o.max_time:g} s: "
+            f"one call takes {format_ms(statistics.median(t.samples_ms))}; min_rounds={o.min_rounds} and "
+            f"{t.warmup_rounds} warmup calls were still made; lower min_rounds/warmup or raise max_time"
+        ]
+
+    def _export_trace(self, prof: Any, bid: str, notes: list[str]) -> str | None:
+        """Write the chrome trace under ``artifacts_dir``; its path, or None when no file was written."""
+        from pytest_gpuperf.core.files import ensure_output_dir
+        from pytest_gpuperf.measure.profiling import export_trace
+
+        path = Path(self.context.artifacts_dir or ".", f"{self._safe_id(bid)}.trace.json")
+        try:
+            ensure_output_dir(path.parent)
+            written = export_trace(prof, path)
+        except OSError as exc:
+            notes.append(f"{self._full_id(bid)}: could not write the trace {path}: {exc}")
+            return None
+        return written if Path(written).is_file() else None
+
+    def _probe(self) -> Any:
+        """The interleaved machine-speed probe for this benchmark's device and class
+        (:func:`pytest_gpuperf.measure.probe.make_probe`; the class from ``expect_bottleneck``)."""
+        from pytest_gpuperf.measure.probe import make_probe, probe_kind
+
+        return make_probe(probe_kind(self.options.expect_bottleneck), self.context.device)
+
+    @staticmethod
+    def _probe_evidence(t: Timing, probe: Any, entry: BaselineEntry | None) -> Any:
+        """What judge needs of the probe: this run's probe times and the baseline's stored level
+        (None when no probe ran, e.g. an injected measurer without probe support)."""
+        if probe is None or not getattr(t, "probe_ms", ()):
+            return None
+        from pytest_gpuperf.verdict.machine import ProbeEvidence
+
+        return ProbeEvidence.of(t, entry.probe_level_ms(probe.name) if entry is not None else None, probe.name)
+
+    def _drift_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
+        """With --gpuperf-normalize: (reference name, now/then ratio) to divide samples by."""
+        if not self.context.normalize:
+            return None
+        return self._reference_ratio(entry)
+
+    def _reference_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
+        """(reference name, now/then ratio) of the session-start reference workload of this
+        benchmark's class (matmul for compute-bound, else copy); None without both medians."""
+        if entry is None:
+            return None
+        from pytest_gpuperf.verdict.machine import drift_ratios, ratio_for
+
+        ratios = drift_ratios(self.context.reference, entry.reference)
+        expected = self.options.expect_bottleneck
+        return ratio_for(ratios, expected[0] if expected else None)
+
+    def _safe_id(self, bid: str) -> str:
+        """A bounded, file-system-safe file stem for the benchmark (see ``plots.safe_filename``)."""
+        from pytest_gpuperf.reporting.plots import safe_filename
+
+        return safe_filename(self._full_id(bid))
+
+    def _classify_fn(self, fn, args, kwargs, median_ms: float, counted: tuple | None = None) -> tuple[Any, Any]:
+        """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing):
+        :func:`pytest_gpuperf.measure.profiling.classify_call`. ``counted``: ``(flops, bytes, dtype)``
+        from the count gate's call, reused when given."""
+        from pytest_gpuperf.measure.profiling import classify_call
+
+        return classify_call(fn, args, kwargs, self.context.device, median_ms, counted=counted,
+                             thresholds=self.context.thresholds)
+
+    def _reset_cuda_peak(self) -> None:
+        if getattr(self.context.device, "type", "cpu") == "cuda":
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.context.device)
+
+    def _snapshot(self, fn, args, kwargs, bid) -> str | None:
+        """CUDA with --gpuperf-memory-snapshot: re-run ``fn`` recording allocation history, save it."""
+        if self.context.snapshot_dir is None or getattr(self.context.device, "type", "cpu") != "cuda":
+            return None
+        from pytest_gpuperf.measure.memory import SnapshotRecorder, free_cached_memory, is_oom
+
+        rec = SnapshotRecorder(self.context.device, Path(self.context.snapshot_dir, f"{self._safe_id(bid)}.pickle"))
+        rec.start()
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:
+            if not is_oom(exc):
+                rec.discard()
+                raise
+            free_cached_memory(self.context.device)
+        return rec.save()
+
+    def _raise_oom(self, exc: BaseException, fn, args, kwargs, bid) -> None:
+        from pytest_gpuperf.measure.memory import MemoryLimitError, cuda_memory_summary, free_cached_memory, oom_message
+        from pytest_gpuperf.core.units import format_bytes, size_unit
+
+        peak = None
+        if getattr(self.context.device, "type", "cpu") == "cuda":
+            import torch
+
+            peak = torch.cuda.max_memory_allocated(self.context.device)
+        details = cuda_memory_summary(self.context.device)
+        free_cached_memory(self.context.device)
+        budget = (format_bytes(self.options.max_memory, size_unit(self.context.max_memory_text))
+                  if self.options.max_memory is not None else "none")
+        message = oom_message(f"in benchmark {self._full_id(bid)}", self.context.device, f"max_memory {budget}",
+                              peak, exc)
+        extra = self._snapshot(fn, args, kwargs, bid)
+        if extra:
+            message += "\n" + extra
+        raise MemoryLimitError(message, details=details) from exc
+
+
+def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:
+    """The telemetry sampler for one measurement: ``sampler_for(device)``, whose CPU sampler gets
+    the host-load meter of :func:`_host_load_meter`."""
+    from pytest_gpuperf.measure.telemetry import CpuSampler
+
+    s = sampler_for(device)
+    if isinstance(s, CpuSampler):
+        s.meter = _host_load_meter(measurer, device, measure=measure)
+    return s
+
+
+def _host_load_meter(measurer: Any, device: Any, *, measure: bool = True) -> Any:
+    """The :class:`~pytest_gpuperf.measure.telemetry.HostLoadMeter` of a measurement on the CPU backend
+    (the timed rounds, or an A/B worker's blocks): a measuring one when the measurer times with
+    the real clock; a fixed one under a measurer with a ``host_load`` attribute (the scripted one
+    of :mod:`pytest_gpuperf._testing`; its None: no meter), so a verdict on scripted timings never
+    depends on what else the test machine runs; None on CUDA, with a fake clock, or with
+    ``measure`` False (``--gpuperf-no-host-load``)."""
+    from pytest_gpuperf.measure.telemetry import HostLoadMeter
+
+    if getattr(device, "type", str(device)) != "cpu":
+        return None
+    if hasattr(measurer, "host_load"):
+        return None if measurer.host_load is None else HostLoadMeter(fixed_cores=measurer.host_load)
+    if not measure or getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
+        return None
+    return HostLoadMeter()

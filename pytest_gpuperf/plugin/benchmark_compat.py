@@ -1,0 +1,683 @@
+"""pytest-benchmark compatibility: its ``benchmark`` fixture, marker and ``--benchmark-*`` flags.
+
+A suite written for pytest-benchmark (``def test_x(benchmark): benchmark(op, data)``) runs
+unmodified: ``benchmark`` is a thin adapter (:class:`BenchmarkFixture`) over the test's
+:class:`~pytest_gpuperf.plugin.bench.GpuBench`, so it is the same measurement as ``gpu_bench`` (timing
+backends, baselines, gate, reports). ``@pytest.mark.benchmark(...)`` and the ``--benchmark-*``
+flags are translated into pytest-gpuperf's options.
+
+Coexistence: with pytest-benchmark not loaded, the fixture, marker and flags come from here.
+With it loaded, a plain run leaves it alone; under ``--gpuperf`` (or
+``--gpuperf-update-baselines``) it is unregistered before anything configures
+(:func:`take_over`; pytest-codspeed does the same for ``--codspeed``), its flags (still parsed by
+its own options) are read here, and the report header says so in one line.
+
+Imports neither torch nor numpy: the plugin loads this module at start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import pytest
+
+from pytest_gpuperf.core import options as opts
+
+#: The module pytest-benchmark registers as its plugin (entry point ``benchmark``, or ``-p``).
+PB_PLUGIN_MODULE = "pytest_benchmark.plugin"
+
+#: Columns of the terminal summary table (``--gpuperf-columns``); the default table is
+#: :data:`DEFAULT_COLUMNS`. ``name`` always comes first and ``verdict`` always last.
+TABLE_COLUMNS: tuple[str, ...] = ("name", "device", "median", "p95", "iqr", "rounds", "baseline", "ratio",
+                                  "peak-mem", "ops-kern", "syncs", "flops", "bytes", "bottleneck", "verdict",
+                                  "items", "min", "max", "mean", "stddev", "outliers", "ops", "iterations")
+DEFAULT_COLUMNS: tuple[str, ...] = TABLE_COLUMNS[:15]
+#: Keys of ``--gpuperf-sort`` (ascending; ``name`` is the default order).
+SORT_KEYS: tuple[str, ...] = ("name", "median", "mean", "min", "max", "stddev", "p95", "iqr", "rounds", "ratio")
+
+#: pytest-benchmark's ``--benchmark-sort`` / ``--benchmark-columns`` / ``--benchmark-group-by`` values.
+PB_SORT_KEYS = ("min", "max", "mean", "stddev", "name", "fullname")
+PB_COLUMNS = ("min", "max", "mean", "stddev", "median", "iqr", "outliers", "ops", "rounds", "iterations")
+PB_GROUP_BY = ("group", "name", "fullname", "func", "fullfunc", "param", "param:NAME")
+
+#: ``@pytest.mark.benchmark`` keys with a meaning here -> the option they set.
+MARKER_MAP = {"group": "group", "min_rounds": "min_rounds", "max_time": "max_time", "precision": "target_precision"}
+#: ``@pytest.mark.benchmark`` keys accepted and ignored, with why (``warmup`` is handled on its own).
+MARKER_IGNORED = {
+    "min_time": "rounds are sized from the warmup to at least 100 µs (CPU) / 20 µs (CUDA)",
+    "timer": "timing uses CUDA events on a GPU and time.perf_counter_ns on the CPU",
+    "disable_gc": "the garbage collector is always off during timed rounds",
+    "calibration_precision": "rounds are sized from the warmup",
+    "warmup_iterations": "the warmup lasts warmup_time seconds (at least 3 calls)",
+    "confidence": "early stopping uses the 95% confidence interval of the median (target_precision)",
+    "cprofile": "pytest-gpuperf does not run cProfile (--gpuperf-classify profiles with torch.profiler)",
+}
+MARKER_KEYS = (*MARKER_MAP, "warmup", *MARKER_IGNORED)
+
+#: pytest-benchmark's flags served here when it is not loaded: (flag, argparse keywords, help).
+_FLAGS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("--benchmark-skip", dict(action="store_true"), "skip the benchmark tests (as --gpuperf-skip)"),
+    ("--benchmark-only", dict(action="store_true"), "run only the benchmark tests (as --gpuperf-only)"),
+    ("--benchmark-disable", dict(action="store_true"),
+     "run each benchmark once, as a correctness test (smoke mode), even with --gpuperf"),
+    ("--benchmark-enable", dict(action="store_true"), "override --benchmark-disable"),
+    ("--benchmark-json", dict(metavar="PATH"), "as --gpuperf-json PATH (pytest-gpuperf's report format)"),
+    ("--benchmark-group-by", dict(metavar="LABEL"),
+     "group the summary by: " + ", ".join(PB_GROUP_BY) + " (comma-separated; default group)"),
+    ("--benchmark-sort", dict(metavar="COL"), "sort the summary by: " + ", ".join(PB_SORT_KEYS)),
+    ("--benchmark-columns", dict(metavar="LABELS"), "summary columns: " + ", ".join(PB_COLUMNS)),
+    ("--benchmark-min-rounds", dict(metavar="NUM"), "as the min_rounds option"),
+    ("--benchmark-max-time", dict(metavar="SECONDS"), "as --gpuperf-max-time"),
+    ("--benchmark-warmup", dict(metavar="KIND", nargs="?", const="on"),
+     "on, off or auto: off sets warmup_time=0 (3 warmup calls remain); on and auto keep the warmup"),
+)
+#: pytest-benchmark's flags accepted and ignored here (one line each says why).
+IGNORED_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
+    "--benchmark-min-time": (dict(metavar="SECONDS"), MARKER_IGNORED["min_time"]),
+    "--benchmark-timer": (dict(metavar="FUNC"), MARKER_IGNORED["timer"]),
+    "--benchmark-disable-gc": (dict(action="store_true"), MARKER_IGNORED["disable_gc"]),
+    "--benchmark-calibration-precision": (dict(metavar="NUM"), MARKER_IGNORED["calibration_precision"]),
+    "--benchmark-warmup-iterations": (dict(metavar="NUM"), MARKER_IGNORED["warmup_iterations"]),
+    "--benchmark-compare": (dict(metavar="NUM|_ID", nargs="?", const=True),
+                            "every --gpuperf run compares with the stored baselines"),
+    "--benchmark-compare-fail": (dict(metavar="EXPR", nargs="+"),
+                                 "the statistical gate decides (--gpuperf-threshold, --gpuperf-alpha)"),
+    "--benchmark-save": (dict(metavar="NAME"), "baselines are written by --gpuperf-update-baselines"),
+    "--benchmark-autosave": (dict(action="store_true"), "baselines are written by --gpuperf-update-baselines"),
+}
+#: pytest-benchmark's defaults, as its parsed options hold them: a flag at its default counts as
+#: not given when pytest-benchmark's own options are read (so installing it changes nothing).
+PB_DEFAULTS: dict[str, Any] = {
+    "benchmark_sort": "min", "benchmark_group_by": "group", "benchmark_min_rounds": 5,
+    "benchmark_max_time": "1.0", "benchmark_warmup": False, "benchmark_min_time": "0.000005",
+    "benchmark_timer": "time.perf_counter", "benchmark_calibration_precision": 10,
+    "benchmark_warmup_iterations": 100000,
+}
+
+COMPAT_KEY = pytest.StashKey["CompatSettings"]()
+
+
+class FixtureAlreadyUsed(Exception):
+    """``benchmark`` was called a second time in one test (pytest-benchmark's error and message)."""
+
+
+@dataclass(frozen=True)
+class CompatSettings:
+    """The session's pytest-benchmark compatibility, resolved once by :func:`configure`.
+
+    ``active``: the ``benchmark`` fixture, marker and flags are served here; ``taken_over``: the
+    version of pytest-benchmark taken over for the session (None: none); ``only``/``skip``: select
+    the benchmark tests (``--gpuperf-only``/``--gpuperf-skip`` or their ``--benchmark-*`` names);
+    ``disabled``: ``--benchmark-disable`` (smoke mode); ``json_path``: ``--benchmark-json``;
+    ``group_by``: ``--benchmark-group-by`` parts; ``columns``/``sort``: the summary table's
+    (None: the default); ``cli_options``: option values from ``--benchmark-*`` flags (seconds,
+    counts), below ``--gpuperf-*``; ``notes``: one line per flag accepted and ignored.
+    """
+
+    active: bool = False
+    taken_over: str | None = None
+    only: str | None = None
+    skip: str | None = None
+    disabled: bool = False
+    json_path: str | None = None
+    group_by: tuple[str, ...] | None = None
+    columns: tuple[str, ...] | None = None
+    sort: str | None = None
+    cli_options: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def add_gpuperf_options(group: Any) -> None:
+    """pytest-gpuperf's own flags for selecting benchmark tests and shaping the summary table."""
+    group.addoption("--gpuperf-only", action="store_true", default=False,
+                    help="run only benchmark tests (gpu_bench or benchmark fixture, or gpu_bench marker); skip the rest")
+    group.addoption("--gpuperf-skip", action="store_true", default=False,
+                    help="skip benchmark tests (gpu_bench or benchmark fixture, or gpu_bench marker)")
+    group.addoption("--gpuperf-columns", metavar="LIST", default=None,
+                    help="comma-separated columns of the summary table, from: " + ", ".join(TABLE_COLUMNS)
+                    + " (name comes first and verdict last in any case)")
+    group.addoption("--gpuperf-sort", metavar="KEY", default=None,
+                    help="sort each group of the summary table by: " + ", ".join(SORT_KEYS) + " (default name)")
+
+
+def find_pytest_benchmark(pluginmanager: Any) -> Any:
+    """pytest-benchmark's plugin module when it is registered, else None (imports nothing)."""
+    for plugin in pluginmanager.get_plugins():
+        if getattr(plugin, "__name__", None) == PB_PLUGIN_MODULE:
+            return plugin
+    return None
+
+
+def add_benchmark_options(parser: Any, pluginmanager: Any) -> None:
+    """Register pytest-benchmark's flags (the mapped and the ignored ones) unless pytest-benchmark
+    is loaded, whose own options would clash. Called once every plugin and initial conftest is in."""
+    if find_pytest_benchmark(pluginmanager) is not None:
+        return
+    group = parser.getgroup("benchmark", "pytest-benchmark compatibility (served by pytest-gpuperf)")
+    for flag, kwargs, text in _FLAGS:
+        group.addoption(flag, default=None, help=text, **kwargs)
+    for flag, (kwargs, why) in IGNORED_FLAGS.items():
+        group.addoption(flag, default=None, help=f"accepted and ignored: {why}", **kwargs)
+
+
+def take_over(config: pytest.Config) -> None:
+    """Under ``--gpuperf``/``--gpuperf-update-baselines``, unregister pytest-benchmark for the session.
+
+    Runs from ``pytest_cmdline_main`` (first), before any plugin configures, so pytest-benchmark
+    neither configures nor contributes its fixture or hooks; its options stay parsed and are read
+    by :func:`configure`. A plain run leaves it alone.
+    """
+    if not (config.getoption("--gpuperf", False) or config.getoption("--gpuperf-update-baselines", False)):
+        return
+    plugin = find_pytest_benchmark(config.pluginmanager)
+    if plugin is None:
+        return
+    package = sys.modules.get(PB_PLUGIN_MODULE.rpartition(".")[0])
+    version = str(getattr(package, "__version__", "") or "?")
+    config.pluginmanager.unregister(plugin)
+    config.pluginmanager.set_blocked("pytest-benchmark")  # its session object, should anything register it
+    config.stash[_TAKEN_OVER_KEY] = version
+
+
+_TAKEN_OVER_KEY = pytest.StashKey[str]()
+
+
+def _split(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip().lower() for v in value if str(v).strip()]
+    return [part.strip().lower() for part in str(value).split(",") if part.strip()]
+
+
+def _bad(flag: str, value: Any, accepted: Iterable[str]) -> pytest.UsageError:
+    return pytest.UsageError(f"pytest-gpuperf: {flag} {value!r}: expected one of: {', '.join(accepted)}")
+
+
+def _columns(flag: str, value: Any, accepted: Iterable[str]) -> tuple[str, ...]:
+    accepted = tuple(accepted)
+    cols = _split(value)
+    bad = [c for c in cols if c not in accepted]
+    if bad or not cols:
+        raise pytest.UsageError(f"pytest-gpuperf: {flag} {value!r}: unknown column(s) {', '.join(bad) or '(none)'}; "
+                                f"expected a comma-separated list of: {', '.join(accepted)}")
+    return tuple(dict.fromkeys(cols))
+
+
+def _group_by(value: Any) -> tuple[str, ...]:
+    parts = _split(value) if not isinstance(value, str) else [p.strip() for p in value.split(",") if p.strip()]
+    for p in parts:
+        if not (p in PB_GROUP_BY[:-1] or (p.startswith("param:") and len(p) > len("param:"))):
+            raise _bad("--benchmark-group-by", value, PB_GROUP_BY)
+    if not parts:
+        raise _bad("--benchmark-group-by", value, PB_GROUP_BY)
+    return tuple(parts)
+
+
+def _warmup(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto",):
+        return True  # pytest-benchmark: on PyPy only; here the warmup stays (it is part of the protocol)
+    if text in ("on", "true", "yes", ""):
+        return True
+    if text in ("off", "false", "no"):
+        return False
+    raise _bad("--benchmark-warmup", value, ("on", "off", "auto"))
+
+
+def configure(config: pytest.Config) -> CompatSettings:
+    """Resolve the session's :class:`CompatSettings` (raises ``pytest.UsageError`` naming a bad
+    flag and what it accepts) and, when the ``benchmark`` fixture is served here, register it."""
+    pm = config.pluginmanager
+    active = find_pytest_benchmark(pm) is None
+    taken_over = config.stash.get(_TAKEN_OVER_KEY, None)
+
+    def value(dest: str) -> Any:
+        """A --benchmark-* flag's value, None when not given (or, with pytest-benchmark's own
+        options, at its default)."""
+        if not active:
+            return None
+        v = getattr(config.option, dest, None)
+        if v is None or v is False or v == [] or v == "":
+            return None
+        if taken_over is not None and dest in PB_DEFAULTS and v == PB_DEFAULTS[dest]:
+            return None
+        return v
+
+    only = "--gpuperf-only" if config.getoption("--gpuperf-only") else None
+    skip = "--gpuperf-skip" if config.getoption("--gpuperf-skip") else None
+    if only and skip:
+        raise pytest.UsageError("pytest-gpuperf: --gpuperf-only and --gpuperf-skip exclude each other; give one")
+    only = only or ("--benchmark-only" if value("benchmark_only") else None)
+    skip = None if only else skip or ("--benchmark-skip" if value("benchmark_skip") else None)  # only wins, as there
+    disabled = bool(value("benchmark_disable")) and not value("benchmark_enable")
+    if disabled and only:
+        raise pytest.UsageError("pytest-gpuperf: --benchmark-disable and --benchmark-only exclude each other "
+                                "(as in pytest-benchmark); give one")
+    if disabled and config.getoption("--gpuperf-update-baselines", False):
+        raise pytest.UsageError("pytest-gpuperf: --benchmark-disable (run each benchmark once) contradicts "
+                                "--gpuperf-update-baselines (measure and record); give one")
+
+    cli: dict[str, Any] = {}
+    for dest, flag, name in (("benchmark_min_rounds", "--benchmark-min-rounds", "min_rounds"),
+                             ("benchmark_max_time", "--benchmark-max-time", "max_time")):
+        v = value(dest)
+        if v is not None:
+            try:
+                cli[name] = opts.convert(name, v, flag)
+            except opts.OptionError as exc:
+                raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    if "min_rounds" in cli:
+        cli["max_rounds"] = max(cli["min_rounds"], opts.DEFAULTS.max_rounds)  # pytest-benchmark has no cap
+    warm = value("benchmark_warmup")
+    if warm is not None and not _warmup(warm):
+        cli["warmup_time"] = 0.0
+
+    json_path = value("benchmark_json")
+    ours = config.getoption("--gpuperf-json")
+    if json_path is not None and ours and str(json_path) != ours:
+        raise pytest.UsageError(f"pytest-gpuperf: --benchmark-json {json_path} and --gpuperf-json {ours} name "
+                                f"different files; give one")
+    group_by = _group_by(value("benchmark_group_by")) if value("benchmark_group_by") is not None else None
+
+    sort = config.getoption("--gpuperf-sort")
+    if sort is not None:
+        if sort.strip().lower() not in SORT_KEYS:
+            raise _bad("--gpuperf-sort", sort, SORT_KEYS)
+        sort = sort.strip().lower()
+    elif value("benchmark_sort") is not None:
+        pb_sort = str(value("benchmark_sort")).strip().lower()
+        if pb_sort not in PB_SORT_KEYS:
+            raise _bad("--benchmark-sort", pb_sort, PB_SORT_KEYS)
+        sort = "name" if pb_sort == "fullname" else pb_sort
+    columns = None
+    if config.getoption("--gpuperf-columns") is not None:
+        columns = _columns("--gpuperf-columns", config.getoption("--gpuperf-columns"), TABLE_COLUMNS)
+    elif value("benchmark_columns") is not None:
+        columns = _columns("--benchmark-columns", value("benchmark_columns"), PB_COLUMNS)
+
+    notes = tuple(f"{flag} is accepted and ignored: {why}" for flag, (_, why) in IGNORED_FLAGS.items()
+                  if value(flag[2:].replace("-", "_")) is not None)
+    settings = CompatSettings(active=active, taken_over=taken_over, only=only, skip=skip, disabled=disabled,
+                              json_path=str(json_path) if json_path is not None else None, group_by=group_by,
+                              columns=columns, sort=sort, cli_options=cli, notes=notes)
+    config.stash[COMPAT_KEY] = settings
+    if active:
+        config.addinivalue_line(
+            "markers", "benchmark(group, min_rounds, max_time, ...): pytest-benchmark's settings of a benchmark "
+                       "test (served by pytest-gpuperf)")
+        pm.register(BenchmarkPlugin(settings), "gpuperf-benchmark-compat")
+    return settings
+
+
+def _settings(config: pytest.Config) -> CompatSettings:
+    return config.stash.get(COMPAT_KEY, None) or CompatSettings()
+
+
+def table_options(config: pytest.Config) -> dict[str, Any]:
+    """Keyword arguments of :func:`pytest_gpuperf.reporting.report.summary_lines`: ``columns`` and ``sort``."""
+    s = _settings(config)
+    return {"columns": s.columns, "sort": s.sort}
+
+
+# ----------------------------------------------------------------------------- selection, marker, groups
+
+
+def is_benchmark_test(item: pytest.Item) -> bool:
+    """A test that uses the ``gpu_bench`` or ``benchmark`` fixture or carries a ``gpu_bench`` marker."""
+    names = getattr(item, "fixturenames", ()) or ()
+    return "gpu_bench" in names or "benchmark" in names or item.get_closest_marker("gpu_bench") is not None
+
+
+def select(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Apply ``--gpuperf-only``/``--gpuperf-skip`` (or ``--benchmark-only``/``--benchmark-skip``):
+    the other tests are skipped with a reason naming the flag, as pytest-benchmark does."""
+    s = _settings(config)
+    if not (s.only or s.skip):
+        return
+    for item in items:
+        bench = is_benchmark_test(item)
+        if s.only and not bench:
+            item.add_marker(pytest.mark.skip(reason=f"pytest-gpuperf: not a benchmark test ({s.only})"))
+        elif s.skip and bench:
+            item.add_marker(pytest.mark.skip(reason=f"pytest-gpuperf: benchmark test skipped ({s.skip})"))
+
+
+def owns_marker(item: pytest.Item) -> bool:
+    """True when the item has a ``benchmark`` marker that is read here (pytest-benchmark not active)."""
+    return _settings(item.config).active and item.get_closest_marker("benchmark") is not None
+
+
+def marker_options(item: pytest.Item, session: opts.BenchOptions) -> dict[str, Any]:
+    """The options ``@pytest.mark.benchmark(...)`` sets on ``item`` (empty when pytest-benchmark
+    owns its marker). ``session`` holds the session's options (``max_rounds`` is raised to a larger
+    ``min_rounds``, as pytest-benchmark has no cap). Keys that mean nothing here are accepted with
+    one warning line each; others raise :class:`~pytest_gpuperf.core.options.OptionError` naming them."""
+    if not owns_marker(item):
+        return {}
+    mark = item.get_closest_marker("benchmark")
+    where = f"{item.nodeid}: @pytest.mark.benchmark"
+    if mark.args:
+        raise opts.OptionError(f"{where} takes keyword arguments only, got positional {mark.args!r}")
+    out: dict[str, Any] = {}
+    ignored = []
+    for key, value in mark.kwargs.items():
+        if key in MARKER_MAP:
+            out[MARKER_MAP[key]] = opts.convert(MARKER_MAP[key], value, f"{where}({key}=...)")
+        elif key == "warmup":
+            if not value:
+                out["warmup_time"] = 0.0
+        elif key in MARKER_IGNORED:
+            ignored.append(key)
+        else:
+            raise opts.OptionError(f"{where}: unknown keyword {key!r}; accepted: {', '.join(MARKER_KEYS)} "
+                                   f"(pytest-gpuperf's own options go in @pytest.mark.gpu_bench)")
+    if "min_rounds" in out and out["min_rounds"] > session.max_rounds:
+        out["max_rounds"] = out["min_rounds"]
+    if ignored:
+        from pytest_gpuperf.plugin.keys import STATE_KEY  # the plugin's session state
+
+        state = item.config.stash.get(STATE_KEY, None)
+        if state is not None:
+            state.warnings.extend(f"@pytest.mark.benchmark({key}=...) is accepted and ignored: {MARKER_IGNORED[key]}"
+                                  for key in ignored)
+    return out
+
+
+def group_of(item: pytest.Item) -> Callable[[str | None], str | None] | None:
+    """``--benchmark-group-by``: maps a benchmark's ``group`` option to the group it is shown and
+    stored under (pytest-benchmark's grouping keys, joined by spaces); None when not grouping."""
+    s = _settings(item.config)
+    if not s.group_by or s.group_by == ("group",):
+        return None
+    name, fullname = item.name, item.nodeid
+    callspec = getattr(item, "callspec", None)
+    param = callspec.id if callspec is not None else None
+    params = dict(callspec.params) if callspec is not None else {}
+    parts_of = s.group_by
+
+    def key(group: str | None) -> str | None:
+        parts: list[Any] = []
+        for part in parts_of:
+            if part == "group":
+                parts.append(group)
+            elif part == "name":
+                parts.append(name)
+            elif part == "func":
+                parts.append(name.split("[")[0])
+            elif part == "fullname":
+                parts.append(fullname)
+            elif part == "fullfunc":
+                parts.append(fullname.split("[")[0])
+            elif part == "param":
+                parts.append(param)
+            else:
+                pname = part[len("param:"):]
+                parts.append(f"{pname}={params[pname]}" if pname in params else None)
+        return " ".join(str(p) for p in parts if p) or None
+
+    return key
+
+
+# ----------------------------------------------------------------------------- the fixture
+
+
+def tensor_device(fn: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+    """The ``torch.device`` the call works on: the first CUDA device among the tensors (and
+    ``nn.Module`` parameters) in ``args``/``kwargs`` (one level into lists, tuples and dicts) and a
+    module ``fn`` or its bound ``self``; else ``cpu`` when tensors were found; else None (unknown).
+    Imports nothing: without torch loaded there can be no tensor."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    found: list[Any] = []
+
+    def visit(value: Any, depth: int = 0) -> None:
+        if isinstance(value, torch.Tensor):
+            found.append(value.device)
+        elif isinstance(value, torch.nn.Module):
+            for t in (*value.parameters(), *value.buffers()):
+                found.append(t.device)
+                break
+        elif depth == 0 and isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v, 1)
+        elif depth == 0 and isinstance(value, dict):
+            for v in value.values():
+                visit(v, 1)
+
+    for v in (fn, getattr(fn, "__self__", None), *args, *kwargs.values()):
+        visit(v)
+    devices = [d for d in found if d.type in ("cuda", "cpu")]
+    cuda = [d for d in devices if d.type == "cuda"]
+    if cuda:
+        return cuda[0] if cuda[0].index is not None else torch.device("cuda", torch.cuda.current_device())
+    return devices[0] if devices else None
+
+
+class BenchmarkStats:
+    """``benchmark.stats``: pytest-benchmark's statistics of the measurement, in **seconds**.
+
+    Attributes (and ``stats["mean"]``, ``stats.stats.mean``, ``as_dict()`` as there): ``min``,
+    ``max``, ``mean``, ``stddev``, ``median``, ``q1``/``q3`` (25th/75th percentiles), ``iqr``,
+    ``rounds``, ``iterations`` (calls per round), ``ops`` (calls per second), ``total``,
+    ``data`` (per-call times, one per round), ``stddev_outliers``/``iqr_outliers`` and
+    ``outliers`` (``"<stddev>;<iqr>"``), ``ld15iqr``/``hd15iqr``. ``result`` is the underlying
+    :class:`~pytest_gpuperf.verdict.result.BenchResult` (milliseconds, verdict).
+    """
+
+    fields = ("min", "max", "mean", "stddev", "rounds", "median", "iqr", "q1", "q3", "iqr_outliers",
+              "stddev_outliers", "outliers", "ld15iqr", "hd15iqr", "ops", "total")
+
+    def __init__(self, fixture: "BenchmarkFixture", result: Any) -> None:
+        self.result = result
+        self.name, self.fullname, self.group = fixture.name, fixture.fullname, result.group
+        self.param, self.params, self.extra_info = fixture.param, fixture.params, fixture.extra_info
+        self.iterations = result.calls_per_round
+        self.data = [ms / 1e3 for ms in result.samples_ms]
+        self.min, self.max, self.mean = result.min_ms / 1e3, result.max_ms / 1e3, result.mean_ms / 1e3
+        self.stddev = result.std_ms / 1e3 if len(self.data) > 1 else 0.0
+        self.median, self.q1, self.q3 = result.median_ms / 1e3, result.p25_ms / 1e3, result.p75_ms / 1e3
+        self.iqr = self.q3 - self.q1
+        self.rounds = len(self.data)
+        self.total = sum(self.data)
+        self.ops = self.rounds / self.total if self.total else 0.0
+        lo, hi = self.mean - self.stddev, self.mean + self.stddev
+        self.stddev_outliers = sum(1 for v in self.data if v < lo or v > hi)
+        fence_lo, fence_hi = self.q1 - 1.5 * self.iqr, self.q3 + 1.5 * self.iqr
+        self.iqr_outliers = result.outliers.total  # the result's Tukey counts, same fences
+        self.outliers = f"{self.stddev_outliers};{self.iqr_outliers}"
+        inside = sorted(v for v in self.data if fence_lo <= v <= fence_hi) or sorted(self.data)
+        self.ld15iqr, self.hd15iqr = inside[0], inside[-1]
+
+    @property
+    def stats(self) -> "BenchmarkStats":
+        """pytest-benchmark's ``benchmark.stats.stats`` (the same object here)."""
+        return self
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The statistics (seconds) and ``iterations`` as a dict."""
+        return {**{f: getattr(self, f) for f in self.fields}, "iterations": self.iterations}
+
+
+class BenchmarkFixture:
+    """pytest-benchmark's ``benchmark`` fixture, served by the test's :class:`~pytest_gpuperf.plugin.bench.GpuBench`.
+
+    ``benchmark(fn, *args, **kwargs)`` and ``benchmark.pedantic(...)`` measure ``fn`` exactly as
+    ``gpu_bench`` does (with ``--gpuperf``; otherwise one call, smoke mode) and return ``fn``'s
+    return value. The device is that of the tensors passed (CUDA events for CUDA tensors), else the
+    test's ``device`` option. After the call ``stats`` holds :class:`BenchmarkStats` (seconds) and
+    ``result`` the :class:`~pytest_gpuperf.verdict.result.BenchResult`. ``group`` may be changed before
+    the call; ``extra_info`` is stored in the JSON report and the baselines. A second call raises
+    :class:`FixtureAlreadyUsed`.
+    """
+
+    def __init__(self, node: Any, make_bench: Callable[[Any], Any], *, group: str | None, disabled: bool,
+                 warn: Callable[[str], None] = lambda _message: None) -> None:
+        self.name = node.name
+        self.fullname = node.nodeid
+        callspec = getattr(node, "callspec", None)
+        self.param = callspec.id if callspec is not None else None
+        self.params = dict(callspec.params) if callspec is not None else None
+        self.group = group
+        self.disabled = disabled
+        self.stats: BenchmarkStats | None = None
+        self.result: Any = None
+        self._make_bench = make_bench
+        self._warn = warn
+        self._bench: Any = None
+        self._extra_info: dict[str, Any] = {}
+        self._mode: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return not self.disabled
+
+    @property
+    def extra_info(self) -> dict[str, Any]:
+        """The test's own data, stored with the result in the JSON report and the baselines."""
+        return self._extra_info
+
+    @extra_info.setter
+    def extra_info(self, value: Mapping[str, Any]) -> None:
+        from pytest_gpuperf.plugin.bench import assign_extra_info
+
+        assign_extra_info(self._extra_info, value, "benchmark.extra_info")
+
+    def _start(self, mode: str) -> None:
+        if self._mode:
+            raise FixtureAlreadyUsed(f"Fixture can only be used once. Previously it was used in {self._mode} mode.")
+        self._mode = mode
+
+    def _bench_for(self, fn: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The GpuBench, made at the first call on the device of its tensors; ``group`` applied."""
+        if self._bench is None:
+            bench = self._make_bench(tensor_device(fn, args, kwargs))
+            bench.extra_info.update(self._extra_info)
+            self._extra_info = bench.extra_info  # one dict: later changes reach the stored result
+            self._bench = bench
+        bench = self._bench
+        if self.group != bench.options.group:
+            ctx = bench.context
+            bench.context = dataclasses.replace(ctx, options=dataclasses.replace(ctx.options, group=self.group))
+        return bench
+
+    def _done(self, result: Any) -> Any:
+        self.result = result
+        self.stats = BenchmarkStats(self, result)
+        return result.value
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Benchmark ``fn(*args, **kwargs)``; returns its return value."""
+        self._start("benchmark(...)")
+        return self._done(self._bench_for(fn, args, kwargs)(fn, *args, **kwargs))
+
+    def pedantic(self, target: Callable[..., Any], args: tuple = (), kwargs: dict[str, Any] | None = None,
+                 setup: Callable[[], Any] | None = None, teardown: Callable[..., Any] | None = None,
+                 rounds: int = 1, warmup_rounds: int = 0, iterations: int = 1) -> Any:
+        """pytest-benchmark's explicit mode: ``rounds`` timed rounds of ``iterations`` calls each
+        (timed together; the sample is their mean), after ``warmup_rounds`` untimed rounds.
+        ``setup`` runs before every round and may return ``(args, kwargs)``; ``teardown(*args,
+        **kwargs)`` after every round. Returns ``target``'s return value. Raises ``ValueError`` as
+        pytest-benchmark does (counts, ``setup`` with ``iterations > 1``)."""
+        self._start("benchmark.pedantic(...)")
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+            raise ValueError("Must have positive int for `iterations`.")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError("Must have positive int for `rounds`.")
+        if isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0:
+            raise ValueError("Must have positive int for `warmup_rounds`.")
+        if iterations > 1 and setup:
+            raise ValueError("Can't use more than 1 `iterations` with a `setup` function.")
+        if iterations > 1 and teardown:
+            raise ValueError("pytest-gpuperf: benchmark.pedantic cannot use a `teardown` function with "
+                             f"iterations={iterations}: teardown runs after every round, so use iterations=1")
+        kwargs = dict(kwargs or {})
+        has_args = bool(args or kwargs)
+        pending: list[tuple[tuple, dict]] = []
+
+        def finish_round() -> None:
+            if teardown is not None and pending:
+                a, k = pending.pop()
+                teardown(*a, **k)
+            pending.clear()
+
+        def round_setup() -> tuple[tuple, dict]:  # pytest-benchmark's setup semantics, teardown of the last round
+            finish_round()
+            a, k = args, kwargs
+            if setup is not None:
+                maybe = setup()
+                if maybe:
+                    if has_args:
+                        raise TypeError("Can't use `args` or `kwargs` if `setup` returns the arguments.")
+                    a, k = maybe
+            pending.append((tuple(a), dict(k)))
+            return tuple(a), dict(k)
+
+        if rounds < opts.DEFAULTS.min_rounds and not self.disabled:
+            self._warn(f"{self.fullname}: benchmark.pedantic(rounds={rounds}) gives the regression gate too few "
+                       f"samples to see a change (pytest-benchmark's default is 1 round); pass "
+                       f"rounds={opts.DEFAULTS.min_rounds} or more")
+        bench = self._bench_for(target, args, kwargs)
+        try:
+            result = bench.pedantic(target, args=tuple(args), kwargs=kwargs,
+                                    setup=round_setup if (setup or teardown) else None, rounds=rounds,
+                                    warmup_rounds=warmup_rounds * iterations, calls_per_round=iterations)
+        finally:
+            finish_round()
+        return self._done(result)
+
+    def weave(self, target: Any, **kwargs: Any) -> None:
+        """Not supported (pytest-benchmark's aspectlib integration): raises ``NotImplementedError``."""
+        raise NotImplementedError("pytest-gpuperf: benchmark.weave/benchmark.patch (aspectlib) is not supported; "
+                                  "call benchmark(fn, *args) instead")
+
+    patch = weave
+
+
+class BenchmarkPlugin:
+    """Registered for the session when ``benchmark`` is served here: the fixture and the header line."""
+
+    def __init__(self, settings: CompatSettings) -> None:
+        self.settings = settings
+
+    @pytest.fixture
+    def benchmark(self, request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Any:
+        """pytest-benchmark's ``benchmark`` fixture, measured by pytest-gpuperf (see :class:`BenchmarkFixture`)."""
+        from pytest_gpuperf.plugin.keys import BENCH_KEY, FIXTURES_KEY, STATE_KEY
+
+        state = request.config.stash[STATE_KEY]
+        fixtures = request.config.stash[FIXTURES_KEY]  # the plugin's, set at configure
+        item = request.node
+        try:
+            group = fixtures.options_for(item, state).group
+        except opts.OptionError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+        def make_bench(device: Any) -> Any:
+            existing = item.stash.get(BENCH_KEY, None)  # the test also uses gpu_bench: one GpuBench
+            return existing if existing is not None else fixtures.make_gpu_bench(request, _gpuperf_measurer, device)
+
+        return BenchmarkFixture(item, make_bench, group=group, disabled=not state.measuring,
+                                warn=state.warnings.append)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        s = self.settings
+        lines = []
+        if s.taken_over is not None:
+            lines.append(f"pytest-gpuperf: pytest-benchmark {s.taken_over} is taken over for this session: its "
+                         f"benchmark fixture, marker and --benchmark-* flags are served by pytest-gpuperf")
+        lines.extend(f"pytest-gpuperf: {note}" for note in s.notes)
+        return lines

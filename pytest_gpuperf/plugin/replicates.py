@@ -1,0 +1,304 @@
+"""Process-level replicates: every benchmark measured in P fresh worker processes.
+
+Rounds from one process share that process's speed mode (memory layout, clock state, which core
+it landed on): on this project's machines 12 processes timing one matmul had a run-to-run CV of
+3.4% between their medians, one run 11% slower, while each run's own rounds were tight. A test on
+thousands of rounds of one process then reports p ~ 1e-67 for a difference the next process does
+not reproduce (pseudo-replication). So, as pyperf runs 20 worker processes and JMH several forks,
+``pytest --gpuperf`` (and ``--gpuperf-update-baselines``) with ``--gpuperf-processes P`` >= 2:
+
+1. **Workers.** At session start the user's session (the coordinator) runs P pytest processes one
+   after another, each the user's own selection (reports, xdist and baseline updates removed, see
+   :func:`pytest_gpuperf.ab.run.worker_args`) with ``GPUPERF_REPLICATE=k/P`` set: a worker measures
+   every benchmark with ``max_time / P`` (so the measuring time stays about what one process
+   took), compares nothing, and appends each result to a JSON-lines file as soon as it is measured. The benchmarks are
+   interleaved across processes: the import and collection cost is paid P times per session, not
+   per benchmark. Worker 0 alone also measures peak memory, the exact counts and the bottleneck
+   (deterministic or one-off; the other workers skip them).
+2. **Merge** (:func:`merge`): one result per benchmark whose samples are the processes' samples in
+   process order and whose ``process_medians_ms`` are their medians; the timing verdict is
+   :func:`pytest_gpuperf.verdict.gate.judge_replicates` (a Student-t test over process medians against the
+   baseline's), memory and counts as in a single-process run (worker 0's).
+3. **The tests** then run in the user's session and pick up their finished results (one call of
+   ``fn`` for its value). A benchmark that a worker did not report because the worker crashed or
+   timed out fails with that worker's output; an update run never writes a baseline from a partial
+   set of replicates.
+
+The module also holds the worker side (:func:`worker_slot`, :func:`worker_options`). Ctrl-C kills
+the running worker (``subprocess.run`` does) and leaves nothing behind but the log folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+#: Environment variable that makes a pytest process a replicate worker: ``"k/P"`` (0-based k).
+WORKER_ENV = "GPUPERF_REPLICATE"
+#: Environment variable with the default number of worker processes (under the ini option and the
+#: command line): the plugin's own test suite sets 1.
+PROCESSES_ENV = "GPUPERF_PROCESSES"
+#: Worker processes per benchmark when nothing says otherwise.
+DEFAULT_PROCESSES = 3
+#: Seconds a worker may run before it is stopped (its benchmarks then fail with its output);
+#: ``GPUPERF_WORKER_TIMEOUT`` overrides it.
+WORKER_TIMEOUT_S = 3600.0
+
+
+class ReplicateError(RuntimeError):
+    """The worker processes could not be run at all (the message says why)."""
+
+
+def worker_slot() -> tuple[int, int] | None:
+    """``(k, P)`` in a replicate worker (``GPUPERF_REPLICATE=k/P``), else None. Raises
+    ``ValueError`` for a malformed value."""
+    raw = os.environ.get(WORKER_ENV)
+    if not raw:
+        return None
+    try:
+        k, p = (int(x) for x in raw.split("/"))
+    except ValueError:
+        raise ValueError(f"{WORKER_ENV}={raw!r}: expected k/P, e.g. 0/3") from None
+    if not 0 <= k < p:
+        raise ValueError(f"{WORKER_ENV}={raw!r}: expected 0 <= k < P")
+    return k, p
+
+
+def worker_options(options: Any, slot: tuple[int, int]) -> Any:
+    """A worker's options (a :class:`~pytest_gpuperf.core.options.BenchOptions`): ``max_time`` split over
+    the processes that measure the benchmark (P, or its ``processes`` option when smaller;
+    ``warmup_time`` too), and in workers other than the first no counts and no bottleneck
+    expectation (worker 0 measures them once for the session)."""
+    k, p = slot
+    n = min(options.processes or p, p)
+    changes: dict[str, Any] = dict(max_time=options.max_time / n, warmup_time=options.warmup_time / n)
+    if k > 0:
+        changes.update(counts=False, expect_bottleneck=None)
+    return dataclasses.replace(options, **changes)
+
+
+#: Environment variable naming the file a worker appends its results to, one JSON line per benchmark
+#: as soon as it is measured (so a worker that crashes later loses nothing it already measured).
+OUT_ENV = "GPUPERF_REPLICATE_OUT"
+
+
+def report_result(key: str, result: Any, environment: Mapping[str, Any]) -> None:
+    """In a worker: append ``{"key": ..., "entry": <report entry>}`` to the file named by
+    ``GPUPERF_REPLICATE_OUT`` (nothing when it is not set) and flush it."""
+    path = os.environ.get(OUT_ENV)
+    if not path:
+        return
+    from pytest_gpuperf.reporting.report import result_entry
+
+    entry = result_entry(result, environment=dict(environment), git_commit=None, timestamp_utc="")
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"key": key, "entry": entry}) + "\n")
+        out.flush()
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """What a worker appended (:func:`report_result`): entries by key; a torn last line (the worker
+    died while writing it) is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        out[rec["key"]] = rec["entry"]
+    return out
+
+
+def default_processes(cli: str | None, ini: str | None) -> int:
+    """The number of worker processes: ``--gpuperf-processes``, else ini ``gpuperf_processes``, else
+    ``GPUPERF_PROCESSES``, else :data:`DEFAULT_PROCESSES`. Raises ``ValueError`` naming the source
+    for anything but an integer >= 1."""
+    for source, value in (("--gpuperf-processes", cli), ("ini gpuperf_processes", ini),
+                          (PROCESSES_ENV, os.environ.get(PROCESSES_ENV))):
+        if value is None or not str(value).strip():
+            continue
+        text = str(value).strip()
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{source} {value!r}: expected an integer >= 1 (1: measure in this process only)")
+        return int(text)
+    return DEFAULT_PROCESSES
+
+
+@dataclass
+class WorkerRun:
+    """What one worker process left: its index, exit code, log file, report entries by full id
+    (``module::benchmark id``) and, when it crashed or timed out, why."""
+
+    index: int
+    returncode: int | None
+    log: Path
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
+                progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None) -> list[WorkerRun]:
+    """Run ``processes`` replicate workers one after another (``python -m pytest <args>`` in ``cwd``
+    with ``GPUPERF_REPLICATE=k/P``; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
+    measures them); their output goes to ``<log_dir>/worker-k.log``. A worker that exits with
+    another code than 0, 1 or 5 (pytest's "passed", "tests failed", "none collected"), or times out,
+    gets ``error`` set; what every worker measured before it stopped is read. Raises :class:`ReplicateError` when a worker cannot be started at all."""
+    timeout_s = timeout_s or float(os.environ.get("GPUPERF_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    start = time.monotonic()
+    for k in range(processes):
+        report = log_dir / f"worker-{k}.jsonl"
+        report.unlink(missing_ok=True)
+        log = log_dir / f"worker-{k}.log"
+        env = dict(os.environ, **{WORKER_ENV: f"{k}/{processes}", PROCESSES_ENV: "1", OUT_ENV: str(report)})
+        env.pop("GPUPERF_XDIST_DIR", None)
+        cmd = [sys.executable, "-m", "pytest", *args]
+        run = WorkerRun(k, None, log)
+        with open(log, "wb") as out:
+            try:
+                proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, timeout=timeout_s)
+                run.returncode = proc.returncode
+            except subprocess.TimeoutExpired:
+                run.error = f"worker process {k + 1}/{processes} timed out after {timeout_s:g} s and was stopped"
+            except OSError as exc:
+                raise ReplicateError(f"could not start a worker process ({cmd[0]} -m pytest): {exc}") from None
+        if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
+            run.error = f"worker process {k + 1}/{processes} exited with code {run.returncode}"
+        run.entries = read_results(report)  # also from a worker that crashed: what it measured before
+        runs.append(run)
+        progress(f"gpuperf: worker process {k + 1}/{processes} done ({len(run.entries)} benchmark(s), "
+                 f"{time.monotonic() - start:.0f} s)" + (f": {run.error}" if run.error else ""))
+    return runs
+
+
+def missing_message(key: str, runs: Sequence[WorkerRun]) -> str | None:
+    """Why ``key`` has no complete set of replicates, or None when every worker reported it, or
+    none did and none failed (the benchmark did not run in the workers: its test then decides, e.g.
+    it fails there as it failed in them). A worker that crashed or timed out before reporting it
+    is named with its output."""
+    have = [r for r in runs if key in r.entries]
+    if len(have) == len(runs):
+        return None
+    failed = [r for r in runs if key not in r.entries and r.error]
+    if failed:
+        return _crash_text(key, failed, len(runs))
+    if not have:
+        return None
+    lacking = [r for r in runs if key not in r.entries]
+    return (f"{key}: measured by {len(have)} of {len(runs)} worker processes (worker {lacking[0].index + 1} did not "
+            f"report it; its output: {lacking[0].log}); nothing is compared or stored from a partial set of replicates")
+
+
+def _crash_text(key: str, failed: Sequence[WorkerRun], total: int) -> str:
+    r = failed[0]
+    return (f"{key}: measured by {total - len(failed)} of {total} worker processes: {r.error}; nothing is "
+            f"compared or stored from a partial set of replicates. Its output ({r.log}):\n{r.tail()}")
+
+
+def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
+    """One :class:`~pytest_gpuperf.verdict.result.BenchResult` (without verdicts) from the report entries of
+    the P workers that measured benchmark ``key``, in process order: samples concatenated in that
+    order, ``process_medians_ms`` each worker's median, rounds summed, the interleaved probe's
+    level the median of the workers' (same probe only), and peak memory, counts, bottleneck and
+    telemetry from worker 0 (its ``other_cpu_cores`` the host load over all workers'
+    timed spans together, :func:`pytest_gpuperf.measure.telemetry.pooled_host_load`).
+    Raises ``ValueError`` for no entries."""
+    from pytest_gpuperf.reporting.report import result_from_entry
+    from pytest_gpuperf.verdict.result import BenchResult
+
+    if not entries:
+        raise ValueError(f"{key}: no worker measured it")
+    results = [result_from_entry(dict(e)) for e in entries]
+    first = results[0]
+    samples = tuple(v for r in results for v in r.samples_ms)
+    from pytest_gpuperf.measure.telemetry import pooled_host_load
+
+    telemetry = dict(first.telemetry) if first.telemetry else None
+    probes = [r.probe_ms for r in results if r.probe_ms is not None and r.probe == first.probe]
+    import statistics
+
+    load = pooled_host_load([r.telemetry for r in results])  # each worker alone may time too little to count
+    if telemetry is not None and load is not None:
+        telemetry["other_cpu_cores"] = load
+    return BenchResult.from_samples(
+        samples, name=first.name, device=first.device, rounds=sum(r.rounds for r in results),
+        calls_per_round=first.calls_per_round, warmup_rounds=first.warmup_rounds, benchmark_id=first.benchmark_id,
+        group=first.group, options=first.options, peak_memory_bytes=first.peak_memory_bytes,
+        bottleneck=first.bottleneck, telemetry=telemetry, counts=first.counts, extra_info=first.extra_info,
+        process_medians_ms=tuple(r.median_ms for r in results),
+        probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
+    )
+
+
+def groups_of(entries: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+    """Each worker's samples (ms), in process order."""
+    return [[float(v) for v in e["samples_ms"]] for e in entries]
+
+
+def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, options: Any, *,
+           baseline_file: str | None, can_fail: bool, memory_text: str | None = None) -> Any:
+    """The merged result of ``key`` with its verdicts against ``baseline`` (a
+    :class:`~pytest_gpuperf.storage.baseline.BaselineEntry` or None): the timing verdict of
+    :func:`pytest_gpuperf.verdict.gate.evaluate` on the processes' samples (timing by
+    :func:`~pytest_gpuperf.verdict.gate.judge_replicates`), with the memory verdict and the count gate. ``options``: the benchmark's resolved options (the user's
+    session's, not a worker's)."""
+    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+    from pytest_gpuperf.verdict.machine import throttle_verdict
+
+    merged = merge(key, entries)
+    evidence = Evidence(process_samples_ms=tuple(tuple(g) for g in groups_of(entries)),
+                        peak_memory_bytes=merged.peak_memory_bytes, counts=merged.counts,
+                        throttle=throttle_verdict(merged.telemetry), device=merged.device)
+    ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
+                  max_memory_text=memory_text)
+    comparison, memory, counts = ev.comparison, ev.memory, ev.counts
+    return dataclasses.replace(merged, comparison=comparison, memory_comparison=memory, count_comparison=counts,
+                               options=options.to_dict())
+
+
+
+def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None = None) -> Any:
+    """The final result of a stored-baseline regression after its A/B confirmation against the
+    baseline's own commit (``label``: ``"3f2a9c1 (3f2a9c1)"``): with an A/B comparison (``ab``, a
+    result of :func:`pytest_gpuperf.ab.results.ab_result`), the verdict is the A/B one, its samples
+    B's, and the message says what the stored comparison said; without one (``problem`` says why:
+    the commit is missing, side A failed) the stored result, with that note. Memory, counts,
+    bottleneck and the process medians stay the stored run's."""
+    from pytest_gpuperf.verdict.compare import Verdict
+    from pytest_gpuperf.core.units import format_ratio
+
+    s = stored.comparison
+    said = f"the stored baseline said {s.verdict.value} {format_ratio(s.ratio)}" if s.ratio else "the stored baseline"
+    a = ab.comparison if ab is not None else None
+    if a is None or a.verdict is Verdict.NO_BASELINE or a.ratio is None:
+        why = problem or (a.note if a is not None and a.note else "no A/B result")
+        note = f"not confirmed by A/B against {label}: {why}; the stored verdict stands"
+        return dataclasses.replace(stored, comparison=dataclasses.replace(s, ab_confirmation=note))
+    from pytest_gpuperf.verdict.compare import ab_summary
+
+    word = "confirmed" if a.verdict is Verdict.REGRESSED else "not confirmed"
+    note = f"{said}; {word} by A/B against the baseline's commit on this machine: {ab_summary(a)} ({a.verdict.value})"
+    return dataclasses.replace(
+        ab, comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
+        count_comparison=stored.count_comparison, counts=stored.counts, peak_memory_bytes=stored.peak_memory_bytes,
+        bottleneck=stored.bottleneck, telemetry=stored.telemetry, process_medians_ms=stored.process_medians_ms,
+        options=stored.options)

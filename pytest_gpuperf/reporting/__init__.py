@@ -1,0 +1,1 @@
+"""What users read: the terminal table, Markdown, plots, and the ``gpuperf`` command line."""

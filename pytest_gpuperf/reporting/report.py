@@ -1,0 +1,630 @@
+"""Reports: the terminal summary table and JSON entries (pure: no torch, no pytest)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Any, Iterable, Sequence
+
+from pytest_gpuperf.storage.baseline import SCHEMA_VERSION
+from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
+from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.verdict.gate import MACHINE_DIFFERS_HINT
+from pytest_gpuperf.verdict.stats import thin
+from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
+
+COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs",
+           "FLOP/s", "B/s", "bottleneck", "verdict")
+
+#: Longest benchmark name in the terminal table; longer ones are cut in the middle (JSON keeps them whole).
+MAX_NAME_WIDTH = 70
+
+#: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
+LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show` "
+          "lists each run); ratio = median / baseline, raw (the verdict's Hodges-Lehmann estimate and CI, after any "
+          "--gpuperf-normalize, are in its message and the JSON report); ops/kern, syncs = aten ops "
+          "(/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
+          "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
+
+
+#: The legend in the default mode (``--gpuperf-processes`` >= 2): what "baseline" and "ratio" hold.
+REPLICATES_LEGEND = (
+    "median = geometric mean of this run's per-process medians; baseline = that of the baseline's; ratio = median / "
+    "baseline, the estimate the verdict is decided on (rows with [CI]: confirmed by A/B against the baselines' commit "
+    "on this machine: median = B's, baseline = that commit's (A's) median, ratio = B/A [99% CI of the paired "
+    "estimate]); ops/kern, syncs = "
+    "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
+    "minimum-traffic bytes per call at the median time")
+
+
+def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
+    """A :class:`Comparison` as JSON-ready dict (verdict as a string, CI as a 2-list)."""
+    if c is None:
+        return None
+    d = dataclasses.asdict(c)
+    d["verdict"] = c.verdict.value
+    d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
+    d["message"] = c.message()
+    return d
+
+
+def memory_comparison_dict(m: MemoryComparison | None) -> dict[str, Any] | None:
+    """A :class:`MemoryComparison` as a JSON-ready dict."""
+    if m is None:
+        return None
+    d = dataclasses.asdict(m)
+    d["verdict"] = m.verdict.value
+    d["over_budget"] = m.over_budget
+    d["messages"] = m.messages()
+    return d
+
+
+def _json_options(options: dict[str, Any]) -> dict[str, Any]:
+    out = dict(options)
+    if isinstance(out.get("expect_bottleneck"), tuple):
+        out["expect_bottleneck"] = list(out["expect_bottleneck"])
+    return out
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` made JSON-ready for ``extra_info``: dicts (string keys), lists, strings, booleans,
+    integers and finite floats pass; other numbers become int/float, a non-finite float its text, and
+    anything else ``"UNSERIALIZABLE[<repr>]"`` (as pytest-benchmark writes it)."""
+    import math
+    import numbers
+
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        return f if math.isfinite(f) else str(f)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return f"UNSERIALIZABLE[{value!r}]"
+
+
+def result_entry(
+    result: BenchResult,
+    *,
+    environment: dict[str, Any],
+    git_commit: str | None,
+    timestamp_utc: str,
+    with_comparison: bool = False,
+) -> dict[str, Any]:
+    """The JSON entry of one benchmark, as stored in baselines (and, with the verdict, in reports)."""
+    entry: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "id": result.benchmark_id,
+        "name": result.name,
+        "group": result.group,
+        "device": result.device,
+        "stats": result.stats_dict(),
+        "samples_ms": thin(result.samples_ms),
+        "rounds": result.rounds,
+        "calls_per_round": result.calls_per_round,
+        "warmup_rounds": result.warmup_rounds,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "bottleneck": result.bottleneck.to_dict() if result.bottleneck is not None else None,
+        "telemetry": result.telemetry,
+        "counts": result.counts.to_dict() if result.counts is not None else None,
+        "throughput": result.rates(),
+        "options": _json_options(result.options),
+        "environment": environment,
+        "git_commit": git_commit,
+        "timestamp_utc": timestamp_utc,
+    }
+    if result.extra_info:
+        entry["extra_info"] = json_safe(dict(result.extra_info))
+    if result.probe_ms is not None:
+        entry["probe_ms"] = result.probe_ms
+        entry["probe"] = result.probe
+    if result.process_medians_ms is not None:
+        entry["process_medians_ms"] = list(result.process_medians_ms)
+    if with_comparison:
+        entry["comparison"] = comparison_dict(result.comparison)
+        entry["verdict"] = result.comparison.verdict.value if result.comparison else None
+        entry["memory_comparison"] = memory_comparison_dict(result.memory_comparison)
+        cc = result.count_comparison
+        entry["count_comparison"] = cc.to_dict() if cc is not None else None
+        entry["trace_path"] = result.trace_path
+    return entry
+
+
+def _verdict_text(r: BenchResult, updated: bool) -> str:
+    if r.smoke:
+        return "smoke"
+    text = r.comparison.verdict.value if r.comparison else "-"
+    if r.comparison is not None and r.comparison.note and r.comparison.verdict.value == "unchanged":
+        text += "*"
+    m = r.memory_comparison
+    if m is not None and m.verdict.value in ("regressed", "improved"):
+        text += f", memory {m.verdict.value}"
+    if m is not None and m.over_budget:
+        text += ", over max_memory"
+    cc = r.count_comparison
+    if cc is not None and cc.verdict.value in ("regressed", "improved"):
+        text += f", counts {cc.verdict.value}"
+    if cc is not None and cc.over_budget:
+        text += ", over count budget"
+    if r.misclassified:
+        text += ", misclassified" if r.misclassification_trusted else ", misclassified (host busy: not trusted)"
+    if r.comparison is not None and r.comparison.machine_differs and r.comparison.machine_ratio is not None:
+        text += f" (machine differs: {(r.comparison.machine_ratio - 1) * 100:+.0f}%)"
+    elif r.comparison is not None and r.comparison.confirmed is True:
+        text += " (confirmed)"
+    elif r.comparison is not None and r.comparison.confirmed is False:
+        text += " (not confirmed)"
+    if updated:
+        text += " (baseline updated)"
+    return text
+
+
+def _memory_text(r: BenchResult) -> str:
+    if r.peak_memory_bytes is None:
+        return "-"
+    text = format_bytes(r.peak_memory_bytes)
+    change = r.memory_comparison.change if r.memory_comparison is not None else None
+    if change is not None and abs(change) >= 0.0005:
+        text += f" ({format_pct(change)})"
+    return text
+
+
+def _bottleneck_text(r: BenchResult) -> str:
+    if r.bottleneck is None:
+        return "-"
+    expected = r.options.get("expect_bottleneck")
+    if r.misclassified:
+        return f"{r.bottleneck.kind} (expected {'/'.join(expected)})"
+    return r.bottleneck.kind
+
+
+def _count_change(r: BenchResult, name: str) -> str:
+    """`` (+10)`` when the count gate saw ``name`` change against the baseline, else ``""``."""
+    cc = r.count_comparison
+    change = next((c for c in cc.changes if c.name == name), None) if cc is not None else None
+    if change is None or change.status not in ("regressed", "improved") or change.high is None:
+        return ""
+    return f" ({change.current - change.high:+d})"
+
+
+def ops_text(r: BenchResult) -> str:
+    """``212`` (CPU) or ``212/40`` (ops/CUDA kernels) per call, with the change when gated."""
+    k = r.counts
+    if k is None:
+        return "-"
+    text = f"{k.ops}{_count_change(r, 'ops')}"
+    if k.kernels is not None:
+        text += f"/{k.kernels}{_count_change(r, 'kernels')}"
+    return text
+
+
+def syncs_text(r: BenchResult) -> str:
+    """Host-device syncs per call, with the change when gated."""
+    return "-" if r.counts is None else f"{r.counts.syncs}{_count_change(r, 'syncs')}"
+
+
+def _rate_text(rates: dict[str, float] | None, key: str, unit: str) -> str:
+    if not rates or key not in rates:
+        return "-"
+    text = format_si(rates[key], unit)
+    pct = rates.get("pct_of_peak_" + ("flops" if key == "flops_per_s" else "bytes"))
+    return text + (f" ({pct:.0f}%)" if pct is not None else "")
+
+
+def items_text(r: BenchResult) -> str:
+    """``1.23k samples/s`` with ``items_per_call``, else ``-``."""
+    rates = r.rates()
+    if not rates or "items_per_s" not in rates:
+        return "-"
+    scaled, prefix = si_scaled(rates["items_per_s"])
+    return f"{scaled:.3g}{prefix} {r.options.get('items') or 'items'}/s"
+
+
+def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False) -> tuple[str, ...]:
+    """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s).
+
+    ``items``: add the items/s cell (the table has the column when a benchmark declares
+    ``items_per_call``), just before the verdict."""
+    c = r.comparison
+    iqr = f"{r.iqr_fraction * 100:.1f}%" if not r.smoke else "-"
+    rates = r.rates()
+    row = (
+        label,
+        r.device,
+        format_ms(_centre_ms(r)),
+        format_ms(r.p95_ms) if not r.smoke else "-",
+        iqr,
+        str(r.rounds),
+        format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
+        _ratio_cell(c, r),
+        _memory_text(r),
+        ops_text(r),
+        syncs_text(r),
+        _rate_text(rates, "flops_per_s", "FLOP/s"),
+        _rate_text(rates, "bytes_per_s", "B/s"),
+        _bottleneck_text(r),
+    )
+    return row + ((items_text(r),) if items else ()) + (_verdict_text(r, updated),)
+
+
+def _centre_ms(r: BenchResult) -> float:
+    """The table's "median" cell (ms): the median of all rounds, or for a benchmark decided over
+    worker processes the geometric mean of their medians (what its baseline cell and ratio use)."""
+    c = r.comparison
+    if c is not None and c.processes and c.ab_ref is None and not r.smoke:
+        return c.current_median_ms
+    return r.median_ms
+
+
+def table_ratio(r: BenchResult) -> float | None:
+    """The table's ratio: its median cell / its baseline cell (raw, never normalized), so the
+    three columns agree; None without a baseline median."""
+    c = r.comparison
+    if c is None or not c.baseline_median_ms or r.smoke:
+        return None
+    return _centre_ms(r) / c.baseline_median_ms
+
+
+def _ratio_cell(c: Comparison | None, r: BenchResult | None = None) -> str:
+    """The ratio column: median / baseline of the same row (:func:`table_ratio`); in A/B mode with
+    the paired estimate's 99% CI, ``1.12x [1.08x, 1.16x]``."""
+    if c is None or c.ratio is None:
+        return "-"
+    ratio = table_ratio(r) if r is not None else None
+    ratio = ratio if ratio is not None else c.ratio
+    if c.ab_ref is not None and c.ratio_ci:
+        return f"{format_ratio(ratio)} [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]"
+    return format_ratio(ratio)
+
+
+#: What the "baseline" and "ratio" columns hold in A/B mode (``--gpuperf-ab``).
+AB_LEGEND = ("A/B: median = of B's (the working tree's) samples; baseline = of REF's (A's) samples; ratio = median / "
+             "baseline [99% CI of the paired estimate]; the verdict's Hodges-Lehmann estimate of B/A over the paired "
+             "blocks [99% bootstrap CI of the median block ratio]; memory and counts are B's, compared with A's")
+
+
+#: Columns of the summary table that hold numbers (right-aligned).
+NUMERIC_COLUMNS = frozenset({"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
+                             "syncs", "FLOP/s", "B/s", "items/s"})
+
+
+def format_table(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str] = COLUMNS,
+    numeric: Iterable[str] = NUMERIC_COLUMNS,
+) -> list[str]:
+    """Left-align text columns and right-align the columns named in ``numeric``; returns the lines."""
+    all_rows = [tuple(header)] + [tuple(r) for r in rows]
+    widths = [max(len(row[i]) for row in all_rows) for i in range(len(header))]
+    numeric = set(numeric)
+    right = {i for i, name in enumerate(header) if name in numeric}
+    lines = []
+    for k, row in enumerate(all_rows):
+        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def _format_ops(ms: float) -> str:
+    """Calls per second of a call taking ``ms`` milliseconds: ``8.25K/s``."""
+    if not ms > 0:
+        return "-"
+    scaled, prefix = si_scaled(1e3 / ms)
+    return f"{scaled:.4g}{prefix.upper()}/s"
+
+
+#: Extra columns of the summary table (``--gpuperf-columns``): key -> (header, cell of a result).
+EXTRA_COLUMNS: dict[str, tuple[str, Any]] = {
+    "min": ("min", lambda r: format_ms(r.min_ms)),
+    "max": ("max", lambda r: format_ms(r.max_ms)),
+    "mean": ("mean", lambda r: format_ms(r.mean_ms)),
+    "stddev": ("stddev", lambda r: format_ms(r.std_ms) if not r.smoke else "-"),
+    "outliers": ("outliers", lambda r: f"{r.outliers.low};{r.outliers.high}" if not r.smoke else "-"),
+    "ops": ("calls/s", lambda r: _format_ops(r.mean_ms)),  # pytest-benchmark's OPS
+    "iterations": ("iterations", lambda r: str(r.calls_per_round)),
+}
+#: ``--gpuperf-columns`` keys of the default columns, in :data:`COLUMNS` order.
+COLUMN_KEYS = ("name", "device", "median", "p95", "iqr", "rounds", "baseline", "ratio", "peak-mem", "ops-kern",
+               "syncs", "flops", "bytes", "bottleneck", "verdict")
+assert len(COLUMN_KEYS) == len(COLUMNS)
+
+_SORT: dict[str, Any] = {
+    "name": lambda label, r: (0, label),
+    "ratio": lambda label, r: ((1, 0.0) if r.comparison is None or r.comparison.ratio is None
+                               else (0, table_ratio(r) or r.comparison.ratio)),
+    "rounds": lambda label, r: (0, r.rounds),
+    "iqr": lambda label, r: (0, r.iqr_ms),
+    "stddev": lambda label, r: (0, r.std_ms),
+}
+
+
+def _sort_key(key: str) -> Any:
+    if key in _SORT:
+        return _SORT[key]
+    if key in ("median", "mean", "min", "max", "p95"):
+        return lambda label, r: (0, getattr(r, f"{key}_ms"))
+    raise ValueError(f"unknown sort key {key!r}")
+
+
+def summary_lines(
+    items: Iterable[tuple[str, BenchResult, bool]],
+    columns: Sequence[str] | None = None,
+    sort: str | None = None,
+) -> list[str]:
+    """The terminal summary: a table per group of (label, result, baseline-updated) triples.
+
+    ``columns``: the column keys to show (:data:`COLUMN_KEYS` and :data:`EXTRA_COLUMNS`; ``name``
+    always first and ``verdict`` always last; None: the default table). ``sort``: order the rows of
+    each group by ``name`` (the default), ``median``, ``mean``, ``min``, ``max``, ``p95``,
+    ``stddev``, ``iqr``, ``rounds`` or ``ratio``, ascending. An items/s column (named after the
+    unit, e.g. ``samples/s``) comes before the verdict when a benchmark declares ``items_per_call``.
+    Raises ``ValueError`` for an unknown key.
+    """
+    items = list(items)
+    units = {r.options.get("items") or "items" for _, r, _ in items if r.options.get("items_per_call")}
+    with_items = bool(units)
+    rate_column = f"{units.pop()}/s" if len(units) == 1 else "items/s"
+    all_keys = COLUMN_KEYS[:-1] + (("items",) if with_items else ()) + COLUMN_KEYS[-1:]
+    all_headers = COLUMNS[:-1] + ((rate_column,) if with_items else ()) + COLUMNS[-1:]
+    keys = None
+    if columns is not None:
+        unknown = [c for c in columns if c not in COLUMN_KEYS and c not in EXTRA_COLUMNS and c != "items"]
+        if unknown:
+            raise ValueError(f"unknown column(s) {', '.join(unknown)}")
+        keys = ["name"] + [c for c in columns if c not in ("name", "verdict") and (c != "items" or with_items)]
+        keys += ["verdict"]
+    order = _sort_key(sort) if sort else None
+    groups: dict[str, list[tuple[str, BenchResult, bool]]] = defaultdict(list)
+    for label, r, updated in items:
+        groups[r.group or ""].append((label, r, updated))
+    lines: list[str] = []
+    for group in sorted(groups):
+        members = groups[group]
+        if order is not None:
+            members = sorted(members, key=lambda m: order(m[0], m[1]))
+        rows = [summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items)
+                for label, r, updated in members]
+        header: Sequence[str] = all_headers
+        if keys is not None:
+            full = [dict(zip(all_keys, row)) for row in rows]
+            rows = [tuple(f[k] if k in f else EXTRA_COLUMNS[k][1](m[1]) for k in keys) for f, m in zip(full, members)]
+            header = [all_headers[all_keys.index(k)] if k in all_keys else EXTRA_COLUMNS[k][0] for k in keys]
+        if group or len(groups) > 1:
+            lines.append(f"group: {group or '(none)'}")
+        lines.extend(format_table(rows, header, NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column}))
+        lines.append("")
+    return lines
+
+
+def result_from_entry(entry: dict[str, Any]) -> BenchResult:
+    """Rebuild a :class:`BenchResult` from a report entry (as :func:`result_entry` wrote it).
+
+    Used to merge pytest-xdist workers' results on the controller and by the command line. The
+    return value of ``fn`` and the top-ops table are not stored, so they come back as None.
+    Raises ``KeyError``/``TypeError`` for entries that are not report entries.
+    """
+    from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence
+    from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict
+    from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers
+
+    def comparison(d: dict[str, Any] | None) -> Comparison | None:
+        if not d:
+            return None
+        fields = {f.name for f in dataclasses.fields(Comparison)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        kw["verdict"] = Verdict(d["verdict"])
+        kw["ratio_ci"] = tuple(d["ratio_ci"]) if d.get("ratio_ci") else None
+        if kw.get("ab_process_ratios") is not None:
+            kw["ab_process_ratios"] = tuple(kw["ab_process_ratios"])
+        if kw.get("ab_blocks") is not None:
+            kw["ab_blocks"] = tuple(tuple(b) for b in kw["ab_blocks"])
+        return Comparison(**kw)
+
+    def memory(d: dict[str, Any] | None) -> MemoryComparison | None:
+        if not d:
+            return None
+        fields = {f.name for f in dataclasses.fields(MemoryComparison)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        kw["verdict"] = Verdict(d["verdict"])
+        return MemoryComparison(**kw)
+
+    def bottleneck(d: dict[str, Any] | None) -> Bottleneck | None:
+        if not d:
+            return None
+        fields = {f.name for f in dataclasses.fields(Evidence)}
+        ev = Evidence(**{k: v for k, v in d["evidence"].items() if k in fields})
+        return Bottleneck(d["kind"], ev, d.get("reason", ""))
+
+    from pytest_gpuperf.verdict.counts import CountComparison, Counts
+
+    stats = dict(entry["stats"])
+    ci = stats.pop("median_ci_ms", None)
+    out = stats.pop("outliers", None) or {}
+    options = dict(entry.get("options") or {})
+    if isinstance(options.get("expect_bottleneck"), list):
+        options["expect_bottleneck"] = tuple(options["expect_bottleneck"])
+    return BenchResult(
+        name=entry.get("name") or entry["id"],
+        device=entry["device"],
+        samples_ms=tuple(entry["samples_ms"]),
+        rounds=entry["rounds"],
+        calls_per_round=entry.get("calls_per_round", 1),
+        warmup_rounds=entry.get("warmup_rounds", 0),
+        median_ci_ms=tuple(ci) if ci else None,
+        outliers=Outliers(**out),
+        comparison=comparison(entry.get("comparison")),
+        peak_memory_bytes=entry.get("peak_memory_bytes"),
+        memory_comparison=memory(entry.get("memory_comparison")),
+        bottleneck=bottleneck(entry.get("bottleneck")),
+        trace_path=entry.get("trace_path"),
+        telemetry=entry.get("telemetry"),
+        benchmark_id=entry["id"],
+        group=entry.get("group"),
+        smoke=bool(entry.get("smoke", False)),
+        options=options,
+        counts=Counts.from_dict(entry["counts"]) if isinstance(entry.get("counts"), dict) else None,
+        count_comparison=(CountComparison.from_dict(entry["count_comparison"])
+                          if isinstance(entry.get("count_comparison"), dict) else None),
+        extra_info=dict(entry.get("extra_info") or {}),
+        probe_ms=entry.get("probe_ms"),
+        probe=entry.get("probe"),
+        process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
+        **{k: stats[k] for k in STAT_FIELDS},
+    )
+
+
+def machine_differs_line(results: Iterable[BenchResult]) -> str | None:
+    """The summary line when any benchmark was inconclusive because the machine differs (its
+    interleaved probe, or for a baseline without one the reference workload, ran slower than when
+    the baselines were recorded), else None."""
+    hit = [r for r in results if r.comparison is not None and r.comparison.machine_differs]
+    if not hit:
+        return None
+    ratios = sorted(r.comparison.machine_ratio for r in hit if r.comparison is not None and r.comparison.machine_ratio)
+    span = (f"{(ratios[0] - 1) * 100:+.0f}%" if ratios[0] == ratios[-1] else
+            f"{(ratios[0] - 1) * 100:+.0f}% to {(ratios[-1] - 1) * 100:+.0f}%") if ratios else "slower"
+    return (f"{len(hit)} benchmark(s) inconclusive because this machine is slower than the one that recorded the "
+            f"baselines ({span} on the machine-speed probe, or the session-start reference workloads where a "
+            f"baseline has no probe): {MACHINE_DIFFERS_HINT}")
+
+
+_ORDER = {"regressed": 0, "inconclusive": 1, "improved": 2, "unchanged": 3, "no-baseline": 4, None: 5}
+_MARK = {"regressed": "[REGRESSED]", "inconclusive": "[INCONCLUSIVE]", "improved": "[improved]",
+         "unchanged": "[ok]", "no-baseline": "[new]"}
+
+
+def _failing(r: BenchResult, strict: bool) -> bool:
+    return bool(r.failures(strict=strict))
+
+
+#: IQR/median at or above which a recorded baseline is called noisy (torch.utils.benchmark's threshold).
+NOISY_IQR = 0.10
+
+
+def noisy_baseline_warning(label: str, r: BenchResult) -> str | None:
+    """The warning for a baseline recorded from a noisy run (IQR/median >= :data:`NOISY_IQR`), else None."""
+    if r.smoke or not r.iqr_fraction >= NOISY_IQR:
+        return None
+    max_time = r.options.get("max_time")
+    longer = f"a longer max_time (now {max_time:g} s)" if isinstance(max_time, (int, float)) else "a longer max_time"
+    return (
+        f"{label}: noisy baseline recorded: IQR {r.iqr_fraction * 100:.1f}% of the median "
+        f"(>= {NOISY_IQR * 100:g}%), so later comparisons will be imprecise; to record a steadier one use "
+        f"{longer}, a quieter machine (no other jobs, fixed clocks), MALLOC_* settings for CPU training "
+        f"steps (e.g. MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=<bytes>), or more rounds (min_rounds, "
+        f"pedantic rounds=...)"
+    )
+
+
+def median_ratio_text(c: Comparison | None, r: BenchResult | None = None) -> str:
+    """``0.738x (0.730x-0.746x)``: the median ratio with its 99% CI (the estimator the CI belongs to).
+    With ``r``, the ratio is the row's own current median / baseline (:func:`table_ratio`: raw)."""
+    if c is None or c.ratio is None:
+        return "-"
+    mr = table_ratio(r) if r is not None else None
+    if mr is None:
+        mr = c.median_ratio
+    if mr is None and c.baseline_median_ms:  # a report written before the field existed
+        mr = c.current_median_ms / c.baseline_median_ms
+    text = format_ratio(mr)
+    if c.ratio_ci:
+        text += f" ({format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])})"
+    return text
+
+
+def _estimate_text(c: Comparison | None) -> str:
+    """The verdict's own ratio estimate, marked when it was normalized (``--gpuperf-normalize``)."""
+    if c is None or c.ratio is None:
+        return "-"
+    return format_ratio(c.ratio) + (" (normalized)" if c.normalized_by else "")
+
+
+#: Markdown modes: (baseline column header, ratio column header, legend).
+_MARKDOWN_MODES = {
+    "stored": ("baseline (history median)", "Hodges-Lehmann ratio",
+               "baseline (history median): median of the stored runs' medians (3+ runs; else the newest run's "
+               "median). median ratio = current median / baseline, raw; its 99% CI is of the median ratio; the "
+               "gate decides on the Hodges-Lehmann ratio (marked when --gpuperf-normalize rescaled it)."),
+    "replicates": ("baseline (process medians)", "ratio",
+                   "baseline (process medians): geometric mean of the baseline's per-process medians; current "
+                   "median: that of this run's process medians; ratio: the one over the other, with its Student-t "
+                   "99% CI (the gate's evidence). Where an A/B "
+                   "confirmation against the baselines' commit decided, baseline is that commit's median on this "
+                   "machine and ratio the B/A estimate (the A/B lines below)."),
+    "ab": ("baseline (REF's median)", "Hodges-Lehmann ratio B/A",
+           "baseline (REF's median): median of side A's samples; ratio: Hodges-Lehmann estimate of B/A over the "
+           "paired blocks; the 99% CI is of the median block ratio (the A/B lines below)."),
+}
+
+
+def markdown(
+    items: Sequence[tuple[str, BenchResult]],
+    *,
+    devices: Sequence[str],
+    strict: bool = False,
+    warnings: Sequence[str] = (),
+    mode: str = "stored",
+) -> str:
+    """A Markdown summary for a CI step summary or a PR comment.
+
+    ``mode`` names what the baseline column holds, in its header and the legend: ``"stored"`` (the
+    history median of single-process runs), ``"replicates"`` (the default pipeline: geometric
+    mean of process medians, or REF's median where an A/B confirmation decided) or ``"ab"``
+    (``--gpuperf-ab``: REF's median). Raises ``ValueError`` for another mode.
+
+    A header line with the device(s) and the verdict counts, then one table: regressions first,
+    then inconclusive, improvements and the rest; each row with the baseline (history median) and
+    current median, the median ratio with its 99% CI, the Hodges-Lehmann ratio, verdict, peak memory
+    and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
+    """
+    from pytest_gpuperf.verdict.compare import ab_summary
+
+    if mode not in _MARKDOWN_MODES:
+        raise ValueError(f"mode={mode!r}: expected one of {', '.join(_MARKDOWN_MODES)}")
+    column, ratio_name, legend = _MARKDOWN_MODES[mode]
+
+    def verdict(r: BenchResult) -> str | None:
+        return r.comparison.verdict.value if r.comparison is not None else None
+
+    counts: dict[str, int] = defaultdict(int)
+    for _, r in items:
+        counts[verdict(r) or "smoke"] += 1
+    failing = sum(_failing(r, strict) for _, r in items)
+    head = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: _ORDER.get(kv[0], 9)))
+    lines = [
+        "## pytest-gpuperf results",
+        "",
+        f"**{'FAILED' if failing else 'PASSED'}**: {len(items)} benchmark(s) on {', '.join(devices) or '-'}: "
+        f"{head}; {failing} failing.",
+        "",
+        f"| | benchmark | {column} | current median | median ratio, raw (99% CI) | {ratio_name} "
+        "| verdict | peak memory | ops/kernels | syncs | FLOP/s | B/s | bottleneck |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    ordered = sorted(items, key=lambda it: (not _failing(it[1], strict), _ORDER.get(verdict(it[1]), 5), it[0]))
+    for label, r in ordered:
+        c = r.comparison
+        mark = "[FAIL]" if _failing(r, strict) else _MARK.get(verdict(r) or "", "")
+        name = label.replace("|", "\\|")
+        lines.append(
+            f"| {mark} | `{name}` | {format_ms(c.baseline_median_ms) if c and c.baseline_median_ms else '-'} | "
+            f"{format_ms(_centre_ms(r))} | {median_ratio_text(c, r)} | {_estimate_text(c)} | "
+            f"{_verdict_text(r, False)} | {_memory_text(r)} | {ops_text(r)} | {syncs_text(r)} | "
+            f"{_rate_text(r.rates(), 'flops_per_s', 'FLOP/s')} | {_rate_text(r.rates(), 'bytes_per_s', 'B/s')} | "
+            f"{_bottleneck_text(r)} |"
+        )
+    ab_lines = [f"- `{label}`: {ab_summary(r.comparison)} ({r.comparison.verdict.value})" for label, r in ordered
+                if r.comparison is not None and ab_summary(r.comparison)]
+    if ab_lines:
+        lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
+    lines += ["", legend + " ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are "
+              "the counted FLOPs and minimum-traffic bytes per call at the median time."]
+    if warnings:
+        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Storage: baseline files, their JSON Schema, and the JSON codec of results."""

@@ -1,0 +1,806 @@
+"""The regression decision: current samples vs a baseline history (pure: numpy and scipy only).
+
+All in log space, so a 2x slowdown and a 2x speedup are mirror images. Inputs: the current
+run's per-call times, the newest baseline run's per-call times, and the medians of the last K
+stored baseline runs (the history). With T the effect floor (below):
+
+* **regressed** when all hold: the one-sided Mann–Whitney U test (current slower) gives p < ``alpha``;
+  the Hodges–Lehmann ratio (median of all pairwise current/baseline ratios) exceeds ``1 + T``;
+  the lower bound of a seeded 99% percentile-bootstrap CI of the ratio of medians exceeds 1; and,
+  with at least 5 stored runs, the current median lies above the one-sided 99% Student-t
+  prediction limit of the log run-medians.
+* **improved** is the mirror image (ratio below ``1 / (1 + T)``, CI below 1, below the lower limit).
+* **inconclusive** when the ratio's CI spans both 1 and ``1 + T``: the measurement is too imprecise
+  to tell either way (passes with a warning; fails under ``--gpuperf-strict``).
+* **unchanged** otherwise, with a note when the shift is significant but inside the floor.
+* **no-baseline** when nothing is stored.
+
+**Run-to-run noise.** Samples inside one run share that run's offset (clock state, temperature,
+neighbours), so a test on samples alone over-states confidence (Kalibera & Jones, 2013). With
+at least 3 stored runs the effect floor becomes ``T = max(threshold, exp(3 * s_run) - 1)``, s_run the
+standard deviation of the log run-medians, and the baseline samples are re-centred on the
+median of the stored run-medians (their shape is the newest run's, their level the history's).
+With fewer runs, ``T = threshold`` and the newest run is the reference.
+
+**Confirmation.** When a first measurement says regressed, the plugin measures again from a fresh
+warmup and calls :func:`decide` once more with the re-measures (``confirmation_groups``): the
+first measurement and each re-measure are the groups of a two-stage bootstrap CI
+(:func:`hierarchical_log_ci`), so a one-off slow measurement widens the CI instead of deciding
+alone; the result says whether the regression was confirmed (Pinpoint's "measure more" step).
+
+**A CI wholly beyond the floor** (above 1 + T, or below 1/(1 + T)) is never "unchanged": it is
+regressed (improved), or inconclusive when the history's prediction limit holds it back.
+
+**Process-level replicates.** With several worker processes (``--gpuperf-processes``),
+:func:`decide_replicates` decides over the processes' medians instead (a Student t,
+:func:`process_level_test`): rounds of one process are one replicate.
+
+Sources: Mann & Whitney (1947); Hodges & Lehmann (1963); Efron's percentile bootstrap via
+``scipy.stats.bootstrap``; the prediction interval for a new observation of a normal sample
+(as Bencher uses); asv's ``factor`` and criterion's noise threshold for the effect floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Sequence
+
+import numpy as np
+
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, size_unit
+
+#: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
+BOOTSTRAP_SEED = 20251121
+#: Bootstrap resamples for the CI of the ratio of medians.
+BOOTSTRAP_RESAMPLES = 2000
+#: Confidence level of the bootstrap CI of the ratio of medians.
+RATIO_CONFIDENCE = 0.99
+#: Each side is thinned to at most this many samples before the pairwise Hodges–Lehmann estimate
+#: (n*m pairwise ratios) and the bootstrap, bounding the decision's time and memory.
+MAX_DECISION_SAMPLES = 2000
+#: Stored runs needed before the effect floor uses the run-to-run spread.
+MIN_RUNS_FOR_FLOOR = 3
+#: Multiple of the run-to-run SD (log run-medians) that the effect floor is at least.
+FLOOR_SDS = 3.0
+#: Stored runs needed before the prediction limit is also required.
+MIN_RUNS_FOR_PREDICTION = 5
+#: Defaults of the gate options, from the one place options are defined.
+DEFAULT_THRESHOLD = BenchOptions.threshold
+DEFAULT_ALPHA = BenchOptions.alpha
+#: Peak-memory growth that fails a test by default (BenchOptions.memory_threshold, stated once there).
+DEFAULT_MEMORY_THRESHOLD = BenchOptions.memory_threshold
+#: One-sided confidence of the Student-t prediction limit of the log run-medians.
+PREDICTION_CONFIDENCE = 0.99
+
+
+class Verdict(str, Enum):
+    """Outcome of comparing a benchmark with its baseline. ``REGRESSED`` fails a test;
+    ``INCONCLUSIVE`` fails it only in strict mode."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+    NO_BASELINE = "no-baseline"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Verdict plus the evidence behind it.
+
+    ``ratio`` is the Hodges–Lehmann estimate of current/baseline time (> 1 means slower; the
+    estimate the gate uses); ``median_ratio`` is median(current)/``baseline_median_ms``, the
+    estimate whose 99% percentile-bootstrap CI ``ratio_ci`` is (the two can differ: a CI is only
+    ever printed next to ``median_ratio``). ``baseline_median_ms`` is the centre of the stored
+    history (median of the stored run medians) with 3+ runs, else the newest run's median;
+    ``p_slower``/``p_faster`` the one-sided Mann–Whitney U p-values. ``floor`` is the effect floor
+    T actually used (>= ``threshold``), ``runs`` the number of stored baseline runs, ``run_sd``
+    the SD of their log medians (None under 2 runs), ``prediction_limit`` the upper 99%
+    prediction limit as a ratio to the history's centre (None under 5 runs). ``confirmed`` is
+    None when no re-measure happened, else whether the pooled re-measure kept the regression.
+    An A/B comparison (``--gpuperf-ab``, :mod:`pytest_gpuperf.verdict.paired`) names the revision in ``ab_ref``
+    (``"origin/main (3f2a1c9)"``); its baseline is A (the revision), its current B (the working
+    tree), ``ab_pairs`` the paired blocks, ``ab_process_ratios`` the median ratio per pair of worker
+    processes, ``ab_blocks`` every block as ``(side, process pair, position, median ms)`` (the raw
+    evidence, in schedule order) and ``runs`` the number of process pairs.
+    With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
+    (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that;
+    likewise when the interleaved probe normalized them (``"probe compute: ... per round, median
+    x1.290"``; see :func:`pytest_gpuperf.verdict.gate.judge`). ``machine_ratio`` is the interleaved probe's
+    median now / its stored level (> 1: the machine is slower; None without a probe on both
+    sides) and ``machine_differs`` True when that turned a regression into an inconclusive
+    verdict ("machine differs"). Times in ms.
+    """
+
+    verdict: Verdict
+    benchmark_id: str
+    current_median_ms: float
+    baseline_median_ms: float | None = None
+    ratio: float | None = None
+    ratio_ci: tuple[float, float] | None = None
+    p_slower: float | None = None
+    p_faster: float | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    alpha: float = DEFAULT_ALPHA
+    baseline_file: str | None = None
+    note: str | None = None
+    floor: float | None = None
+    runs: int = 1
+    run_sd: float | None = None
+    prediction_limit: float | None = None
+    confirmed: bool | None = None
+    raw_ratio: float | None = None
+    normalized_by: str | None = None
+    median_ratio: float | None = None
+    ab_ref: str | None = None
+    ab_pairs: int | None = None
+    ab_process_ratios: tuple[float, ...] | None = None
+    ab_blocks: tuple[tuple[str, int, int, float], ...] | None = None
+    machine_ratio: float | None = None
+    machine_differs: bool = False
+    processes: int | None = None
+    baseline_processes: int | None = None
+    resolution: float | None = None
+    ab_confirmation: str | None = None
+
+    @property
+    def cannot_fail(self) -> bool:
+        """True when only a slowdown above :data:`UNDETECTABLE_SLOWDOWN` (+50%) could fail this
+        benchmark: its effect floor or its process-level resolution is that wide (a noisy baseline)."""
+        floor = self.resolution if self.resolution is not None else self.floor
+        return floor is not None and floor > UNDETECTABLE_SLOWDOWN
+
+    @property
+    def failed(self) -> bool:
+        """True when this comparison fails the test (a regression; see ``fails`` for strict mode)."""
+        return self.verdict is Verdict.REGRESSED
+
+    def fails(self, strict: bool = False) -> bool:
+        """True when the test should fail: a regression, or (strict) an inconclusive result or a
+        benchmark that cannot fail (:attr:`cannot_fail`)."""
+        return self.verdict is Verdict.REGRESSED or (strict and (self.verdict is Verdict.INCONCLUSIVE
+                                                                  or self.cannot_fail))
+
+    def message(self) -> str:
+        """One paragraph saying what was compared and why the verdict is what it is."""
+        if self.verdict is Verdict.NO_BASELINE:
+            where = f" in {self.baseline_file}" if self.baseline_file else ""
+            return (
+                f"{self.benchmark_id}: no baseline{where}; record one with "
+                f"`pytest --gpuperf-update-baselines`"
+            )
+        assert self.ratio is not None and self.baseline_median_ms is not None
+        median_ratio = self.median_ratio
+        if median_ratio is None and self.baseline_median_ms > 0:  # a report written before the field existed
+            median_ratio = self.current_median_ms / self.baseline_median_ms
+        ci = f", 99% CI {format_ratio(self.ratio_ci[0])}-{format_ratio(self.ratio_ci[1])}" if self.ratio_ci else ""
+        p = self.p_slower if self.ratio >= 1 else self.p_faster
+        head = {
+            Verdict.REGRESSED: "performance regression",
+            Verdict.IMPROVED: "performance improvement",
+            Verdict.UNCHANGED: "no significant change",
+            Verdict.INCONCLUSIVE: "inconclusive comparison",
+        }[self.verdict]
+        if self.ab_ref is not None:
+            return self._ab_message(head, p)
+        if self.processes is not None and self.baseline_processes is not None and self.resolution is not None:
+            return self._replicates_message(head, p)
+        floor = self.floor if self.floor is not None else self.threshold
+        gate = f"threshold +{self.threshold * 100:g}%"
+        if floor > self.threshold + 1e-12:
+            gate = f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {self.run_sd * 100:.1f}%) - 1 > threshold +{self.threshold * 100:g}%)"
+        text = (
+            f"{head} in {self.benchmark_id}: median {format_ms(self.baseline_median_ms)} -> "
+            f"{format_ms(self.current_median_ms)}, median ratio {format_ratio(median_ratio)}{ci}; "
+            f"Hodges-Lehmann ratio {format_ratio(self.ratio)} ({format_pct(self.ratio - 1)}), Mann-Whitney U p={_fmt_p(p)} "
+            f"(alpha {self.alpha:g}), {gate}; baseline history: {self.runs} run(s)"
+        )
+        if self.prediction_limit is not None:
+            text += f", 99% prediction limit {format_ratio(self.prediction_limit)}"
+        if self.normalized_by and self.raw_ratio is not None:
+            text += f"; normalized by machine-speed drift ({self.normalized_by}), raw ratio {format_ratio(self.raw_ratio)}"
+        return text + self._tail(INTENDED_HINT)
+
+    def _replicates_message(self, head: str, p: float | None) -> str:
+        assert self.ratio is not None and self.baseline_median_ms is not None and self.ratio_ci is not None
+        text = (f"{head} in {self.benchmark_id}: {format_ratio(self.ratio)} [{format_ratio(self.ratio_ci[0])}, "
+                f"{format_ratio(self.ratio_ci[1])}] ({format_pct(self.ratio - 1)}, 99% CI): geometric mean of "
+                f"{self.processes} process medians {format_ms(self.current_median_ms)} vs "
+                f"{format_ms(self.baseline_median_ms)} of the baseline's {self.baseline_processes}; Student t over "
+                f"process medians p={_fmt_p(p)} (alpha {self.alpha:g}), between-process SD "
+                f"{(self.run_sd or 0) * 100:.1f}%, threshold +{self.threshold * 100:g}%; baseline history: "
+                f"{self.runs} run(s)")
+        return text + self._tail(INTENDED_HINT)
+
+    def _tail(self, intended_hint: str) -> str:
+        """The end of a timing message: confirmation, the baseline file (none in A/B mode), the
+        note, and for a regression what to do when the change is intended."""
+        text = {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(
+            self.confirmed, "")
+        if self.ab_confirmation:
+            text += f"; {self.ab_confirmation}"
+        if self.cannot_fail:
+            floor = self.resolution if self.resolution is not None else self.floor
+            text += (f"; cannot fail: only a slowdown above +{(floor or 0) * 100:.0f}% could (the baseline's spread "
+                     f"is that wide; fails with --gpuperf-strict; re-record on a quiet machine)")
+        if self.baseline_file:
+            text += f"; baseline: {self.baseline_file}"
+        if self.note:
+            text += f"; {self.note}"
+        if self.verdict is Verdict.REGRESSED:
+            text += f"; {intended_hint}"
+        return text
+
+    def _ab_message(self, head: str, p: float | None) -> str:
+        per = ", ".join(format_ratio(v) for v in (self.ab_process_ratios or ()))
+        text = (f"{head} in {self.benchmark_id}: {ab_summary(self)} (Hodges-Lehmann B/A, 99% CI of the median "
+                f"ratio); median A {format_ms(self.baseline_median_ms)} -> B {format_ms(self.current_median_ms)}; "
+                f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {self.alpha:g}) over {self.ab_pairs} paired blocks from "
+                f"{self.runs} pair(s) of worker processes (per pair {per}), threshold +{self.threshold * 100:g}%")
+        if self.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
+            return text + self._tail(INTENDED_HINT)
+        return text + self._tail("if the change is intended, this A/B comparison passes once REF includes it")
+
+
+#: The end of every regression message (timing and memory): what to do when the change is wanted.
+INTENDED_HINT = "if the change is intended, re-record with `pytest --gpuperf-update-baselines`"
+
+
+def _fmt_p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}"
+
+
+def _log_samples(samples_ms: Sequence[float], what: str) -> np.ndarray:
+    x = np.asarray(samples_ms, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"{what} samples must be a non-empty 1-D sequence")
+    if not np.all(np.isfinite(x)) or np.any(x <= 0):
+        raise ValueError(f"{what} samples must be finite and positive (ms)")
+    if x.size > MAX_DECISION_SAMPLES:
+        idx = np.unique(np.round(np.linspace(0, x.size - 1, MAX_DECISION_SAMPLES)).astype(int))
+        x = x[idx]
+    return np.log(x)
+
+
+# ----------------------------------------------------------------------------- the steps of decide
+# Each step is a small pure function (as asv's statistics.py keeps each test); decide() composes them.
+
+
+def hodges_lehmann_ratio(current_ms: Sequence[float], baseline_ms: Sequence[float]) -> float:
+    """Hodges–Lehmann ratio: exp(median over all pairs (i, j) of log c_i - log b_j).
+
+    A robust estimate of how many times slower current is than baseline (dimensionless).
+    Source: Hodges & Lehmann (1963), the shift estimator paired with the Mann–Whitney U test.
+    Raises ``ValueError`` on empty or non-positive samples.
+    """
+    lc = _log_samples(current_ms, "current")
+    lb = _log_samples(baseline_ms, "baseline")
+    return float(np.exp(np.median(np.subtract.outer(lc, lb))))
+
+
+def _bootstrap_log_ci(lc: np.ndarray, lb: np.ndarray, confidence: float, seed: int, n_resamples: int) -> tuple[float, float]:
+    from scipy import stats as sps
+
+    def stat(c: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.median(c, axis=axis) - np.median(b, axis=axis)
+
+    res = sps.bootstrap(
+        (lc, lb), stat, n_resamples=n_resamples, batch=200, vectorized=True, paired=False,
+        confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def median_ratio_ci(
+    current_ms: Sequence[float],
+    baseline_ms: Sequence[float],
+    confidence: float = RATIO_CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+) -> tuple[float, float] | None:
+    """Seeded percentile-bootstrap CI of median(current) / median(baseline) (dimensionless).
+
+    Resamples each side independently (``scipy.stats.bootstrap``, ``method="percentile"``; Efron's
+    percentile bootstrap). Returns ``None`` when either side has fewer than 2 samples.
+    """
+    lc = _log_samples(current_ms, "current")
+    lb = _log_samples(baseline_ms, "baseline")
+    if lc.size < 2 or lb.size < 2:
+        return None
+    lo, hi = _bootstrap_log_ci(lc, lb, confidence, seed, n_resamples)
+    return (math.exp(lo), math.exp(hi))
+
+
+#: Samples drawn per group and resample in the two-stage bootstrap (each group is resampled to
+#: this size, so every group weighs the same: it is the unit of replication).
+GROUP_RESAMPLE_SIZE = 256
+
+
+def _two_stage_draws(groups: Sequence[np.ndarray], rng: np.random.Generator, n_resamples: int) -> np.ndarray:
+    """``(n_resamples, G * m)`` draws of a two-stage bootstrap: G groups drawn with replacement,
+    then m values drawn with replacement inside each drawn group."""
+    m = min(GROUP_RESAMPLE_SIZE, max(g.size for g in groups))
+    table = np.stack([g[np.round(np.linspace(0, g.size - 1, m)).astype(int)] if g.size >= m
+                      else g[np.arange(m) % g.size] for g in groups])  # (G, m), each group at size m
+    G = len(groups)
+    picked = rng.integers(0, G, size=(n_resamples, G))  # stage 1: groups
+    inner = rng.integers(0, m, size=(n_resamples, G, m), dtype=np.int32)  # stage 2: values within each picked group
+    return table[picked[:, :, None], inner].reshape(n_resamples, G * m)
+
+
+def hierarchical_log_ci(
+    groups: Sequence[Sequence[float]],
+    baseline_groups: Sequence[Sequence[float]] | None = None,
+    confidence: float = RATIO_CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+) -> tuple[float, float]:
+    """Seeded two-stage (hierarchical) percentile-bootstrap CI of a median, for grouped data.
+
+    ``groups``: values (already in log space) grouped by the unit that was replicated: one group
+    per measurement, process or process pair. Each resample draws the groups with replacement,
+    then values with replacement inside each drawn group, so the CI carries the spread *between*
+    groups, which a bootstrap of the pooled values hides (pseudo-replication: values of one process
+    share its speed mode). Without ``baseline_groups`` it is the CI of the median of the pooled
+    draws; with them, of median(groups) - median(baseline_groups) (a log ratio). Source: Davison &
+    Hinkley, *Bootstrap Methods and their Application* (1997), sec. 3.8 (hierarchical data);
+    Saravanan et al., "Application of the hierarchical bootstrap to multi-level data in
+    neuroscience" (2020). Raises ``ValueError`` for an empty group.
+    """
+    rng = np.random.default_rng(seed)
+    cur = [np.asarray(g, dtype=np.float64) for g in groups]
+    if not cur or any(g.size == 0 for g in cur):
+        raise ValueError("every group needs at least one value")
+    stat = np.median(_two_stage_draws(cur, rng, n_resamples), axis=1)
+    if baseline_groups is not None:
+        base = [np.asarray(g, dtype=np.float64) for g in baseline_groups]
+        if not base or any(g.size == 0 for g in base):
+            raise ValueError("every baseline group needs at least one value")
+        stat = stat - np.median(_two_stage_draws(base, rng, n_resamples), axis=1)
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(stat, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def rank_test(current_ms: Sequence[float], baseline_ms: Sequence[float]) -> tuple[float, float]:
+    """One-sided Mann–Whitney U p-values ``(p_slower, p_faster)`` of current vs baseline times.
+
+    ``p_slower`` tests "current is stochastically slower", ``p_faster`` the mirror image
+    (``scipy.stats.mannwhitneyu``; Mann & Whitney, 1947). Needs >= 2 samples a side.
+    """
+    from scipy import stats as sps
+
+    lc = _log_samples(current_ms, "current")
+    lb = _log_samples(baseline_ms, "baseline")
+    return (float(sps.mannwhitneyu(lc, lb, alternative="greater").pvalue),
+            float(sps.mannwhitneyu(lc, lb, alternative="less").pvalue))
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """What the history says about run-to-run noise (log space)."""
+
+    runs: int
+    center: float | None  # median of log run-medians (>= 3 runs)
+    sd: float | None  # SD of log run-medians (>= 2 runs)
+    upper_limit: float | None  # one-sided 99% t prediction limit, log (>= 5 runs)
+    lower_limit: float | None
+
+
+def run_stats(run_medians_ms: Sequence[float] | None) -> RunStats:
+    """Centre, spread and 99% prediction limits of stored run medians (ms), in log space.
+
+    Prediction limit for a new run: mean ± t(0.99, k-1) · s · sqrt(1 + 1/k) (one-sided each),
+    the Student-t prediction interval of a new observation (as Bencher uses).
+    """
+    if run_medians_ms is None or len(run_medians_ms) == 0:
+        return RunStats(0, None, None, None, None)
+    raw = np.asarray(run_medians_ms, dtype=np.float64)
+    if not np.all(np.isfinite(raw)) or np.any(raw <= 0):
+        raise ValueError("run medians must be finite and positive (ms)")
+    x = np.log(raw)
+    k = int(x.size)
+    sd = float(np.std(x, ddof=1)) if k >= 2 else None
+    center = float(np.median(x)) if k >= MIN_RUNS_FOR_FLOOR else None
+    upper = lower = None
+    if k >= MIN_RUNS_FOR_PREDICTION and sd is not None:
+        from scipy import stats as sps
+
+        half = float(sps.t.ppf(PREDICTION_CONFIDENCE, k - 1)) * sd * math.sqrt(1 + 1 / k)
+        upper, lower = float(np.mean(x)) + half, float(np.mean(x)) - half
+    return RunStats(k, center, sd, upper, lower)
+
+
+def effect_floor(threshold: float, hist: RunStats) -> float:
+    """The effect floor T: ``max(threshold, exp(3 * s_run) - 1)`` with >= 3 stored runs, else ``threshold``.
+
+    An effect above run-to-run noise (asv's ``factor``, criterion's noise threshold); dimensionless.
+    """
+    if hist.runs >= MIN_RUNS_FOR_FLOOR and hist.sd is not None:
+        return max(threshold, math.expm1(FLOOR_SDS * hist.sd))
+    return threshold
+
+
+def recentred_baseline(baseline_ms: Sequence[float], hist: RunStats) -> tuple[np.ndarray, float]:
+    """The baseline samples (ms) to compare with, and their median (ms).
+
+    With >= 3 stored runs the newest run's samples are moved (in log space) so that their median
+    is the history's centre: their shape is the newest run's, their level the history's.
+    """
+    lb = _log_samples(baseline_ms, "baseline")
+    if hist.center is not None:
+        return np.exp(lb - float(np.median(lb)) + hist.center), math.exp(hist.center)
+    return np.exp(lb), float(np.median(np.asarray(baseline_ms, dtype=np.float64)))
+
+
+def within_prediction_limits(current_median_ms: float, hist: RunStats) -> tuple[bool, bool]:
+    """``(above_upper, below_lower)``: is the current median beyond the history's 99% limits?
+
+    Both are True when the history is too short (< 5 runs) for a prediction limit.
+    """
+    x = math.log(current_median_ms)
+    return (hist.upper_limit is None or x > hist.upper_limit,
+            hist.lower_limit is None or x < hist.lower_limit)
+
+
+def shift_verdict(
+    ratio: float,
+    ci: tuple[float, float],
+    p_slower: float,
+    p_faster: float,
+    *,
+    floor: float,
+    alpha: float,
+    above_limit: bool = True,
+    below_limit: bool = True,
+) -> tuple[Verdict, str | None]:
+    """The verdict and its note from the evidence (pure; see the module doc for the rule).
+
+    ``ratio`` is the Hodges–Lehmann ratio, ``ci`` the CI of the median ratio, ``floor`` the
+    effect floor T (fraction), ``above_limit``/``below_limit`` from :func:`within_prediction_limits`.
+    """
+    lo, hi = math.log(ci[0]), math.log(ci[1])
+    up_gate, down_gate = math.log1p(floor), -math.log1p(floor)
+    log_ratio = math.log(ratio)
+    # A CI wholly beyond 1+T (or 1/(1+T)) is decisive on its own: never "unchanged".
+    slower = p_slower < alpha and log_ratio > up_gate and lo > 0 or lo > up_gate
+    faster = p_faster < alpha and log_ratio < down_gate and hi < 0 or hi < down_gate
+    if slower and above_limit:
+        return Verdict.REGRESSED, None
+    if faster and below_limit:
+        return Verdict.IMPROVED, None
+    if lo > up_gate or hi < down_gate:
+        return Verdict.INCONCLUSIVE, (
+            f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} lies beyond the effect floor, but the "
+            f"median is within the history's 99% prediction limit (run-to-run noise)"
+        )
+    if lo < 0 < hi and hi > up_gate:
+        return Verdict.INCONCLUSIVE, (
+            f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} spans both 1 and "
+            f"1+T={format_ratio(1 + floor)}: not enough evidence either way"
+        )
+    if slower:
+        return Verdict.UNCHANGED, "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    if faster:
+        return Verdict.UNCHANGED, "beyond the effect floor but within the history's 99% prediction limit (run-to-run noise)"
+    if (p_slower < alpha and lo > 0) or (p_faster < alpha and hi < 0):
+        return Verdict.UNCHANGED, (
+            f"significant but within the effect floor: {format_pct(ratio - 1)} is inside ±{floor * 100:.1f}%"
+        )
+    if p_slower < alpha or p_faster < alpha:
+        return Verdict.UNCHANGED, "rank test significant but the CI of the ratio includes 1"
+    return Verdict.UNCHANGED, None
+
+
+def decide(
+    current_ms: Sequence[float],
+    baseline_ms: Sequence[float] | None,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    benchmark_id: str = "benchmark",
+    baseline_file: str | None = None,
+    run_medians_ms: Sequence[float] | None = None,
+    confirmation_ms: Sequence[float] | None = None,
+    confirmation_groups: Sequence[Sequence[float]] | None = None,
+) -> Comparison:
+    """Compare per-call times of the current run (ms) with the baseline (see the module doc).
+
+    ``baseline_ms``: the newest stored run's per-call times (ms). ``run_medians_ms``: medians of
+    the stored runs, oldest first, the newest included (None: a single-run baseline).
+    ``confirmation_ms``: samples of a re-measure (``confirmation_groups``: of several, one
+    sequence each); when given, the decision uses the pooled current + confirmation samples, its CI
+    treats the first measurement and each re-measure as groups (:func:`hierarchical_log_ci`), and
+    ``confirmed`` says whether a regression held.
+    ``threshold`` is the smallest relative slowdown that may fail a test (0.05 = 5%); ``alpha``
+    the significance level of the one-sided Mann–Whitney U tests. Pure and deterministic (seeded
+    bootstrap). Raises ``ValueError`` for empty, non-finite or non-positive samples or bad options.
+    Prefer :func:`pytest_gpuperf.verdict.gate.judge`, which adds confirmation, normalization and telemetry.
+    """
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    _log_samples(current_ms, "current")
+    cur = np.asarray(current_ms, dtype=np.float64)
+    if confirmation_groups is not None:
+        confirmation_groups = [list(g) for g in confirmation_groups if len(g)]
+        confirmation_ms = [v for g in confirmation_groups for v in g]
+    elif confirmation_ms is not None:
+        confirmation_groups = [list(confirmation_ms)]
+    if confirmation_ms is not None:
+        _log_samples(confirmation_ms, "confirmation")
+        cur = np.concatenate([cur, np.asarray(confirmation_ms, dtype=np.float64)])
+    cur_med = float(np.median(cur))
+    common: dict = dict(benchmark_id=benchmark_id, current_median_ms=cur_med, threshold=threshold,
+                        alpha=alpha, baseline_file=baseline_file)
+    if baseline_ms is None or len(baseline_ms) == 0:
+        return Comparison(verdict=Verdict.NO_BASELINE, runs=0, **common)
+    hist = run_stats(run_medians_ms)
+    base, base_med = recentred_baseline(baseline_ms, hist)
+    floor = effect_floor(threshold, hist)
+    common.update(
+        baseline_median_ms=base_med, ratio=hodges_lehmann_ratio(cur, base), median_ratio=cur_med / base_med,
+        floor=floor,
+        runs=max(1, hist.runs), run_sd=hist.sd,
+        prediction_limit=(math.exp(hist.upper_limit - hist.center)
+                          if hist.upper_limit is not None and hist.center is not None else None),
+    )
+    if cur.size < 2 or base.size < 2:
+        return Comparison(verdict=Verdict.UNCHANGED, note="too few samples for a statistical test (run with --gpuperf)",
+                          **common)
+    p_slower, p_faster = rank_test(cur, base)
+    if confirmation_ms is not None:
+        # the first measurement and the re-measure are two groups (each from its own warmup): the CI
+        # carries the difference between them, so a one-off slow measurement cannot decide alone
+        assert confirmation_groups is not None
+        lo, hi = hierarchical_log_ci([_log_samples(current_ms, "current")]
+                                     + [_log_samples(g, "confirmation") for g in confirmation_groups],
+                                     [_log_samples(base, "baseline")])
+        ci = (math.exp(lo), math.exp(hi))
+    else:
+        ci = median_ratio_ci(cur, base)
+    assert ci is not None
+    above, below = within_prediction_limits(float(np.exp(np.median(_log_samples(cur, "current")))), hist)
+    verdict, note = shift_verdict(common["ratio"], ci, p_slower, p_faster, floor=floor, alpha=alpha,
+                                  above_limit=above, below_limit=below)
+    return Comparison(verdict=verdict, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
+                      confirmed=(verdict is Verdict.REGRESSED) if confirmation_ms is not None else None,
+                      **common)
+
+
+#: A benchmark whose decision cannot fail a slowdown below this (fraction) says so in the summary
+#: and fails under ``--gpuperf-strict`` (a +50% slowdown that passes is no test).
+UNDETECTABLE_SLOWDOWN = 0.5
+
+
+def process_level_test(current_medians_ms: Sequence[float], baseline_medians_ms: Sequence[float],
+                       confidence: float = RATIO_CONFIDENCE) -> tuple[float, tuple[float, float], float, float, int, float]:
+    """Student-t comparison of per-process medians (ms): ``(ratio, ci, p_slower, p_faster, df, sd)``.
+
+    Each worker process is one replicate (pyperf's and JMH's forks; Kalibera & Jones, 2013: repeat
+    at the level where the variance is): with c_i, b_j the log medians of the current and the
+    baseline processes, ``ratio`` = exp(mean c - mean b) (the ratio of geometric means), ``sd`` the
+    pooled SD of the log medians around their side's mean (df = P + Q - 2; a side with one process
+    adds no degree of freedom), ``ci`` the two-sided ``confidence`` t interval of the ratio and the
+    p-values one-sided Student-t tests. Raises ``ValueError`` without a degree of freedom (one
+    process on both sides) or for non-positive medians.
+    """
+    from scipy import stats as sps
+
+    c = np.log(np.asarray(current_medians_ms, dtype=np.float64))
+    b = np.log(np.asarray(baseline_medians_ms, dtype=np.float64))
+    if c.size == 0 or b.size == 0 or not (np.all(np.isfinite(c)) and np.all(np.isfinite(b))):
+        raise ValueError("process medians must be finite and positive (ms)")
+    df = int(c.size + b.size - 2)
+    if df < 1:
+        raise ValueError("a process-level test needs two processes on at least one side")
+    ss = float(np.sum((c - c.mean()) ** 2) + np.sum((b - b.mean()) ** 2))
+    sd = math.sqrt(ss / df)
+    se = sd * math.sqrt(1 / c.size + 1 / b.size)
+    d = float(c.mean() - b.mean())
+    if se == 0:
+        se = 1e-12  # identical processes (scripted timings): the difference is exact
+    t = d / se
+    half = float(sps.t.ppf(0.5 + confidence / 2, df)) * se
+    return (math.exp(d), (math.exp(d - half), math.exp(d + half)), float(sps.t.sf(t, df)), float(sps.t.cdf(t, df)),
+            df, sd)
+
+
+def decide_replicates(
+    current_groups_ms: Sequence[Sequence[float]],
+    baseline_medians_ms: Sequence[float] | None,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    benchmark_id: str = "benchmark",
+    baseline_file: str | None = None,
+    baseline_runs: int = 1,
+) -> Comparison:
+    """The stored-baseline decision on process-level replicates (``--gpuperf-processes`` >= 2).
+
+    ``current_groups_ms``: this run's per-call times (ms), one sequence per worker process;
+    ``baseline_medians_ms``: the baseline's per-process medians (ms: the newest stored run's, or,
+    for a baseline recorded one process per run, the stored runs' medians); ``baseline_runs`` the
+    number of stored runs (reported). The evidence is :func:`process_level_test` over the process
+    medians, never the pooled rounds (thousands of rounds of one process are one replicate); the
+    verdict is :func:`shift_verdict`'s with T = ``threshold``. ``current_median_ms`` and
+    ``baseline_median_ms`` are the geometric means of the process medians, so ``ratio`` is exactly
+    their quotient. Raises ``ValueError`` for empty groups, bad options, or one process on both
+    sides (no between-process spread to decide on: :func:`pytest_gpuperf.verdict.gate.judge_replicates`
+    then decides on the samples).
+    """
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    groups = [list(g) for g in current_groups_ms]
+    if not groups or any(not g for g in groups):
+        raise ValueError("every process needs at least one sample")
+    medians = [float(np.median(_log_samples(g, "current"))) for g in groups]
+    cur_geo = math.exp(float(np.mean(medians)))
+    common: dict = dict(benchmark_id=benchmark_id, threshold=threshold, alpha=alpha, baseline_file=baseline_file,
+                        processes=len(groups))
+    if not baseline_medians_ms:
+        return Comparison(verdict=Verdict.NO_BASELINE, current_median_ms=cur_geo, runs=0, **common)
+    base = [float(v) for v in baseline_medians_ms]
+    ratio, ci, p_slower, p_faster, df, sd = process_level_test([math.exp(m) for m in medians], base)
+    verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha)
+    from scipy import stats as sps
+
+    se = sd * math.sqrt(1 / len(groups) + 1 / len(base))
+    resolution = math.expm1(max(float(sps.t.ppf(1 - alpha, df)) * se, math.log1p(threshold)))
+    base_geo = math.exp(float(np.mean(np.log(base))))
+    return Comparison(verdict=verdict, current_median_ms=cur_geo, baseline_median_ms=base_geo, ratio=ratio,
+                      median_ratio=ratio, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
+                      floor=threshold, runs=baseline_runs, run_sd=sd, baseline_processes=len(base),
+                      resolution=resolution, **common)
+
+
+def downgrade_throttled(c: Comparison, reason: str | None, *, strict_hint: bool = True) -> Comparison:
+    """A regression measured while the device was throttled becomes inconclusive (pure).
+
+    ``reason`` comes from :func:`pytest_gpuperf.verdict.machine.throttle_verdict`
+    (``"throttled: HW thermal 34% of samples"``); other verdicts are returned unchanged. The note
+    says it fails with ``--gpuperf-strict`` unless ``strict_hint`` is False (update runs, which
+    never fail on timing).
+    """
+    if reason is None or c.verdict is not Verdict.REGRESSED:
+        return c
+    import dataclasses
+
+    note = f"{reason}; the regression is not trusted" + (" (fails with --gpuperf-strict)" if strict_hint else "")
+    return with_note(c, note, verdict=Verdict.INCONCLUSIVE)
+
+
+def ab_summary(c: Comparison) -> str | None:
+    """``"A/B vs origin/main (3f2a1c9): 1.12x [1.08x, 1.16x]"`` for an A/B comparison, else None."""
+    if c.ab_ref is None or c.ratio is None:
+        return None
+    ci = f" [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]" if c.ratio_ci else ""
+    return f"A/B vs {c.ab_ref}: {format_ratio(c.ratio)}{ci}"
+
+
+def with_note(c: Comparison, note: str, **changes: Any) -> Comparison:
+    """``c`` with ``note`` put before its own note (and ``changes`` applied). Pure."""
+    import dataclasses
+
+    return dataclasses.replace(c, note=note if not c.note else f"{note}; {c.note}", **changes)
+
+
+# ----------------------------------------------------------------------------- memory
+
+#: Absolute slack added to the relative memory threshold (bytes): allocator rounding and small
+#: workspace changes below this never fail a test.
+MEMORY_SLACK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class MemoryComparison:
+    """Peak memory of the current run vs the baseline's, and vs an optional hard budget (bytes).
+
+    ``verdict`` is regressed / improved / unchanged / no-baseline; ``over_budget`` is True when the
+    peak exceeds ``max_memory_bytes``. Either fails the test.
+    """
+
+    verdict: Verdict
+    benchmark_id: str
+    current_bytes: int
+    baseline_bytes: int | None = None
+    threshold: float = DEFAULT_MEMORY_THRESHOLD
+    max_memory_bytes: int | None = None
+    device: str = ""
+    baseline_file: str | None = None
+    snapshot: str | None = None  # CUDA memory-snapshot text (path, largest blocks), when recorded
+    max_memory_text: str | None = None  # the budget as its author wrote it ("100 kB"), for messages
+
+    @property
+    def over_budget(self) -> bool:
+        return self.max_memory_bytes is not None and self.current_bytes > self.max_memory_bytes
+
+    @property
+    def change(self) -> float | None:
+        """Relative change of the peak, current / baseline - 1 (None without a baseline or at 0)."""
+        if not self.baseline_bytes:
+            return None
+        return self.current_bytes / self.baseline_bytes - 1.0
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is Verdict.REGRESSED or self.over_budget
+
+    def messages(self, *, include_regression: bool = True) -> list[str]:
+        """Failure messages (empty when the comparison passes).
+
+        ``include_regression=False`` reports the hard budget only (what still fails while
+        baselines are being updated).
+        """
+        out = []
+        if self.verdict is Verdict.REGRESSED and include_regression:
+            assert self.baseline_bytes is not None
+            change = format_pct(self.change) if self.change is not None else "baseline allocated nothing"
+            out.append(
+                f"memory regression in {self.benchmark_id}: {format_bytes(self.baseline_bytes)} -> "
+                f"{format_bytes(self.current_bytes)} ({change}), allowed "
+                f"+{self.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}"
+                + (f"; baseline: {self.baseline_file}" if self.baseline_file else "")
+                + f"; {INTENDED_HINT}"
+            )
+        if self.over_budget:
+            assert self.max_memory_bytes is not None
+            unit = size_unit(self.max_memory_text)  # the budget's own unit: "peak 123 kB > max_memory 100 kB"
+            out.append(
+                f"memory budget exceeded in {self.benchmark_id}: peak {format_bytes(self.current_bytes, unit)} > "
+                f"max_memory {format_bytes(self.max_memory_bytes, unit)} on {self.device}"
+            )
+        if out and self.snapshot:
+            out.append(self.snapshot)
+        return out
+
+
+def decide_memory(
+    current_bytes: int,
+    baseline_bytes: int | None,
+    *,
+    threshold: float = DEFAULT_MEMORY_THRESHOLD,
+    max_memory_bytes: int | None = None,
+    benchmark_id: str = "benchmark",
+    device: str = "",
+    baseline_file: str | None = None,
+    slack_bytes: int = MEMORY_SLACK_BYTES,
+    max_memory_text: str | None = None,
+) -> MemoryComparison:
+    """Compare a peak-memory figure (bytes) with the baseline's.
+
+    Peak memory of a fixed program on a fixed allocator is deterministic, so no statistics are
+    needed: **regressed** when ``current > baseline * (1 + threshold) + slack_bytes``, **improved**
+    when ``current < baseline * (1 - threshold) - slack_bytes``, else **unchanged**. Raises
+    ``ValueError`` for negative sizes or threshold. ``max_memory_text`` is the budget as written
+    (``"100 kB"``), used only to report it in that unit.
+    """
+    if current_bytes < 0 or (baseline_bytes is not None and baseline_bytes < 0):
+        raise ValueError("memory sizes must be >= 0 bytes")
+    if not threshold >= 0:  # also rejects NaN
+        raise ValueError(f"memory threshold must be >= 0, got {threshold!r}")
+    if max_memory_bytes is not None and max_memory_bytes < 0:
+        raise ValueError(f"max_memory must be >= 0 bytes, got {max_memory_bytes!r}")
+    if baseline_bytes is None:
+        verdict = Verdict.NO_BASELINE
+    elif current_bytes > baseline_bytes * (1 + threshold) + slack_bytes:
+        verdict = Verdict.REGRESSED
+    elif current_bytes < baseline_bytes * (1 - threshold) - slack_bytes:
+        verdict = Verdict.IMPROVED
+    else:
+        verdict = Verdict.UNCHANGED
+    return MemoryComparison(
+        verdict=verdict, benchmark_id=benchmark_id, current_bytes=int(current_bytes),
+        baseline_bytes=None if baseline_bytes is None else int(baseline_bytes), threshold=threshold,
+        max_memory_bytes=max_memory_bytes, device=device, baseline_file=baseline_file,
+        max_memory_text=max_memory_text if isinstance(max_memory_text, str) else None,
+    )

@@ -1,0 +1,221 @@
+"""A benchmark's stored history, typed: :class:`RunRecord` per stored run and :class:`BaselineEntry`
+per benchmark (pure: stdlib only).
+
+These records are what the verdict pipeline (:mod:`pytest_gpuperf.verdict.gate`) compares with;
+:mod:`pytest_gpuperf.storage.baseline` reads and writes them as JSON files (schema version 2, see
+``pytest_gpuperf/storage/schema/baseline.schema.json``). A schema-1 entry (no ``history``) is a
+history of one run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One stored baseline run in an entry's history: its median (ms) and where it came from.
+
+    ``iqr_ms`` in ms, ``peak_memory_bytes`` in bytes; ``environment`` is the fingerprint of the
+    machine that recorded it (with the reference-workload medians under ``"reference"``).
+    ``counts``: the run's gated counts per call (``{"ops": 212, "syncs": 0, ...}``; see
+    :mod:`pytest_gpuperf.verdict.counts`), None when the run was recorded without them. ``probe_ms``: the
+    median time (ms) of the interleaved machine-speed probe during the run, ``probe`` its name
+    (``"compute: 256x256 float32 matmul"``); None when recorded without a probe.
+    """
+
+    median_ms: float
+    iqr_ms: float | None = None
+    rounds: int | None = None
+    timestamp_utc: str | None = None
+    environment: Mapping[str, Any] | None = None
+    git_commit: str | None = None
+    peak_memory_bytes: int | None = None
+    counts: Mapping[str, int] | None = None
+    probe_ms: float | None = None
+    probe: str | None = None
+    process_medians_ms: tuple[float, ...] | None = None
+    dirty: bool | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
+        """From a stored history record (unknown keys are ignored)."""
+        from pytest_gpuperf.verdict.counts import stored_totals
+
+        kw = {f: d.get(f) for f in _RUN_FIELDS
+              if f not in ("median_ms", "counts", "probe_ms", "probe", "process_medians_ms", "dirty")}
+        probe_ms = d.get("probe_ms")
+        probe_ms = float(probe_ms) if _positive_number(probe_ms) else None
+        probe = d.get("probe") if isinstance(d.get("probe"), str) else None
+        dirty = d.get("dirty") if isinstance(d.get("dirty"), bool) else None
+        return cls(**kw, median_ms=float(d["median_ms"]), counts=stored_totals(d.get("counts")) or None,
+                   probe_ms=probe_ms, probe=probe, process_medians_ms=_process_medians(d), dirty=dirty)
+
+
+def _process_medians(d: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """An entry's or run's ``process_medians_ms`` (positive numbers), else None."""
+    v = d.get("process_medians_ms")
+    if isinstance(v, list) and v and all(_positive_number(x) for x in v):
+        return tuple(float(x) for x in v)
+    return None
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+_RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes",
+               "counts", "probe_ms", "probe", "process_medians_ms", "dirty")
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One benchmark's stored baseline, typed (what every reader uses instead of the raw JSON).
+
+    ``samples_ms``: per-call times of the newest stored run (ms, measurement order, at most 2,000);
+    ``history``: the stored runs, oldest first, the newest included (a schema-1 entry is a history
+    of one run); ``environment``, ``options``, ``peak_memory_bytes`` (bytes), ``stats`` (summary
+    statistics, ms), ``git_commit`` and ``counts`` (a :class:`~pytest_gpuperf.verdict.counts.Counts` with
+    its per-name breakdowns; None when recorded without) are the newest run's. ``data`` is the
+    entry as stored (kept so that an update rewrites exactly what was read).
+    """
+
+    benchmark_id: str
+    samples_ms: tuple[float, ...]
+    history: tuple[RunRecord, ...]
+    environment: Mapping[str, Any] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+    stats: Mapping[str, Any] | None = None
+    git_commit: str | None = None
+    counts: Any = None  # pytest_gpuperf.verdict.counts.Counts
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def count_history(self) -> tuple[Mapping[str, int], ...]:
+        """The gated counts of the stored runs that have them, oldest first."""
+        return tuple(r.counts for r in self.history if r.counts)
+
+    @property
+    def run_medians_ms(self) -> tuple[float, ...]:
+        """Medians (ms) of the stored runs, oldest first."""
+        return tuple(r.median_ms for r in self.history)
+
+    @property
+    def median_ms(self) -> float:
+        """Median (ms) of the newest stored run."""
+        return self.history[-1].median_ms
+
+    @property
+    def replicate_medians_ms(self) -> tuple[float, ...]:
+        """The baseline's process-level replicates (ms), what a replicated run is compared with: the
+        newest run's per-process medians when it was measured by two or more worker processes; for a
+        baseline recorded one process per run (before ``--gpuperf-processes``), the stored runs'
+        medians, each run a single-process replicate."""
+        newest = self.history[-1].process_medians_ms
+        if newest is not None and len(newest) >= 2:
+            return newest
+        return self.run_medians_ms
+
+    @property
+    def dirty(self) -> bool | None:
+        """Whether the newest run was recorded from uncommitted changes to tracked files (baseline
+        files aside): True, False, or None when unknown (recorded before this was stored)."""
+        return self.history[-1].dirty
+
+    def probe_level_ms(self, probe: str) -> float | None:
+        """The stored level (ms) of the interleaved probe named ``probe``, what this run's probe is
+        compared with: with 3+ stored runs (when the comparison uses the history's centre), the
+        median of the probe medians of the runs measured with that probe; else the newest run's
+        probe median when it used that probe. None when no such run is stored (an older baseline,
+        or one recorded with another probe)."""
+        if len(self.history) >= 3:
+            levels = [r.probe_ms for r in self.history if r.probe == probe and r.probe_ms]
+            return float(statistics.median(levels)) if levels else None
+        newest = self.history[-1]
+        return newest.probe_ms if newest.probe == probe and newest.probe_ms else None
+
+    @property
+    def reference(self) -> Mapping[str, Any] | None:
+        """The reference-workload medians recorded with the newest run (``environment.reference``)."""
+        ref = (self.environment or {}).get("reference")
+        return ref if isinstance(ref, Mapping) else None
+
+    @classmethod
+    def from_samples(cls, benchmark_id: str, samples_ms: Sequence[float],
+                     run_medians_ms: Sequence[float] | None = None) -> "BaselineEntry":
+        """An entry built from samples alone (studies, tests): a history of the given run medians
+        (default: one run whose median is that of ``samples_ms``)."""
+        samples = tuple(float(v) for v in samples_ms)
+        medians = list(run_medians_ms) if run_medians_ms else [float(statistics.median(samples))]
+        return cls(benchmark_id, samples, tuple(RunRecord(float(m)) for m in medians))
+
+    @classmethod
+    def from_json(cls, benchmark_id: str, d: Mapping[str, Any]) -> "BaselineEntry":
+        """From a stored entry that :func:`_check_entry` accepted."""
+        peak = d.get("peak_memory_bytes")
+        counts = None
+        if isinstance(d.get("counts"), Mapping):
+            from pytest_gpuperf.verdict.counts import Counts
+
+            counts = Counts.from_dict(d["counts"])
+        return cls(
+            benchmark_id=str(benchmark_id),
+            samples_ms=tuple(float(v) for v in d["samples_ms"]),
+            history=tuple(RunRecord.from_dict(r) for r in history_of(d)),
+            environment=d.get("environment") if isinstance(d.get("environment"), Mapping) else None,
+            options=dict(d.get("options") or {}),
+            peak_memory_bytes=peak if isinstance(peak, int) and not isinstance(peak, bool) else None,
+            stats=d.get("stats"),
+            git_commit=d.get("git_commit"),
+            counts=counts,
+            data=d,
+        )
+
+
+def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The history record of the run an entry describes (its newest run)."""
+    stats = entry.get("stats") or {}
+    median = stats.get("median_ms")
+    if not isinstance(median, (int, float)) or isinstance(median, bool):
+        median = statistics.median(entry["samples_ms"])
+    record = {
+        "median_ms": float(median),
+        "iqr_ms": stats.get("iqr_ms"),
+        "rounds": entry.get("rounds"),
+        "timestamp_utc": entry.get("timestamp_utc"),
+        "environment": entry.get("environment"),
+        "git_commit": entry.get("git_commit"),
+        "peak_memory_bytes": entry.get("peak_memory_bytes"),
+    }
+    if _positive_number(entry.get("probe_ms")) and isinstance(entry.get("probe"), str):
+        record["probe_ms"] = float(entry["probe_ms"])
+        record["probe"] = entry["probe"]
+    medians = _process_medians(entry)
+    if medians is not None:
+        record["process_medians_ms"] = list(medians)
+    if isinstance(entry.get("dirty"), bool):
+        record["dirty"] = entry["dirty"]
+    counts = _run_counts(entry.get("counts"))
+    if counts:
+        record["counts"] = counts
+    return record
+
+
+def _run_counts(counts: Any) -> dict[str, int] | None:
+    """The gated totals of an entry's ``counts`` (no per-name breakdown: that is kept for the
+    newest run only), or None."""
+    from pytest_gpuperf.verdict.counts import stored_totals
+
+    return stored_totals(counts) or None
+
+
+def history_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The stored runs of an entry, oldest first; a schema-1 entry is a history of one run."""
+    hist = entry.get("history")
+    if isinstance(hist, list) and hist:
+        return list(hist)
+    return [run_record(entry)]

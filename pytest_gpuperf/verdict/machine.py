@@ -1,0 +1,188 @@
+"""Evidence about the machine rather than the code (pure: stdlib only).
+
+* **Reference workloads** (measured by :mod:`pytest_gpuperf.measure.drift`): the drift ratios
+  "this machine now / when the baseline was recorded", the one that normalizes a benchmark, and
+  normalization by it (``--gpuperf-normalize``).
+* **The interleaved probe** (measured by :mod:`pytest_gpuperf.measure.probe`):
+  :class:`ProbeEvidence`, what :func:`pytest_gpuperf.verdict.gate.judge` uses to tell "the machine
+  differs" from "the code got slower".
+* **Machine state** (sampled by :mod:`pytest_gpuperf.measure.telemetry`): :func:`host_busy` and
+  :func:`throttle_verdict`, the reasons a timing is not trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+
+#: Relative drift of a reference workload above which the summary warns.
+DRIFT_WARN = 0.05
+
+
+def drift_ratios(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """``{"matmul": now/then, "copy": now/then}`` from two ``environment.reference`` dicts. Pure.
+
+    Returns None when either side lacks the reference medians.
+    """
+    if not current or not baseline:
+        return None
+    out = {}
+    for key in ("matmul", "copy"):
+        now, then = current.get(f"{key}_ms"), baseline.get(f"{key}_ms")
+        if isinstance(now, (int, float)) and isinstance(then, (int, float)) and now > 0 and then > 0:
+            out[key] = float(now) / float(then)
+    return out or None
+
+
+def ratio_for(ratios: Mapping[str, float] | None, bottleneck_kind: str | None) -> tuple[str, float] | None:
+    """The reference that normalizes a benchmark: the matmul ratio for compute-bound ones, else copy."""
+    if not ratios:
+        return None
+    key = "matmul" if bottleneck_kind == "compute" else "copy"
+    if key not in ratios:
+        return None
+    return key, ratios[key]
+
+
+def normalize(samples_ms: Sequence[float], ratio: float) -> list[float]:
+    """Divide per-call times by a machine-speed ratio (now/then). Pure."""
+    if not ratio > 0:
+        raise ValueError(f"drift ratio must be > 0, got {ratio!r}")
+    return [float(x) / ratio for x in samples_ms]
+
+
+def drift_warning(ratios: Mapping[str, float] | None) -> str | None:
+    """``"machine speed drift since the baseline: matmul +7.2%, copy -1.0%"`` above 5%, else None."""
+    if not ratios or all(abs(r - 1) <= DRIFT_WARN + 1e-9 for r in ratios.values()):  # "above 5%"
+        return None
+    parts = ", ".join(f"{k} {(r - 1) * 100:+.1f}%" for k, r in ratios.items())
+    return f"machine speed drift since the baseline was recorded (reference workloads now/then): {parts}"
+
+
+@dataclass(frozen=True)
+class ProbeEvidence:
+    """What :func:`pytest_gpuperf.verdict.gate.judge` needs to know of the probe (pure, no torch).
+
+    ``now_ms``: this run's per-probe times (ms, measurement order; probe j ran after rounds
+    ``j*every .. (j+1)*every - 1``, so round i belongs to probe ``i // every``). ``baseline_ms``:
+    the stored probe level to compare with (ms; the median of the stored runs' probe medians,
+    see :meth:`pytest_gpuperf.storage.baseline.BaselineEntry.probe_level_ms`), None when the baseline
+    has none (then the probe only reports, never changes a verdict). ``name``: the probe's name.
+    ``every``: rounds per probe (>= 1).
+    """
+
+    now_ms: tuple[float, ...]
+    baseline_ms: float | None
+    name: str
+    every: int = 1
+
+    @classmethod
+    def of(cls, timing: Any, baseline_ms: float | None, name: str) -> "ProbeEvidence":
+        """From a :class:`~pytest_gpuperf.measure.timing.Timing` (its ``probe_ms`` and ``probe_every``;
+        no probe times when it has none)."""
+        return cls(tuple(getattr(timing, "probe_ms", ()) or ()), baseline_ms, name,
+                   int(getattr(timing, "probe_every", 1) or 1))
+
+    @property
+    def median_ms(self) -> float | None:
+        """Median of ``now_ms`` (ms), None when empty."""
+        if not self.now_ms:
+            return None
+        import statistics
+
+        return float(statistics.median(self.now_ms))
+
+    @property
+    def machine_ratio(self) -> float | None:
+        """m = median(now) / baseline (> 1: this machine is slower now), None without both."""
+        med = self.median_ms
+        if med is None or not self.baseline_ms or self.baseline_ms <= 0:
+            return None
+        return med / self.baseline_ms
+
+    def factors(self, rounds: int) -> list[float] | None:
+        """Per-round machine factors ``probe_j / baseline`` for ``rounds`` rounds (None when the
+        probes do not cover them or there is no baseline level)."""
+        if self.machine_ratio is None or self.every < 1 or len(self.now_ms) * self.every < rounds:
+            return None
+        assert self.baseline_ms is not None
+        return [self.now_ms[i // self.every] / self.baseline_ms for i in range(rounds)]
+
+
+#: Clocks-event reason bits (nvml.h ``nvmlClocksEventReason*``) and their names.
+REASONS = {
+    0x1: "GPU idle",
+    0x2: "applications clocks setting",
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x10: "sync boost",
+    0x20: "SW thermal",
+    0x40: "HW thermal",
+    0x80: "HW power brake",
+    0x100: "display clock setting",
+}
+
+
+#: The "GPU idle" clocks-event reason: samples with it are left out of the low-clock share.
+GPU_IDLE = 0x1
+
+
+#: Reasons that make a timing untrustworthy (thermal, power brake, hardware slowdown).
+THROTTLE_REASONS = frozenset({0x8, 0x20, 0x40, 0x80})
+
+
+#: A run is throttled when a throttle reason was active in more than this share of samples...
+THROTTLE_SHARE = 0.10
+
+
+#: ...or when the SM clock was below this fraction of its maximum in more than THROTTLE_SHARE.
+LOW_CLOCK_FRACTION = 0.75
+
+
+#: A CPU run is "host busy" when other processes (plus steal time) used more than this many CPU
+#: cores on average while it ran: half a core of a neighbour is enough to slow torch's intra-op
+#: thread pool, which waits for its slowest thread (measured on this project's 2-core VMs: a
+#: neighbour burning one core doubled a 2-thread training step and turned a DataLoader-bound epoch
+#: compute-bound).
+HOST_BUSY_CORES = 0.5
+
+
+def host_busy(telemetry: dict[str, Any] | None) -> str | None:
+    """``"host busy: other processes used 0.98 of 2 CPU cores while it ran"`` when the CPU
+    telemetry's ``other_cpu_cores`` (:class:`HostLoadMeter`) exceed :data:`HOST_BUSY_CORES`, else
+    None. Pure."""
+    other = (telemetry or {}).get("other_cpu_cores")
+    if not isinstance(other, (int, float)) or other <= HOST_BUSY_CORES:
+        return None
+    cores = telemetry.get("cpu_count")  # type: ignore[union-attr]
+    of = f" of {cores}" if cores else ""
+    return f"host busy: other processes used {other:.2f}{of} CPU cores while it ran"
+
+
+def throttle_verdict(telemetry: dict[str, Any] | None) -> str | None:
+    """``"throttled: HW thermal 34% of samples"`` when a run was throttled, else None. Pure.
+
+    Throttled: a thermal, power-brake or hardware-slowdown reason active in more than 10% of
+    samples, or - only where the reasons could not be read - the SM clock under 75% of its maximum
+    in more than 10% of samples (a power-capped GPU sits below that by design, its "SW power cap"
+    reason is not throttling). On the CPU backend, the :func:`host_busy` reason.
+    """
+    if not telemetry:
+        return None
+    busy = host_busy(telemetry)
+    if busy:
+        return busy
+    reasons = telemetry.get("reasons") or {}
+    bad = {REASONS[b]: reasons.get(REASONS[b], 0.0) for b in THROTTLE_REASONS}
+    worst = max(bad.items(), key=lambda kv: kv[1])
+    if worst[1] > THROTTLE_SHARE:
+        return f"throttled: {worst[0]} {worst[1] * 100:.0f}% of samples"
+    low = telemetry.get("low_clock_share")
+    # the clock rule stands in for the reasons only where NVML could not read them: with reasons
+    # read and none of ours active, a low clock is the GPU's normal state (a power-capped T4 or L4
+    # runs at its "SW power cap" below 75% of its max clock on every run)
+    reasons_read = telemetry.get("throttle_share") is not None
+    if not reasons_read and isinstance(low, (int, float)) and low > THROTTLE_SHARE:
+        return f"throttled: SM clock below {LOW_CLOCK_FRACTION * 100:.0f}% of max in {low * 100:.0f}% of samples"
+    return None

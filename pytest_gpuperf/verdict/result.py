@@ -1,0 +1,201 @@
+"""``BenchResult``: what one ``gpu_bench`` measurement returns (pure: no torch, no pytest)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
+from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, summarize
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Timing of one benchmark: per-call times and their statistics, all in milliseconds.
+
+    ``samples_ms`` holds one per-call time per round (a round of ``calls_per_round`` calls is
+    timed as one interval and divided), in measurement order. ``median_ci_ms`` is the 95% CI of
+    the median (order-statistic method; ``None`` under 6 rounds). ``outliers`` counts samples
+    outside the Tukey fences; outliers are reported, never dropped. ``comparison`` is the verdict
+    against the stored baseline, or ``None`` when not compared (smoke mode).
+
+    ``smoke`` is True when the plugin ran without ``--gpuperf``: ``fn`` was called exactly once,
+    ``samples_ms`` holds that single call's synchronized wall time, and there is no CI and no
+    comparison. ``peak_memory_bytes`` is the peak memory (bytes) allocated by one extra call of
+    ``fn`` made outside the timed rounds (``None`` in smoke mode), and ``memory_comparison`` its
+    verdict against the baseline's peak and ``max_memory``. ``bottleneck`` is the
+    :class:`~pytest_gpuperf.verdict.bottleneck.Bottleneck` (with ``expect_bottleneck`` or
+    ``--gpuperf-classify``), ``trace_path`` the chrome trace saved on a regression or a
+    misclassification, ``top_ops`` the profiler's top ops by device time then. ``telemetry`` is
+    what the machine did during the timed rounds (GPU: NVML SM clock, throttle reasons,
+    utilization, temperature, power; CPU: frequency and load), None where unavailable. ``value`` is the return value of the last call of ``fn`` (handy for correctness
+    checks); it is never stored. ``notes`` are remarks on how the measurement went (e.g. it took far
+    longer than ``max_time`` because one call is long), shown as warnings in the summary; not stored.
+    ``counts`` are the exact counts of one extra call (:class:`~pytest_gpuperf.verdict.counts.Counts`: ops,
+    kernels, syncs, copies, FLOPs, bytes, recompiles; None in smoke mode or with ``counts=False``)
+    and ``count_comparison`` their gate against the baseline and the declared budgets.
+    ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
+    in reports and baselines when not empty. ``probe_ms`` is the median time (ms) of the interleaved
+    machine-speed probe timed between the rounds and ``probe`` its name (see
+    :mod:`pytest_gpuperf.measure.probe`); None when no probe ran (smoke mode, an injected measurer without
+    probe support); stored in reports and baselines. ``process_medians_ms`` holds the median (ms)
+    of each worker process that measured the benchmark (``--gpuperf-processes`` >= 2; in process
+    order, ``samples_ms`` is their samples concatenated in that order), None when one process
+    measured it; stored in reports and baselines.
+    """
+
+    name: str
+    device: str
+    samples_ms: tuple[float, ...]
+    rounds: int
+    calls_per_round: int
+    warmup_rounds: int
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    median_ms: float
+    p5_ms: float
+    p25_ms: float
+    p75_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    iqr_ms: float
+    median_ci_ms: tuple[float, float] | None
+    outliers: Outliers
+    comparison: Comparison | None = None
+    peak_memory_bytes: int | None = None
+    memory_comparison: MemoryComparison | None = None
+    bottleneck: Any = None  # pytest_gpuperf.verdict.bottleneck.Bottleneck
+    trace_path: str | None = None
+    telemetry: dict[str, Any] | None = None
+    benchmark_id: str = ""
+    group: str | None = None
+    smoke: bool = False
+    options: dict[str, Any] = field(default_factory=dict, compare=False)
+    top_ops: str | None = field(default=None, repr=False, compare=False)
+    value: Any = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    counts: Any = None  # pytest_gpuperf.verdict.counts.Counts
+    count_comparison: Any = None  # pytest_gpuperf.verdict.counts.CountComparison
+    extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    probe_ms: float | None = None
+    probe: str | None = None
+    process_medians_ms: tuple[float, ...] | None = None
+
+    def rates(self) -> dict[str, float] | None:
+        """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum
+        traffic), ``items_per_s`` (with the ``items_per_call`` option) and ``pct_of_peak_flops`` /
+        ``pct_of_peak_bytes`` (percent of the calibrated peak, when the benchmark was classified).
+        None in smoke mode or when nothing was counted or declared."""
+        if self.smoke:
+            return None
+        from pytest_gpuperf.verdict.counts import throughput
+
+        ev = getattr(self.bottleneck, "evidence", None)
+        return throughput(self.median_ms, self.counts, self.options.get("items_per_call"),
+                          getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
+
+    @property
+    def misclassified(self) -> bool:
+        """True when ``expect_bottleneck`` was given and the measured class is not among them."""
+        expected = self.options.get("expect_bottleneck")
+        return bool(expected) and self.bottleneck is not None and self.bottleneck.kind not in expected
+
+    @property
+    def host_busy(self) -> str | None:
+        """``"host busy: other processes used 0.98 of 2 CPU cores while it ran"`` when the CPU
+        telemetry says other processes competed for this run's cores
+        (:func:`pytest_gpuperf.verdict.machine.host_busy`), else None."""
+        from pytest_gpuperf.verdict.machine import host_busy
+
+        return host_busy(self.telemetry)
+
+    @property
+    def misclassification_trusted(self) -> bool:
+        """False when a misclassification was measured on a busy host: other processes slow the
+        parts of a workload unequally (torch's intra-op threads wait for their slowest one, a
+        single-threaded DataLoader does not), so the class can flip with the load. Such a
+        mismatch fails only under ``--gpuperf-strict`` (and while updating baselines)."""
+        return self.host_busy is None
+
+    def bottleneck_message(self) -> str | None:
+        """The misclassification failure message, or None."""
+        if not self.misclassified:
+            return None
+        from pytest_gpuperf.verdict.bottleneck import mismatch_message
+
+        text = mismatch_message(self.options["expect_bottleneck"], self.bottleneck)
+        if self.host_busy:
+            text += f"; measured while {self.host_busy}"
+        if self.trace_path:
+            text += f"; trace: {self.trace_path}"
+        return text
+
+    def failures(self, *, strict: bool = False, updating: bool = False, label: str | None = None) -> list[str]:
+        """Why this result fails its test, one message each (empty: it passes).
+
+        The one place that decides pass or fail, for the plugin and the reports alike: a timing
+        regression (or, ``strict``, an inconclusive comparison), a memory regression, a peak over
+        ``max_memory``, a count regression (the count gate), a count over a declared budget
+        (``max_syncs``...), a misclassified bottleneck (on a busy host only with ``strict``, see
+        :attr:`misclassification_trusted`). While ``updating`` baselines only the hard
+        checks count (``max_memory``, the count budgets, ``expect_bottleneck``): a new baseline
+        may be slower than the old one, but never over its own budget. ``label`` names the benchmark in messages that do
+        not carry its full id (default ``benchmark_id``).
+        """
+        label = label or self.benchmark_id
+        out: list[str] = []
+        c, m = self.comparison, self.memory_comparison
+        mismatch = self.bottleneck_message()
+        if c is not None and c.fails(strict) and not updating:
+            out.append(c.message())
+            if self.trace_path and not mismatch:
+                out.append(f"{label}: trace of the profiled calls: {self.trace_path}")
+        if m is not None:
+            out.extend(m.messages(include_regression=not updating))
+        if self.count_comparison is not None:
+            out.extend(self.count_comparison.messages(include_regression=not updating))
+        if mismatch and (strict or updating or self.misclassification_trusted):
+            out.append(f"{label}: {mismatch}")
+        return out
+
+    @property
+    def iqr_fraction(self) -> float:
+        """IQR as a fraction of the median (a relative noise measure, dimensionless)."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else float("nan")
+
+    @classmethod
+    def from_samples(
+        cls,
+        samples_ms: tuple[float, ...],
+        *,
+        name: str,
+        device: str,
+        rounds: int,
+        calls_per_round: int,
+        warmup_rounds: int,
+        **extra: Any,
+    ) -> "BenchResult":
+        """Build a result, computing every statistic from ``samples_ms`` (ms)."""
+        s = summarize(samples_ms)
+        stats = {name: getattr(s, name) for name in STAT_FIELDS + ("median_ci_ms", "outliers")}
+        return cls(
+            name=name,
+            device=device,
+            samples_ms=tuple(float(v) for v in samples_ms),
+            rounds=rounds,
+            calls_per_round=calls_per_round,
+            warmup_rounds=warmup_rounds,
+            **stats,
+            **extra,
+        )
+
+    def stats_dict(self) -> dict[str, Any]:
+        """The summary statistics as a JSON-ready dict (ms; CI as a 2-list; outlier counts)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in STAT_FIELDS}
+        out["median_ci_ms"] = list(self.median_ci_ms) if self.median_ci_ms else None
+        out["outliers"] = dataclasses.asdict(self.outliers)
+        return out
