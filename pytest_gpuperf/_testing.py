@@ -101,6 +101,16 @@ class ScriptedMeasurer(Measurer):
         self.probe_calls = 0
         self.events = 0
 
+    def host_load_meter(self, device: Any, *, measure: bool = True) -> Any:
+        """A fixed :class:`~pytest_gpuperf.measure.telemetry.HostLoadMeter` of the scripted
+        ``host_load`` on the CPU backend (None: no meter; None on CUDA), whatever ``measure`` says:
+        a verdict on scripted timings never depends on what else the test machine runs."""
+        if getattr(device, "type", str(device)) != "cpu" or self.host_load is None:
+            return None
+        from pytest_gpuperf.measure.telemetry import HostLoadMeter
+
+        return HostLoadMeter(fixed_cores=self.host_load)
+
     def _advance(self, ms: float) -> None:
         self.fake.advance_ms(ms * self.machine(self.events))
         self.events += 1

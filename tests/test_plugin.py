@@ -441,3 +441,71 @@ def test_cuda_timing_modes(pytester: pytest.Pytester, mode: str) -> None:
         """
     )
     pytester.runpytest("--gpuperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+OPTIONS_PROBE = '''
+import json, pathlib
+import pytest
+from pytest_gpuperf.plugin.keys import SESSION_KEY
+
+def _dump(request):
+    options = request.config.stash[SESSION_KEY].options_for(request.node)
+    pathlib.Path(request.config.rootpath, request.node.name + ".json").write_text(json.dumps(options.to_dict()))
+
+def test_plain(request):
+    _dump(request)
+
+@pytest.mark.benchmark(min_rounds=50, max_time=6)
+def test_benchmark_marker(request):
+    _dump(request)
+
+@pytest.mark.benchmark(max_time=6)
+@pytest.mark.gpu_bench(**MARKER)
+def test_marked(request):
+    _dump(request)
+'''
+
+
+def test_every_option_resolves_with_one_precedence_through_the_plugin(pytester: pytest.Pytester) -> None:
+    # The plugin's sources of every option, in one precedence: @gpu_bench marker > @benchmark marker >
+    # --gpuperf-* > --benchmark-* > ini gpuperf_* > default (the table of tests/unit/test_option_precedence.py).
+    # processes is the exception the README states: ini gpuperf_processes and --gpuperf-processes set the
+    # session's number of worker processes, the option only caps it per benchmark (marker).
+    from option_samples import SAMPLES
+
+    from pytest_gpuperf.core.options import DEFAULTS
+
+    def as_json(value: object) -> object:
+        return list(value) if isinstance(value, tuple) else value
+
+    ini = {n: raw for n, ((raw, _), _, _) in SAMPLES.items() if n != "processes"}
+    ini["device"] = "cpu"  # a device that exists here (the command line's is "auto": CUDA when there is one)
+    pytester.makeini("[pytest]\n" + "".join(f"gpuperf_{n} = {raw}\n" for n, raw in ini.items()))
+    marker = {n: m for n, (_, _, (m, _)) in SAMPLES.items()}
+    pytester.makepyfile(test_option_sources=f"MARKER = {marker!r}\n" + OPTIONS_PROBE)
+
+    def run(*args: str) -> dict[str, dict[str, object]]:
+        pytester.runpytest("-p", "no:cacheprovider", *args).assert_outcomes(passed=3)
+        return {t: json.loads((pytester.path / f"{t}.json").read_text())
+                for t in ("test_plain", "test_benchmark_marker", "test_marked")}
+
+    got = run()
+    for name, ((_, ini_value), _, (_, marker_value)) in SAMPLES.items():
+        expected_plain = getattr(DEFAULTS, name) if name == "processes" else ini_value
+        assert got["test_plain"][name] == as_json(expected_plain), name
+        assert got["test_marked"][name] == as_json(marker_value), name
+    assert got["test_benchmark_marker"]["min_rounds"] == 50 and got["test_benchmark_marker"]["max_time"] == 6.0
+
+    cli = {n: c for n, (_, c, _) in SAMPLES.items() if c is not None}
+    cli["device"] = ("auto", None)
+    flags = [f"--gpuperf-{n.replace('_', '-')}={raw}" for n, (raw, _) in cli.items()]
+    got = run(*flags, "--benchmark-max-time=5", "--benchmark-min-rounds=40")
+    for name, ((_, ini_value), _, (_, marker_value)) in SAMPLES.items():
+        expected_plain = (cli[name][1] if name in cli else 40 if name == "min_rounds"
+                          else getattr(DEFAULTS, name) if name == "processes" else ini_value)
+        if name == "max_rounds":
+            expected_plain = max(40, DEFAULTS.max_rounds)  # --benchmark-min-rounds lifts the cap, as there
+        assert got["test_plain"][name] == as_json(expected_plain), name
+        assert got["test_marked"][name] == as_json(marker_value), name
+    assert got["test_plain"]["max_time"] == float(cli["max_time"][1])  # --gpuperf-max-time over --benchmark-max-time
+    assert got["test_benchmark_marker"]["min_rounds"] == 50 and got["test_benchmark_marker"]["max_time"] == 6.0

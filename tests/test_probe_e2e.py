@@ -89,13 +89,13 @@ def test_slower_code_on_the_same_machine_fails(pytester: pytest.Pytester) -> Non
 def test_measurer_without_probe_support_still_works(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_bench=BENCH)
     script_timings(pytester, conftest='''
-from pytest_gpuperf.measure.timing import measure
+from pytest_gpuperf.measure.timing import Measurer
 
-class OldMeasurer:  # the signature before probes existed
-    clock = None
+class OldMeasurer(Measurer):  # a measurer without probes (the signature before probes existed)
+    supports_probe = False
     def __init__(self, inner):
+        super().__init__(inner.clock)
         self.inner = inner
-        self.clock = inner.clock
     def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_rounds=None,
                 progress=None, calls_per_round=None):
         return self.inner.measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,

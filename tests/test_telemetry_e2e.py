@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import pytest_gpuperf.plugin as plugin
+from pytest_gpuperf.plugin import session as plugin_session
 
 from cuda_marks import needs_cuda  # noqa: E402
 from scripted import script_timings, set_timings
@@ -103,7 +103,7 @@ def test_results_carry_cpu_telemetry_and_reference(pytester: pytest.Pytester) ->
 
 
 def test_drift_warns_and_normalize_corrects(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = plugin._REFERENCE_CACHE
+    cache = plugin_session._REFERENCE_CACHE
     monkeypatch.setitem(cache, "cpu", {"matmul_ms": 1.0, "copy_ms": 1.0})
     _record(pytester)
     # The machine is now twice as slow on both reference workloads, and so is the benchmark.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import pytest_gpuperf.plugin as plugin
+from pytest_gpuperf.plugin import session as plugin_session
 from scripted import script_timings, set_timings
 
 pytest_plugins = ["pytester"]
@@ -250,7 +250,7 @@ def test_{name}(gpu_bench):
 
 def test_drift_warns_once_and_updates_print_no_strict_hint(pytester: pytest.Pytester,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = plugin._REFERENCE_CACHE
+    cache = plugin_session._REFERENCE_CACHE
     monkeypatch.setitem(cache, "cpu", {"matmul_ms": 1.0, "copy_ms": 1.0})
     pytester.makepyfile(test_a=MODULE.format(name="a"), test_b=MODULE.format(name="b"))
     script_timings(pytester, STEADY)

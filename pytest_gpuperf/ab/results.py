@@ -12,7 +12,6 @@ listed as removed. Neither fails.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,10 @@ from pytest_gpuperf.verdict.result import BenchResult
 
 
 def options_from_entry(entry: dict[str, Any]) -> BenchOptions:
-    """The :class:`BenchOptions` stored in a report entry (unknown keys left out)."""
-    fields = {f.name for f in dataclasses.fields(BenchOptions)}
-    kw = {k: v for k, v in (entry.get("options") or {}).items() if k in fields}
-    if isinstance(kw.get("expect_bottleneck"), list):
-        kw["expect_bottleneck"] = tuple(kw["expect_bottleneck"])
-    return BenchOptions(**kw)
+    """The :class:`BenchOptions` stored in a report entry (see :func:`~pytest_gpuperf.core.options.options_from_dict`)."""
+    from pytest_gpuperf.core.options import options_from_dict
+
+    return options_from_dict(entry.get("options"))
 
 
 def needs_more_pairs(c: Comparison | None) -> bool:

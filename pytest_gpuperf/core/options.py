@@ -287,6 +287,24 @@ def resolve(
     return with_marker(resolve_session(cli, ini), marker, where=where)
 
 
+def options_from_dict(stored: Mapping[str, Any] | None) -> BenchOptions:
+    """The :class:`BenchOptions` a result or baseline entry stored (its ``options``, as JSON).
+
+    The one codec of stored options, shared by the ``gpuperf compare`` command line, the A/B
+    results and the replicate workers' results. Unknown keys (from a newer version) and values
+    an option does not accept (a hand-edited file) are left out: those options keep their
+    defaults. Never raises for a mapping; ``None`` gives :data:`DEFAULTS`.
+    """
+    values: dict[str, Any] = {}
+    for name, value in (stored or {}).items():
+        if name in _CONVERTERS:
+            try:
+                values[name] = _CONVERTERS[name](name, value)
+            except OptionError:
+                continue
+    return BenchOptions(**values)
+
+
 #: The bottleneck classes (``expect_bottleneck`` values; :mod:`pytest_gpuperf.verdict.bottleneck`
 #: classifies into them).
 CLASSES = ("compute", "memory", "overhead", "sync", "transfer", "data")

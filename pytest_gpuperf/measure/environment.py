@@ -104,7 +104,7 @@ def differences(baseline_env: dict[str, Any] | None, current_env: dict[str, Any]
 
 def git_commit(root: str) -> str | None:
     """``git rev-parse HEAD`` in ``root``, or None when not a git checkout (or git is missing).
-    Not cached: a session asks once (``GpuPerfState.git_state``), and a commit can change between
+    Not cached: a session asks once (``GpuPerfSession.git_state``), and a commit can change between
     two sessions of one process (pytester)."""
     try:
         out = subprocess.run(

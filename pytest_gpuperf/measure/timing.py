@@ -417,15 +417,38 @@ def measure(
 
 
 class Measurer:
-    """The fixture's timing backend: :func:`measure` and :func:`time_once` with one clock.
+    """The fixture's timing backend, and the interface every timing backend implements.
 
-    The default times for real (``time.perf_counter_ns`` on the CPU, CUDA events on a GPU).
     The plugin takes it from the ``_gpuperf_measurer`` fixture, which a test suite may override
-    (the plugin's own tests inject scripted timings this way; see ``pytest_gpuperf._testing``).
+    with a subclass (the plugin's own tests inject scripted timings this way; see
+    ``pytest_gpuperf._testing.ScriptedMeasurer``). The interface:
+
+    * ``clock``: the clock of the time budgets (``max_time``, warmup), integer ns;
+    * :meth:`measure`: warm up and time rounds (per-call times in ms), with the interleaved
+      machine-speed ``probe`` when :attr:`supports_probe`;
+    * :meth:`once`: smoke mode, one synchronized call;
+    * :meth:`host_load_meter`: how the CPU backend's busy-host guard measures other processes'
+      load while this backend times.
+
+    This default times for real (``time.perf_counter_ns`` on the CPU, CUDA events on a GPU).
     """
+
+    #: Whether :meth:`measure` takes the ``probe`` keyword (a backend without it is never given a probe).
+    supports_probe: bool = True
 
     def __init__(self, clock: Clock = time.perf_counter_ns) -> None:
         self.clock = clock
+
+    def host_load_meter(self, device: Any, *, measure: bool = True) -> Any:
+        """The :class:`~pytest_gpuperf.measure.telemetry.HostLoadMeter` of a measurement on
+        ``device`` (the timed rounds, or an A/B worker's blocks): a measuring one on the CPU backend
+        when timing with the real clock; None on CUDA, with another clock (its times are not this
+        machine's), or with ``measure`` False (``--gpuperf-no-host-load``)."""
+        if getattr(device, "type", str(device)) != "cpu" or not measure or self.clock is not time.perf_counter_ns:
+            return None
+        from pytest_gpuperf.measure.telemetry import HostLoadMeter
+
+        return HostLoadMeter()
 
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
                 setup: Setup | None = None, rounds: int | None = None, warmup_rounds: int | None = None,

@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
@@ -310,21 +309,19 @@ class GpuBench:
 
         ctx = self.context
 
-        # passed only when fixed, so a measurer of an older signature (a test suite's own) still works
-        fixed = {} if calls_per_round is None else {"calls_per_round": calls_per_round}
-        # the interleaved machine-speed probe, for a measurer that takes it (an injected one may not)
-        probe = self._probe() if _accepts_keyword(ctx.measurer.measure, "probe") else None
-        if probe is not None:
-            fixed["probe"] = probe
+        # the interleaved machine-speed probe, for a measurer that supports it
+        probe = self._probe() if ctx.measurer.supports_probe else None
+        fixed = {} if probe is None else {"probe": probe}
 
         def timed(progress: Any = None) -> Timing:
             return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                        rounds=rounds, warmup_rounds=warmup_rounds, progress=progress, **fixed)
+                                        rounds=rounds, warmup_rounds=warmup_rounds, progress=progress,
+                                        calls_per_round=calls_per_round, **fixed)
 
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
         self._reset_cuda_peak()
         sampler = _sampler(ctx.measurer, ctx.device, sampler_for, measure=ctx.host_load)
-        clock = getattr(ctx.measurer, "clock", time.perf_counter_ns)  # the clock of the time budgets
+        clock = ctx.measurer.clock  # the clock of the time budgets
         start_ns = clock()
         with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
             t = timed(ctx.progress)
@@ -414,7 +411,7 @@ class GpuBench:
         ctx, client = self.context, self.context.ab_worker
         client.ready(self._full_id(bid), ctx.nodeid, self.options.max_time)
         cpr, samples, rounds, warm = calls_per_round, [], 0, 0
-        host = _host_load_meter(ctx.measurer, ctx.device, measure=ctx.host_load)  # over its blocks (CPU)
+        host = ctx.measurer.host_load_meter(ctx.device, measure=ctx.host_load)  # over its blocks (CPU)
         while True:
             cmd = client.command()
             try:
@@ -626,28 +623,10 @@ class GpuBench:
 
 def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:
     """The telemetry sampler for one measurement: ``sampler_for(device)``, whose CPU sampler gets
-    the host-load meter of :func:`_host_load_meter`."""
+    the measurer's host-load meter (:meth:`~pytest_gpuperf.measure.timing.Measurer.host_load_meter`)."""
     from pytest_gpuperf.measure.telemetry import CpuSampler
 
     s = sampler_for(device)
     if isinstance(s, CpuSampler):
-        s.meter = _host_load_meter(measurer, device, measure=measure)
+        s.meter = measurer.host_load_meter(device, measure=measure)
     return s
-
-
-def _host_load_meter(measurer: Any, device: Any, *, measure: bool = True) -> Any:
-    """The :class:`~pytest_gpuperf.measure.telemetry.HostLoadMeter` of a measurement on the CPU backend
-    (the timed rounds, or an A/B worker's blocks): a measuring one when the measurer times with
-    the real clock; a fixed one under a measurer with a ``host_load`` attribute (the scripted one
-    of :mod:`pytest_gpuperf._testing`; its None: no meter), so a verdict on scripted timings never
-    depends on what else the test machine runs; None on CUDA, with a fake clock, or with
-    ``measure`` False (``--gpuperf-no-host-load``)."""
-    from pytest_gpuperf.measure.telemetry import HostLoadMeter
-
-    if getattr(device, "type", str(device)) != "cpu":
-        return None
-    if hasattr(measurer, "host_load"):
-        return None if measurer.host_load is None else HostLoadMeter(fixed_cores=measurer.host_load)
-    if not measure or getattr(measurer, "clock", time.perf_counter_ns) is not time.perf_counter_ns:
-        return None
-    return HostLoadMeter()

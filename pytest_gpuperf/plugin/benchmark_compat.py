@@ -381,12 +381,12 @@ def marker_options(item: pytest.Item, session: opts.BenchOptions) -> dict[str, A
     if "min_rounds" in out and out["min_rounds"] > session.max_rounds:
         out["max_rounds"] = out["min_rounds"]
     if ignored:
-        from pytest_gpuperf.plugin.keys import STATE_KEY  # the plugin's session state
+        from pytest_gpuperf.plugin.keys import SESSION_KEY  # the plugin's session object
 
-        state = item.config.stash.get(STATE_KEY, None)
-        if state is not None:
-            state.warnings.extend(f"@pytest.mark.benchmark({key}=...) is accepted and ignored: {MARKER_IGNORED[key]}"
-                                  for key in ignored)
+        gpuperf = item.config.stash.get(SESSION_KEY, None)
+        if gpuperf is not None:
+            for key in ignored:
+                gpuperf.warn(f"@pytest.mark.benchmark({key}=...) is accepted and ignored: {MARKER_IGNORED[key]}")
     return out
 
 
@@ -656,22 +656,21 @@ class BenchmarkPlugin:
     @pytest.fixture
     def benchmark(self, request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Any:
         """pytest-benchmark's ``benchmark`` fixture, measured by pytest-gpuperf (see :class:`BenchmarkFixture`)."""
-        from pytest_gpuperf.plugin.keys import BENCH_KEY, FIXTURES_KEY, STATE_KEY
+        from pytest_gpuperf.plugin.keys import BENCH_KEY, SESSION_KEY
 
-        state = request.config.stash[STATE_KEY]
-        fixtures = request.config.stash[FIXTURES_KEY]  # the plugin's, set at configure
+        gpuperf = request.config.stash[SESSION_KEY]  # the plugin's session object, set at configure
         item = request.node
         try:
-            group = fixtures.options_for(item, state).group
+            group = gpuperf.options_for(item).group
         except opts.OptionError as exc:
             pytest.fail(str(exc), pytrace=False)
 
         def make_bench(device: Any) -> Any:
             existing = item.stash.get(BENCH_KEY, None)  # the test also uses gpu_bench: one GpuBench
-            return existing if existing is not None else fixtures.make_gpu_bench(request, _gpuperf_measurer, device)
+            return existing if existing is not None else gpuperf.make_gpu_bench(request, _gpuperf_measurer, device)
 
-        return BenchmarkFixture(item, make_bench, group=group, disabled=not state.measuring,
-                                warn=state.warnings.append)
+        return BenchmarkFixture(item, make_bench, group=group, disabled=not gpuperf.settings.measuring,
+                                warn=gpuperf.warn)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pytest_gpuperf.storage.baseline import BaselineEntry
-from pytest_gpuperf.core.options import DEFAULTS
+from pytest_gpuperf.core.options import DEFAULTS, options_from_dict
 from pytest_gpuperf.reporting.report import format_table
 
 EXIT_OK = 0
@@ -229,13 +229,6 @@ def _stored_probe(current: Any, base: Any) -> Any:
     return ProbeEvidence((run.probe_ms,), base.probe_level_ms(run.probe), run.probe)
 
 
-def _option(entry: BaselineEntry, name: str, default: float) -> float:
-    value = entry.options.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    return float(value)
-
-
 def _err(msg: str) -> None:
     print(f"gpuperf: error: {msg}", file=sys.stderr)
 
@@ -275,14 +268,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     ab_decided: list[str] = []
     for name, bkey, ckey in m.pairs:
         b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
-        threshold = args.threshold if args.threshold is not None else _option(c_entry, "threshold", DEFAULTS.threshold)
-        alpha = args.alpha if args.alpha is not None else _option(c_entry, "alpha", DEFAULTS.alpha)
+        stored = options_from_dict(c_entry.options)
         try:
             # the thresholds of the stored options (or the flags); no budgets here: they are the test's
             options = dataclasses.replace(
-                DEFAULTS, threshold=threshold, alpha=alpha,
-                memory_threshold=_option(c_entry, "memory_threshold", DEFAULTS.memory_threshold),
-                count_tolerance=_option(c_entry, "count_tolerance", DEFAULTS.count_tolerance))
+                DEFAULTS, threshold=stored.threshold if args.threshold is None else args.threshold,
+                alpha=stored.alpha if args.alpha is None else args.alpha,
+                memory_threshold=stored.memory_threshold, count_tolerance=stored.count_tolerance)
             processes = c_entry.history[-1].process_medians_ms
             replicated = processes is not None and len(processes) >= 2  # measured by worker processes
             ab = cur.ab.get(ckey)

@@ -212,22 +212,20 @@ def test_ab_regression_on_a_busy_host_is_inconclusive():
 def test_ab_worker_host_load_meter_choice():
     import time
 
-    from pytest_gpuperf.plugin.bench import _host_load_meter
+    from pytest_gpuperf._testing import ScriptedMeasurer
     from pytest_gpuperf.measure.telemetry import HostLoadMeter
     from pytest_gpuperf.measure.timing import Measurer
-
-    class Scripted:
-        host_load = 0.7
 
     class Dev:
         def __init__(self, kind: str) -> None:
             self.type = kind
 
-    assert isinstance(_host_load_meter(Measurer(), Dev("cpu")), HostLoadMeter)
-    assert _host_load_meter(Measurer(), Dev("cpu"), measure=False) is None
-    assert _host_load_meter(Measurer(), Dev("cuda")) is None
-    assert _host_load_meter(Measurer(clock=lambda: 0), Dev("cpu")) is None
-    fixed = _host_load_meter(Scripted(), Dev("cpu"))
+    assert isinstance(Measurer().host_load_meter(Dev("cpu")), HostLoadMeter)
+    assert Measurer().host_load_meter(Dev("cpu"), measure=False) is None
+    assert Measurer().host_load_meter(Dev("cuda")) is None
+    assert Measurer(clock=lambda: 0).host_load_meter(Dev("cpu")) is None
+    assert ScriptedMeasurer(1.0).host_load_meter(Dev("cpu")) is None
+    fixed = ScriptedMeasurer(1.0, host_load=0.7).host_load_meter(Dev("cpu"))
     with fixed.span():
         pass
     assert fixed.summary()["other_cpu_cores"] == 0.7

@@ -105,8 +105,10 @@ def test_bench_measures_host_load_only_with_the_real_clock():
     from pytest_gpuperf.plugin.bench import _sampler
     from pytest_gpuperf.measure.timing import Measurer
 
-    class Scripted:
-        host_load = 0.9
+    from pytest_gpuperf._testing import ScriptedMeasurer
+
+    def Scripted():  # noqa: N802 (a scripted measurer with a fixed host load)
+        return ScriptedMeasurer(1.0, host_load=0.9)
 
     class FakeClock(Measurer):
         pass

@@ -1,0 +1,855 @@
+"""The plugin's session object: :class:`GpuPerfSession` owns one pytest session's state.
+
+In the style of pytest-memray's ``Manager``: :func:`pytest_gpuperf.plugin.pytest_configure`
+resolves the :class:`~pytest_gpuperf.plugin.settings.SessionSettings` once, makes one
+:class:`GpuPerfSession`, registers it as a plugin (its methods are the session's hooks: session
+start, collection, reports, the terminal summary, session finish) and puts it in ``config.stash``
+under :data:`~pytest_gpuperf.plugin.keys.SESSION_KEY`, where the fixtures and the pytest-benchmark
+adapter find it. Everything mutable of the session lives here: the recorded measurements,
+warnings, telemetry notes, report errors, the finished A/B or replicate results, and the caches
+of environments and baseline files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pytest
+
+from pytest_gpuperf.core import options as opts
+from pytest_gpuperf.plugin import benchmark_compat
+from pytest_gpuperf.plugin.keys import BENCH_KEY
+from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.storage.baseline import BaselineFile
+
+
+@dataclass
+class Recorded:
+    """One measurement of the session, with where it came from."""
+
+    nodeid: str
+    module: str
+    result: Any  # BenchResult
+    baseline_path: str | None
+    device_key: str | None
+    environment: dict[str, Any] | None
+    updated: bool = False
+
+
+_REFERENCE_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def _reference_for(device: Any, measure: Any, shared_dir: Path | None = None, lock: Any = None) -> dict[str, Any] | None:
+    """Reference-workload medians of ``device`` (about 0.3 s), measured once per process, under the
+    device's lock; under pytest-xdist once per run, shared through ``shared_dir`` (see
+    :func:`pytest_gpuperf.measure.drift.shared_reference`)."""
+    import contextlib
+
+    from pytest_gpuperf.measure.drift import shared_reference
+
+    key = str(device)
+    if key not in _REFERENCE_CACHE:
+        try:
+            _REFERENCE_CACHE[key] = shared_reference(device, measure, shared_dir, lock or contextlib.nullcontext())
+        except Exception as exc:  # a failing reference must not take the session down
+            return {"error": f"{type(exc).__name__}: {exc}"}
+    return _REFERENCE_CACHE[key]
+
+
+OPTIONS_KEY = pytest.StashKey[opts.BenchOptions]()
+
+
+class GpuPerfSession:
+    """One pytest session of the plugin: its :class:`~pytest_gpuperf.plugin.settings.SessionSettings`
+    (``settings``, frozen) and its mutable state, with the session's hooks as methods.
+
+    ``recorded``: every measurement (:class:`Recorded`), in order; ``warnings``/``notes``: summary
+    lines (telemetry notes apart); ``errors``: report path -> why it could not be written;
+    ``workers_seen``: pytest-xdist workers whose results were merged; ``ab_worker``: in an A/B
+    worker process, its :class:`~pytest_gpuperf.ab.run.WorkerClient`; ``ab_results``: full id ->
+    finished result (or why there is none) of the A/B or replicate workers; ``ab_removed``:
+    benchmarks that exist on side A only.
+    """
+
+    def __init__(self, config: pytest.Config, settings: SessionSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self.recorded: list[Recorded] = []
+        self.warnings: list[str] = []
+        self.notes: list[str] = []
+        self.errors: dict[str, str] = {}
+        self.workers_seen = 0
+        self.ab_worker: Any = None
+        if settings.in_ab_worker:
+            from pytest_gpuperf.ab.run import WorkerClient
+
+            self.ab_worker = WorkerClient.from_environment()
+        self.ab_results: dict[str, Any] | None = None
+        self.ab_removed: list[str] = []
+        self._git: tuple[str | None, bool | None] | None = None
+        self._baselines: dict[str, BaselineFile | None] = {}
+        self._environments: dict[str, dict[str, Any]] = {}
+
+    def warn(self, message: str) -> None:
+        """Add a line to the summary's warnings (each distinct line is printed once)."""
+        self.warnings.append(message)
+
+    def environment(self, device: Any) -> dict[str, Any]:
+        """Fingerprint of ``device`` with its reference-workload medians (once per session)."""
+        key = str(device)
+        if key not in self._environments:
+            from pytest_gpuperf.measure.drift import measure_reference
+            from pytest_gpuperf.measure.environment import fingerprint
+
+            env = fingerprint(device)
+            env["reference"] = _reference_for(device, measure_reference, self.settings.xdist_dir, self.device_lock(device))
+            self._environments[key] = env
+            if device.type == "cuda":
+                from pytest_gpuperf.measure.telemetry import handle_for, nvml_status, other_processes, other_processes_warning
+
+                status = nvml_status()
+                if status:
+                    self.notes.append(status)
+                warning = other_processes_warning(other_processes(handle_for(device.index or 0)), device)
+                if warning:
+                    self.warnings.append(warning)
+        return self._environments[key]
+
+    def baseline(self, path: Path) -> "BaselineFile | None":
+        """Load (once per session) the baseline file at ``path``; raises BaselineError."""
+        key = str(path)
+        if key not in self._baselines:
+            from pytest_gpuperf.storage.baseline import load
+
+            self._baselines[key] = load(path)
+        return self._baselines[key]
+
+
+    def git_state(self) -> tuple[str | None, bool | None]:
+        """``(commit, dirty)`` of the checkout, once per session (before any baseline is written; the
+        baseline folder's own changes do not make it dirty)."""
+        if self._git is None:
+            from pytest_gpuperf.measure.environment import git_commit, git_dirty
+
+            self._git = (git_commit(str(self.settings.rootpath)), git_dirty(str(self.settings.rootpath), ignore=str(self.settings.baseline_dir)))
+        return self._git
+
+
+    def device_lock(self, device: Any) -> Any:
+        """Under pytest-xdist, a file lock serializing measurements on one device across workers."""
+        if self.settings.xdist_dir is None:
+            import contextlib
+
+            return contextlib.nullcontext()
+        from filelock import FileLock
+
+        return FileLock(str(self.settings.xdist_dir / f"device-{str(device).replace(':', '_')}.lock"))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """``--gpuperf-ab``: run the whole A/B measurement before the tests (and before pytest-xdist
+        starts its workers); the tests then pick up their finished results."""
+        if self.settings.worker_id is not None or self.ab_worker is not None:
+            return
+        if self.settings.replicated:
+            from pytest_gpuperf.plugin.replicates import ReplicateError
+
+            try:
+                self._run_replicates()
+            except ReplicateError as exc:
+                pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.INTERNAL_ERROR)
+            return
+        if self.settings.ab is None:
+            return
+        from pytest_gpuperf.ab.run import ABError
+
+        try:
+            self._run_ab()
+        except ABError as exc:
+            pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+    def _run_replicates(self) -> None:
+        """Measure every selected benchmark in ``self.settings.processes`` worker processes, decide each against
+        its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.plugin.replicates`)."""
+        import tempfile
+
+        from pytest_gpuperf.ab.results import options_from_entry
+        from pytest_gpuperf.ab.run import worker_args
+        from pytest_gpuperf.plugin.replicates import missing_message, run_workers
+
+        say = _say(self.config)
+        args = worker_args(self.config.invocation_params.args)
+        if self.config.pluginmanager.hasplugin("xdist"):
+            args += ["-n", "0"]
+        from pytest_gpuperf.core.files import ensure_output_dir
+
+        logs = self.settings.rootpath / ".gpuperf" / "replicates"
+        try:
+            ensure_output_dir(logs)
+        except OSError:
+            logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
+        say(f"gpuperf: measuring in {self.settings.processes} worker processes, one after another (--gpuperf-processes)")
+        runs = run_workers(args, Path(self.config.invocation_params.dir), self.settings.processes, logs, progress=say)
+        finished: dict[str, Any] = {}
+        commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
+        for key in dict.fromkeys(k for r in runs for k in r.entries):
+            first = next(r.entries[key] for r in runs if key in r.entries)
+            mine = runs[:_worker_count(options_from_entry(first), len(runs))]  # marker processes=N: the first N
+            problem = missing_message(key, mine)
+            if problem is not None:
+                finished[key] = problem
+                continue
+            finished[key] = self._decide_replicated(key, [r.entries[key] for r in mine], commits)
+        for r in runs:
+            if r.error:
+                self.warnings.append(f"{r.error}; its output: {r.log}")
+        if self.settings.ab_confirm and not self.settings.updating:
+            self._confirm_by_ab(finished, commits)
+        self.ab_results = finished
+        if self.settings.xdist_dir is not None:
+            from pytest_gpuperf.ab.results import dump_results
+
+            dump_results(self.settings.xdist_dir / "ab-results.json", finished)
+
+    def _confirm_by_ab(self, finished: dict[str, Any],
+                       commits: dict[str, tuple[str | None, bool | None]]) -> None:
+        """Re-measure every stored-baseline regression in ``finished`` by A/B against the commit its
+        baseline was recorded at, on this machine (a worktree of that commit is side A, the working tree
+        side B; :mod:`pytest_gpuperf.ab.run`), and make the A/B verdict the final one (Chromium Pinpoint
+        confirms a dashboard alert the same way). A baseline recorded from uncommitted changes, a commit
+        that is not in this clone, or a side A that cannot run keeps the stored verdict, with a note."""
+        import dataclasses
+
+        from pytest_gpuperf.ab.run import ABError, resolve_revision
+        from pytest_gpuperf.plugin.replicates import with_ab_confirmation
+
+        suspects = [k for k, r in finished.items()
+                    if not isinstance(r, str) and r.comparison is not None and r.comparison.verdict.value == "regressed"]
+        by_commit: dict[str, list[str]] = {}
+        for key in suspects:
+            commit, dirty = commits.get(key, (None, None))
+            if commit is None or dirty:
+                why = ("the baseline was recorded from uncommitted changes" if dirty else
+                       "the baseline records no git commit")
+                finished[key] = with_ab_confirmation(finished[key], None, "its commit", why)
+                continue
+            by_commit.setdefault(commit, []).append(key)
+        say = _say(self.config)
+        for commit, keys in by_commit.items():
+            label = commit[:7]
+            try:
+                rev = dataclasses.replace(resolve_revision(Path(self.config.invocation_params.dir), commit),
+                                          ref="the baselines' commit")
+                label = rev.label
+                say(f"gpuperf: {len(keys)} regression(s): confirming by A/B against {label} on this machine")
+                results, _ = self._measure_ab(rev, only=set(keys))
+            except ABError as exc:
+                why = str(exc)
+                if "no such commit" in why:
+                    why = (f"the baselines' commit {commit[:7]} is not in this repository (a shallow clone? fetch the "
+                           f"history, e.g. actions/checkout with fetch-depth: 0)")
+                for key in keys:
+                    finished[key] = with_ab_confirmation(finished[key], None, label, why)
+                continue
+            for key in keys:
+                finished[key] = with_ab_confirmation(finished[key], results.get(key), label)
+
+    def _decide_replicated(self, key: str, entries: list[dict[str, Any]],
+                           commits: dict[str, tuple[str | None, bool | None]]) -> Any:
+        """The finished result of benchmark ``key`` (``module::id``) from its workers' entries, decided
+        against its stored baseline; a string when the baseline file is unusable. ``commits`` gets the
+        baseline's ``(git commit, dirty)``."""
+        from pytest_gpuperf.ab.results import options_from_entry
+        from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
+        from pytest_gpuperf.measure.environment import device_key
+        from pytest_gpuperf.plugin.replicates import decide
+
+        module, _, bid = key.partition("::")
+        options = options_from_entry(entries[0])  # worker 0's: the test's own options, with max_time split over the workers
+        baseline = path = None
+        env = entries[0].get("environment") or {}
+        if env.get("device_type"):
+            path = baseline_path(self.settings.baseline_dir, device_key(env), module)
+            try:
+                base_file = self.baseline(path)
+                check_module(base_file, module)
+            except BaselineError as exc:
+                return str(exc)
+            baseline = base_file.get(bid) if base_file is not None else None
+        if baseline is not None:
+            commits[key] = (baseline.git_commit, baseline.dirty)
+        return decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
+                      can_fail=not self.settings.updating)
+
+    def _run_ab(self) -> None:
+        rev = self.settings.ab
+        _say(self.config)(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
+        self.ab_results, self.ab_removed = self._measure_ab(rev)
+        if self.settings.xdist_dir is not None:
+            from pytest_gpuperf.ab.results import dump_results
+
+            dump_results(self.settings.xdist_dir / "ab-results.json", self.ab_results)
+
+    def _measure_ab(self, rev: Any,
+                    only: set[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+        """Measure the working tree (B) against a worktree of ``rev`` (A) in ``self.settings.ab_processes`` pairs
+        of worker processes (``only``: just these benchmarks), then the sequential step: a benchmark that
+        says regressed, or whose CI straddles 1+T, is measured by ``confirm`` more pairs and decided again
+        on all pairs together. Returns ``(results by full id, ids removed since REF)``; notes go to the
+        session's warnings. Raises :class:`~pytest_gpuperf.ab.run.ABError`."""
+        from pytest_gpuperf.ab.run import Coordinator, ab_folder, prepare_worktree, side_specs, worker_args
+        from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
+
+        worktree = prepare_worktree(rev)
+        logs = ab_folder(rev.repo) / "logs"
+        logs.mkdir(exist_ok=True)
+        specs = side_specs(rev, worktree, Path(self.config.invocation_params.dir), self.settings.ab_roots)
+        args = worker_args(self.config.invocation_params.args)
+        if self.config.pluginmanager.hasplugin("xdist"):
+            args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
+        coordinator = Coordinator(specs, args, self.settings.ab_processes, logs,
+                                  progress=_say(self.config) if self.settings.verbose > 0 else (lambda line: None))
+        coordinator.only = only
+        coordinator.run()
+        results, removed, notes = ab_results(coordinator, rev.label)
+        suspects = {k: n for k, r in results.items()
+                    if needs_more_pairs(r.comparison) and (n := int(r.options.get("confirm", opts.DEFAULTS.confirm) or 0)) > 0}
+        if suspects:
+            coordinator.confirm(set(suspects), max(suspects.values()))
+            results, removed, notes = ab_results(coordinator, rev.label)
+        self.warnings.extend(coordinator.notes + notes)
+        return results, removed
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """An A/B worker tells the coordinator which tests it collected."""
+        if self.ab_worker is not None and not self.ab_worker.said_hello:
+            self.ab_worker.hello([item.nodeid for item in session.items])
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.settings.owns_xdist_dir and self.settings.xdist_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.settings.xdist_dir, ignore_errors=True)
+            if os.environ.get("GPUPERF_XDIST_DIR") == str(self.settings.xdist_dir):
+                del os.environ["GPUPERF_XDIST_DIR"]
+
+    def options_for(self, item: pytest.Item) -> opts.BenchOptions:
+        """The item's options: its markers over the session's; merged once per item (raises OptionError)."""
+        if OPTIONS_KEY not in item.stash:
+            marker = {**benchmark_compat.marker_options(item, self.settings.options), **_marker_options(item)}
+            options = opts.with_marker(self.settings.options, marker, where=f"{item.nodeid}: gpu_bench marker")
+            if self.settings.replicate_slot is not None:  # a replicate worker measures its share of max_time
+                from pytest_gpuperf.plugin.replicates import worker_options
+
+                options = worker_options(options, self.settings.replicate_slot)
+            item.stash[OPTIONS_KEY] = options
+        return item.stash[OPTIONS_KEY]
+
+    def make_gpu_bench(self, request: pytest.FixtureRequest, _gpuperf_measurer: Any, device: Any = None) -> Any:
+        """The test's :class:`~pytest_gpuperf.plugin.bench.GpuBench` (also behind the ``benchmark`` fixture).
+
+        ``device``: a ``torch.device`` to measure on (the ``benchmark`` fixture passes the device of
+        the tensors it was given); None resolves the test's ``device`` option. Skips or fails the test
+        as the ``gpu_bench`` fixture does.
+        """
+        from pytest_gpuperf.plugin.bench import BenchContext, GpuBench
+        from pytest_gpuperf.measure.timing import DeviceUnavailable, resolve_device, use_device
+
+        item = request.node
+        try:
+            options = self.options_for(item)
+        except opts.OptionError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        try:
+            device = resolve_device(options.device, default_index=self.settings.worker_index) if device is None else device
+        except DeviceUnavailable as exc:
+            pytest.skip(f"pytest-gpuperf: {exc}")
+        use_device(device)  # "cuda" in the test's own code now means the GPU measured (xdist worker k: GPU k)
+        module, test_id = _split_nodeid(item.nodeid)
+        path = env = key = None
+        baseline = None
+        ab_results = self._finished_results()
+        measuring = self.settings.measuring
+        if self.settings.replicate_slot is not None and self.settings.replicate_slot[0] >= _worker_count(options, self.settings.replicate_slot[1]):
+            measuring = False  # marker processes=N: this worker only runs the test (one call), the first N measure it
+        if measuring and (self.ab_worker is not None or self.settings.ab is not None or self.settings.replicate_slot is not None):
+            from pytest_gpuperf.measure.environment import device_key, fingerprint
+
+            env = fingerprint(device)  # A/B or a replicate worker: no stored baseline, no reference workloads
+            key = device_key(env)
+        elif self.settings.measuring:
+            from pytest_gpuperf.measure.environment import device_key, fingerprint
+
+            env = fingerprint(device) if self.settings.replicated else self.environment(device)
+            key = device_key(env)
+            from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
+
+            path = baseline_path(self.settings.baseline_dir, key, module)
+            try:
+                baseline = self.baseline(path)
+                check_module(baseline, module)  # a file of another module is neither compared nor written
+            except BaselineError as exc:
+                pytest.fail(str(exc), pytrace=False)
+
+        def on_result(result: Any) -> None:
+            self.recorded.append(
+                Recorded(item.nodeid, module, result, str(path) if path else None, key, env)
+            )
+            if self.settings.replicate_slot is not None and not result.smoke:  # hand it to the coordinator at once
+                from pytest_gpuperf.plugin.replicates import report_result
+
+                report_result(f"{module}::{result.benchmark_id}", result, env or {})
+            _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
+            self.warnings.extend(result.notes)
+            if self.settings.updating and not result.smoke:
+                from pytest_gpuperf.reporting.report import noisy_baseline_warning
+
+                noisy = noisy_baseline_warning(f"{module}::{result.benchmark_id}", result)
+                if noisy:
+                    self.warnings.append(noisy)
+            if baseline is not None and env is not None:
+                entry = baseline.get(result.benchmark_id)
+                c = result.comparison
+                if (c is not None and c.verdict.value == "inconclusive" and not self.settings.strict and not self.settings.updating
+                        and not c.machine_differs):  # those get one summary line for all
+                    self.warnings.append(f"{module}::{result.benchmark_id}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
+                if entry is not None:
+                    from pytest_gpuperf.verdict.machine import drift_ratios, drift_warning
+
+                    drift = drift_warning(drift_ratios(env.get("reference"), entry.reference))
+                    if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
+                        self.warnings.append(f"{device}: {drift}" + ("" if self.settings.normalize else " (--gpuperf-normalize corrects for it)"))
+                    from pytest_gpuperf.measure.environment import differences
+
+                    diffs = differences(entry.environment, env)
+                    if diffs:
+                        self.warnings.append(
+                            f"{module}::{result.benchmark_id}: environment differs from the baseline's: "
+                            + "; ".join(diffs)
+                        )
+
+        bench = GpuBench(BenchContext(
+            test_id=test_id,
+            module=module,
+            options=options,
+            device=device,
+            measuring=measuring,
+            baseline=baseline,
+            baseline_file=self.settings.relpath(path) if path else None,
+            snapshot_dir=str(self.settings.snapshot_dir) if self.settings.snapshot_dir else None,
+            classify=self.settings.classify,
+            thresholds=self.settings.thresholds,
+            artifacts_dir=None if self.settings.updating else str(self.settings.artifacts_dir),  # traces only for failed comparisons
+            confirm_regressions=not self.settings.updating,
+            reference=(env or {}).get("reference"),
+            normalize=self.settings.normalize,
+            host_load=self.settings.host_load,
+            device_lock=lambda: self.device_lock(device),
+            progress=_progress_writer(request.config, item.nodeid) if self.settings.verbose > 0 and self.settings.measuring else None,
+            measurer=_gpuperf_measurer,
+            max_memory_text=_max_memory_text(item),
+            group_of=benchmark_compat.group_of(item),
+            ab_worker=self.ab_worker,
+            ab_results=ab_results,
+            nodeid=item.nodeid,
+            fail=lambda message: pytest.fail(message, pytrace=False),
+        ), on_result)
+        item.stash[BENCH_KEY] = bench
+        return bench
+
+    def _finished_results(self) -> dict[str, Any] | None:
+        """The finished results of the A/B or replicate workers (a pytest-xdist worker reads the
+        controller's file once); None when this session measures in its own process."""
+        if (self.settings.ab is None or self.ab_worker is not None) and not self.settings.replicated:
+            return None
+        if self.ab_results is None and self.settings.xdist_dir is not None:
+            from pytest_gpuperf.ab.results import load_results
+
+            self.ab_results = load_results(self.settings.xdist_dir / "ab-results.json")
+        return self.ab_results if self.ab_results is not None else {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        details = getattr(call.excinfo.value, "details", None) if call.excinfo is not None else None
+        if details and isinstance(details, str):
+            report.sections.append(("gpuperf memory", details))
+        bench = item.stash.get(BENCH_KEY, None)
+        if report.when == "call" and report.passed and (bench is None or not bench.results):
+            self._warn_if_measured_nothing(item)
+        if bench is None or report.when != "call" or not report.passed or not bench.results:
+            return
+        messages = []
+        for r in bench.results:
+            messages.extend(r.failures(strict=self.settings.strict, updating=self.settings.updating, label=f"{bench.module}::{r.benchmark_id}"))
+            if r.top_ops:
+                report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
+        if self.settings.updating:
+            # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).
+            problem = ("baseline not updated: " + "\n".join(messages)) if messages else self._write_baselines(item)
+            if problem:
+                report.outcome = "failed"
+                report.longrepr = problem
+            return
+        if messages:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(messages)
+
+    def _warn_if_measured_nothing(self, item: pytest.Item) -> None:
+        """A test marked ``gpu_bench`` that passed without measuring anything gets a summary warning."""
+        if self.settings.measuring and item.get_closest_marker("gpu_bench") is not None:
+            self.warnings.append(
+                f"{item.nodeid} is marked gpu_bench but measured nothing: call gpu_bench(fn, ...) in the test"
+            )
+
+    def _write_baselines(self, item: pytest.Item) -> str | None:
+        """Write the item's measurements into its baseline file; returns an error message or None."""
+        from pytest_gpuperf.storage.baseline import BaselineError, update
+        from pytest_gpuperf.measure.environment import utc_now
+        from pytest_gpuperf.reporting.report import result_entry
+
+        mine = [r for r in self.recorded if r.nodeid == item.nodeid and not r.result.smoke]
+        if not mine:
+            return None
+        stamp, (commit, dirty) = utc_now(), self.git_state()
+        by_path: dict[str, list[Recorded]] = {}
+        for rec in mine:
+            by_path.setdefault(rec.baseline_path or "", []).append(rec)
+        for path, recs in by_path.items():
+            entries = {
+                rec.result.benchmark_id: dict(result_entry(
+                    rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
+                ), **({} if dirty is None else {"dirty": dirty}))
+                for rec in recs
+            }
+            try:
+                update(path, entries, device_key=recs[0].device_key or "", module=recs[0].module)
+            except (BaselineError, OSError) as exc:
+                return f"pytest-gpuperf: could not write baseline: {exc}"
+            for rec in recs:
+                rec.updated = True
+            self._baselines.pop(path, None)
+        return None
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.settings.worker_id is not None:
+            return
+        tr = terminalreporter
+        if not self.recorded:  # nothing measured: only what went wrong
+            for w in dict.fromkeys(self.warnings):
+                tr.write_line(f"warning: {w}", yellow=True)
+            for e in self.errors.values():
+                tr.write_line(f"error: {e}", red=True)
+            return
+        from pytest_gpuperf.reporting.report import LEGEND, summary_lines
+
+        if not self.settings.measuring:
+            tr.write_line(
+                f"gpuperf: {len(self.recorded)} benchmark(s) ran once (smoke mode); "
+                f"run with --gpuperf to measure and compare them"
+            )
+            return
+        mode = "update baselines" if self.settings.updating else "compare"
+        if self.settings.replicated:
+            mode += f" ({self.settings.processes} worker processes per benchmark)"
+        else:
+            mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
+        if self.settings.ab is not None:
+            label = self.settings.ab.label if hasattr(self.settings.ab, "label") else str(self.settings.ab)
+            mode = f"A/B vs {label} ({self.settings.ab_processes} pair(s) of worker processes, interleaved ABBA blocks)"
+        tr.write_sep("=", f"gpuperf: {len(self.recorded)} benchmark(s), mode: {mode}")
+        items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated) for rec in self.recorded]
+        for line in summary_lines(items, **benchmark_compat.table_options(self.config)):
+            tr.write_line(line)
+        if any(rec.result.comparison is not None and rec.result.comparison.ratio is not None for rec in self.recorded):
+            from pytest_gpuperf.reporting.report import AB_LEGEND, REPLICATES_LEGEND
+
+            tr.write_line(AB_LEGEND if self.settings.ab is not None else REPLICATES_LEGEND if self.settings.replicated else LEGEND)
+        if self.settings.ab is None:
+            tr.write_line(f"baselines: {self.settings.relpath(self.settings.baseline_dir)}")
+        else:
+            from pytest_gpuperf.verdict.compare import ab_summary
+
+            for rec in self.recorded:
+                c = rec.result.comparison
+                line = ab_summary(c) if c is not None else None
+                if line:
+                    tr.write_line(f"{rec.module}::{rec.result.benchmark_id}: {line} ({c.verdict.value})")
+            for key in self.ab_removed:
+                tr.write_line(f"{key}: removed since {self.settings.ab.label} (measured on side A only; not a failure)")
+        keys = sorted({r.device_key for r in self.recorded if r.device_key})
+        if keys:
+            tr.write_line(f"device key: {', '.join(keys)}")
+        notes = [
+            f"  {rec.module}::{rec.result.benchmark_id}: {rec.result.comparison.note}"
+            for rec in self.recorded
+            if rec.result.comparison is not None and rec.result.comparison.note
+        ]
+        if notes:
+            tr.write_line("* notes:")
+            for n in notes:
+                tr.write_line(n)
+        for rec in self.recorded:
+            b = rec.result.bottleneck
+            if b is not None and b.evidence.phases:
+                shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in b.evidence.phases.items())
+                tr.write_line(f"phases of {rec.module}::{rec.result.benchmark_id} (share of device time): {shares}")
+        blind = [f"{rec.module}::{rec.result.benchmark_id} (+{(c.resolution if c.resolution is not None else c.floor) * 100:.0f}%)"
+                 for rec in self.recorded if (c := rec.result.comparison) is not None and c.cannot_fail]
+        if blind and not self.settings.updating:
+            tr.write_line(f"warning: {len(blind)} benchmark(s) cannot fail a slowdown below the figure shown, their baseline's "
+                          f"spread is that wide: {', '.join(blind)}; re-record them on a quiet machine (they fail with "
+                          f"--gpuperf-strict)", yellow=True)
+        from pytest_gpuperf.reporting.report import machine_differs_line
+
+        machine = machine_differs_line(rec.result for rec in self.recorded)
+        if machine:
+            tr.write_line(machine, yellow=True)
+        missing = sum(
+            1 for rec in self.recorded
+            if rec.result.comparison is not None and rec.result.comparison.verdict.value == "no-baseline" and not rec.updated
+        )
+        if missing and not self.settings.updating:
+            tr.write_line(
+                f"{missing} benchmark(s) have no baseline: record them with `pytest --gpuperf-update-baselines`"
+            )
+        for n in dict.fromkeys(self.notes):
+            tr.write_line(f"telemetry: {n}")
+        for w in dict.fromkeys(self.warnings):
+            tr.write_line(f"warning: {w}", yellow=True)
+        if self.workers_seen:
+            tr.write_line(
+                f"pytest-xdist: results of {self.workers_seen} worker(s) merged; measurements on the same "
+                f"device were serialized with a file lock (never two benchmarks on one device at once)"
+            )
+        for label, p in (("results", self.settings.json_path), ("Markdown summary", self.settings.markdown_path), ("plots", self.settings.plot_dir)):
+            if p is not None and str(p) not in self.errors:
+                tr.write_line(f"{label} written to {p}")
+        for e in self.errors.values():
+            tr.write_line(f"error: {e}", red=True)
+
+    def _worker_payload(self) -> dict[str, Any]:
+        from pytest_gpuperf.measure.environment import utc_now
+        from pytest_gpuperf.reporting.report import result_entry
+
+        stamp = utc_now()
+        return {
+            "records": [
+                {
+                    "nodeid": rec.nodeid, "module": rec.module, "baseline_path": rec.baseline_path,
+                    "device_key": rec.device_key, "environment": rec.environment, "updated": rec.updated,
+                    "entry": dict(result_entry(rec.result, environment=rec.environment or {}, git_commit=None,
+                                               timestamp_utc=stamp, with_comparison=True), smoke=rec.result.smoke),
+                }
+                for rec in self.recorded
+            ],
+            "warnings": self.warnings,
+            "notes": self.notes,
+        }
+
+    def _merge_workers(self) -> None:
+        """Controller: add every pytest-xdist worker's measurements to this session's."""
+        if self.settings.xdist_dir is None:
+            return
+        import json
+
+        from pytest_gpuperf.reporting.report import result_from_entry
+        for path in sorted(self.settings.xdist_dir.glob("worker-*.json")):
+            self.workers_seen += 1
+            try:
+                payload = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                self.warnings.append(f"could not read the results of pytest-xdist worker file {path}: {exc}")
+                continue
+            for r in payload.get("records", []):
+                self.recorded.append(Recorded(
+                    r["nodeid"], r["module"], result_from_entry(r["entry"]), r.get("baseline_path"),
+                    r.get("device_key"), r.get("environment"), bool(r.get("updated")),
+                ))
+            self.warnings.extend(payload.get("warnings", []))
+            self.notes.extend(payload.get("notes", []))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.ab_worker is not None:
+            if not self.ab_worker.said_hello:
+                self.ab_worker.hello([])
+            self.ab_worker.bye()
+            return
+        if self.settings.worker_id is not None:
+            # A pytest-xdist worker hands its measurements to the controller through the run's folder.
+            if self.settings.xdist_dir is not None and (self.recorded or self.warnings):
+                from pytest_gpuperf.core.files import write_atomic
+                from pytest_gpuperf.storage.baseline import dumps
+
+                write_atomic(self.settings.xdist_dir / f"worker-{self.settings.worker_id}.json", dumps(self._worker_payload()))
+            return
+        self._merge_workers()
+        self.recorded.sort(key=lambda rec: (rec.nodeid, rec.result.benchmark_id))
+        if self.settings.json_path is not None:
+            self._write_report("--gpuperf-json", self.settings.json_path, lambda: self._write_json())
+        if self.settings.markdown_path is not None:
+            from pytest_gpuperf.core.files import write_atomic
+            from pytest_gpuperf.reporting.report import markdown
+
+            items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result) for rec in self.recorded]
+            devices = sorted({rec.result.device for rec in self.recorded})
+            self._write_report("--gpuperf-markdown", self.settings.markdown_path, lambda: write_atomic(
+                self.settings.markdown_path, markdown(items, devices=devices, strict=self.settings.strict,
+                                              warnings=list(dict.fromkeys(self.warnings)),
+                                              mode="ab" if self.settings.ab is not None else
+                                              "replicates" if self.settings.replicated else "stored")))
+        if self.settings.plot_dir is not None:
+            self._write_plots()
+
+    def _write_report(self, option: str, path: Path, write: Any) -> None:
+        """Run ``write()``; an OSError becomes one error line of the summary (no traceback after the run)."""
+        try:
+            write()
+        except OSError as exc:
+            self.errors[str(path)] = f"could not write {option} {path}: {exc.strerror or exc}"
+
+    def _write_plots(self) -> None:
+        from pytest_gpuperf.storage.baseline import BaselineError, load
+        from pytest_gpuperf.reporting.plots import plot_benchmark, plot_forest, safe_filename
+        from pytest_gpuperf.reporting.report import comparison_dict
+
+        rows = []
+        for rec in self.recorded:
+            c = rec.result.comparison
+            if c is None or c.ratio is None or not rec.baseline_path:
+                continue
+            name = f"{rec.module}::{rec.result.benchmark_id}"
+            try:
+                base = load(rec.baseline_path)
+            except BaselineError:
+                continue
+            entry = base.get(rec.result.benchmark_id) if base else None
+            if entry is None:
+                continue
+            d = comparison_dict(c)
+            try:
+                plot_benchmark(name, rec.result.samples_ms, entry.samples_ms, d,
+                               self.settings.plot_dir / f"{safe_filename(name)}.png")
+            except (ValueError, OSError) as exc:  # a plot never takes the session down
+                self.warnings.append(f"could not plot {name}: {exc}")
+            rows.append(dict(d, name=name))
+        if rows:
+            try:
+                plot_forest(rows, self.settings.plot_dir / "forest.png", threshold=self.settings.options.threshold)
+            except (ValueError, OSError) as exc:
+                self.warnings.append(f"could not write the forest plot: {exc}")
+
+    def _write_json(self) -> None:
+        from pytest_gpuperf.core.files import write_atomic
+        from pytest_gpuperf.storage.baseline import SCHEMA_VERSION, dumps
+        from pytest_gpuperf.measure.environment import utc_now
+        from pytest_gpuperf.reporting.report import result_entry
+
+        stamp, (commit, _) = utc_now(), self.git_state()
+        environments = {rec.device_key: rec.environment for rec in self.recorded if rec.device_key}
+        data = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "report",
+            "created_utc": stamp,
+            "git_commit": commit,
+            "environments": environments,
+            "benchmarks": {
+                f"{rec.module}::{rec.result.benchmark_id}": dict(
+                    result_entry(rec.result, environment=rec.environment or {}, git_commit=commit,
+                                 timestamp_utc=stamp, with_comparison=True),
+                    module=rec.module,
+                    baseline_file=self.settings.relpath(Path(rec.baseline_path)) if rec.baseline_path else None,
+                    smoke=rec.result.smoke,
+                )
+                for rec in self.recorded
+            },
+            "warnings": list(dict.fromkeys(self.warnings)),
+        }
+        write_atomic(self.settings.json_path, dumps(data))
+
+
+def _say(config: pytest.Config) -> Any:
+    tr = config.pluginmanager.getplugin("terminalreporter")
+    return (lambda line: tr.write_line(line)) if tr is not None else (lambda line: None)
+
+
+def _split_nodeid(nodeid: str) -> tuple[str, str]:
+    module, _, rest = nodeid.partition("::")
+    return module, rest or module
+
+
+def _worker_count(options: opts.BenchOptions, session_processes: int) -> int:
+    """How many worker processes measure a benchmark: its ``processes`` option, at most the session's."""
+    return min(options.processes or session_processes, session_processes)
+
+
+def _marker_options(item: pytest.Item) -> dict[str, Any]:
+    """Merge every gpu_bench marker on the item; the closest (function) marker wins."""
+    merged: dict[str, Any] = {}
+    for mark in reversed(list(item.iter_markers("gpu_bench"))):
+        if mark.args:
+            raise opts.OptionError(
+                f"{item.nodeid}: gpu_bench marker takes keyword options only, got positional {mark.args!r}"
+            )
+        merged.update(mark.kwargs)
+    return merged
+
+
+def _max_memory_text(item: pytest.Item) -> str | None:
+    """The ``max_memory`` option as its author wrote it (marker, else ini), to report it in that unit."""
+    marker = _marker_options(item)
+    raw = marker["max_memory"] if "max_memory" in marker else ini_values(item.config).get("max_memory")
+    return raw if isinstance(raw, str) else None
+
+
+def _record_properties(item: pytest.Item, result: Any, several: bool) -> None:
+    """JUnit XML properties of a benchmark (``record_property`` style), for CI dashboards."""
+    c, b = result.comparison, result.bottleneck
+    props = {
+        "median_ms": result.median_ms,
+        "baseline_median_ms": c.baseline_median_ms if c is not None else None,
+        "ratio": c.ratio if c is not None else None,
+        "verdict": (c.verdict.value if c is not None else ("smoke" if result.smoke else None)),
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "bottleneck": b.kind if b is not None else None,
+    }
+    k, cc, rates = result.counts, result.count_comparison, result.rates() or {}
+    if k is not None:
+        props.update(ops=k.ops, kernels=k.kernels, syncs=k.syncs, copies=k.copies, flops=k.flops,
+                     traffic_bytes=k.traffic_bytes, recompiles=k.recompiles)
+    if cc is not None:
+        props["count_verdict"] = cc.verdict.value
+    for key in ("flops_per_s", "bytes_per_s", "items_per_s"):
+        props[key] = rates.get(key)
+    prefix = f"{result.name}." if several else ""
+    for name, value in props.items():
+        if value is not None:
+            item.user_properties.append((f"{prefix}{name}", value))
+
+
+def _progress_writer(config: pytest.Config, nodeid: str) -> Any:
+    """In verbose mode: a callback printing rounds, elapsed time and median of a long benchmark."""
+    from pytest_gpuperf.core.units import format_ms
+
+    def write(rounds: int, elapsed_s: float, median_ms: float) -> None:
+        tr = config.pluginmanager.getplugin("terminalreporter")
+        capman = config.pluginmanager.getplugin("capturemanager")
+        if tr is None:
+            return
+        line = f"  gpuperf {nodeid}: {rounds} rounds, {elapsed_s:.1f} s, median {format_ms(median_ms)}"
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(line)
+        else:
+            tr.write_line(line)
+
+    return write
+
+

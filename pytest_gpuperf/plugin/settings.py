@@ -1,0 +1,331 @@
+"""The session's settings, resolved once at configure time: :class:`SessionSettings` (frozen).
+
+:func:`resolve_settings` reads the command line, the ini file and the environment once, checks
+them (a bad value is a ``pytest.UsageError`` naming the option and what it accepts) and returns
+the settings every part of the session reads: the plugin's session object
+(:class:`~pytest_gpuperf.plugin.session.GpuPerfSession`), the fixtures and the pytest-benchmark
+adapter. The benchmark options' own precedence (marker > command line > ini > default) is
+:mod:`pytest_gpuperf.core.options`; their session defaults are :attr:`SessionSettings.options`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf.core import options as opts
+
+#: ``GPUPERF_HOST_LOAD`` values that turn the busy-host guard off.
+_OFF = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What the session was asked to do (frozen; :func:`resolve_settings` builds it).
+
+    ``measuring``: ``--gpuperf`` (or an update, an A/B run, a worker process), else smoke mode;
+    ``updating``: ``--gpuperf-update-baselines``; ``baseline_dir``: the baseline folder (absolute);
+    ``json_path``/``markdown_path``/``plot_dir``/``snapshot_dir``/``artifacts_dir``: report and
+    artifact locations (None: not written); ``classify``, ``strict``, ``normalize``,
+    ``host_load``: the flags of those names; ``thresholds``: classification thresholds from the ini
+    (a :class:`~pytest_gpuperf.verdict.bottleneck.Thresholds`, None: the built-in ones);
+    ``options``: the benchmark options' session defaults (command line over ini over built-in);
+    ``rootpath``/``invocation_dir``: pytest's rootdir and where it was invoked; ``verbose``: ``-v``
+    count. Processes: ``worker_id`` (``"gw3"`` in a pytest-xdist worker), ``xdist_dir`` (the run's
+    shared folder under pytest-xdist; ``owns_xdist_dir``: this process made it and removes it),
+    ``processes`` (worker processes per benchmark), ``replicate_slot`` (``(k, P)`` in a replicate
+    worker), ``ab_confirm`` (confirm a stored regression by A/B). A/B: ``ab`` (the
+    :class:`~pytest_gpuperf.ab.run.Revision` to compare with; in a pytest-xdist worker the REF
+    string), ``ab_processes`` (pairs of worker processes), ``ab_roots`` (import roots),
+    ``in_ab_worker`` (this process is an A/B worker that the coordinator drives).
+    """
+
+    measuring: bool
+    updating: bool
+    baseline_dir: Path
+    rootpath: Path
+    options: opts.BenchOptions
+    invocation_dir: Path = Path(".")
+    json_path: Path | None = None
+    markdown_path: Path | None = None
+    plot_dir: Path | None = None
+    snapshot_dir: Path | None = None
+    artifacts_dir: Path = Path(".gpuperf/artifacts")
+    classify: bool = False
+    strict: bool = False
+    normalize: bool = False
+    host_load: bool = True
+    thresholds: Any = None
+    verbose: int = 0
+    worker_id: str | None = None
+    xdist_dir: Path | None = None
+    owns_xdist_dir: bool = False
+    processes: int = 1
+    replicate_slot: tuple[int, int] | None = None
+    ab_confirm: bool = True
+    ab: Any = None
+    ab_processes: int = 2
+    ab_roots: tuple[str, ...] = ()
+    in_ab_worker: bool = False
+
+    @property
+    def replicated(self) -> bool:
+        """This session measures through replicate worker processes (``--gpuperf-processes`` >= 2)."""
+        return (self.measuring and self.processes >= 2 and self.ab is None and not self.in_ab_worker
+                and self.replicate_slot is None)
+
+    @property
+    def worker_index(self) -> int | None:
+        """k of pytest-xdist worker ``gwk`` (its default GPU), else None."""
+        return int(self.worker_id[2:]) if self.worker_id and self.worker_id[2:].isdigit() else None
+
+    def relpath(self, path: Path) -> str:
+        """``path`` relative to the rootdir, for messages."""
+        try:
+            return os.path.relpath(path, self.rootpath)
+        except ValueError:  # another drive on Windows
+            return str(path)
+
+
+def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
+    """The session's settings from ``config`` (command line, ini) and the environment, resolved once.
+
+    ``compat``: the pytest-benchmark adapter's settings (its ``--benchmark-*`` options, JSON path
+    and whether it disables benchmarks). Raises ``pytest.UsageError`` naming the option for a bad
+    value, a device that does not exist here, a report path that cannot be written, or a bad
+    combination. Under pytest-xdist the controller creates the run's shared folder (and exports
+    ``GPUPERF_XDIST_DIR`` to its workers).
+    """
+    try:
+        session_options = opts.resolve_session({**compat.cli_options, **{
+            k: v for k, v in cli_values(config).items() if v is not None}}, ini_values(config))
+    except opts.OptionError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    invocation_dir = Path(config.invocation_params.dir)
+    updating = bool(config.getoption("--gpuperf-update-baselines"))
+    baseline_dir = _baseline_dir(config).resolve()
+    thresholds = _thresholds(config)
+    plot_opt = config.getoption("--gpuperf-plot")
+    if plot_opt:
+        from pytest_gpuperf.reporting.plots import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ImportError as exc:
+            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    md_opt = config.getoption("--gpuperf-markdown")
+    json_opt = config.getoption("--gpuperf-json") or compat.json_path
+    snap_opt = config.getoption("--gpuperf-memory-snapshot")
+    art_opt = config.getoption("--gpuperf-artifacts")
+    worker_id = getattr(config, "workerinput", {}).get("workerid")
+    _check_device_option(config, session_options)
+    if worker_id is None:  # the controller writes the reports: fail now, not after every benchmark ran
+        for option, value in (("--gpuperf-json", json_opt), ("--gpuperf-markdown", md_opt)):
+            if value:
+                _check_output_path(option, invocation_dir / value)
+    processes, replicate_slot = _processes(config, worker_id)
+    measuring = (bool(config.getoption("--gpuperf")) or updating) and not compat.disabled
+    if replicate_slot is not None:
+        measuring, updating = True, False
+    ab_fields = _ab(config, worker_id, updating)
+    if ab_fields.get("in_ab_worker") or ab_fields.get("ab") is not None:
+        measuring = True
+    xdist_dir, owns = _xdist_dir(config, worker_id)  # last: nothing after it raises
+    return SessionSettings(
+        measuring=measuring,
+        updating=updating,
+        baseline_dir=baseline_dir,
+        rootpath=config.rootpath,
+        options=session_options,
+        invocation_dir=invocation_dir,
+        json_path=invocation_dir / json_opt if json_opt else None,
+        markdown_path=invocation_dir / md_opt if md_opt else None,
+        plot_dir=invocation_dir / plot_opt if plot_opt else None,
+        snapshot_dir=invocation_dir / snap_opt if snap_opt else None,
+        artifacts_dir=invocation_dir / art_opt if art_opt else config.rootpath / ".gpuperf" / "artifacts",
+        classify=bool(config.getoption("--gpuperf-classify")),
+        strict=bool(config.getoption("--gpuperf-strict")),
+        normalize=bool(config.getoption("--gpuperf-normalize")),
+        host_load=host_load_enabled(config),
+        thresholds=thresholds,
+        verbose=config.getoption("verbose", 0) or 0,
+        worker_id=worker_id,
+        xdist_dir=xdist_dir,
+        owns_xdist_dir=owns,
+        processes=processes,
+        replicate_slot=replicate_slot,
+        ab_confirm=not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
+        **ab_fields,
+    )
+
+
+def cli_values(config: pytest.Config) -> dict[str, Any]:
+    """The benchmark options given on the command line (``--gpuperf-<name>``; None: not given)."""
+    values = {name: config.getoption(f"--gpuperf-{name.replace('_', '-')}") for name in opts.CLI_OPTIONS}
+    if config.getoption("--gpuperf-no-counts"):
+        values["counts"] = False
+    return values
+
+
+def ini_values(config: pytest.Config) -> dict[str, Any]:
+    """The benchmark options set in the ini file (``gpuperf_<name>``), as written."""
+    out = {}
+    for name in opts.OPTION_NAMES:
+        if name == "processes":  # the session's number (with --gpuperf-processes, GPUPERF_PROCESSES): not a default
+            continue
+        value = config.getini(f"gpuperf_{name}")
+        if isinstance(value, str) and value.strip():
+            out[name] = value.strip()
+    return out
+
+
+def host_load_enabled(config: pytest.Config) -> bool:
+    """Whether the CPU backend measures the host load (the busy-host guard): off with
+    ``GPUPERF_HOST_LOAD=0``, ``--gpuperf-no-host-load`` or ini ``gpuperf_host_load = false``."""
+    if os.environ.get("GPUPERF_HOST_LOAD", "").strip().lower() in _OFF:
+        return False
+    return not config.getoption("--gpuperf-no-host-load") and bool(config.getini("gpuperf_host_load"))
+
+
+def _baseline_dir(config: pytest.Config) -> Path:
+    """``--gpuperf-baseline-dir`` (from the invocation folder), else ini ``gpuperf_baseline_dir``
+    (from the ini file's folder), else ``baselines/`` under the rootdir."""
+    cli_dir = config.getoption("--gpuperf-baseline-dir")
+    ini_dir = config.getini("gpuperf_baseline_dir")
+    _check_baseline_dir_form(config, cli_dir)
+    if cli_dir:
+        return Path(config.invocation_params.dir, cli_dir)
+    if ini_dir:
+        return Path(config.inipath.parent if config.inipath else config.rootpath, ini_dir)
+    return config.rootpath / "baselines"
+
+
+def _check_baseline_dir_form(config: pytest.Config, cli_dir: str | None) -> None:
+    """``--gpuperf-baseline-dir DIR`` (space form) with DIR outside the invocation folder is a
+    usage error: pytest picks the rootdir before plugins add their options, so it reads DIR as a
+    test path and moves the rootdir to a common ancestor (every id changes, nothing matches its
+    baseline, and the gate is silently off). ``--gpuperf-baseline-dir=DIR`` is safe."""
+    if not cli_dir:
+        return
+    args = list(config.invocation_params.args)
+    spaced = any(a == "--gpuperf-baseline-dir" and i + 1 < len(args) and args[i + 1] == cli_dir
+                 for i, a in enumerate(args))
+    where = Path(config.invocation_params.dir, cli_dir).resolve()
+    here = Path(config.invocation_params.dir).resolve()
+    if spaced and here != where and here not in where.parents:
+        raise pytest.UsageError(
+            f"pytest-gpuperf: write --gpuperf-baseline-dir={cli_dir} (with '='): with a space, pytest "
+            f"reads {cli_dir} as a test path when it picks the rootdir, which then moves to a common "
+            f"ancestor of {here} and {where} and every baseline is missed"
+        )
+
+
+def _thresholds(config: pytest.Config) -> Any:
+    """Ini ``gpuperf_bottleneck_thresholds`` parsed (None: the built-in thresholds)."""
+    if not config.getini("gpuperf_bottleneck_thresholds"):
+        return None
+    from pytest_gpuperf.verdict.bottleneck import Thresholds
+
+    try:
+        return Thresholds.parse(config.getini("gpuperf_bottleneck_thresholds"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: ini gpuperf_bottleneck_thresholds: {exc}") from None
+
+
+def _xdist_dir(config: pytest.Config, worker_id: str | None) -> tuple[Path | None, bool]:
+    """The run's shared folder under pytest-xdist and whether this process made it: a worker reads
+    ``GPUPERF_XDIST_DIR``; the controller makes it and exports the variable to its workers."""
+    if worker_id is not None:
+        env = os.environ.get("GPUPERF_XDIST_DIR")
+        return (Path(env) if env else None), False
+    if getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="gpuperf-xdist-"))
+        os.environ["GPUPERF_XDIST_DIR"] = str(folder)  # inherited by the workers it spawns
+        return folder, True
+    return None, False
+
+
+def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, tuple[int, int] | None]:
+    """``--gpuperf-processes`` (ini, env) resolved, and in a replicate worker its ``(k, P)`` slot."""
+    from pytest_gpuperf.plugin.replicates import default_processes, worker_slot
+
+    try:
+        processes = default_processes(config.getoption("--gpuperf-processes"), config.getini("gpuperf_processes") or None)
+        return processes, (worker_slot() if worker_id is None else None)
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+
+
+def _ab(config: pytest.Config, worker_id: str | None, updating: bool) -> dict[str, Any]:
+    """The A/B fields of :class:`SessionSettings`: ``--gpuperf-ab REF`` checked (usage errors) and
+    resolved to a revision; in an A/B worker process (``GPUPERF_AB_ADDRESS``) ``in_ab_worker``."""
+    if os.environ.get("GPUPERF_AB_ADDRESS") and worker_id is None:
+        return {"in_ab_worker": True}
+    ref = config.getoption("--gpuperf-ab")
+    roots = config.getoption("--gpuperf-ab-pythonpath") or config.getini("gpuperf_ab_pythonpath") or ""
+    out: dict[str, Any] = {"ab_roots": tuple(r for r in re.split(r"[\s,]+", roots) if r)}
+    if not ref:
+        return out
+    if updating:
+        raise pytest.UsageError("pytest-gpuperf: --gpuperf-ab compares with a git revision and stores nothing; "
+                                "it cannot be combined with --gpuperf-update-baselines")
+    n = config.getoption("--gpuperf-ab-processes")
+    if n is not None:
+        if not str(n).isdigit() or int(n) < 1:
+            raise pytest.UsageError(f"pytest-gpuperf: --gpuperf-ab-processes {n}: expected an integer >= 1")
+        out["ab_processes"] = int(n)
+    if worker_id is not None:  # a pytest-xdist worker: the controller measured; read its results
+        out["ab"] = ref
+        return out
+    from pytest_gpuperf.ab.run import ABError, resolve_revision
+
+    try:
+        rev = resolve_revision(Path(config.invocation_params.dir), ref)
+    except ABError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    for r in out["ab_roots"]:
+        if not (rev.repo / r).is_dir():
+            raise pytest.UsageError(f"pytest-gpuperf: gpuperf_ab_pythonpath / --gpuperf-ab-pythonpath: {r!r} is not "
+                                    f"a folder under the repository's top {rev.repo}")
+    out["ab"] = rev
+    return out
+
+
+def _check_device_option(config: pytest.Config, session_options: opts.BenchOptions) -> None:
+    """A device given on the command line or in the ini that does not exist here is a usage error
+    (a marker's ``device="cuda"`` only skips its test). Imports torch only when such a device is given."""
+    source = ("--gpuperf-device" if config.getoption("--gpuperf-device")
+              else "ini gpuperf_device" if "device" in ini_values(config) else None)
+    if source is None or session_options.device in (None, "cpu"):
+        return
+    from pytest_gpuperf.measure.timing import DeviceUnavailable, resolve_device
+
+    try:
+        resolve_device(session_options.device)
+    except DeviceUnavailable as exc:
+        raise pytest.UsageError(
+            f"pytest-gpuperf: {source} {session_options.device}: {exc}; use --gpuperf-device cpu or auto"
+        ) from None
+
+
+def _check_output_path(option: str, path: Path) -> None:
+    """Raise a usage error naming ``option`` and ``path`` when a report file cannot be written there."""
+    def fail(why: str) -> None:
+        raise pytest.UsageError(f"pytest-gpuperf: {option} {path}: {why}")
+
+    if path.is_dir():
+        fail("is a folder; give a file path")
+    folder = path.parent
+    while not folder.exists() and folder.parent != folder:  # the folders to create start at the nearest existing one
+        folder = folder.parent
+    if not folder.is_dir():
+        fail(f"{folder} is not a folder (a regular file is in the way)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"folder {folder} is not writable")
