@@ -376,7 +376,7 @@ def test_benchmark_marker_maps_ignores_with_a_note_and_rejects(pytester: pytest.
                                warmup_iterations=10, confidence=0.9, cprofile=True)
         def test_all(benchmark):
             benchmark.pedantic(sum, args=([1],), rounds=3)
-            o = benchmark.result.options
+            o = benchmark.result.options.to_dict()
             assert (o["group"], o["min_rounds"], o["max_rounds"], o["max_time"]) == ("g", 20000, 20000, 0.3)
             assert o["target_precision"] == 0.01 and o["warmup_time"] == 0.0
             assert benchmark.group == "g"
@@ -385,7 +385,7 @@ def test_benchmark_marker_maps_ignores_with_a_note_and_rejects(pytester: pytest.
         @pytest.mark.gpu_bench(group="ours", threshold=0.2)
         def test_gpu_bench_marker_wins(benchmark):
             benchmark.pedantic(sum, args=([1],), rounds=3)
-            assert benchmark.result.options["group"] == "ours" and benchmark.result.options["threshold"] == 0.2
+            assert benchmark.result.options.group == "ours" and benchmark.result.options.threshold == 0.2
         """
     )
     script_timings(pytester, STEADY)
@@ -491,7 +491,7 @@ def test_benchmark_disable_is_smoke_mode_and_enable_overrides_it(pytester: pytes
 OPTIONS_PROBE = """
 def test_probe(benchmark):
     benchmark(sum, [1])
-    o = benchmark.result.options
+    o = benchmark.result.options.to_dict()
     print("OPTIONS", o["min_rounds"], o["max_rounds"], o["max_time"], o["warmup_time"])
 """
 
@@ -626,7 +626,7 @@ def test_bm(benchmark):
     out = benchmark(sum, [1, 2])
     print("OWNER", type(benchmark).__module__, out)
     if type(benchmark).__module__ == "pytest_gpuperf.plugin.benchmark_compat":
-        o = benchmark.result.options
+        o = benchmark.result.options.to_dict()
         print("OPTIONS", o["min_rounds"], o["max_time"], o["warmup_time"])
 
 @pytest.mark.gpu_bench

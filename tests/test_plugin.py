@@ -290,7 +290,7 @@ def test_ini_options_and_baseline_dir(pytester: pytest.Pytester) -> None:
         @pytest.mark.gpu_bench(warmup_time=0)
         def test_ini(gpu_bench):
             r = gpu_bench(sum, range(100))
-            assert r.options["max_time"] == 0.05 and r.options["min_rounds"] == 11
+            assert r.options.max_time == 0.05 and r.options.min_rounds == 11
             assert r.rounds >= 11
         """
     )
@@ -306,12 +306,12 @@ def test_marker_overrides_command_line(pytester: pytest.Pytester) -> None:
         @pytest.mark.gpu_bench(threshold=0.2)
         def test_marker(gpu_bench):
             r = gpu_bench.pedantic(sum, args=([1],), rounds=10)
-            assert r.options["threshold"] == 0.2 and r.options["alpha"] == 0.05
+            assert r.options.threshold == 0.2 and r.options.alpha == 0.05
 
         @pytest.mark.gpu_bench
         def test_cli(gpu_bench):
             r = gpu_bench.pedantic(sum, args=([1],), rounds=10)
-            assert r.options["threshold"] == 0.1
+            assert r.options.threshold == 0.1
         """
     )
     rec = pytester.runpytest("--gpuperf", "--gpuperf-threshold", "0.1", "--gpuperf-alpha", "0.05",

@@ -23,9 +23,8 @@ import warnings
 from typing import Any, Callable
 
 from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME, TraceEvent
-# the profiler's events as TraceEvents live in .trace (counting uses them too); re-exported here
-from pytest_gpuperf.measure.trace import (CUPTI_GRAPH_ENV, cupti_guard, event_activity, raw_events, to_trace_events,  # noqa: F401
-                    trace_events_from)
+# the profiler's events as TraceEvents live in pytest_gpuperf.measure.trace (counting uses them too)
+from pytest_gpuperf.measure.trace import cupti_guard, to_trace_events
 
 _CALIBRATION: dict[tuple[str, str], tuple[float, float]] = {}
 _CPU_OP_FLOOR: list[float] = []

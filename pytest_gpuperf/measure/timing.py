@@ -557,7 +557,7 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
 
 
 #: Set once this process captured a CUDA graph (``cuda_graph=True``): profiling CUDA afterwards
-#: needs CUPTI's teardown off (see :func:`pytest_gpuperf.measure.profiling.cupti_guard`).
+#: needs CUPTI's teardown off (see :func:`pytest_gpuperf.measure.trace.cupti_guard`).
 _GRAPH_CAPTURED = [False]
 
 

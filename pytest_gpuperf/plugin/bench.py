@@ -254,7 +254,7 @@ class GpuBench:
         label = name or self.test_id.split("::")[-1]
         group = self.options.group if self.context.group_of is None else self.context.group_of(self.options.group)
         common = dict(name=label, device=str(self.device), benchmark_id=bid,
-                      group=group, options=self.options.to_dict(), extra_info=self._extra_info)
+                      group=group, options=self.options, extra_info=self._extra_info)
         try:
             result = self._measure(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round)
         except Exception as exc:
@@ -302,13 +302,10 @@ class GpuBench:
 
     def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
                           calls_per_round=None) -> BenchResult:
-        from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
-        from pytest_gpuperf.measure.memory import measure_peak
-        from pytest_gpuperf.measure.telemetry import sampler_for
-        from pytest_gpuperf.verdict.machine import host_busy, throttle_verdict
-
+        """One measurement, in phases: the timed rounds with telemetry (:meth:`_timed_rounds`), the
+        untimed extra calls for peak memory and exact counts (:meth:`_extra_calls`), the verdict
+        (:meth:`_evaluate`, which may re-measure), and the bottleneck and trace (:meth:`_explain`)."""
         ctx = self.context
-
         # the interleaved machine-speed probe, for a measurer that supports it
         probe = self._probe() if ctx.measurer.supports_probe else None
         fixed = {} if probe is None else {"probe": probe}
@@ -319,15 +316,9 @@ class GpuBench:
                                         calls_per_round=calls_per_round, **fixed)
 
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
-        self._reset_cuda_peak()
-        sampler = _sampler(ctx.measurer, ctx.device, sampler_for, measure=ctx.host_load)
-        clock = ctx.measurer.clock  # the clock of the time budgets
-        start_ns = clock()
-        with sampler:  # background telemetry while the timed rounds run (daemon, bounded)
-            t = timed(ctx.progress)
-        elapsed_s = (clock() - start_ns) / 1e9
+        t, telemetry, elapsed_s = self._timed_rounds(timed)
         compiled = None
-        if self.options.counts:
+        if self.options.counts:  # torch.compile's compiles since the first call
             from pytest_gpuperf.measure.counting import compile_snapshot
             from pytest_gpuperf.verdict.counts import compile_delta
 
@@ -335,28 +326,72 @@ class GpuBench:
         self._check_value(fn, t.value)
         notes = self._overrun_notes(t, elapsed_s, bid) if rounds is None else []
         notes.extend(f"{self._full_id(bid)}: {note}" for note in getattr(t, "notes", ()))
-        telemetry = sampler.summary()
-        # One extra call, outside the timed rounds, measures peak memory (never perturbs timing).
         a, k = prepare_call(fn, args, kwargs, setup)
-        mem, _ = measure_peak(fn, a, k, ctx.device)
-        entry = ctx.baseline.get(bid) if ctx.baseline is not None else None
+        mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, compiled, bid, notes)
+        entry = self.context.baseline.get(bid) if self.context.baseline is not None else None
+        evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid)
+        memory = evaluation.memory
+        if memory is not None and memory.failed:
+            memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
+        bottleneck, trace_path, top_ops = self._explain(fn, a, k, t, counts, flop_dtype, telemetry,
+                                                        evaluation.comparison.failed, bid, notes)
+        return BenchResult.from_samples(
+            t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
+            warmup_rounds=t.warmup_rounds, comparison=evaluation.comparison, peak_memory_bytes=mem.peak_bytes,
+            memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
+            telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
+            count_comparison=evaluation.counts, **probe_stored, **common
+        )
+
+    def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
+        """The timed rounds (``timed(progress)``), with background telemetry (daemon, bounded):
+        ``(timing, telemetry summary, elapsed s on the measurer's clock)``."""
+        from pytest_gpuperf.measure.telemetry import sampler_for
+
+        ctx = self.context
+        self._reset_cuda_peak()
+        sampler = _sampler(ctx.measurer, ctx.device, sampler_for, measure=ctx.host_load)
+        clock = ctx.measurer.clock  # the clock of the time budgets
+        start_ns = clock()
+        with sampler:
+            t = timed(ctx.progress)
+        return t, sampler.summary(), (clock() - start_ns) / 1e9
+
+    def _extra_calls(self, fn, a, k, args, kwargs, setup, compiled, bid, notes: list[str]) -> tuple[Any, Any, Any]:
+        """Calls outside the timed rounds (they never perturb timing): one for peak memory, and with
+        ``counts`` one for the exact counts (with ``compiled``, ``torch.compile``'s compiles since the
+        first call; a recompile adds a note). Returns ``(memory report, counts or None, FLOP dtype or None)``."""
+        from pytest_gpuperf.measure.memory import measure_peak
+
+        mem, _ = measure_peak(fn, a, k, self.context.device)
         counts = flop_dtype = None
-        if self.options.counts:  # one more call, outside the timed rounds: the exact counts
+        if self.options.counts:
             from pytest_gpuperf.measure.counting import count_call
 
             ca, ck = prepare_call(fn, args, kwargs, setup)
-            counts, flop_dtype = count_call(fn, ca, ck, ctx.device)
+            counts, flop_dtype = count_call(fn, ca, ck, self.context.device)
             if compiled is not None:
                 counts = dataclasses.replace(counts, **compiled)
                 if compiled["recompiles"]:
                     notes.append(self._recompile_note(bid, compiled["recompiles"]))
+        return mem, counts, flop_dtype
+
+    def _evaluate(self, t: Timing, timed: Callable[..., Timing], probe: Any, entry: BaselineEntry | None,
+                  telemetry: dict[str, Any] | None, mem: Any, counts: Any, rounds: int | None,
+                  bid: str) -> tuple[Any, Timing, dict[str, Any]]:
+        """The verdict of :func:`pytest_gpuperf.verdict.gate.evaluate` on this measurement (a
+        regression is re-measured, ``confirm`` times). Returns ``(evaluation, timing with the pooled
+        samples the verdict was decided on, the probe fields to store)``."""
+        from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+        from pytest_gpuperf.verdict.machine import throttle_verdict
+
+        ctx = self.context
         confirmations: list[Timing] = []
 
         def remeasure() -> Timing:
             confirmations.append(timed())
             return confirmations[-1]  # judge reads its samples_ms and probe_ms
 
-        probe_evidence = self._probe_evidence(t, probe, entry)
         evaluation = evaluate(
             Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes, counts=counts,
                      throttle=throttle_verdict(telemetry), device=str(ctx.device)),
@@ -364,18 +399,25 @@ class GpuBench:
             remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
             fixed_rounds=rounds is not None,
             can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
-            probe=probe_evidence, machine_reference=self._reference_ratio(entry), normalize=ctx.normalize,
-            max_memory_text=ctx.max_memory_text,
+            probe=self._probe_evidence(t, probe, entry), machine_reference=self._reference_ratio(entry),
+            normalize=ctx.normalize, max_memory_text=ctx.max_memory_text,
         )
-        comparison, memory, count_comparison = evaluation.comparison, evaluation.memory, evaluation.counts
-        probe_all = getattr(t, "probe_ms", ()) + sum((getattr(c, "probe_ms", ()) for c in confirmations), ())
+        probe_all = t.probe_ms + sum((c.probe_ms for c in confirmations), ())
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
                         if probe is not None and probe_all else {})
         if confirmations:  # the result holds the pooled samples the verdict was decided on
             t = dataclasses.replace(t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
                                     rounds=t.rounds + sum(c.rounds for c in confirmations))
-        if memory is not None and memory.failed:
-            memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
+        return evaluation, t, probe_stored
+
+    def _explain(self, fn, a, k, t: Timing, counts: Any, flop_dtype: Any, telemetry: dict[str, Any] | None,
+                 regressed: bool, bid: str, notes: list[str]) -> tuple[Any, str | None, str | None]:
+        """The bottleneck (with ``expect_bottleneck`` or ``--gpuperf-classify``; a mismatch on a busy
+        host adds a note) and, for a regression or a mismatch, the chrome trace and the top-ops table.
+        Returns ``(bottleneck or None, trace path or None, top ops or None)``."""
+        from pytest_gpuperf.verdict.machine import host_busy
+
+        ctx = self.context
         median_ms = statistics.median(t.samples_ms)
         expected = self.options.expect_bottleneck
         prof = bottleneck = None
@@ -389,20 +431,14 @@ class GpuBench:
             notes.append(f"{self._full_id(bid)}: expected {'/'.join(expected)}-bound, measured "
                          f"{bottleneck.kind}-bound while {busy}: the bottleneck check is not trusted "
                          f"(fails with --gpuperf-strict); rerun on a quiet machine")
-        if (comparison.failed or mismatch) and ctx.artifacts_dir is not None:
+        if (regressed or mismatch) and ctx.artifacts_dir is not None:
             from pytest_gpuperf.measure.profiling import profile_call_count, profile_calls, top_ops_table
 
             if prof is None:
                 prof, _ = profile_calls(fn, a, k, ctx.device, profile_call_count(median_ms))
             trace_path = self._export_trace(prof, bid, notes)
             top_ops = top_ops_table(prof, ctx.device)
-        return BenchResult.from_samples(
-            t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
-            warmup_rounds=t.warmup_rounds, comparison=comparison, peak_memory_bytes=mem.peak_bytes,
-            memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
-            telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
-            count_comparison=count_comparison, **probe_stored, **common
-        )
+        return bottleneck, trace_path, top_ops
 
     def _measure_ab_worker(self, fn, args, kwargs, setup, bid, common, calls_per_round) -> BenchResult:
         """In an A/B worker process: report ready, then warm up, time blocks and finish as the

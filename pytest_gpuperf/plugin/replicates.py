@@ -272,7 +272,7 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
                   max_memory_text=memory_text)
     comparison, memory, counts = ev.comparison, ev.memory, ev.counts
     return dataclasses.replace(merged, comparison=comparison, memory_comparison=memory, count_comparison=counts,
-                               options=options.to_dict())
+                               options=options)
 
 
 

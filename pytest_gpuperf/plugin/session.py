@@ -41,6 +41,18 @@ class Recorded:
     updated: bool = False
 
 
+
+@dataclass(frozen=True)
+class _Stored:
+    """What a test is compared with: its module, its environment fingerprint and device key (None:
+    not measured), and its baseline file's path and contents (None: not compared with stored baselines)."""
+
+    module: str
+    env: dict[str, Any] | None = None
+    key: str | None = None
+    path: Path | None = None
+    baseline: "BaselineFile | None" = None
+
 _REFERENCE_CACHE: dict[str, dict[str, Any]] = {}
 
 
@@ -318,7 +330,7 @@ class GpuPerfSession:
         coordinator.run()
         results, removed, notes = ab_results(coordinator, rev.label)
         suspects = {k: n for k, r in results.items()
-                    if needs_more_pairs(r.comparison) and (n := int(r.options.get("confirm", opts.DEFAULTS.confirm) or 0)) > 0}
+                    if needs_more_pairs(r.comparison) and (n := r.options.confirm) > 0}
         if suspects:
             coordinator.confirm(set(suspects), max(suspects.values()))
             results, removed, notes = ab_results(coordinator, rev.label)
@@ -355,10 +367,12 @@ class GpuPerfSession:
 
         ``device``: a ``torch.device`` to measure on (the ``benchmark`` fixture passes the device of
         the tensors it was given); None resolves the test's ``device`` option. Skips or fails the test
-        as the ``gpu_bench`` fixture does.
+        as the ``gpu_bench`` fixture does. Phases: the options and the device, the baseline to compare
+        with (:meth:`_stored`), the :class:`~pytest_gpuperf.plugin.bench.BenchContext`
+        (:meth:`_context`), and what happens to each result (:meth:`_record`).
         """
-        from pytest_gpuperf.plugin.bench import BenchContext, GpuBench
         from pytest_gpuperf.measure.timing import DeviceUnavailable, resolve_device, use_device
+        from pytest_gpuperf.plugin.bench import GpuBench
 
         item = request.node
         try:
@@ -370,97 +384,115 @@ class GpuPerfSession:
         except DeviceUnavailable as exc:
             pytest.skip(f"pytest-gpuperf: {exc}")
         use_device(device)  # "cuda" in the test's own code now means the GPU measured (xdist worker k: GPU k)
-        module, test_id = _split_nodeid(item.nodeid)
-        path = env = key = None
-        baseline = None
-        ab_results = self._finished_results()
-        measuring = self.settings.measuring
-        if self.settings.replicate_slot is not None and self.settings.replicate_slot[0] >= _worker_count(options, self.settings.replicate_slot[1]):
-            measuring = False  # marker processes=N: this worker only runs the test (one call), the first N measure it
-        if measuring and (self.ab_worker is not None or self.settings.ab is not None or self.settings.replicate_slot is not None):
-            from pytest_gpuperf.measure.environment import device_key, fingerprint
+        slot = self.settings.replicate_slot
+        # marker processes=N: a replicate worker past the first N only runs the test (one call)
+        measuring = self.settings.measuring and not (slot is not None and slot[0] >= _worker_count(options, slot[1]))
+        stored = self._stored(item, device, measuring)
+        bench = GpuBench(self._context(request, _gpuperf_measurer, options, device, measuring, stored),
+                         lambda result: self._record(item, bench, device, stored, result))
+        item.stash[BENCH_KEY] = bench
+        return bench
 
+    def _stored(self, item: pytest.Item, device: Any, measuring: bool) -> "_Stored":
+        """The test's environment and, when it is compared with stored baselines, its baseline file
+        (fails the test, naming the file, when that file is unusable)."""
+        module, _ = _split_nodeid(item.nodeid)
+        s = self.settings
+        from pytest_gpuperf.measure.environment import device_key, fingerprint
+
+        if measuring and (self.ab_worker is not None or s.ab is not None or s.replicate_slot is not None):
             env = fingerprint(device)  # A/B or a replicate worker: no stored baseline, no reference workloads
-            key = device_key(env)
-        elif self.settings.measuring:
-            from pytest_gpuperf.measure.environment import device_key, fingerprint
+            return _Stored(module, env, device_key(env))
+        if not s.measuring:
+            return _Stored(module)
+        env = fingerprint(device) if s.replicated else self.environment(device)
+        key = device_key(env)
+        from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
 
-            env = fingerprint(device) if self.settings.replicated else self.environment(device)
-            key = device_key(env)
-            from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
+        path = baseline_path(s.baseline_dir, key, module)
+        try:
+            baseline = self.baseline(path)
+            check_module(baseline, module)  # a file of another module is neither compared nor written
+        except BaselineError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        return _Stored(module, env, key, path, baseline)
 
-            path = baseline_path(self.settings.baseline_dir, key, module)
-            try:
-                baseline = self.baseline(path)
-                check_module(baseline, module)  # a file of another module is neither compared nor written
-            except BaselineError as exc:
-                pytest.fail(str(exc), pytrace=False)
+    def _context(self, request: pytest.FixtureRequest, measurer: Any, options: opts.BenchOptions, device: Any,
+                 measuring: bool, stored: "_Stored") -> Any:
+        """The :class:`~pytest_gpuperf.plugin.bench.BenchContext` of one test: its own values and the
+        session settings it needs."""
+        from pytest_gpuperf.plugin.bench import BenchContext
 
-        def on_result(result: Any) -> None:
-            self.recorded.append(
-                Recorded(item.nodeid, module, result, str(path) if path else None, key, env)
-            )
-            if self.settings.replicate_slot is not None and not result.smoke:  # hand it to the coordinator at once
-                from pytest_gpuperf.plugin.replicates import report_result
-
-                report_result(f"{module}::{result.benchmark_id}", result, env or {})
-            _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
-            self.warnings.extend(result.notes)
-            if self.settings.updating and not result.smoke:
-                from pytest_gpuperf.reporting.report import noisy_baseline_warning
-
-                noisy = noisy_baseline_warning(f"{module}::{result.benchmark_id}", result)
-                if noisy:
-                    self.warnings.append(noisy)
-            if baseline is not None and env is not None:
-                entry = baseline.get(result.benchmark_id)
-                c = result.comparison
-                if (c is not None and c.verdict.value == "inconclusive" and not self.settings.strict and not self.settings.updating
-                        and not c.machine_differs):  # those get one summary line for all
-                    self.warnings.append(f"{module}::{result.benchmark_id}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
-                if entry is not None:
-                    from pytest_gpuperf.verdict.machine import drift_ratios, drift_warning
-
-                    drift = drift_warning(drift_ratios(env.get("reference"), entry.reference))
-                    if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
-                        self.warnings.append(f"{device}: {drift}" + ("" if self.settings.normalize else " (--gpuperf-normalize corrects for it)"))
-                    from pytest_gpuperf.measure.environment import differences
-
-                    diffs = differences(entry.environment, env)
-                    if diffs:
-                        self.warnings.append(
-                            f"{module}::{result.benchmark_id}: environment differs from the baseline's: "
-                            + "; ".join(diffs)
-                        )
-
-        bench = GpuBench(BenchContext(
-            test_id=test_id,
-            module=module,
+        s, item = self.settings, request.node
+        return BenchContext(
+            test_id=_split_nodeid(item.nodeid)[1],
+            module=stored.module,
             options=options,
             device=device,
             measuring=measuring,
-            baseline=baseline,
-            baseline_file=self.settings.relpath(path) if path else None,
-            snapshot_dir=str(self.settings.snapshot_dir) if self.settings.snapshot_dir else None,
-            classify=self.settings.classify,
-            thresholds=self.settings.thresholds,
-            artifacts_dir=None if self.settings.updating else str(self.settings.artifacts_dir),  # traces only for failed comparisons
-            confirm_regressions=not self.settings.updating,
-            reference=(env or {}).get("reference"),
-            normalize=self.settings.normalize,
-            host_load=self.settings.host_load,
+            baseline=stored.baseline,
+            baseline_file=s.relpath(stored.path) if stored.path else None,
+            snapshot_dir=str(s.snapshot_dir) if s.snapshot_dir else None,
+            classify=s.classify,
+            thresholds=s.thresholds,
+            artifacts_dir=None if s.updating else str(s.artifacts_dir),  # traces only for failed comparisons
+            confirm_regressions=not s.updating,
+            reference=(stored.env or {}).get("reference"),
+            normalize=s.normalize,
+            host_load=s.host_load,
             device_lock=lambda: self.device_lock(device),
-            progress=_progress_writer(request.config, item.nodeid) if self.settings.verbose > 0 and self.settings.measuring else None,
-            measurer=_gpuperf_measurer,
+            progress=_progress_writer(request.config, item.nodeid) if s.verbose > 0 and s.measuring else None,
+            measurer=measurer,
             max_memory_text=_max_memory_text(item),
             group_of=benchmark_compat.group_of(item),
             ab_worker=self.ab_worker,
-            ab_results=ab_results,
+            ab_results=self._finished_results(),
             nodeid=item.nodeid,
             fail=lambda message: pytest.fail(message, pytrace=False),
-        ), on_result)
-        item.stash[BENCH_KEY] = bench
-        return bench
+        )
+
+    def _record(self, item: pytest.Item, bench: Any, device: Any, stored: "_Stored", result: Any) -> None:
+        """One result of the test's ``gpu_bench``: recorded for the summary and the reports (and, in a
+        replicate worker, handed to the coordinator at once), its JUnit properties, its warnings."""
+        module, test_id = _split_nodeid(item.nodeid)
+        self.recorded.append(Recorded(item.nodeid, module, result, str(stored.path) if stored.path else None,
+                                      stored.key, stored.env))
+        if self.settings.replicate_slot is not None and not result.smoke:
+            from pytest_gpuperf.plugin.replicates import report_result
+
+            report_result(f"{module}::{result.benchmark_id}", result, stored.env or {})
+        _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
+        self.warnings.extend(result.notes)
+        self.warnings.extend(self._result_warnings(f"{module}::{result.benchmark_id}", device, stored, result))
+
+    def _result_warnings(self, name: str, device: Any, stored: "_Stored", result: Any) -> list[str]:
+        """Summary warnings about one result: a noisy new baseline, an inconclusive verdict, the
+        machine's drift since the baseline, an environment that differs from the baseline's."""
+        s, out = self.settings, []
+        if s.updating and not result.smoke:
+            from pytest_gpuperf.reporting.report import noisy_baseline_warning
+
+            noisy = noisy_baseline_warning(name, result)
+            if noisy:
+                out.append(noisy)
+        if stored.baseline is None or stored.env is None:
+            return out
+        entry = stored.baseline.get(result.benchmark_id)
+        c = result.comparison
+        if (c is not None and c.verdict.value == "inconclusive" and not s.strict and not s.updating
+                and not c.machine_differs):  # those get one summary line for all
+            out.append(f"{name}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
+        if entry is not None:
+            from pytest_gpuperf.measure.environment import differences
+            from pytest_gpuperf.verdict.machine import drift_ratios, drift_warning
+
+            drift = drift_warning(drift_ratios(stored.env.get("reference"), entry.reference))
+            if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
+                out.append(f"{device}: {drift}" + ("" if s.normalize else " (--gpuperf-normalize corrects for it)"))
+            diffs = differences(entry.environment, stored.env)
+            if diffs:
+                out.append(f"{name}: environment differs from the baseline's: " + "; ".join(diffs))
+        return out
 
     def _finished_results(self) -> dict[str, Any] | None:
         """The finished results of the A/B or replicate workers (a pytest-xdist worker reads the
@@ -538,101 +570,35 @@ class GpuPerfSession:
         return None
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        """The session's summary (:func:`pytest_gpuperf.reporting.terminal.summary`), in the controller."""
         if self.settings.worker_id is not None:
             return
-        tr = terminalreporter
-        if not self.recorded:  # nothing measured: only what went wrong
-            for w in dict.fromkeys(self.warnings):
-                tr.write_line(f"warning: {w}", yellow=True)
-            for e in self.errors.values():
-                tr.write_line(f"error: {e}", red=True)
-            return
-        from pytest_gpuperf.reporting.report import LEGEND, summary_lines
+        from pytest_gpuperf.reporting.terminal import summary
 
-        if not self.settings.measuring:
-            tr.write_line(
-                f"gpuperf: {len(self.recorded)} benchmark(s) ran once (smoke mode); "
-                f"run with --gpuperf to measure and compare them"
-            )
-            return
-        mode = "update baselines" if self.settings.updating else "compare"
-        if self.settings.replicated:
-            mode += f" ({self.settings.processes} worker processes per benchmark)"
-        else:
-            mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
-        if self.settings.ab is not None:
-            label = self.settings.ab.label if hasattr(self.settings.ab, "label") else str(self.settings.ab)
-            mode = f"A/B vs {label} ({self.settings.ab_processes} pair(s) of worker processes, interleaved ABBA blocks)"
-        tr.write_sep("=", f"gpuperf: {len(self.recorded)} benchmark(s), mode: {mode}")
-        items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated) for rec in self.recorded]
-        for line in summary_lines(items, **benchmark_compat.table_options(self.config)):
-            tr.write_line(line)
-        if any(rec.result.comparison is not None and rec.result.comparison.ratio is not None for rec in self.recorded):
-            from pytest_gpuperf.reporting.report import AB_LEGEND, REPLICATES_LEGEND
+        for kind, text, markup in summary(self._summary_input()):
+            if kind == "sep":
+                terminalreporter.write_sep("=", text)
+            else:
+                terminalreporter.write_line(text, **markup)
 
-            tr.write_line(AB_LEGEND if self.settings.ab is not None else REPLICATES_LEGEND if self.settings.replicated else LEGEND)
-        if self.settings.ab is None:
-            tr.write_line(f"baselines: {self.settings.relpath(self.settings.baseline_dir)}")
-        else:
-            from pytest_gpuperf.verdict.compare import ab_summary
+    def _summary_input(self) -> Any:
+        """What the terminal summary reports (a :class:`~pytest_gpuperf.reporting.terminal.SessionSummary`)."""
+        from pytest_gpuperf.reporting.terminal import Row, SessionSummary
 
-            for rec in self.recorded:
-                c = rec.result.comparison
-                line = ab_summary(c) if c is not None else None
-                if line:
-                    tr.write_line(f"{rec.module}::{rec.result.benchmark_id}: {line} ({c.verdict.value})")
-            for key in self.ab_removed:
-                tr.write_line(f"{key}: removed since {self.settings.ab.label} (measured on side A only; not a failure)")
-        keys = sorted({r.device_key for r in self.recorded if r.device_key})
-        if keys:
-            tr.write_line(f"device key: {', '.join(keys)}")
-        notes = [
-            f"  {rec.module}::{rec.result.benchmark_id}: {rec.result.comparison.note}"
-            for rec in self.recorded
-            if rec.result.comparison is not None and rec.result.comparison.note
-        ]
-        if notes:
-            tr.write_line("* notes:")
-            for n in notes:
-                tr.write_line(n)
-        for rec in self.recorded:
-            b = rec.result.bottleneck
-            if b is not None and b.evidence.phases:
-                shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in b.evidence.phases.items())
-                tr.write_line(f"phases of {rec.module}::{rec.result.benchmark_id} (share of device time): {shares}")
-        blind = [f"{rec.module}::{rec.result.benchmark_id} (+{(c.resolution if c.resolution is not None else c.floor) * 100:.0f}%)"
-                 for rec in self.recorded if (c := rec.result.comparison) is not None and c.cannot_fail]
-        if blind and not self.settings.updating:
-            tr.write_line(f"warning: {len(blind)} benchmark(s) cannot fail a slowdown below the figure shown, their baseline's "
-                          f"spread is that wide: {', '.join(blind)}; re-record them on a quiet machine (they fail with "
-                          f"--gpuperf-strict)", yellow=True)
-        from pytest_gpuperf.reporting.report import machine_differs_line
-
-        machine = machine_differs_line(rec.result for rec in self.recorded)
-        if machine:
-            tr.write_line(machine, yellow=True)
-        missing = sum(
-            1 for rec in self.recorded
-            if rec.result.comparison is not None and rec.result.comparison.verdict.value == "no-baseline" and not rec.updated
+        s = self.settings
+        ab = s.ab
+        reports = (("results", s.json_path), ("Markdown summary", s.markdown_path), ("plots", s.plot_dir))
+        return SessionSummary(
+            rows=[Row(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated, rec.device_key)
+                  for rec in self.recorded],
+            measuring=s.measuring, updating=s.updating, replicated=s.replicated, processes=s.processes,
+            ab_label=None if ab is None else getattr(ab, "label", str(ab)), ab_processes=s.ab_processes,
+            ab_removed=tuple(self.ab_removed), baselines=s.relpath(s.baseline_dir),
+            table_options=benchmark_compat.table_options(self.config), notes=tuple(self.notes),
+            warnings=tuple(self.warnings), workers_seen=self.workers_seen,
+            written=tuple((label, str(path)) for label, path in reports if path is not None and str(path) not in self.errors),
+            errors=tuple(self.errors.values()),
         )
-        if missing and not self.settings.updating:
-            tr.write_line(
-                f"{missing} benchmark(s) have no baseline: record them with `pytest --gpuperf-update-baselines`"
-            )
-        for n in dict.fromkeys(self.notes):
-            tr.write_line(f"telemetry: {n}")
-        for w in dict.fromkeys(self.warnings):
-            tr.write_line(f"warning: {w}", yellow=True)
-        if self.workers_seen:
-            tr.write_line(
-                f"pytest-xdist: results of {self.workers_seen} worker(s) merged; measurements on the same "
-                f"device were serialized with a file lock (never two benchmarks on one device at once)"
-            )
-        for label, p in (("results", self.settings.json_path), ("Markdown summary", self.settings.markdown_path), ("plots", self.settings.plot_dir)):
-            if p is not None and str(p) not in self.errors:
-                tr.write_line(f"{label} written to {p}")
-        for e in self.errors.values():
-            tr.write_line(f"error: {e}", red=True)
 
     def _worker_payload(self) -> dict[str, Any]:
         from pytest_gpuperf.measure.environment import utc_now

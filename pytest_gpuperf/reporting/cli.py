@@ -242,7 +242,11 @@ def _names(keys: Sequence[str], limit: int = 5) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``gpuperf compare``: decide every common benchmark; returns the exit code (0, 1 or 2)."""
+    """``gpuperf compare``: decide every common benchmark; returns the exit code (0, 1 or 2).
+
+    Phases: load and match the two files, decide each pair through the plugin's pipeline
+    (:func:`_decide_pair`), print the table and the details (:func:`_print_comparison`), and
+    the exit code (:func:`_exit_code`)."""
     try:
         base = load_result_file(args.baseline)
         cur = load_result_file(args.current)
@@ -257,59 +261,77 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{cur.path} has: {_names(sorted(cur.entries))}"
         )
         return EXIT_INPUT
-
-    import dataclasses
-
-    from pytest_gpuperf.verdict.compare import Verdict
-    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
-    from pytest_gpuperf.core.units import format_ms, format_ratio
-
-    comparisons, count_comparisons, memory_comparisons = [], [], []
-    ab_decided: list[str] = []
+    decided: list[_Decided] = []
     for name, bkey, ckey in m.pairs:
-        b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
-        stored = options_from_dict(c_entry.options)
         try:
-            # the thresholds of the stored options (or the flags); no budgets here: they are the test's
-            options = dataclasses.replace(
-                DEFAULTS, threshold=stored.threshold if args.threshold is None else args.threshold,
-                alpha=stored.alpha if args.alpha is None else args.alpha,
-                memory_threshold=stored.memory_threshold, count_tolerance=stored.count_tolerance)
-            processes = c_entry.history[-1].process_medians_ms
-            replicated = processes is not None and len(processes) >= 2  # measured by worker processes
-            ab = cur.ab.get(ckey)
-            if ab is not None:  # the report's verdict came from its paired A/B blocks: decided on them again
-                ev = evaluate(Evidence(ab_blocks=ab[1]), Reference.ab(ab[0], measured=True), options,
-                              benchmark_id=name)
-                ab_decided.append(f"{name}: decided on the report's A/B blocks against {ab[0]}, as the plugin "
-                                  f"did (the stored baseline's timing is not used)")
-                comparisons.append(ev.comparison)
-                count_comparisons.append(None)
-                memory_comparisons.append(None)
-                continue
-            evidence = Evidence(
-                samples_ms=tuple(c_entry.samples_ms),
-                process_samples_ms=tuple((m_,) for m_ in processes or ()) if replicated else None,
-                peak_memory_bytes=c_entry.peak_memory_bytes if b_entry.peak_memory_bytes is not None else None,
-                counts=c_entry.counts if b_entry.count_history else None)
-            ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
-                          probe=None if replicated else _stored_probe(c_entry, b_entry))
+            decided.append(_decide_pair(args, name, base, bkey, cur, ckey))
         except ValueError as exc:  # bad options stored in the current entry, bad stored medians
             _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
             return EXIT_INPUT
-        comparisons.append(ev.comparison)
-        count_comparisons.append(ev.counts)
-        memory_comparisons.append(ev.memory)
+    _print_comparison(args, base, cur, m, decided)
+    return _exit_code(args, decided)
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """One compared pair: its timing, count and memory comparisons (None: not compared), and a line
+    saying it was decided on the report's A/B blocks (None: on the stored baseline)."""
+
+    comparison: Any
+    counts: Any = None
+    memory: Any = None
+    ab_line: str | None = None
+
+
+def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: str, cur: ResultFile,
+                 ckey: str) -> _Decided:
+    """Decide one pair as the plugin did (:func:`pytest_gpuperf.verdict.gate.evaluate`): on the
+    current report's A/B blocks when its verdict came from A/B, else against the baseline entry,
+    with the thresholds of the stored options (or the flags). Raises ``ValueError`` for bad input."""
+    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+
+    b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
+    stored = options_from_dict(c_entry.options)
+    # no budgets here: they are the test's
+    options = dataclasses.replace(
+        DEFAULTS, threshold=stored.threshold if args.threshold is None else args.threshold,
+        alpha=stored.alpha if args.alpha is None else args.alpha,
+        memory_threshold=stored.memory_threshold, count_tolerance=stored.count_tolerance)
+    ab = cur.ab.get(ckey)
+    if ab is not None:  # the report's verdict came from its paired A/B blocks: decided on them again
+        ev = evaluate(Evidence(ab_blocks=ab[1]), Reference.ab(ab[0], measured=True), options, benchmark_id=name)
+        return _Decided(ev.comparison, ab_line=f"{name}: decided on the report's A/B blocks against {ab[0]}, as "
+                                               f"the plugin did (the stored baseline's timing is not used)")
+    processes = c_entry.history[-1].process_medians_ms
+    replicated = processes is not None and len(processes) >= 2  # measured by worker processes
+    evidence = Evidence(
+        samples_ms=tuple(c_entry.samples_ms),
+        process_samples_ms=tuple((m_,) for m_ in processes or ()) if replicated else None,
+        peak_memory_bytes=c_entry.peak_memory_bytes if b_entry.peak_memory_bytes is not None else None,
+        counts=c_entry.counts if b_entry.count_history else None)
+    ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
+                  probe=None if replicated else _stored_probe(c_entry, b_entry))
+    return _Decided(ev.comparison, ev.counts, ev.memory)
+
+
+def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFile, m: Matching,
+                      decided: list[_Decided]) -> None:
+    """The files, the table (one row per pair), the details of what failed or is unsure (all with
+    ``-v``), the benchmarks only one file has, and the totals."""
+    from pytest_gpuperf.core.units import format_ms, format_ratio
+    from pytest_gpuperf.verdict.compare import Verdict
 
     print(f"baseline: {base.path} ({base.kind})")
     print(f"current:  {cur.path} ({cur.kind})")
     if m.by_test_id:
         print("no '<module>::<test id>' name in common: matched by test id")
-    for line in ab_decided:
-        print(line)
+    for d in decided:
+        if d.ab_line:
+            print(d.ab_line)
     print()
     rows, starred = [], False
-    for c, cc, mc in zip(comparisons, count_comparisons, memory_comparisons):
+    for d in decided:
+        c, cc, mc = d.comparison, d.counts, d.memory
         verdict = c.verdict.value
         if c.verdict is Verdict.UNCHANGED and c.note:
             verdict += "*"
@@ -323,10 +345,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(line)
     if starred:
         print("* unchanged, with a note (significant but inside the effect floor or the prediction limit; -v says)")
-    details = [c for c in comparisons
-               if args.verbose or c.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
-    count_failures = [msg for cc in count_comparisons if cc is not None for msg in cc.messages()]
-    count_failures += [msg for mc in memory_comparisons if mc is not None for msg in mc.messages()]
+    details = [d.comparison for d in decided
+               if args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
+    count_failures = [msg for d in decided if d.counts is not None for msg in d.counts.messages()]
+    count_failures += [msg for d in decided if d.memory is not None for msg in d.memory.messages()]
     if details or count_failures:
         print()
         for c in details:
@@ -341,19 +363,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"only in current {cur.path}: {key}")
     for tid in m.ambiguous:
         print(f"not compared: test id {tid} is in several modules of one file")
-    counts = {v: sum(c.verdict is v for c in comparisons) for v in Verdict}
+    counts = {v: sum(d.comparison.verdict is v for d in decided) for v in Verdict}
     print()
-    counted = [cc for cc in count_comparisons if cc is not None]
-    mems = [mc for mc in memory_comparisons if mc is not None]
+    counted = [d.counts for d in decided if d.counts is not None]
+    mems = [d.memory for d in decided if d.memory is not None]
     print(f"{counts[Verdict.REGRESSED]} regressed, {counts[Verdict.IMPROVED]} improved, "
           f"{counts[Verdict.INCONCLUSIVE]} inconclusive, {counts[Verdict.UNCHANGED]} unchanged"
           + (f"; counts: {sum(cc.failed for cc in counted)} regressed of {len(counted)} compared" if counted else "")
           + (f"; memory: {sum(mc.failed for mc in mems)} regressed of {len(mems)} compared" if mems else ""))
+
+
+def _exit_code(args: argparse.Namespace, decided: list[_Decided]) -> int:
+    """1 when a timing verdict fails (regressed; inconclusive too with ``--fail-on inconclusive``) or
+    a count or memory comparison regressed, else 0."""
+    from pytest_gpuperf.verdict.compare import Verdict
+
     failing = {Verdict.REGRESSED}
     if args.fail_on == "inconclusive":
         failing.add(Verdict.INCONCLUSIVE)
-    failed = (any(c.verdict in failing for c in comparisons) or any(cc.failed for cc in counted)
-              or any(mc.failed for mc in mems))
+    failed = any(d.comparison.verdict in failing or (d.counts is not None and d.counts.failed)
+                 or (d.memory is not None and d.memory.failed) for d in decided)
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -59,8 +59,8 @@ def memory_comparison_dict(m: MemoryComparison | None) -> dict[str, Any] | None:
     return d
 
 
-def _json_options(options: dict[str, Any]) -> dict[str, Any]:
-    out = dict(options)
+def _json_options(options: Any) -> dict[str, Any]:
+    out = options.to_dict() if hasattr(options, "to_dict") else dict(options)
     if isinstance(out.get("expect_bottleneck"), tuple):
         out["expect_bottleneck"] = list(out["expect_bottleneck"])
     return out
@@ -176,7 +176,7 @@ def _memory_text(r: BenchResult) -> str:
 def _bottleneck_text(r: BenchResult) -> str:
     if r.bottleneck is None:
         return "-"
-    expected = r.options.get("expect_bottleneck")
+    expected = r.options.expect_bottleneck
     if r.misclassified:
         return f"{r.bottleneck.kind} (expected {'/'.join(expected)})"
     return r.bottleneck.kind
@@ -221,7 +221,7 @@ def items_text(r: BenchResult) -> str:
     if not rates or "items_per_s" not in rates:
         return "-"
     scaled, prefix = si_scaled(rates["items_per_s"])
-    return f"{scaled:.3g}{prefix} {r.options.get('items') or 'items'}/s"
+    return f"{scaled:.3g}{prefix} {r.options.items}/s"
 
 
 def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False) -> tuple[str, ...]:
@@ -367,7 +367,7 @@ def summary_lines(
     Raises ``ValueError`` for an unknown key.
     """
     items = list(items)
-    units = {r.options.get("items") or "items" for _, r, _ in items if r.options.get("items_per_call")}
+    units = {r.options.items for _, r, _ in items if r.options.items_per_call}
     with_items = bool(units)
     rate_column = f"{units.pop()}/s" if len(units) == 1 else "items/s"
     all_keys = COLUMN_KEYS[:-1] + (("items",) if with_items else ()) + COLUMN_KEYS[-1:]
@@ -446,9 +446,9 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
     stats = dict(entry["stats"])
     ci = stats.pop("median_ci_ms", None)
     out = stats.pop("outliers", None) or {}
-    options = dict(entry.get("options") or {})
-    if isinstance(options.get("expect_bottleneck"), list):
-        options["expect_bottleneck"] = tuple(options["expect_bottleneck"])
+    from pytest_gpuperf.core.options import options_from_dict
+
+    options = options_from_dict(entry.get("options"))
     return BenchResult(
         name=entry.get("name") or entry["id"],
         device=entry["device"],
@@ -511,7 +511,7 @@ def noisy_baseline_warning(label: str, r: BenchResult) -> str | None:
     """The warning for a baseline recorded from a noisy run (IQR/median >= :data:`NOISY_IQR`), else None."""
     if r.smoke or not r.iqr_fraction >= NOISY_IQR:
         return None
-    max_time = r.options.get("max_time")
+    max_time = r.options.max_time
     longer = f"a longer max_time (now {max_time:g} s)" if isinstance(max_time, (int, float)) else "a longer max_time"
     return (
         f"{label}: noisy baseline recorded: IQR {r.iqr_fraction * 100:.1f}% of the median "

@@ -360,74 +360,99 @@ def analyze(
 
     ``region`` bounds the analysis (ns; default: the ``gpuperf::region`` annotation, else the
     trace's extent). ``cpu_op_floor_s`` is the calibrated fixed cost of one top-level op on the
-    CPU (seconds), counted as overhead for every top-level op.
+    CPU (seconds), counted as overhead for every top-level op. The device's timeline is read by
+    :func:`_analyze_cuda` (kernels, copies, syncs) or :func:`_analyze_cpu` (top-level ops).
     """
     calls = max(1, calls)
-    if region is None:
-        marks = [e for e in events if e.kind == "annotation" and e.name == REGION_NAME]
-        if marks:
-            region = (min(m.start_ns for m in marks), max(m.end_ns for m in marks))
-        elif events:
-            region = (min(e.start_ns for e in events), max(e.end_ns for e in events))
-        else:
-            region = (0, 0)
-    lo, hi = region
-    wall_ns = max(0, hi - lo)
+    lo, hi = region if region is not None else _region(events)
     data_ns = total_ns(_clip(((e.start_ns, e.end_ns) for e in events
                               if e.kind == "annotation" and e.name.startswith(DATALOADER_PREFIX)), lo, hi))
-    phases_spans = {}
+    phases_spans: dict[str, list[tuple[int, int]]] = {}
     for e in events:
         if e.kind == "annotation" and e.name.startswith(PHASE_PREFIX):
             phases_spans.setdefault(e.name[len(PHASE_PREFIX):], []).append((e.start_ns, e.end_ns))
-    per_call = 1.0 / calls / 1e9
     if device_type == "cuda":
-        kernels = [e for e in events if e.kind in ("kernel", "memset") and e.end_ns > lo and e.start_ns < hi]
-        copies = [e for e in events if e.kind == "memcpy" and e.end_ns > lo and e.start_ns < hi]
-        d2d = [c for c in copies if not _is_host_device_copy(c.name)]
-        h2d = [c for c in copies if _is_host_device_copy(c.name)]
-        busy = _clip([(k.start_ns, k.end_ns) for k in kernels + d2d], lo, hi)
-        copy = _clip([(c.start_ns, c.end_ns) for c in h2d], lo, hi)
-        busy_ns, copy_ns = total_ns(busy), total_ns(copy)
-        active_ns = total_ns(busy + copy)
-        ours = [(e.start_ns, e.end_ns) for e in events if e.kind == "annotation" and e.name == FINAL_SYNC_NAME]
-        syncs = [e for e in events if e.kind == "runtime" and e.name in SYNC_CALLS
-                 and not any(s <= e.start_ns < t for s, t in ours)]
-        sync_ns = total_ns(_clip(((e.start_ns, e.end_ns) for e in syncs), lo, hi))
-        sync_idle_ns = _gaps_with_returns(union_ns(busy + copy), lo, hi, [e.end_ns for e in syncs])
-        launches = {e.correlation: e.start_ns for e in events if e.kind == "runtime" and e.correlation}
-        ordered = sorted(kernels + d2d + h2d, key=lambda k: k.start_ns)
-        host_wait = 0
-        frontier = None
-        for k in ordered:
-            if frontier is not None and k.start_ns > frontier:
-                launch = launches.get(k.correlation)
-                if launch is not None and launch > frontier:
-                    host_wait += k.start_ns - frontier
-            frontier = k.end_ns if frontier is None else max(frontier, k.end_ns)
-        durations = [k.duration_ns for k in kernels]
-        # a kernel belongs to the phase its launch happened in
-        phases = _phase_ns([(launches.get(k.correlation, k.start_ns), k) for k in kernels], phases_spans, lo, hi)
-        return Evidence(
-            device_type="cuda",
-            calls=calls,
-            wall_s=wall_ns * per_call,
-            busy_s=busy_ns * per_call,
-            copy_s=copy_ns * per_call,
-            idle_s=max(0, wall_ns - active_ns) * per_call,
-            data_s=data_ns * per_call,
-            sync_s=sync_ns * per_call,
-            sync_idle_s=sync_idle_ns * per_call,
-            host_wait_s=host_wait * per_call,
-            kernel_count=len(kernels) // calls,
-            kernel_median_s=(statistics.median(durations) / 1e9) if durations else 0.0,
-            phases=_shares(phases),
-        )
+        return _analyze_cuda(events, calls, lo, hi, data_ns, phases_spans)
+    return _analyze_cpu(events, calls, lo, hi, data_ns, phases_spans, cpu_op_floor_s)
+
+
+def _region(events: Sequence[TraceEvent]) -> tuple[int, int]:
+    """The analysed span (ns): the ``gpuperf::region`` annotations' extent, else the trace's."""
+    marks = [e for e in events if e.kind == "annotation" and e.name == REGION_NAME]
+    if marks:
+        return min(m.start_ns for m in marks), max(m.end_ns for m in marks)
+    if events:
+        return min(e.start_ns for e in events), max(e.end_ns for e in events)
+    return 0, 0
+
+
+def _host_wait_ns(ordered: Sequence[TraceEvent], launches: Mapping[int, int]) -> int:
+    """Device idle time (ns) that ends with work launched after the device went idle: the device
+    waited for the host (``ordered``: device work by start time; ``launches``: correlation id ->
+    the launch's start ns)."""
+    host_wait = 0
+    frontier = None
+    for k in ordered:
+        if frontier is not None and k.start_ns > frontier:
+            launch = launches.get(k.correlation)
+            if launch is not None and launch > frontier:
+                host_wait += k.start_ns - frontier
+        frontier = k.end_ns if frontier is None else max(frontier, k.end_ns)
+    return host_wait
+
+
+def _analyze_cuda(events: Sequence[TraceEvent], calls: int, lo: int, hi: int, data_ns: int,
+                  phases_spans: Mapping[str, list[tuple[int, int]]]) -> Evidence:
+    """Per-call evidence from a CUDA timeline: kernels and device-to-device copies keep the device
+    busy, host-device copies are transfer, runtime syncs (not our final one) are sync time."""
+    per_call = 1.0 / calls / 1e9
+    wall_ns = max(0, hi - lo)
+    kernels = [e for e in events if e.kind in ("kernel", "memset") and e.end_ns > lo and e.start_ns < hi]
+    copies = [e for e in events if e.kind == "memcpy" and e.end_ns > lo and e.start_ns < hi]
+    d2d = [c for c in copies if not _is_host_device_copy(c.name)]
+    h2d = [c for c in copies if _is_host_device_copy(c.name)]
+    busy = _clip([(k.start_ns, k.end_ns) for k in kernels + d2d], lo, hi)
+    copy = _clip([(c.start_ns, c.end_ns) for c in h2d], lo, hi)
+    busy_ns, copy_ns = total_ns(busy), total_ns(copy)
+    active_ns = total_ns(busy + copy)
+    ours = [(e.start_ns, e.end_ns) for e in events if e.kind == "annotation" and e.name == FINAL_SYNC_NAME]
+    syncs = [e for e in events if e.kind == "runtime" and e.name in SYNC_CALLS
+             and not any(s <= e.start_ns < t for s, t in ours)]
+    sync_ns = total_ns(_clip(((e.start_ns, e.end_ns) for e in syncs), lo, hi))
+    sync_idle_ns = _gaps_with_returns(union_ns(busy + copy), lo, hi, [e.end_ns for e in syncs])
+    launches = {e.correlation: e.start_ns for e in events if e.kind == "runtime" and e.correlation}
+    host_wait = _host_wait_ns(sorted(kernels + d2d + h2d, key=lambda k: k.start_ns), launches)
+    durations = [k.duration_ns for k in kernels]
+    # a kernel belongs to the phase its launch happened in
+    phases = _phase_ns([(launches.get(k.correlation, k.start_ns), k) for k in kernels], phases_spans, lo, hi)
+    return Evidence(
+        device_type="cuda",
+        calls=calls,
+        wall_s=wall_ns * per_call,
+        busy_s=busy_ns * per_call,
+        copy_s=copy_ns * per_call,
+        idle_s=max(0, wall_ns - active_ns) * per_call,
+        data_s=data_ns * per_call,
+        sync_s=sync_ns * per_call,
+        sync_idle_s=sync_idle_ns * per_call,
+        host_wait_s=host_wait * per_call,
+        kernel_count=len(kernels) // calls,
+        kernel_median_s=(statistics.median(durations) / 1e9) if durations else 0.0,
+        phases=_shares(phases),
+    )
+
+
+def _analyze_cpu(events: Sequence[TraceEvent], calls: int, lo: int, hi: int, data_ns: int,
+                 phases_spans: Mapping[str, list[tuple[int, int]]], cpu_op_floor_s: float) -> Evidence:
+    """Per-call evidence from a CPU timeline: top-level ops are busy time; Python time between
+    them (outside DataLoader iteration, counted as data) plus a fixed cost per op is overhead."""
+    per_call = 1.0 / calls / 1e9
+    wall_ns = max(0, hi - lo)
     ops = [e for e in events if e.kind == "cpu_op" and e.end_ns > lo and e.start_ns < hi]
     top = _top_level(ops)
     busy = _clip([(o.start_ns, o.end_ns) for o in top], lo, hi)
     busy_ns = total_ns(busy)
     data_spans = [(e.start_ns, e.end_ns) for e in events if e.kind == "annotation" and e.name.startswith(DATALOADER_PREFIX)]
-    # Python time between ops, outside DataLoader iteration (which is counted as data instead)
     outside = total_ns(busy + _clip(data_spans, lo, hi))
     python_gap_ns = max(0, wall_ns - outside)
     top_outside_data = [o for o in top if not any(s <= o.start_ns < e for s, e in data_spans)]

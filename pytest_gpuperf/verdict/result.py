@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_gpuperf.core.options import BenchOptions, options_from_dict
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, summarize
 
@@ -35,7 +36,9 @@ class BenchResult:
     ``counts`` are the exact counts of one extra call (:class:`~pytest_gpuperf.verdict.counts.Counts`: ops,
     kernels, syncs, copies, FLOPs, bytes, recompiles; None in smoke mode or with ``counts=False``)
     and ``count_comparison`` their gate against the baseline and the declared budgets.
-    ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
+    ``options`` are the benchmark's resolved :class:`~pytest_gpuperf.core.options.BenchOptions`
+    (a mapping of option values, as a report stores them, is converted on construction:
+    :func:`~pytest_gpuperf.core.options.options_from_dict`). ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
     in reports and baselines when not empty. ``probe_ms`` is the median time (ms) of the interleaved
     machine-speed probe timed between the rounds and ``probe`` its name (see
     :mod:`pytest_gpuperf.measure.probe`); None when no probe ran (smoke mode, an injected measurer without
@@ -74,7 +77,7 @@ class BenchResult:
     benchmark_id: str = ""
     group: str | None = None
     smoke: bool = False
-    options: dict[str, Any] = field(default_factory=dict, compare=False)
+    options: BenchOptions = field(default_factory=BenchOptions, compare=False)
     top_ops: str | None = field(default=None, repr=False, compare=False)
     value: Any = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
@@ -84,6 +87,10 @@ class BenchResult:
     probe_ms: float | None = None
     probe: str | None = None
     process_medians_ms: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, BenchOptions):  # a mapping of option values (as a report stores them)
+            object.__setattr__(self, "options", options_from_dict(self.options))
 
     def rates(self) -> dict[str, float] | None:
         """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum
@@ -95,13 +102,13 @@ class BenchResult:
         from pytest_gpuperf.verdict.counts import throughput
 
         ev = getattr(self.bottleneck, "evidence", None)
-        return throughput(self.median_ms, self.counts, self.options.get("items_per_call"),
+        return throughput(self.median_ms, self.counts, self.options.items_per_call,
                           getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
 
     @property
     def misclassified(self) -> bool:
         """True when ``expect_bottleneck`` was given and the measured class is not among them."""
-        expected = self.options.get("expect_bottleneck")
+        expected = self.options.expect_bottleneck
         return bool(expected) and self.bottleneck is not None and self.bottleneck.kind not in expected
 
     @property
@@ -127,7 +134,7 @@ class BenchResult:
             return None
         from pytest_gpuperf.verdict.bottleneck import mismatch_message
 
-        text = mismatch_message(self.options["expect_bottleneck"], self.bottleneck)
+        text = mismatch_message(self.options.expect_bottleneck or (), self.bottleneck)
         if self.host_busy:
             text += f"; measured while {self.host_busy}"
         if self.trace_path:

@@ -86,15 +86,15 @@ def keyed(events: list[TraceEvent]) -> list[tuple]:
 @pytest.mark.skipif(not HAS_ACTIVITY_TYPE, reason="this torch has no _KinetoEvent.activity_type")
 @pytest.mark.parametrize("torch_like", sorted(HIDE))
 def test_inferred_activity_matches_activity_type(prof, torch_like):
-    raw = profiling.raw_events(prof)
+    raw = trace.raw_events(prof)
     assert raw and all(callable(getattr(e, "activity_type", None)) for e in raw)
     hidden = old_torch(raw, HIDE[torch_like])
     assert not any(hasattr(e, "activity_type") for e in hidden)
     names = trace._cpu_annotation_names(hidden)
     assert {REGION_NAME, FINAL_SYNC_NAME, PHASE_PREFIX + "forward", PHASE_PREFIX + "backward"} <= names
     for e, h in zip(raw, hidden):
-        assert profiling.event_activity(h, names) == str(e.activity_type()), e.name()
-    assert keyed(profiling.trace_events_from(hidden)) == keyed(profiling.trace_events_from(raw))
+        assert trace.event_activity(h, names) == str(e.activity_type()), e.name()
+    assert keyed(trace.trace_events_from(hidden)) == keyed(trace.trace_events_from(raw))
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +108,13 @@ def chrome_trace(prof, tmp_path_factory):
 @pytest.mark.parametrize("torch_like", ["installed"] + sorted(HIDE))
 def test_inferred_activity_matches_chrome_trace_cat(prof, chrome_trace, torch_like):
     """The chrome trace's ``cat`` is the activity type on every torch: an oracle without activity_type."""
-    raw = profiling.raw_events(prof)
+    raw = trace.raw_events(prof)
     events = raw if torch_like == "installed" else old_torch(raw, HIDE[torch_like])
     cats = {"cpu_op", "user_annotation"}
     want = Counter((t["name"], t["cat"]) for t in chrome_trace["traceEvents"]
                    if t.get("ph") == "X" and t.get("cat") in cats)
     names = trace._cpu_annotation_names(events)
-    got = Counter((str(e.name()), profiling.event_activity(e, names)) for e in events)
+    got = Counter((str(e.name()), trace.event_activity(e, names)) for e in events)
     got = Counter({k: n for k, n in got.items() if k[1] in cats})
     assert got == want
     assert want[(REGION_NAME, "user_annotation")] == 1 and want[(PHASE_PREFIX + "forward", "user_annotation")] == 2
@@ -167,8 +167,8 @@ def test_public_function_events_fallback(prof):
             return prof.events()
 
     assert not hasattr(NoKineto.profiler, "kineto_results")
-    public = profiling.to_trace_events(NoKineto())
-    private = profiling.to_trace_events(prof)
+    public = trace.to_trace_events(NoKineto())
+    private = trace.to_trace_events(prof)
     assert {e.kind for e in public} == {e.kind for e in private} == {"annotation", "cpu_op"}
     ann = [e.name for e in private if e.kind == "annotation"]
     assert [e.name for e in public if e.kind == "annotation"] == ann
@@ -270,11 +270,11 @@ FLAVORS = ["torch-2.13", "torch-2.11", "torch-2.4"]
 def test_synthetic_cuda_events_classify_by_category(flavor):
     events = synthetic(flavor)
     names = trace._cpu_annotation_names(events) if flavor != "torch-2.13" else frozenset()
-    assert [profiling.event_activity(e, names) for e in events] == [row[2] for row in CUDA_TRACE]
-    kinds = {(t.name, t.kind) for t in profiling.trace_events_from(events)}
+    assert [trace.event_activity(e, names) for e in events] == [row[2] for row in CUDA_TRACE]
+    kinds = {(t.name, t.kind) for t in trace.trace_events_from(events)}
     assert {k for _, k in kinds} == {"annotation", "cpu_op", "runtime", "kernel", "memcpy", "memset"}
     # GPU-side annotations, CUPTI sync and overhead records and allocator instants are dropped
-    device_side = [t for t in profiling.trace_events_from(events) if t.kind in ("kernel", "memcpy", "memset")]
+    device_side = [t for t in trace.trace_events_from(events) if t.kind in ("kernel", "memcpy", "memset")]
     assert len(device_side) == 6 and not any(t.name.startswith("gpuperf::") for t in device_side)
     assert ("Stream Sync", "kernel") not in kinds and ("[memory]", "cpu_op") not in kinds
     assert ("Activity Buffer Request", "cpu_op") not in kinds
@@ -283,7 +283,7 @@ def test_synthetic_cuda_events_classify_by_category(flavor):
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_synthetic_cuda_trace_analyzes_the_same_everywhere(flavor):
-    ev = analyze(profiling.trace_events_from(synthetic(flavor)), device_type="cuda")
+    ev = analyze(trace.trace_events_from(synthetic(flavor)), device_type="cuda")
     # kernels 100-200, 410-430; memset 360-370; DtoD copy 470-480: 140 us busy. The GPU-side
     # region annotation (100-990 us) would make the device look 89% busy if counted as a kernel.
     assert ev.busy_s == pytest.approx(140e-6)
@@ -293,36 +293,36 @@ def test_synthetic_cuda_trace_analyzes_the_same_everywhere(flavor):
     # cudaStreamSynchronize counts; cudaDeviceSynchronize inside gpuperf::final_sync does not
     assert ev.sync_s == pytest.approx(325e-6)
     assert ev.phases == {"step": 1.0}
-    assert ev == analyze(profiling.trace_events_from(synthetic("torch-2.13")), device_type="cuda")
+    assert ev == analyze(trace.trace_events_from(synthetic("torch-2.13")), device_type="cuda")
 
 
 def test_activity_type_is_preferred_over_inference():
     """Where torch says what an event is, the name does not matter."""
     e = FakeEvent("Memcpy-looking kernel name", CUDA, "kernel", user=False)
-    assert profiling.event_activity(e) == "kernel"
+    assert trace.event_activity(e) == "kernel"
     e = FakeEvent("some_kernel", CUDA, "gpu_user_annotation", user=False)
-    assert profiling.event_activity(e) == "gpu_user_annotation"
-    assert profiling.trace_events_from([e]) == []
+    assert trace.event_activity(e) == "gpu_user_annotation"
+    assert trace.trace_events_from([e]) == []
 
 
 def test_inference_edge_cases():
     # a GPU-side event named like a CPU annotation is an annotation only where torch cannot say
-    assert profiling.event_activity(FakeEvent("my_range", CUDA, user=None), {"my_range"}) == "gpu_user_annotation"
-    assert profiling.event_activity(FakeEvent("my_range", CUDA, user=False), {"my_range"}) == "kernel"
-    assert profiling.event_activity(FakeEvent("my_range", CUDA, user=None), set()) == "kernel"
+    assert trace.event_activity(FakeEvent("my_range", CUDA, user=None), {"my_range"}) == "gpu_user_annotation"
+    assert trace.event_activity(FakeEvent("my_range", CUDA, user=False), {"my_range"}) == "kernel"
+    assert trace.event_activity(FakeEvent("my_range", CUDA, user=None), set()) == "kernel"
     # ROCm: HIP runtime calls on the host, kernels reported as CUDA devices
-    assert profiling.event_activity(FakeEvent("hipLaunchKernel", CPU)) == "cuda_runtime"
+    assert trace.event_activity(FakeEvent("hipLaunchKernel", CPU)) == "cuda_runtime"
     # user ops are CPU ops whatever their namespace; record_function ranges by scope or flag
-    assert profiling.event_activity(FakeEvent("mylib::cuda_fused", CPU, user=False)) == "cpu_op"
-    assert profiling.event_activity(FakeEvent("culprit", CPU, user=None, scope=0)) == "cpu_op"
-    assert profiling.event_activity(FakeEvent("my_range", CPU, user=None, scope=7)) == "user_annotation"
-    assert profiling.event_activity(FakeEvent("my_range", CPU, user=True, scope=None)) == "user_annotation"
+    assert trace.event_activity(FakeEvent("mylib::cuda_fused", CPU, user=False)) == "cpu_op"
+    assert trace.event_activity(FakeEvent("culprit", CPU, user=None, scope=0)) == "cpu_op"
+    assert trace.event_activity(FakeEvent("my_range", CPU, user=None, scope=7)) == "user_annotation"
+    assert trace.event_activity(FakeEvent("my_range", CPU, user=True, scope=None)) == "user_annotation"
     # a record_function range keeps its name, even one that CUPTI also uses for an overhead record
-    assert profiling.event_activity(FakeEvent("Resource", CPU, user=None, scope=7)) == "user_annotation"
-    assert profiling.event_activity(FakeEvent("Resource", CPU, user=None, scope=0)) == "overhead"
+    assert trace.event_activity(FakeEvent("Resource", CPU, user=None, scope=7)) == "user_annotation"
+    assert trace.event_activity(FakeEvent("Resource", CPU, user=None, scope=0)) == "overhead"
     # other devices are not classified
-    assert profiling.event_activity(FakeEvent("k", DeviceType.XPU)) == ""
-    assert profiling.event_activity(FakeEvent("k", "DeviceType.CUDA")) == "kernel"
+    assert trace.event_activity(FakeEvent("k", DeviceType.XPU)) == ""
+    assert trace.event_activity(FakeEvent("k", "DeviceType.CUDA")) == "kernel"
 
 
 def test_function_event_view_on_a_torch_without_is_user_annotation():
@@ -345,7 +345,7 @@ def test_function_event_view_on_a_torch_without_is_user_annotation():
                 fe(REGION_NAME, CUDA, 99.0, 990.0, 1),
             ]
 
-    events = profiling.to_trace_events(Old())
+    events = trace.to_trace_events(Old())
     assert [(e.name, e.kind) for e in events] == [
         (REGION_NAME, "annotation"), ("aten::add", "cpu_op"), ("cudaLaunchKernel", "runtime"), ("add_kernel", "kernel"),
     ]

@@ -12,6 +12,7 @@ from pytest_gpuperf.reporting import report
 from pytest_gpuperf.storage.baseline import SCHEMA_VERSION, dumps, load, run_record, update
 from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence, classify
 from pytest_gpuperf.verdict.compare import MEMORY_SLACK_BYTES, Comparison, Verdict, decide, decide_memory
+from pytest_gpuperf.core.options import DEFAULTS
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, time_unit_for
@@ -185,7 +186,8 @@ def test_result_entry_keys_and_values():
     assert e["stats"] == r.stats_dict()
     assert e["samples_ms"] == list(r.samples_ms)
     assert e["rounds"] == 50 and e["calls_per_round"] == 4 and e["warmup_rounds"] == 3
-    assert e["options"] == {"threshold": 0.05, "device": None}
+    # a result carries typed BenchOptions: its entry stores every option (the ones given, the rest defaults)
+    assert e["options"] == {**DEFAULTS.to_dict(), "threshold": 0.05, "device": None}
     assert e["options"] is not r.options  # a copy
     assert e["environment"] == env
     assert e["git_commit"] == "deadbeef"
@@ -655,7 +657,7 @@ def test_result_entry_records_bottleneck_and_trace_path():
     assert "top_ops" not in e  # the table is for the terminal, not the JSON
     # The expected classes are a JSON list; the result's own options are left as a tuple.
     assert e["options"]["expect_bottleneck"] == ["compute", "memory"]
-    assert r.options["expect_bottleneck"] == ("compute", "memory")
+    assert r.options.expect_bottleneck == ("compute", "memory")
     assert e["options"]["threshold"] == 0.05
     back = json.loads(dumps(e))
     assert back["bottleneck"] == e["bottleneck"]
@@ -668,7 +670,7 @@ def test_result_entry_records_bottleneck_and_trace_path():
 def test_result_entry_options_without_expectation_unchanged():
     r = make_result([1.0, 2.0], options={"expect_bottleneck": None, "threshold": 0.05})
     e = report.result_entry(r, environment={}, git_commit=None, timestamp_utc="t")
-    assert e["options"] == {"expect_bottleneck": None, "threshold": 0.05}
+    assert e["options"] == {**DEFAULTS.to_dict(), "expect_bottleneck": None, "threshold": 0.05}
 
 
 def test_result_entry_with_bottleneck_is_a_valid_baseline_entry(tmp_path):

@@ -1,0 +1,170 @@
+"""The session's terminal summary, as lines (pure: no pytest, no torch).
+
+:func:`summary` turns what a session measured (:class:`SessionSummary`) into the lines pytest's
+terminal writer prints after the tests, phase by phase: the header with the mode, the table and
+its legend, the baselines or A/B lines, the device keys, the verdicts' notes, the phases of the
+device time, the warnings (cannot fail, machine differs, missing baselines, telemetry, the
+session's warnings), pytest-xdist, and where the reports went. The plugin's session object
+(:class:`~pytest_gpuperf.plugin.session.GpuPerfSession`) builds the input and writes the lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+#: One line: ``(kind, text, markup)``; kind ``"sep"`` is a separator line with ``text`` as its title
+#: (pytest's ``write_sep("=", text)``), ``"line"`` a plain line; markup: e.g. ``{"yellow": True}``.
+Line = tuple[str, str, dict[str, bool]]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured benchmark: ``name`` (``module::id``), its result, whether its baseline was
+    updated this session, and its device key."""
+
+    name: str
+    result: Any  # BenchResult
+    updated: bool = False
+    device_key: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """What the summary reports. ``measuring``/``updating``/``replicated``/``processes``: the
+    session's mode; ``ab_label``/``ab_processes``/``ab_removed``: A/B mode (``ab_label`` None: not
+    A/B); ``baselines``: the baseline folder as shown; ``table_options``: keyword arguments of
+    :func:`~pytest_gpuperf.reporting.report.summary_lines` (columns, sort, grouping); ``notes``:
+    telemetry notes; ``warnings``: the session's warnings (each distinct one printed once);
+    ``workers_seen``: pytest-xdist workers merged; ``written``: (label, path) of reports written;
+    ``errors``: why a report could not be written."""
+
+    rows: Sequence[Row]
+    measuring: bool = True
+    updating: bool = False
+    replicated: bool = False
+    processes: int = 1
+    ab_label: str | None = None
+    ab_processes: int = 2
+    ab_removed: Sequence[str] = ()
+    baselines: str = "baselines"
+    table_options: Mapping[str, Any] = field(default_factory=dict)
+    notes: Sequence[str] = ()
+    warnings: Sequence[str] = ()
+    workers_seen: int = 0
+    written: Sequence[tuple[str, str]] = ()
+    errors: Sequence[str] = ()
+
+
+def summary(s: SessionSummary) -> list[Line]:
+    """The summary's lines, in order (see the module doc)."""
+    if not s.rows:  # nothing measured: only what went wrong
+        return [*_warnings(s.warnings), *_errors(s.errors)]
+    if not s.measuring:
+        return [_line(f"gpuperf: {len(s.rows)} benchmark(s) ran once (smoke mode); run with --gpuperf to "
+                      f"measure and compare them")]
+    return [*_header(s), *_table(s), *_baselines_or_ab(s), *_device_keys(s), *_notes(s), *_phases(s),
+            *_cannot_fail(s), *_machine_differs(s), *_missing(s), *(_line(f"telemetry: {n}") for n in dict.fromkeys(s.notes)),
+            *_warnings(s.warnings), *_xdist(s), *_written(s), *_errors(s.errors)]
+
+
+def _line(text: str, **markup: bool) -> Line:
+    return ("line", text, markup)
+
+
+def _header(s: SessionSummary) -> list[Line]:
+    mode = "update baselines" if s.updating else "compare"
+    if s.replicated:
+        mode += f" ({s.processes} worker processes per benchmark)"
+    else:
+        mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
+    if s.ab_label is not None:
+        mode = f"A/B vs {s.ab_label} ({s.ab_processes} pair(s) of worker processes, interleaved ABBA blocks)"
+    return [("sep", f"gpuperf: {len(s.rows)} benchmark(s), mode: {mode}", {})]
+
+
+def _table(s: SessionSummary) -> Iterator[Line]:
+    from pytest_gpuperf.reporting.report import AB_LEGEND, LEGEND, REPLICATES_LEGEND, summary_lines
+
+    for line in summary_lines([(r.name, r.result, r.updated) for r in s.rows], **s.table_options):
+        yield _line(line)
+    if any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows):
+        yield _line(AB_LEGEND if s.ab_label is not None else REPLICATES_LEGEND if s.replicated else LEGEND)
+
+
+def _baselines_or_ab(s: SessionSummary) -> Iterator[Line]:
+    if s.ab_label is None:
+        yield _line(f"baselines: {s.baselines}")
+        return
+    from pytest_gpuperf.verdict.compare import ab_summary
+
+    for r in s.rows:
+        c = r.result.comparison
+        text = ab_summary(c) if c is not None else None
+        if text:
+            yield _line(f"{r.name}: {text} ({c.verdict.value})")
+    for key in s.ab_removed:
+        yield _line(f"{key}: removed since {s.ab_label} (measured on side A only; not a failure)")
+
+
+def _device_keys(s: SessionSummary) -> list[Line]:
+    keys = sorted({r.device_key for r in s.rows if r.device_key})
+    return [_line(f"device key: {', '.join(keys)}")] if keys else []
+
+
+def _notes(s: SessionSummary) -> list[Line]:
+    notes = [f"  {r.name}: {r.result.comparison.note}" for r in s.rows
+             if r.result.comparison is not None and r.result.comparison.note]
+    return [_line("* notes:"), *(_line(n) for n in notes)] if notes else []
+
+
+def _phases(s: SessionSummary) -> Iterator[Line]:
+    for r in s.rows:
+        b = r.result.bottleneck
+        if b is not None and b.evidence.phases:
+            shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in b.evidence.phases.items())
+            yield _line(f"phases of {r.name} (share of device time): {shares}")
+
+
+def _cannot_fail(s: SessionSummary) -> list[Line]:
+    blind = [f"{r.name} (+{(c.resolution if c.resolution is not None else c.floor) * 100:.0f}%)"
+             for r in s.rows if (c := r.result.comparison) is not None and c.cannot_fail]
+    if not blind or s.updating:
+        return []
+    return [_line(f"warning: {len(blind)} benchmark(s) cannot fail a slowdown below the figure shown, their "
+                  f"baseline's spread is that wide: {', '.join(blind)}; re-record them on a quiet machine (they "
+                  f"fail with --gpuperf-strict)", yellow=True)]
+
+
+def _machine_differs(s: SessionSummary) -> list[Line]:
+    from pytest_gpuperf.reporting.report import machine_differs_line
+
+    text = machine_differs_line(r.result for r in s.rows)
+    return [_line(text, yellow=True)] if text else []
+
+
+def _missing(s: SessionSummary) -> list[Line]:
+    missing = sum(1 for r in s.rows if r.result.comparison is not None
+                  and r.result.comparison.verdict.value == "no-baseline" and not r.updated)
+    if not missing or s.updating:
+        return []
+    return [_line(f"{missing} benchmark(s) have no baseline: record them with `pytest --gpuperf-update-baselines`")]
+
+
+def _warnings(warnings: Sequence[str]) -> list[Line]:
+    return [_line(f"warning: {w}", yellow=True) for w in dict.fromkeys(warnings)]
+
+
+def _xdist(s: SessionSummary) -> list[Line]:
+    if not s.workers_seen:
+        return []
+    return [_line(f"pytest-xdist: results of {s.workers_seen} worker(s) merged; measurements on the same device "
+                  f"were serialized with a file lock (never two benchmarks on one device at once)")]
+
+
+def _written(s: SessionSummary) -> list[Line]:
+    return [_line(f"{label} written to {path}") for label, path in s.written]
+
+
+def _errors(errors: Sequence[str]) -> list[Line]:
+    return [_line(f"error: {e}", red=True) for e in errors]
