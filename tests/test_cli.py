@@ -107,7 +107,7 @@ def test_regressed_exits_1(tmp_path, base_file, capsys):
     out = capsys.readouterr().out
     r = row(out, "test_a")
     assert "regressed" in r and "1.3" in r and " ms" in r and "x-" in r  # medians with units, ratio CI
-    assert "performance regression in tests/perf/test_demo.py::test_a" in out  # Comparison.message()
+    assert "performance regression in tests/perf/test_demo.py::test_a" in out  # reporting.messages.comparison_message
     assert out.rstrip().endswith("1 regressed, 0 improved, 0 inconclusive, 0 unchanged")
 
 

@@ -293,7 +293,7 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
         why = problem or (a.note if a is not None and a.note else "no A/B result")
         note = f"not confirmed by A/B against {label}: {why}; the stored verdict stands"
         return dataclasses.replace(stored, comparison=dataclasses.replace(s, ab_confirmation=note))
-    from pytest_gpuperf.verdict.compare import ab_summary
+    from pytest_gpuperf.reporting.messages import ab_summary
 
     word = "confirmed" if a.verdict is Verdict.REGRESSED else "not confirmed"
     note = f"{said}; {word} by A/B against the baseline's commit on this machine: {ab_summary(a)} ({a.verdict.value})"

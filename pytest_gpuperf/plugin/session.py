@@ -517,9 +517,11 @@ class GpuPerfSession:
             self._warn_if_measured_nothing(item)
         if bench is None or report.when != "call" or not report.passed or not bench.results:
             return
+        from pytest_gpuperf.reporting.messages import failure_messages
+
         messages = []
         for r in bench.results:
-            messages.extend(r.failures(strict=self.settings.strict, updating=self.settings.updating, label=f"{bench.module}::{r.benchmark_id}"))
+            messages.extend(failure_messages(r, strict=self.settings.strict, updating=self.settings.updating, label=f"{bench.module}::{r.benchmark_id}"))
             if r.top_ops:
                 report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
         if self.settings.updating:

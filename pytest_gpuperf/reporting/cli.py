@@ -319,6 +319,7 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
     """The files, the table (one row per pair), the details of what failed or is unsure (all with
     ``-v``), the benchmarks only one file has, and the totals."""
     from pytest_gpuperf.core.units import format_ms, format_ratio
+    from pytest_gpuperf.reporting.messages import comparison_message, gate_messages
     from pytest_gpuperf.verdict.compare import Verdict
 
     print(f"baseline: {base.path} ({base.kind})")
@@ -347,12 +348,12 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
         print("* unchanged, with a note (significant but inside the effect floor or the prediction limit; -v says)")
     details = [d.comparison for d in decided
                if args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
-    count_failures = [msg for d in decided if d.counts is not None for msg in d.counts.messages()]
-    count_failures += [msg for d in decided if d.memory is not None for msg in d.memory.messages()]
+    count_failures = [msg for d in decided if d.counts is not None for msg in gate_messages(d.counts)]
+    count_failures += [msg for d in decided if d.memory is not None for msg in gate_messages(d.memory)]
     if details or count_failures:
         print()
         for c in details:
-            print(c.message())
+            print(comparison_message(c))
         for msg in count_failures:
             print(msg)
     if m.only_baseline or m.only_current or m.ambiguous:

@@ -6,6 +6,7 @@ import dataclasses
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
+from pytest_gpuperf.reporting.messages import comparison_message, gate_messages
 from pytest_gpuperf.storage.baseline import SCHEMA_VERSION
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.result import BenchResult
@@ -44,7 +45,7 @@ def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
     d = dataclasses.asdict(c)
     d["verdict"] = c.verdict.value
     d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
-    d["message"] = c.message()
+    d["message"] = comparison_message(c)
     return d
 
 
@@ -55,8 +56,16 @@ def memory_comparison_dict(m: MemoryComparison | None) -> dict[str, Any] | None:
     d = dataclasses.asdict(m)
     d["verdict"] = m.verdict.value
     d["over_budget"] = m.over_budget
-    d["messages"] = m.messages()
+    d["messages"] = gate_messages(m)
     return d
+
+
+def count_comparison_dict(cc: Any) -> dict[str, Any] | None:
+    """A :class:`~pytest_gpuperf.verdict.counts.CountComparison` as a JSON-ready dict, with its
+    failure messages."""
+    if cc is None:
+        return None
+    return dict(cc.to_dict(), messages=gate_messages(cc))
 
 
 def _json_options(options: Any) -> dict[str, Any]:
@@ -129,7 +138,7 @@ def result_entry(
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
         entry["memory_comparison"] = memory_comparison_dict(result.memory_comparison)
         cc = result.count_comparison
-        entry["count_comparison"] = cc.to_dict() if cc is not None else None
+        entry["count_comparison"] = count_comparison_dict(cc)
         entry["trace_path"] = result.trace_path
     return entry
 
@@ -500,7 +509,7 @@ _MARK = {"regressed": "[REGRESSED]", "inconclusive": "[INCONCLUSIVE]", "improved
 
 
 def _failing(r: BenchResult, strict: bool) -> bool:
-    return bool(r.failures(strict=strict))
+    return bool(r.failing(strict=strict))
 
 
 #: IQR/median at or above which a recorded baseline is called noisy (torch.utils.benchmark's threshold).
@@ -583,7 +592,7 @@ def markdown(
     current median, the median ratio with its 99% CI, the Hodges-Lehmann ratio, verdict, peak memory
     and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
     """
-    from pytest_gpuperf.verdict.compare import ab_summary
+    from pytest_gpuperf.reporting.messages import ab_summary
 
     if mode not in _MARKDOWN_MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(_MARKDOWN_MODES)}")

@@ -96,7 +96,7 @@ def _baselines_or_ab(s: SessionSummary) -> Iterator[Line]:
     if s.ab_label is None:
         yield _line(f"baselines: {s.baselines}")
         return
-    from pytest_gpuperf.verdict.compare import ab_summary
+    from pytest_gpuperf.reporting.messages import ab_summary
 
     for r in s.rows:
         c = r.result.comparison

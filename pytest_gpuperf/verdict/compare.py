@@ -50,7 +50,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_gpuperf.core.options import BenchOptions
-from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, size_unit
+from pytest_gpuperf.core.units import format_pct, format_ratio
 
 #: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
 BOOTSTRAP_SEED = 20251121
@@ -166,94 +166,6 @@ class Comparison:
         benchmark that cannot fail (:attr:`cannot_fail`)."""
         return self.verdict is Verdict.REGRESSED or (strict and (self.verdict is Verdict.INCONCLUSIVE
                                                                   or self.cannot_fail))
-
-    def message(self) -> str:
-        """One paragraph saying what was compared and why the verdict is what it is."""
-        if self.verdict is Verdict.NO_BASELINE:
-            where = f" in {self.baseline_file}" if self.baseline_file else ""
-            return (
-                f"{self.benchmark_id}: no baseline{where}; record one with "
-                f"`pytest --gpuperf-update-baselines`"
-            )
-        assert self.ratio is not None and self.baseline_median_ms is not None
-        median_ratio = self.median_ratio
-        if median_ratio is None and self.baseline_median_ms > 0:  # a report written before the field existed
-            median_ratio = self.current_median_ms / self.baseline_median_ms
-        ci = f", 99% CI {format_ratio(self.ratio_ci[0])}-{format_ratio(self.ratio_ci[1])}" if self.ratio_ci else ""
-        p = self.p_slower if self.ratio >= 1 else self.p_faster
-        head = {
-            Verdict.REGRESSED: "performance regression",
-            Verdict.IMPROVED: "performance improvement",
-            Verdict.UNCHANGED: "no significant change",
-            Verdict.INCONCLUSIVE: "inconclusive comparison",
-        }[self.verdict]
-        if self.ab_ref is not None:
-            return self._ab_message(head, p)
-        if self.processes is not None and self.baseline_processes is not None and self.resolution is not None:
-            return self._replicates_message(head, p)
-        floor = self.floor if self.floor is not None else self.threshold
-        gate = f"threshold +{self.threshold * 100:g}%"
-        if floor > self.threshold + 1e-12:
-            gate = f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {self.run_sd * 100:.1f}%) - 1 > threshold +{self.threshold * 100:g}%)"
-        text = (
-            f"{head} in {self.benchmark_id}: median {format_ms(self.baseline_median_ms)} -> "
-            f"{format_ms(self.current_median_ms)}, median ratio {format_ratio(median_ratio)}{ci}; "
-            f"Hodges-Lehmann ratio {format_ratio(self.ratio)} ({format_pct(self.ratio - 1)}), Mann-Whitney U p={_fmt_p(p)} "
-            f"(alpha {self.alpha:g}), {gate}; baseline history: {self.runs} run(s)"
-        )
-        if self.prediction_limit is not None:
-            text += f", 99% prediction limit {format_ratio(self.prediction_limit)}"
-        if self.normalized_by and self.raw_ratio is not None:
-            text += f"; normalized by machine-speed drift ({self.normalized_by}), raw ratio {format_ratio(self.raw_ratio)}"
-        return text + self._tail(INTENDED_HINT)
-
-    def _replicates_message(self, head: str, p: float | None) -> str:
-        assert self.ratio is not None and self.baseline_median_ms is not None and self.ratio_ci is not None
-        text = (f"{head} in {self.benchmark_id}: {format_ratio(self.ratio)} [{format_ratio(self.ratio_ci[0])}, "
-                f"{format_ratio(self.ratio_ci[1])}] ({format_pct(self.ratio - 1)}, 99% CI): geometric mean of "
-                f"{self.processes} process medians {format_ms(self.current_median_ms)} vs "
-                f"{format_ms(self.baseline_median_ms)} of the baseline's {self.baseline_processes}; Student t over "
-                f"process medians p={_fmt_p(p)} (alpha {self.alpha:g}), between-process SD "
-                f"{(self.run_sd or 0) * 100:.1f}%, threshold +{self.threshold * 100:g}%; baseline history: "
-                f"{self.runs} run(s)")
-        return text + self._tail(INTENDED_HINT)
-
-    def _tail(self, intended_hint: str) -> str:
-        """The end of a timing message: confirmation, the baseline file (none in A/B mode), the
-        note, and for a regression what to do when the change is intended."""
-        text = {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(
-            self.confirmed, "")
-        if self.ab_confirmation:
-            text += f"; {self.ab_confirmation}"
-        if self.cannot_fail:
-            floor = self.resolution if self.resolution is not None else self.floor
-            text += (f"; cannot fail: only a slowdown above +{(floor or 0) * 100:.0f}% could (the baseline's spread "
-                     f"is that wide; fails with --gpuperf-strict; re-record on a quiet machine)")
-        if self.baseline_file:
-            text += f"; baseline: {self.baseline_file}"
-        if self.note:
-            text += f"; {self.note}"
-        if self.verdict is Verdict.REGRESSED:
-            text += f"; {intended_hint}"
-        return text
-
-    def _ab_message(self, head: str, p: float | None) -> str:
-        per = ", ".join(format_ratio(v) for v in (self.ab_process_ratios or ()))
-        text = (f"{head} in {self.benchmark_id}: {ab_summary(self)} (Hodges-Lehmann B/A, 99% CI of the median "
-                f"ratio); median A {format_ms(self.baseline_median_ms)} -> B {format_ms(self.current_median_ms)}; "
-                f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {self.alpha:g}) over {self.ab_pairs} paired blocks from "
-                f"{self.runs} pair(s) of worker processes (per pair {per}), threshold +{self.threshold * 100:g}%")
-        if self.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
-            return text + self._tail(INTENDED_HINT)
-        return text + self._tail("if the change is intended, this A/B comparison passes once REF includes it")
-
-
-#: The end of every regression message (timing and memory): what to do when the change is wanted.
-INTENDED_HINT = "if the change is intended, re-record with `pytest --gpuperf-update-baselines`"
-
-
-def _fmt_p(p: float | None) -> str:
-    return "-" if p is None else f"{p:.2g}"
 
 
 def _log_samples(samples_ms: Sequence[float], what: str) -> np.ndarray:
@@ -673,18 +585,8 @@ def downgrade_throttled(c: Comparison, reason: str | None, *, strict_hint: bool 
     """
     if reason is None or c.verdict is not Verdict.REGRESSED:
         return c
-    import dataclasses
-
     note = f"{reason}; the regression is not trusted" + (" (fails with --gpuperf-strict)" if strict_hint else "")
     return with_note(c, note, verdict=Verdict.INCONCLUSIVE)
-
-
-def ab_summary(c: Comparison) -> str | None:
-    """``"A/B vs origin/main (3f2a1c9): 1.12x [1.08x, 1.16x]"`` for an A/B comparison, else None."""
-    if c.ab_ref is None or c.ratio is None:
-        return None
-    ci = f" [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]" if c.ratio_ci else ""
-    return f"A/B vs {c.ab_ref}: {format_ratio(c.ratio)}{ci}"
 
 
 def with_note(c: Comparison, note: str, **changes: Any) -> Comparison:
@@ -734,34 +636,6 @@ class MemoryComparison:
     @property
     def failed(self) -> bool:
         return self.verdict is Verdict.REGRESSED or self.over_budget
-
-    def messages(self, *, include_regression: bool = True) -> list[str]:
-        """Failure messages (empty when the comparison passes).
-
-        ``include_regression=False`` reports the hard budget only (what still fails while
-        baselines are being updated).
-        """
-        out = []
-        if self.verdict is Verdict.REGRESSED and include_regression:
-            assert self.baseline_bytes is not None
-            change = format_pct(self.change) if self.change is not None else "baseline allocated nothing"
-            out.append(
-                f"memory regression in {self.benchmark_id}: {format_bytes(self.baseline_bytes)} -> "
-                f"{format_bytes(self.current_bytes)} ({change}), allowed "
-                f"+{self.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}"
-                + (f"; baseline: {self.baseline_file}" if self.baseline_file else "")
-                + f"; {INTENDED_HINT}"
-            )
-        if self.over_budget:
-            assert self.max_memory_bytes is not None
-            unit = size_unit(self.max_memory_text)  # the budget's own unit: "peak 123 kB > max_memory 100 kB"
-            out.append(
-                f"memory budget exceeded in {self.benchmark_id}: peak {format_bytes(self.current_bytes, unit)} > "
-                f"max_memory {format_bytes(self.max_memory_bytes, unit)} on {self.device}"
-            )
-        if out and self.snapshot:
-            out.append(self.snapshot)
-        return out
 
 
 def decide_memory(

@@ -36,7 +36,7 @@ COUNT_FIELDS: tuple[str, ...] = ("ops", "kernels", "syncs", "copies", "copy_byte
 LABELS = {"ops": "ops", "kernels": "kernels", "syncs": "syncs", "copies": "copies", "copy_bytes": "copy bytes",
           "flops": "FLOPs", "traffic_bytes": "bytes", "recompiles": "recompiles", "graph_breaks": "graph breaks"}
 #: The family a count belongs to, for the head of a failure message ("op/sync counts regressed").
-_FAMILY = {"ops": "op", "kernels": "kernel", "syncs": "sync", "copies": "copy", "copy_bytes": "copy",
+FAMILY = {"ops": "op", "kernels": "kernel", "syncs": "sync", "copies": "copy", "copy_bytes": "copy",
            "flops": "FLOP", "traffic_bytes": "byte", "recompiles": "compile", "graph_breaks": "compile"}
 #: Counts that have per-name breakdowns (the diff of a failure message names what changed).
 BY_NAME_FIELDS = ("ops", "kernels", "syncs")
@@ -209,19 +209,6 @@ class CountComparison:
     def regressions(self) -> list[CountChange]:
         return [c for c in self.changes if c.status == "regressed"]
 
-    def messages(self, *, include_regression: bool = True) -> list[str]:
-        """Failure messages: the diff of regressed counts (unless ``include_regression`` is False,
-        as while updating baselines) and each exceeded budget."""
-        out = []
-        regressed = self.regressions()
-        if regressed and include_regression:
-            families = "/".join(dict.fromkeys(_FAMILY[c.name] for c in regressed))
-            where = f"; baseline: {self.baseline_file}" if self.baseline_file else ""
-            out.append(f"{families} counts regressed in {self.benchmark_id}: "
-                       + "; ".join(c.text() for c in regressed) + where)
-        out.extend(self.over_budget)
-        return out
-
     def summary(self) -> str:
         """One line for reports: the changed counts, or the verdict."""
         changed = [c for c in self.changes if c.status in ("regressed", "improved")]
@@ -230,11 +217,10 @@ class CountComparison:
         return "; ".join(f"{c.text()} [{c.status}]" for c in changed)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form for reports."""
+        """JSON form (the report adds its failure messages: :func:`pytest_gpuperf.reporting.report.count_comparison_dict`)."""
         d = dataclasses.asdict(self)
         d["verdict"] = self.verdict.value
         d["failed"] = self.failed
-        d["messages"] = self.messages()
         return d
 
     @classmethod

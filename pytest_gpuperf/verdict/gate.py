@@ -14,7 +14,7 @@ for A/B), ``gpuperf compare`` and the studies (``benchmarks/stat_power.py``, ``b
 ``benchmarks/verdict_study.py`` through the plugin) call it; what was measured is an
 :class:`Evidence`, what it is compared with a :class:`Reference`, and the answer an
 :class:`Evaluation`. Pass or fail is then decided in one place,
-:meth:`pytest_gpuperf.verdict.result.BenchResult.failures`. :func:`judge`, :func:`judge_replicates`,
+:meth:`pytest_gpuperf.verdict.result.BenchResult.failing`. :func:`judge`, :func:`judge_replicates`,
 :func:`judge_ab` and :func:`judge_counts` are its steps. The timing steps of :func:`judge`, in order:
 
 1. **normalize** (only with ``--gpuperf-normalize``, ``normalize=True``): when the interleaved

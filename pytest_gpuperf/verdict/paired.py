@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pytest_gpuperf.verdict.compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_ALPHA, DEFAULT_THRESHOLD,  # noqa: F401
-                      RATIO_CONFIDENCE, Comparison, Verdict, ab_summary, hierarchical_log_ci, shift_verdict)
+                      RATIO_CONFIDENCE, Comparison, Verdict, hierarchical_log_ci, shift_verdict)
 from pytest_gpuperf.core.units import format_ratio
 
 #: Sides of an A/B comparison: A is the git revision, B the working tree.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuperf.core.options import BenchOptions, options_from_dict
-from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
+from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict
 from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, summarize
 
 
@@ -128,21 +128,10 @@ class BenchResult:
         mismatch fails only under ``--gpuperf-strict`` (and while updating baselines)."""
         return self.host_busy is None
 
-    def bottleneck_message(self) -> str | None:
-        """The misclassification failure message, or None."""
-        if not self.misclassified:
-            return None
-        from pytest_gpuperf.verdict.bottleneck import mismatch_message
-
-        text = mismatch_message(self.options.expect_bottleneck or (), self.bottleneck)
-        if self.host_busy:
-            text += f"; measured while {self.host_busy}"
-        if self.trace_path:
-            text += f"; trace: {self.trace_path}"
-        return text
-
-    def failures(self, *, strict: bool = False, updating: bool = False, label: str | None = None) -> list[str]:
-        """Why this result fails its test, one message each (empty: it passes).
+    def failing(self, *, strict: bool = False, updating: bool = False) -> tuple[str, ...]:
+        """Which checks fail this result's test, in order: ``"timing"``, ``"memory"``, ``"counts"``,
+        ``"bottleneck"`` (empty: it passes). :func:`pytest_gpuperf.reporting.messages.failure_messages`
+        words them.
 
         The one place that decides pass or fail, for the plugin and the reports alike: a timing
         regression (or, ``strict``, an inconclusive comparison), a memory regression, a peak over
@@ -150,24 +139,19 @@ class BenchResult:
         (``max_syncs``...), a misclassified bottleneck (on a busy host only with ``strict``, see
         :attr:`misclassification_trusted`). While ``updating`` baselines only the hard
         checks count (``max_memory``, the count budgets, ``expect_bottleneck``): a new baseline
-        may be slower than the old one, but never over its own budget. ``label`` names the benchmark in messages that do
-        not carry its full id (default ``benchmark_id``).
+        may be slower than the old one, but never over its own budget.
         """
-        label = label or self.benchmark_id
-        out: list[str] = []
-        c, m = self.comparison, self.memory_comparison
-        mismatch = self.bottleneck_message()
+        out = []
+        c, m, cc = self.comparison, self.memory_comparison, self.count_comparison
         if c is not None and c.fails(strict) and not updating:
-            out.append(c.message())
-            if self.trace_path and not mismatch:
-                out.append(f"{label}: trace of the profiled calls: {self.trace_path}")
-        if m is not None:
-            out.extend(m.messages(include_regression=not updating))
-        if self.count_comparison is not None:
-            out.extend(self.count_comparison.messages(include_regression=not updating))
-        if mismatch and (strict or updating or self.misclassification_trusted):
-            out.append(f"{label}: {mismatch}")
-        return out
+            out.append("timing")
+        if m is not None and ((m.verdict is Verdict.REGRESSED and not updating) or m.over_budget):
+            out.append("memory")
+        if cc is not None and ((cc.regressions() and not updating) or cc.over_budget):
+            out.append("counts")
+        if self.misclassified and (strict or updating or self.misclassification_trusted):
+            out.append("bottleneck")
+        return tuple(out)
 
     @property
     def iqr_fraction(self) -> float:

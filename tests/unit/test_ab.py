@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from pytest_gpuperf.verdict.paired import (Block, PairedRatio, abba_schedule, ab_summary, decide_ab, min_pairs, paired_ratios,
+from pytest_gpuperf.verdict.paired import (Block, PairedRatio, abba_schedule, decide_ab, min_pairs, paired_ratios,
                                per_process_ratios)
 from pytest_gpuperf.verdict.compare import Verdict
+from pytest_gpuperf.reporting.messages import ab_summary, comparison_message
 
 
 def _blocks(slowdown: float, *, processes: int = 2, groups: int = 4, cv: float = 0.03, drift: float = 0.0,
@@ -63,7 +64,7 @@ def test_injected_slowdown_regresses_and_aa_passes():
     assert slow.verdict is Verdict.REGRESSED
     assert 1.17 < slow.ratio < 1.23 and slow.ratio_ci[0] > 1.0
     assert slow.ab_pairs == 16 and slow.runs == 2 and len(slow.ab_process_ratios) == 2
-    text = slow.message()
+    text = comparison_message(slow)
     assert "A/B vs origin/main (3f2a1c9): 1.19" in text and "Wilcoxon signed-rank" in text and "16 paired blocks" in text
     assert ab_summary(slow).startswith("A/B vs origin/main (3f2a1c9): 1.")
     same = _decide(_blocks(0.0))

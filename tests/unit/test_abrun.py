@@ -14,6 +14,7 @@ from pytest_gpuperf.ab.run import (ABError, Block, Coordinator, Measured, Revisi
                                   hash_seed, map_path, prepare_worktree, resolve_revision, side_specs, worker_args)
 from pytest_gpuperf.ab.results import ab_result, dump_results, load_results
 from pytest_gpuperf.verdict.compare import Verdict
+from pytest_gpuperf.reporting.messages import failure_messages
 
 
 def test_worker_args_drop_reports_xdist_and_ab_options():
@@ -124,7 +125,7 @@ def test_ab_result_builds_the_verdict_new_and_count_gate():
     assert r.rounds == 40 and r.median_ms == pytest.approx(1.3)
     new = ab_result("t.py::test_x", [b for b in blocks if b.side == "B"], {"B": entry(12)}, "main (abc1234)")
     assert new.comparison.verdict is Verdict.NO_BASELINE and "new: not in main (abc1234)" in new.comparison.note
-    assert not new.failures()
+    assert not failure_messages(new)
     assert ab_result("t.py::test_x", blocks, {"A": entry(10)}, "main") is None  # B failed: not decided here
 
 
@@ -204,7 +205,7 @@ def test_ab_regression_on_a_busy_host_is_inconclusive():
     busy = ab_result("t.py::test_x", blocks, {"A": entry(0.0), "B": entry(0.9)}, "main (abc1234)")
     assert busy.comparison.verdict is Verdict.INCONCLUSIVE
     assert busy.comparison.note.startswith("host busy: other processes used 0.90 of 2 CPU cores while it ran")
-    assert busy.failures() == [] and busy.failures(strict=True)
+    assert failure_messages(busy) == [] and failure_messages(busy, strict=True)
     quiet = ab_result("t.py::test_x", blocks, {"A": entry(0.1), "B": entry(0.1)}, "main (abc1234)")
     assert quiet.comparison.verdict is Verdict.REGRESSED
 

@@ -15,6 +15,7 @@ from pytest_gpuperf.verdict.compare import (
     median_ratio_ci,
 )
 from pytest_gpuperf.core.units import format_ms
+from pytest_gpuperf.reporting.messages import comparison_message
 
 BASE_MEDIAN_MS = 2.0
 
@@ -69,7 +70,7 @@ def test_regression_plus_20_percent():
     assert c.current_median_ms == pytest.approx(float(np.median(cur)))
     assert c.baseline_median_ms == pytest.approx(float(np.median(base)))
 
-    msg = c.message()
+    msg = comparison_message(c)
     assert "tests/perf/test_mm.py::test_matmul[1024]" in msg
     assert format_ms(c.baseline_median_ms) in msg
     assert format_ms(c.current_median_ms) in msg
@@ -87,8 +88,8 @@ def test_improvement_minus_20_percent():
     assert c.ratio == pytest.approx(0.8, rel=0.03)
     assert c.ratio_ci[1] < 1.0
     assert c.p_faster < c.alpha
-    assert "improvement" in c.message()
-    assert "bm" in c.message()
+    assert "improvement" in comparison_message(c)
+    assert "bm" in comparison_message(c)
 
 
 def test_regression_and_improvement_are_mirror_images():
@@ -110,7 +111,7 @@ def test_tiny_but_significant_shift_is_unchanged_with_note():
     assert c.ratio_ci[0] > 1.0
     assert c.ratio == pytest.approx(1.02, abs=0.005)  # ... but below the 5% threshold
     assert c.note is not None and "significant" in c.note
-    assert "significant" in c.message()
+    assert "significant" in comparison_message(c)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,7 @@ def test_threshold_gate_on_clear_plus_8_percent(threshold, expected):
     assert c.threshold == threshold
     if expected is Verdict.UNCHANGED:
         assert "significant" in (c.note or "")
-        assert "+10%" in c.message()
+        assert "+10%" in comparison_message(c)
 
 
 def test_threshold_gate_mirrors_for_improvement():
@@ -154,7 +155,7 @@ def test_too_few_samples_is_unchanged_with_note():
     assert c.ratio == pytest.approx(2.0)
     assert "too few samples" in (c.note or "")
     assert c.p_slower is None and c.ratio_ci is None
-    assert "p=-" in c.message()
+    assert "p=-" in comparison_message(c)
 
 
 def test_more_samples_than_decision_cap():
@@ -192,7 +193,7 @@ def test_no_baseline(baseline):
     assert not c.failed
     assert c.current_median_ms == pytest.approx(float(np.median(cur)))
     assert c.baseline_median_ms is None and c.ratio is None
-    msg = c.message()
+    msg = comparison_message(c)
     assert "mod.py::test_x" in msg
     assert "no baseline" in msg
     assert "b/dev/mod.json" in msg
@@ -200,7 +201,7 @@ def test_no_baseline(baseline):
 
 
 def test_no_baseline_message_without_file():
-    msg = decide([1.0, 2.0], None, benchmark_id="x").message()
+    msg = comparison_message(decide([1.0, 2.0], None, benchmark_id="x"))
     assert "--gpuperf-update-baselines" in msg
     assert " in None" not in msg
 

@@ -27,6 +27,7 @@ from pytest_gpuperf.verdict.compare import (
     shift_verdict,
     within_prediction_limits,
 )
+from pytest_gpuperf.reporting.messages import comparison_message
 
 
 def samples(seed: int, n: int = 60, median: float = 1.0, sigma: float = 0.02) -> np.ndarray:
@@ -390,5 +391,5 @@ def test_process_level_decision_and_a_baseline_too_noisy_to_fail():
     assert decide_replicates(one_slow_process, base).verdict is not Verdict.REGRESSED
     noisy = decide_replicates([[1.0] * 5, [1.0] * 5], [0.5, 2.0])  # the baseline's processes 4x apart
     assert noisy.cannot_fail and noisy.fails(strict=True) and not noisy.fails()
-    assert "cannot fail" in noisy.message()
+    assert "cannot fail" in comparison_message(noisy)
     assert not c.cannot_fail

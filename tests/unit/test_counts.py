@@ -12,6 +12,8 @@ from pytest_gpuperf.verdict.compare import Verdict
 from pytest_gpuperf.verdict.counts import (CountComparison, Counts, compile_delta, decide_counts, device_counts, kernel_name,
                                    name_diff, stored_totals, throughput)
 from pytest_gpuperf.core.units import format_si
+from pytest_gpuperf.reporting.messages import gate_messages
+from pytest_gpuperf.reporting.report import count_comparison_dict
 
 BASE = Counts(ops=212, syncs=0, copies=0, copy_bytes=0, flops=1_000_000, traffic_bytes=4096,
               ops_by_name={"aten::mm": 2, "aten::relu": 210})
@@ -33,7 +35,7 @@ def test_an_added_item_per_layer_fails_with_the_sync_and_op_diff() -> None:
     cur = with_item(BASE)
     c = decide_counts(cur, history(BASE, BASE), BASE, benchmark_id="test_x.py::test_step", baseline_file="b.json")
     assert c.verdict is Verdict.REGRESSED and c.failed
-    (msg,) = c.messages()
+    (msg,) = gate_messages(c)
     assert msg == ("op/sync counts regressed in test_x.py::test_step: ops 212 -> 232 per call "
                    "(aten::_local_scalar_dense +10, aten::max +10); syncs 0 -> 10 per call "
                    "(aten::_local_scalar_dense +10); baseline: b.json")
@@ -42,10 +44,10 @@ def test_an_added_item_per_layer_fails_with_the_sync_and_op_diff() -> None:
 
 def test_unchanged_counts_pass_and_fewer_is_improved() -> None:
     same = decide_counts(BASE, history(BASE), BASE)
-    assert same.verdict is Verdict.UNCHANGED and not same.failed and same.messages() == []
+    assert same.verdict is Verdict.UNCHANGED and not same.failed and gate_messages(same) == []
     fewer = Counts(ops=200, flops=BASE.flops, traffic_bytes=BASE.traffic_bytes, ops_by_name={"aten::mm": 2})
     c = decide_counts(fewer, history(BASE), BASE)
-    assert c.verdict is Verdict.IMPROVED and not c.failed and c.messages() == []
+    assert c.verdict is Verdict.IMPROVED and not c.failed and gate_messages(c) == []
     assert "ops 212 -> 200 per call" in c.summary() and "[improved]" in c.summary()
 
 
@@ -65,7 +67,7 @@ def test_a_count_that_varied_is_gated_against_its_stored_maximum() -> None:
     assert ops.variable and (ops.low, ops.high, ops.runs) == (10, 12, 3)
     above = decide_counts(Counts(ops=13, syncs=1), runs)
     assert above.failed
-    assert "ops 10..12 -> 13 per call (over the largest of 3 stored runs, which varied)" in above.messages()[0]
+    assert "ops 10..12 -> 13 per call (over the largest of 3 stored runs, which varied)" in gate_messages(above)[0]
     # the exact count next to it is still gated exactly
     assert decide_counts(Counts(ops=11, syncs=2), runs).failed
 
@@ -80,13 +82,13 @@ def test_count_tolerance_is_relative_slack() -> None:
 
 def test_float64_inputs_fail_on_bytes() -> None:
     f64 = Counts(ops=BASE.ops, flops=BASE.flops, traffic_bytes=2 * BASE.traffic_bytes, ops_by_name=BASE.ops_by_name)
-    (msg,) = decide_counts(f64, history(BASE), BASE, benchmark_id="t").messages()
+    (msg,) = gate_messages(decide_counts(f64, history(BASE), BASE, benchmark_id="t"))
     assert msg == "byte counts regressed in t: bytes 4.00 KiB -> 8.00 KiB per call"
 
 
 def test_a_change_hidden_by_rounding_is_spelled_out() -> None:
     big = Counts(traffic_bytes=402653184)
-    (msg,) = decide_counts(Counts(traffic_bytes=402653188), history(big), big, benchmark_id="t").messages()
+    (msg,) = gate_messages(decide_counts(Counts(traffic_bytes=402653188), history(big), big, benchmark_id="t"))
     assert msg == "byte counts regressed in t: bytes 384 MiB -> 384 MiB (+4 B) per call"
 
 
@@ -99,7 +101,7 @@ def test_budgets_need_no_baseline_and_name_the_offenders() -> None:
     assert decide_counts(cur, None, budgets={"max_kernels": 0}).over_budget == ()
     # budgets still fail while updating baselines; regressions do not
     c2 = decide_counts(cur, history(BASE), BASE, budgets={"max_syncs": 0}, benchmark_id="t")
-    assert len(c2.messages()) == 2 and c2.messages(include_regression=False) == list(c2.over_budget)
+    assert len(gate_messages(c2)) == 2 and gate_messages(c2, include_regression=False) == list(c2.over_budget)
     with pytest.raises(ValueError, match="max_bytes"):
         decide_counts(cur, None, budgets={"max_bytes": 1})
 
@@ -108,7 +110,7 @@ def test_recompiles_are_totals_not_per_call() -> None:
     cur = Counts(ops=1, recompiles=4, graph_breaks=0)
     c = decide_counts(cur, [{"ops": 1, "recompiles": 0, "graph_breaks": 0}], budgets={"max_recompiles": 0},
                       benchmark_id="t")
-    assert c.messages()[0] == "compile counts regressed in t: recompiles 0 -> 4"
+    assert gate_messages(c)[0] == "compile counts regressed in t: recompiles 0 -> 4"
     assert c.over_budget == ("t: 4 recompiles is over max_recompiles=0",)
 
 
@@ -119,7 +121,7 @@ def test_name_diff_orders_by_increase() -> None:
 def test_diff_lists_at_most_four_names() -> None:
     cur = Counts(ops=20, ops_by_name={f"aten::op{i}": 2 for i in range(10)})
     old = Counts(ops=10, ops_by_name={f"aten::op{i}": 1 for i in range(10)})
-    text = decide_counts(cur, history(old), old).messages()[0]
+    text = gate_messages(decide_counts(cur, history(old), old))[0]
     assert text.count("+1") == 4 and "6 more" in text
 
 
@@ -139,8 +141,8 @@ def test_counts_json_round_trip() -> None:
 def test_count_comparison_round_trip() -> None:
     c = decide_counts(with_item(BASE), history(BASE), BASE, budgets={"max_syncs": 0}, benchmark_id="t",
                       baseline_file="b.json")
-    d = json.loads(json.dumps(c.to_dict()))
-    assert d["failed"] is True and d["verdict"] == "regressed" and d["messages"] == c.messages()
+    d = json.loads(json.dumps(count_comparison_dict(c)))  # the report's JSON form
+    assert d["failed"] is True and d["verdict"] == "regressed" and d["messages"] == gate_messages(c)
     assert CountComparison.from_dict(d) == c
 
 

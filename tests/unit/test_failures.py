@@ -16,6 +16,7 @@ import pytest
 from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence, classify
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict, decide, decide_memory
 from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.reporting.messages import comparison_message, failure_messages, gate_messages
 
 BID = "tests/perf/test_m.py::test_t[2]"
 MiB = 1 << 20
@@ -69,7 +70,7 @@ def test_passing_results_have_no_failures():
         r = result(c)
         for strict in (False, True):
             for updating in (False, True):
-                assert r.failures(strict=strict, updating=updating) == []
+                assert failure_messages(r, strict=strict, updating=updating) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,23 +81,23 @@ def test_passing_results_have_no_failures():
 def test_regression_fails():
     c = regressed()
     r = result(c)
-    assert r.failures() == [c.message()]
-    assert r.failures(strict=True) == [c.message()]
-    assert "performance regression in " + BID in r.failures()[0]
+    assert failure_messages(r) == [comparison_message(c)]
+    assert failure_messages(r, strict=True) == [comparison_message(c)]
+    assert "performance regression in " + BID in failure_messages(r)[0]
 
 
 def test_regression_does_not_fail_while_updating():
     r = result(regressed())
-    assert r.failures(updating=True) == []
-    assert r.failures(updating=True, strict=True) == []
+    assert failure_messages(r, updating=True) == []
+    assert failure_messages(r, updating=True, strict=True) == []
 
 
 def test_inconclusive_fails_only_when_strict():
     c = inconclusive()
     r = result(c)
-    assert r.failures() == []
-    assert r.failures(strict=True) == [c.message()]
-    assert r.failures(strict=True, updating=True) == []
+    assert failure_messages(r) == []
+    assert failure_messages(r, strict=True) == [comparison_message(c)]
+    assert failure_messages(r, strict=True, updating=True) == []
 
 
 def test_hand_made_comparisons():
@@ -105,8 +106,8 @@ def test_hand_made_comparisons():
     for verdict, fails, fails_strict in [(Verdict.REGRESSED, True, True), (Verdict.INCONCLUSIVE, False, True),
                                          (Verdict.UNCHANGED, False, False), (Verdict.IMPROVED, False, False)]:
         r = result(Comparison(verdict=verdict, **base))
-        assert bool(r.failures()) is fails, verdict
-        assert bool(r.failures(strict=True)) is fails_strict, verdict
+        assert bool(failure_messages(r)) is fails, verdict
+        assert bool(failure_messages(r, strict=True)) is fails_strict, verdict
 
 
 # --------------------------------------------------------------------------------------------
@@ -118,9 +119,9 @@ def test_memory_regression_fails_but_not_while_updating():
     m = decide_memory(20 * MiB, 10 * MiB, benchmark_id=BID, device="cpu", baseline_file="b.json")
     assert m.verdict is Verdict.REGRESSED and not m.over_budget
     r = result(decide(samples(1), samples(2), benchmark_id=BID), memory=m)
-    assert r.failures() == m.messages()
-    assert len(r.failures()) == 1 and r.failures()[0].startswith(f"memory regression in {BID}: ")
-    assert r.failures(updating=True) == []
+    assert failure_messages(r) == gate_messages(m)
+    assert len(failure_messages(r)) == 1 and failure_messages(r)[0].startswith(f"memory regression in {BID}: ")
+    assert failure_messages(r, updating=True) == []
 
 
 def test_over_max_memory_fails_also_while_updating():
@@ -128,28 +129,28 @@ def test_over_max_memory_fails_also_while_updating():
     assert m.verdict is Verdict.NO_BASELINE and m.over_budget
     r = result(None, memory=m)
     msg = f"memory budget exceeded in {BID}: peak 20.0 MiB > max_memory 16.0 MiB on cpu"
-    assert r.failures() == [msg]
-    assert r.failures(updating=True) == [msg]
-    assert r.failures(updating=True, strict=True) == [msg]
+    assert failure_messages(r) == [msg]
+    assert failure_messages(r, updating=True) == [msg]
+    assert failure_messages(r, updating=True, strict=True) == [msg]
 
 
 def test_memory_regression_and_budget_while_updating_keeps_only_the_budget():
     m = decide_memory(40 * MiB, 10 * MiB, max_memory_bytes=32 * MiB, benchmark_id=BID, device="cpu")
     assert m.verdict is Verdict.REGRESSED and m.over_budget
     r = result(None, memory=m)
-    both = r.failures()
+    both = failure_messages(r)
     assert len(both) == 2
     assert both[0].startswith("memory regression") and both[1].startswith("memory budget exceeded")
-    assert r.failures(updating=True) == [both[1]]
+    assert failure_messages(r, updating=True) == [both[1]]
 
 
 def test_memory_snapshot_is_appended_to_failing_memory_messages():
     m = MemoryComparison(verdict=Verdict.UNCHANGED, benchmark_id=BID, current_bytes=3 * MiB,
                          max_memory_bytes=2 * MiB, device="cuda:0", snapshot="snapshot: s.pickle\n  1.0 MiB at ...")
     r = result(None, memory=m)
-    assert r.failures() == [m.messages()[0], "snapshot: s.pickle\n  1.0 MiB at ..."]
+    assert failure_messages(r) == [gate_messages(m)[0], "snapshot: s.pickle\n  1.0 MiB at ..."]
     ok = MemoryComparison(verdict=Verdict.UNCHANGED, benchmark_id=BID, current_bytes=MiB, snapshot="x")
-    assert result(None, memory=ok).failures() == []
+    assert failure_messages(result(None, memory=ok)) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,23 +161,23 @@ def test_memory_snapshot_is_appended_to_failing_memory_messages():
 def test_misclassification_fails_also_while_updating_with_label_prefix():
     r = result(None, bottleneck=overhead_bound(), expect=("compute",))
     assert r.misclassified
-    assert r.failures() == [f"{BID}: {MISMATCH}"]  # default label: the benchmark id
-    assert r.failures(updating=True) == [f"{BID}: {MISMATCH}"]
-    assert r.failures(label="test_t[2]") == [f"test_t[2]: {MISMATCH}"]
-    assert r.failures(label="test_t[2]", updating=True, strict=True) == [f"test_t[2]: {MISMATCH}"]
+    assert failure_messages(r) == [f"{BID}: {MISMATCH}"]  # default label: the benchmark id
+    assert failure_messages(r, updating=True) == [f"{BID}: {MISMATCH}"]
+    assert failure_messages(r, label="test_t[2]") == [f"test_t[2]: {MISMATCH}"]
+    assert failure_messages(r, label="test_t[2]", updating=True, strict=True) == [f"test_t[2]: {MISMATCH}"]
 
 
 def test_expected_bottleneck_passes():
     for expect in (("overhead",), ("compute", "overhead"), None):
-        assert result(None, bottleneck=overhead_bound(), expect=expect).failures() == []
+        assert failure_messages(result(None, bottleneck=overhead_bound(), expect=expect)) == []
 
 
 def test_misclassification_with_trace_names_the_trace_once():
     c = regressed()
     r = result(c, bottleneck=overhead_bound(), expect=("compute",), trace_path=TRACE)
-    assert r.failures() == [c.message(), f"{BID}: {MISMATCH}; trace: {TRACE}"]
-    assert sum(TRACE in f for f in r.failures()) == 1
-    assert r.failures(updating=True) == [f"{BID}: {MISMATCH}; trace: {TRACE}"]
+    assert failure_messages(r) == [comparison_message(c), f"{BID}: {MISMATCH}; trace: {TRACE}"]
+    assert sum(TRACE in f for f in failure_messages(r)) == 1
+    assert failure_messages(r, updating=True) == [f"{BID}: {MISMATCH}; trace: {TRACE}"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,21 +188,21 @@ def test_misclassification_with_trace_names_the_trace_once():
 def test_regression_with_trace_adds_the_trace_message():
     c = regressed()
     r = result(c, trace_path=TRACE)
-    assert r.failures() == [c.message(), f"{BID}: trace of the profiled calls: {TRACE}"]
-    assert r.failures(label="t") == [c.message(), f"t: trace of the profiled calls: {TRACE}"]
-    assert r.failures(updating=True) == []  # the regression does not count, nor its trace
+    assert failure_messages(r) == [comparison_message(c), f"{BID}: trace of the profiled calls: {TRACE}"]
+    assert failure_messages(r, label="t") == [comparison_message(c), f"t: trace of the profiled calls: {TRACE}"]
+    assert failure_messages(r, updating=True) == []  # the regression does not count, nor its trace
 
 
 def test_trace_alone_does_not_fail():
     r = result(decide(samples(1), samples(2), benchmark_id=BID), trace_path=TRACE)
-    assert r.failures() == [] and r.failures(strict=True) == []
+    assert failure_messages(r) == [] and failure_messages(r, strict=True) == []
 
 
 def test_inconclusive_strict_with_trace():
     c = inconclusive()
     r = result(c, trace_path=TRACE)
-    assert r.failures() == []
-    assert r.failures(strict=True) == [c.message(), f"{BID}: trace of the profiled calls: {TRACE}"]
+    assert failure_messages(r) == []
+    assert failure_messages(r, strict=True) == [comparison_message(c), f"{BID}: trace of the profiled calls: {TRACE}"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,15 +214,15 @@ def test_all_failures_in_order():
     c = regressed()
     m = decide_memory(40 * MiB, 10 * MiB, max_memory_bytes=32 * MiB, benchmark_id=BID, device="cpu")
     r = result(c, memory=m, bottleneck=overhead_bound(), expect=("compute",))
-    got = r.failures()
-    assert got == [c.message(), *m.messages(), f"{BID}: {MISMATCH}"]
-    assert r.failures(updating=True) == [m.messages(include_regression=False)[0], f"{BID}: {MISMATCH}"]
+    got = failure_messages(r)
+    assert got == [comparison_message(c), *gate_messages(m), f"{BID}: {MISMATCH}"]
+    assert failure_messages(r, updating=True) == [gate_messages(m, include_regression=False)[0], f"{BID}: {MISMATCH}"]
 
 
 @pytest.mark.parametrize("strict", [False, True])
 def test_failures_is_pure(strict):
     r = result(regressed(), trace_path=TRACE)
-    assert r.failures(strict=strict) == r.failures(strict=strict)
+    assert failure_messages(r, strict=strict) == failure_messages(r, strict=strict)
     assert r.comparison.verdict is Verdict.REGRESSED  # nothing changed on the result
 
 
@@ -233,10 +234,10 @@ def test_misclassification_on_a_busy_host_fails_only_strict_or_while_updating():
         telemetry=busy)
     why = f"{BID}: {MISMATCH}; measured while host busy: other processes used 0.98 of 2 CPU cores while it ran"
     assert r.misclassified and not r.misclassification_trusted
-    assert r.failures() == []
-    assert r.failures(strict=True) == [why] and r.failures(updating=True) == [why]
+    assert failure_messages(r) == []
+    assert failure_messages(r, strict=True) == [why] and failure_messages(r, updating=True) == [why]
     quiet = BenchResult.from_samples(
         tuple(samples(9, 20, 1.3)), name="test_t[2]", device="cpu", rounds=20, calls_per_round=1,
         warmup_rounds=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
         telemetry={"other_cpu_cores": 0.1, "cpu_count": 2})
-    assert quiet.misclassification_trusted and quiet.failures() == [f"{BID}: {MISMATCH}"]
+    assert quiet.misclassification_trusted and failure_messages(quiet) == [f"{BID}: {MISMATCH}"]

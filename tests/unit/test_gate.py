@@ -18,6 +18,7 @@ from pytest_gpuperf.storage.baseline import BaselineEntry, RunRecord
 from pytest_gpuperf.verdict.compare import Comparison, Verdict, decide, downgrade_throttled
 from pytest_gpuperf.verdict.gate import judge
 from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.reporting.messages import comparison_message
 
 OPTS = BenchOptions()
 THROTTLE = "throttled: HW thermal 34% of samples"
@@ -97,7 +98,7 @@ def test_regression_with_baseline_like_remeasure_is_not_confirmed():
     assert r.calls == 1 == OPTS.confirm
     assert c.confirmed is False
     assert c.verdict is not Verdict.REGRESSED and not c.failed
-    assert "not confirmed on re-measure (noise)" in c.message()
+    assert "not confirmed on re-measure (noise)" in comparison_message(c)
 
 
 def test_large_transient_is_not_confirmed_when_remeasures_dominate():
@@ -118,7 +119,7 @@ def test_one_off_transient_is_not_confirmed_with_the_default_single_remeasure(fi
     c = judge(cur, ENTRY, OPTS, remeasure=Remeasure(1.0))
     assert c.confirmed is False and not c.failed
     assert c.ratio_ci[0] < 1 + OPTS.threshold < c.ratio_ci[1]
-    assert "not confirmed on re-measure" in c.message()
+    assert "not confirmed on re-measure" in comparison_message(c)
 
 
 def test_a_confirmed_slowdown_is_decided_on_all_the_evidence():
@@ -136,7 +137,7 @@ def test_regression_with_slow_remeasure_is_confirmed():
     assert r.calls == 1
     assert c.verdict is Verdict.REGRESSED and c.failed
     assert c.confirmed is True
-    assert "confirmed on re-measure" in c.message()
+    assert "confirmed on re-measure" in comparison_message(c)
     # The verdict is decided on the pooled samples.
     pooled = decide(cur, BASE, confirmation_ms=samples(51, 100, 1.3), run_medians_ms=list(ENTRY.run_medians_ms))
     assert c == pooled
@@ -199,7 +200,7 @@ def test_drift_normalization_turns_machine_slowdown_into_unchanged():
     assert c.normalized_by == "copy x1.300"
     assert c.current_median_ms == pytest.approx(float(np.median(raw)) / 1.3)
     assert r.calls == 0  # not regressed after normalization: no confirmation
-    assert "normalized by machine-speed drift (copy x1.300), raw ratio 1.30" in c.message()
+    assert "normalized by machine-speed drift (copy x1.300), raw ratio 1.30" in comparison_message(c)
 
 
 def test_drift_normalization_keeps_a_real_regression():
@@ -317,7 +318,7 @@ def test_no_baseline():
     assert c.runs == 0 and c.ratio is None and c.baseline_median_ms is None
     assert c.raw_ratio is None and c.normalized_by is None  # nothing to normalize a ratio of
     assert c.note is None
-    assert "no baseline in b.json" in c.message()
+    assert "no baseline in b.json" in comparison_message(c)
     assert judge(cur, None, OPTS) == decide(cur, None)
 
 

@@ -40,6 +40,7 @@ from pytest_gpuperf.verdict.compare import (
     run_stats,
 )
 from pytest_gpuperf.core.options import BenchOptions, OptionError, convert, resolve
+from pytest_gpuperf.reporting.messages import comparison_message
 
 DEVICE_KEY = "cpu-test-device"
 MODULE = "tests/perf/test_workloads.py"
@@ -161,7 +162,7 @@ def test_floor_is_threshold_below_three_runs(meds):
     else:
         assert c.run_sd is None
     assert c.prediction_limit is None
-    assert "effect floor" not in c.message() and "+5%" in c.message()
+    assert "effect floor" not in comparison_message(c) and "+5%" in comparison_message(c)
 
 
 def test_plus_8_percent_regressed_with_tight_history():
@@ -171,7 +172,7 @@ def test_plus_8_percent_regressed_with_tight_history():
     assert c.floor == 0.05  # expm1(0.015) < threshold
     assert c.verdict is Verdict.REGRESSED and c.failed
     assert c.ratio == pytest.approx(1.08, rel=0.01)
-    msg = c.message()
+    msg = comparison_message(c)
     assert "effect floor" not in msg
     assert "threshold +5%" in msg and "baseline history: 3 run(s)" in msg
 
@@ -186,7 +187,7 @@ def test_plus_8_percent_not_regressed_with_noisy_history():
     assert c.verdict is Verdict.UNCHANGED
     assert c.ratio_ci[0] > 1.0 and c.p_slower < c.alpha  # the shift itself is real...
     assert "within the effect floor" in c.note  # ...but inside the run-to-run noise
-    msg = c.message()
+    msg = comparison_message(c)
     assert "effect floor +12.7%" in msg
     assert "3 x run-to-run SD 4.0%" in msg
     assert "threshold +5%" in msg
@@ -268,7 +269,7 @@ def test_shift_above_floor_but_inside_prediction_limit_is_not_regressed():
     # its CI lies wholly above 1+T, so it is not "unchanged" either (issue 21): inconclusive, passes
     assert c.verdict is Verdict.INCONCLUSIVE and not c.failed
     assert "within the history's 99% prediction limit" in c.note
-    msg = c.message()
+    msg = comparison_message(c)
     assert "99% prediction limit 1.086x" in msg
     assert "baseline history: 5 run(s)" in msg
 
@@ -277,7 +278,7 @@ def test_shift_beyond_prediction_limit_is_regressed():
     c = decide(samples(7, 200, 1.12, 0.01), samples(8, 200, 1.0, 0.01), run_medians_ms=FIVE_RUNS)
     assert c.verdict is Verdict.REGRESSED
     assert c.current_median_ms > c.baseline_median_ms * c.prediction_limit
-    assert "99% prediction limit" in c.message()
+    assert "99% prediction limit" in comparison_message(c)
     assert c.note is None
 
 
@@ -285,7 +286,7 @@ def test_prediction_limit_needs_five_runs():
     meds = run_medians(0.02, 4)  # centre 1.0, floor expm1(6%) = 6.2%
     c = decide(samples(7, 200, 1.075, 0.01), samples(8, 200, 1.0, 0.01), run_medians_ms=meds)
     assert c.prediction_limit is None
-    assert "prediction limit" not in c.message()
+    assert "prediction limit" not in comparison_message(c)
     assert c.verdict is Verdict.REGRESSED  # 4 runs: floor only, and +7.5% is above it
 
 
@@ -325,7 +326,7 @@ def test_few_noisy_samples_are_inconclusive(n, seed):
     # decide's note says why; the hint how to measure more precisely is added by gate.judge.
     assert "spans both 1 and" in c.note
     assert "measure longer" not in c.note
-    assert c.message().startswith("inconclusive comparison in ")
+    assert comparison_message(c).startswith("inconclusive comparison in ")
     j = gate.judge(cur, bl.BaselineEntry.from_samples("b", base), BenchOptions())
     assert j.verdict is Verdict.INCONCLUSIVE
     assert (j.ratio, j.ratio_ci, j.p_slower, j.p_faster, j.floor) == (c.ratio, c.ratio_ci, c.p_slower, c.p_faster, c.floor)
@@ -334,7 +335,7 @@ def test_few_noisy_samples_are_inconclusive(n, seed):
     assert "measure longer" in j.note  # ... then the hint
     assert f"now {BenchOptions().max_time:g} s" in j.note
     assert j.fails() is False and j.fails(strict=True) is True
-    assert "measure longer" in j.message()
+    assert "measure longer" in comparison_message(j)
 
 
 def _comparison(verdict: Verdict) -> Comparison:
@@ -372,7 +373,7 @@ def test_slow_first_measurement_not_confirmed_is_noise():
     assert c.verdict is not Verdict.REGRESSED and not c.failed
     assert c.confirmed is False
     assert c.current_median_ms == pytest.approx(float(np.median(np.concatenate([first, second]))))
-    msg = c.message()
+    msg = comparison_message(c)
     assert "not confirmed on re-measure (noise)" in msg
 
 
@@ -381,7 +382,7 @@ def test_genuine_regression_is_confirmed():
     c = decide(samples(9, 100, 1.3), base, confirmation_ms=samples(10, 100, 1.3))
     assert c.verdict is Verdict.REGRESSED and c.failed
     assert c.confirmed is True
-    msg = c.message()
+    msg = comparison_message(c)
     assert "confirmed on re-measure" in msg
     assert "not confirmed" not in msg
     assert c.ratio == pytest.approx(1.3, rel=0.02)
@@ -392,7 +393,7 @@ def test_confirmed_is_none_without_confirmation():
     for cur in (samples(9, 100, 1.3), samples(9, 100, 1.0)):
         c = decide(cur, base)
         assert c.confirmed is None
-        assert "re-measure" not in c.message()
+        assert "re-measure" not in comparison_message(c)
 
 
 def test_confirmation_of_a_non_regression_is_false():
@@ -438,7 +439,7 @@ def test_same_inputs_give_identical_comparisons(kwargs):
     decide(samples(1, 30), samples(2, 30))  # nor an unrelated decision in between
     second = decide(cur, base, **kwargs)
     assert first == second
-    assert first.message() == second.message()
+    assert comparison_message(first) == comparison_message(second)
     # Inputs are not modified.
     assert cur == list(samples(5, 60, 1.06, sigma=0.05)) and base == list(samples(6, 60, sigma=0.05))
 

@@ -24,6 +24,7 @@ from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.measure.probe import DEFAULT_KIND, probe_kind
 from pytest_gpuperf.verdict.machine import ProbeEvidence
 from pytest_gpuperf.measure.timing import probe_every
+from pytest_gpuperf.reporting.messages import comparison_message
 
 OPTS = BenchOptions()
 PROBE = "compute: 256x256 float32 matmul"
@@ -94,7 +95,7 @@ def test_machine_slower_and_benchmark_as_slow_is_inconclusive_with_the_note():
     assert "--gpuperf-update-baselines" in c.note and "--gpuperf-ab REF" in c.note
     assert not c.fails(strict=False) and c.fails(strict=True)
     assert c.normalized_by is None and c.raw_ratio is None  # uncorrelated: not normalized
-    assert "machine differs: probe +29%" in c.message()
+    assert "machine differs: probe +29%" in comparison_message(c)
 
 
 def test_by_default_the_probe_neither_rescales_nor_downgrades():

@@ -19,6 +19,7 @@ from pytest_gpuperf.measure.memory import (
 )
 from pytest_gpuperf.core.options import BenchOptions, OptionError, resolve
 from pytest_gpuperf.core.units import SIZE_UNITS, byte_unit_for, format_bytes, parse_size
+from pytest_gpuperf.reporting.messages import gate_messages
 
 KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 
@@ -264,7 +265,7 @@ def test_decide_memory_no_baseline():
     m = decide_memory(5 * GiB, None, benchmark_id="x")
     assert m.verdict is Verdict.NO_BASELINE
     assert m.baseline_bytes is None and m.change is None
-    assert not m.failed and m.messages() == []
+    assert not m.failed and gate_messages(m) == []
 
 
 def test_decide_memory_fields():
@@ -308,13 +309,13 @@ def test_memory_regression_message():
     m = decide_memory(cur, base, benchmark_id="m.py::test_attn[1024]")
     assert m.verdict is Verdict.REGRESSED
     assert m.change == pytest.approx(0.11, abs=1e-6)
-    (msg,) = m.messages()
+    (msg,) = gate_messages(m)
     assert msg.startswith("memory regression in m.py::test_attn[1024]: 812 MiB -> 901 MiB (+11.0%)")
     assert msg == ("memory regression in m.py::test_attn[1024]: 812 MiB -> 901 MiB (+11.0%), "
                    "allowed +2% + 1.00 MiB; if the change is intended, re-record with "
                    "`pytest --gpuperf-update-baselines`")
     m = decide_memory(cur, base, benchmark_id="t", baseline_file="gpuperf/b.json", threshold=0.05)
-    assert m.messages() == ["memory regression in t: 812 MiB -> 901 MiB (+11.0%), allowed +5% + 1.00 MiB; "
+    assert gate_messages(m) == ["memory regression in t: 812 MiB -> 901 MiB (+11.0%), allowed +5% + 1.00 MiB; "
                             "baseline: gpuperf/b.json; if the change is intended, re-record with "
                             "`pytest --gpuperf-update-baselines`"]
 
@@ -322,10 +323,10 @@ def test_memory_regression_message():
 def test_memory_budget_message_names_max_memory_and_device():
     m = decide_memory(int(812 * MiB * 1.11), None, max_memory_bytes=850 * MiB, benchmark_id="t",
                       device="cuda:0")
-    assert m.messages() == ["memory budget exceeded in t: peak 901 MiB > max_memory 850 MiB on cuda:0"]
+    assert gate_messages(m) == ["memory budget exceeded in t: peak 901 MiB > max_memory 850 MiB on cuda:0"]
     both = decide_memory(int(812 * MiB * 1.11), 812 * MiB, max_memory_bytes=850 * MiB, benchmark_id="t",
                          device="cpu")
-    msgs = both.messages()
+    msgs = gate_messages(both)
     assert len(msgs) == 2
     assert msgs[0].startswith("memory regression in t: 812 MiB -> 901 MiB (+11.0%)")
     assert msgs[1] == "memory budget exceeded in t: peak 901 MiB > max_memory 850 MiB on cpu"
@@ -333,11 +334,11 @@ def test_memory_budget_message_names_max_memory_and_device():
 
 def test_memory_messages_empty_when_passing_and_snapshot_only_on_failure():
     ok = dataclasses.replace(decide_memory(100 * MiB, 100 * MiB), snapshot="memory snapshot: s.pickle")
-    assert not ok.failed and ok.messages() == []
+    assert not ok.failed and gate_messages(ok) == []
     improved = decide_memory(10 * MiB, 100 * MiB)
-    assert improved.verdict is Verdict.IMPROVED and improved.messages() == []
+    assert improved.verdict is Verdict.IMPROVED and gate_messages(improved) == []
     bad = dataclasses.replace(decide_memory(300 * MiB, 100 * MiB), snapshot="memory snapshot: s.pickle")
-    msgs = bad.messages()
+    msgs = gate_messages(bad)
     assert len(msgs) == 2 and msgs[-1] == "memory snapshot: s.pickle"
 
 
@@ -361,7 +362,7 @@ def test_decide_memory_negative_threshold_message():
 def test_memory_regression_message_from_zero_baseline_does_not_claim_zero_change():
     m = decide_memory(5 * MiB, 0, benchmark_id="t")
     assert m.verdict is Verdict.REGRESSED
-    (msg,) = m.messages()
+    (msg,) = gate_messages(m)
     assert "0 B -> 5.00 MiB" in msg
     assert "+0.0%" not in msg
 

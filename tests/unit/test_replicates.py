@@ -13,6 +13,7 @@ from pytest_gpuperf.verdict.compare import Comparison, Verdict
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.reporting.report import result_entry
 from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.reporting.messages import comparison_message, failure_messages
 
 
 def test_processes_come_from_cli_then_ini_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,13 +111,13 @@ def test_ab_confirmation_makes_the_ab_verdict_final_or_keeps_the_stored_one_with
                              ab_ref="the baselines' commit (abc1234)"))
     final = replicates.with_ab_confirmation(stored, same, "the baselines' commit (abc1234)")
     c = final.comparison
-    assert c.verdict is Verdict.UNCHANGED and not final.failures()
+    assert c.verdict is Verdict.UNCHANGED and not failure_messages(final)
     assert c.ab_confirmation.startswith("the stored baseline said regressed 1.300x; not confirmed by A/B")
     assert final.peak_memory_bytes == 5 and final.process_medians_ms == (1.3, 1.3)
     kept = replicates.with_ab_confirmation(stored, None, "abc1234", "the commit is not in this repository")
-    assert kept.comparison.verdict is Verdict.REGRESSED and kept.failures()
+    assert kept.comparison.verdict is Verdict.REGRESSED and failure_messages(kept)
     assert "not confirmed by A/B against abc1234: the commit is not in this repository; the stored verdict stands" \
-        in kept.comparison.message()
+        in comparison_message(kept.comparison)
     json.dumps(result_entry(final, environment={}, git_commit=None, timestamp_utc="", with_comparison=True))
 
 

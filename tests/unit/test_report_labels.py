@@ -15,11 +15,12 @@ import pytest
 from pytest_gpuperf.reporting import report
 from pytest_gpuperf.core.files import ensure_output_dir
 from pytest_gpuperf.plugin.bench import BenchContext, GpuBench, GpuBenchUsageError, _lazy_kind
-from pytest_gpuperf.verdict.compare import INTENDED_HINT, Verdict, decide, decide_memory
+from pytest_gpuperf.verdict.compare import Verdict, decide, decide_memory
 from pytest_gpuperf.measure.drift import shared_reference
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.core.units import format_ratio, shorten_middle, size_unit
+from pytest_gpuperf.reporting.messages import INTENDED_HINT, comparison_message, gate_messages
 
 
 def lognormal(seed: int, n: int, median: float = 1.0, sigma: float = 0.05) -> np.ndarray:
@@ -46,7 +47,7 @@ def test_decide_stores_the_median_ratio_whose_ci_it_reports():
 def test_regression_message_prints_the_ci_next_to_the_median_ratio():
     c = decide(lognormal(3, 200, 1.3), lognormal(4, 200), benchmark_id="m.py::t")
     assert c.verdict is Verdict.REGRESSED
-    msg = c.message()
+    msg = comparison_message(c)
     lo, hi = c.ratio_ci
     assert (f"median ratio {format_ratio(c.median_ratio)}, 99% CI {format_ratio(lo)}-{format_ratio(hi)}; "
             f"Hodges-Lehmann ratio {format_ratio(c.ratio)}") in msg
@@ -62,7 +63,7 @@ def test_skewed_samples_the_hodges_lehmann_ratio_lies_outside_the_ci_but_is_labe
     assert c.ratio_ci[0] <= c.median_ratio <= c.ratio_ci[1]
     text = report.median_ratio_text(c)
     assert text == f"{format_ratio(c.median_ratio)} ({format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])})"
-    msg = c.message()
+    msg = comparison_message(c)
     assert f"median ratio {format_ratio(c.median_ratio)}, 99% CI" in msg
     assert f"Hodges-Lehmann ratio {format_ratio(c.ratio)}" in msg
 
@@ -87,7 +88,7 @@ def test_message_of_an_old_report_without_median_ratio_still_names_it():
     import dataclasses
 
     c = dataclasses.replace(decide(lognormal(3, 200, 1.3), lognormal(4, 200)), median_ratio=None)
-    assert f"median ratio {format_ratio(c.current_median_ms / c.baseline_median_ms)}" in c.message()
+    assert f"median ratio {format_ratio(c.current_median_ms / c.baseline_median_ms)}" in comparison_message(c)
 
 
 def test_markdown_labels_the_baseline_and_both_ratios():
@@ -115,11 +116,11 @@ def test_legend_says_what_baseline_and_ratio_are():
 
 
 def test_regression_messages_say_how_to_rerecord_and_others_do_not():
-    assert decide(lognormal(3, 200, 1.3), lognormal(4, 200)).message().endswith(INTENDED_HINT)
-    assert INTENDED_HINT not in decide(lognormal(3, 200), lognormal(4, 200)).message()
-    assert INTENDED_HINT not in decide(lognormal(3, 200, 0.7), lognormal(4, 200)).message()
+    assert comparison_message(decide(lognormal(3, 200, 1.3), lognormal(4, 200))).endswith(INTENDED_HINT)
+    assert INTENDED_HINT not in comparison_message(decide(lognormal(3, 200), lognormal(4, 200)))
+    assert INTENDED_HINT not in comparison_message(decide(lognormal(3, 200, 0.7), lognormal(4, 200)))
     mem = decide_memory(100 << 20, 50 << 20, benchmark_id="t")
-    assert mem.messages()[0].endswith(INTENDED_HINT)
+    assert gate_messages(mem)[0].endswith(INTENDED_HINT)
     assert "--gpuperf-update-baselines" in INTENDED_HINT
 
 
@@ -135,10 +136,10 @@ def test_size_unit(text, unit):
 def test_budget_is_reported_in_the_unit_it_was_written_in():
     m = decide_memory(123_456, None, max_memory_bytes=100_000, max_memory_text="100 kB", benchmark_id="t",
                       device="cpu")
-    (msg,) = m.messages()
+    (msg,) = gate_messages(m)
     assert msg == "memory budget exceeded in t: peak 123 kB > max_memory 100 kB on cpu"
     plain = decide_memory(123_456, None, max_memory_bytes=100_000, benchmark_id="t", device="cpu")
-    assert "max_memory 97.7 KiB" in plain.messages()[0]  # an int budget: IEC units as before
+    assert "max_memory 97.7 KiB" in gate_messages(plain)[0]  # an int budget: IEC units as before
 
 
 def test_shorten_middle():

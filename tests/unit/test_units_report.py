@@ -16,6 +16,7 @@ from pytest_gpuperf.core.options import DEFAULTS
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES, Outliers, summarize, thin
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, time_unit_for
+from pytest_gpuperf.reporting.messages import bottleneck_message, comparison_message, gate_messages
 
 MiB = 2**20
 BOTTLENECK = 13  # report.COLUMNS.index("bottleneck"), checked in test_columns
@@ -142,7 +143,7 @@ def test_from_samples_computes_statistics():
     assert r.comparison is None and r.smoke is False
     assert r.peak_memory_bytes is None and r.memory_comparison is None
     assert r.bottleneck is None and r.trace_path is None and r.top_ops is None
-    assert r.misclassified is False and r.bottleneck_message() is None
+    assert r.misclassified is False and bottleneck_message(r) is None
 
 
 def test_from_samples_rejects_bad_samples():
@@ -231,7 +232,7 @@ def test_result_entry_with_comparison():
     assert comp["verdict"] == "regressed"
     assert comp["ratio"] == c.ratio
     assert comp["ratio_ci"] == list(c.ratio_ci)
-    assert comp["message"] == c.message()
+    assert comp["message"] == comparison_message(c)
     assert comp["baseline_file"] == "b.json"
     assert e["memory_comparison"] is None  # no memory measured
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
@@ -262,7 +263,7 @@ def test_result_entry_with_memory_comparison():
     assert mc["current_bytes"] == 1000 * MiB and mc["baseline_bytes"] == 800 * MiB
     assert mc["max_memory_bytes"] == 900 * MiB and mc["threshold"] == 0.02
     assert mc["device"] == "cuda:0" and mc["baseline_file"] == "b.json"
-    assert mc["messages"] == m.messages() and len(mc["messages"]) == 2
+    assert mc["messages"] == gate_messages(m) and len(mc["messages"]) == 2
     # The verdict of the timing comparison is not changed by the memory one.
     assert e["verdict"] == c.verdict.value
     assert json.loads(dumps(e))["memory_comparison"] == mc
@@ -627,18 +628,18 @@ def test_misclassified_property():
 def test_bottleneck_message():
     b = _overhead_bound()
     r = make_result([1.0, 2.0], bottleneck=b, options={"expect_bottleneck": ("compute",)})
-    assert r.bottleneck_message() == (
+    assert bottleneck_message(r) == (
         "expected compute-bound, measured overhead-bound: device busy 23% of 4.1 ms; "
         "1,840 kernels, median 3.1 µs; host-wait gaps 71%")
     r = make_result([1.0, 2.0], bottleneck=b, options={"expect_bottleneck": ("compute", "memory")},
                     trace_path="artifacts/m.py__t.trace.json")
-    assert r.bottleneck_message() == (
+    assert bottleneck_message(r) == (
         "expected compute-bound or memory-bound, measured overhead-bound: device busy 23% of 4.1 ms; "
         "1,840 kernels, median 3.1 µs; host-wait gaps 71%; trace: artifacts/m.py__t.trace.json")
     # As expected, or nothing expected: no message.
-    assert make_result([1.0, 2.0], bottleneck=b,
-                       options={"expect_bottleneck": ("overhead",)}).bottleneck_message() is None
-    assert make_result([1.0, 2.0], bottleneck=b, trace_path="x.json").bottleneck_message() is None
+    assert bottleneck_message(make_result([1.0, 2.0], bottleneck=b,
+                       options={"expect_bottleneck": ("overhead",)})) is None
+    assert bottleneck_message(make_result([1.0, 2.0], bottleneck=b, trace_path="x.json")) is None
 
 
 def test_result_entry_records_bottleneck_and_trace_path():

@@ -1,0 +1,214 @@
+"""What a failing benchmark says: the messages of timing, memory, count and bottleneck verdicts
+(pure: no torch, no pytest).
+
+The verdict layer decides (:mod:`pytest_gpuperf.verdict`: a
+:class:`~pytest_gpuperf.verdict.compare.Comparison`, a
+:class:`~pytest_gpuperf.verdict.compare.MemoryComparison`, a
+:class:`~pytest_gpuperf.verdict.counts.CountComparison`, and which of them fail a test:
+:meth:`~pytest_gpuperf.verdict.result.BenchResult.failing`); this module words them for the
+reader: the plugin's test failures, the reports and ``gpuperf compare``.
+
+* :func:`comparison_message`: one paragraph on a timing comparison;
+* :func:`gate_messages`: the failure messages of a memory or a count comparison;
+* :func:`bottleneck_message`: a misclassified bottleneck;
+* :func:`failure_messages`: why a result fails its test, one message per failing check;
+* :func:`ab_summary`: the one-line A/B estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, size_unit
+from pytest_gpuperf.verdict.compare import MEMORY_SLACK_BYTES, Comparison, MemoryComparison, Verdict
+
+#: The end of every regression message (timing and memory): what to do when the change is wanted.
+INTENDED_HINT = "if the change is intended, re-record with `pytest --gpuperf-update-baselines`"
+
+_HEADS = {
+    Verdict.REGRESSED: "performance regression",
+    Verdict.IMPROVED: "performance improvement",
+    Verdict.UNCHANGED: "no significant change",
+    Verdict.INCONCLUSIVE: "inconclusive comparison",
+}
+
+
+def _fmt_p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}"
+
+
+def ab_summary(c: Comparison) -> str | None:
+    """``"A/B vs origin/main (3f2a1c9): 1.12x [1.08x, 1.16x]"`` for an A/B comparison, else None."""
+    if c.ab_ref is None or c.ratio is None:
+        return None
+    ci = f" [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]" if c.ratio_ci else ""
+    return f"A/B vs {c.ab_ref}: {format_ratio(c.ratio)}{ci}"
+
+
+def comparison_message(c: Comparison) -> str:
+    """One paragraph saying what was compared and why the verdict is what it is: the stored
+    baseline's (median ratio with its 99% CI, Hodges–Lehmann ratio, Mann–Whitney U p, the gate),
+    the worker processes' (Student t over process medians) or the A/B one (Wilcoxon signed-rank
+    over paired blocks), then the confirmation, the baseline file, the note and the hint."""
+    if c.verdict is Verdict.NO_BASELINE:
+        where = f" in {c.baseline_file}" if c.baseline_file else ""
+        return f"{c.benchmark_id}: no baseline{where}; record one with `pytest --gpuperf-update-baselines`"
+    assert c.ratio is not None and c.baseline_median_ms is not None
+    p = c.p_slower if c.ratio >= 1 else c.p_faster
+    head = _HEADS[c.verdict]
+    if c.ab_ref is not None:
+        return _ab_message(c, head, p)
+    if c.processes is not None and c.baseline_processes is not None and c.resolution is not None:
+        return _replicates_message(c, head, p)
+    median_ratio = c.median_ratio
+    if median_ratio is None and c.baseline_median_ms > 0:  # a report written before the field existed
+        median_ratio = c.current_median_ms / c.baseline_median_ms
+    ci = f", 99% CI {format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else ""
+    floor = c.floor if c.floor is not None else c.threshold
+    gate = f"threshold +{c.threshold * 100:g}%"
+    if floor > c.threshold + 1e-12:
+        gate = (f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {c.run_sd * 100:.1f}%) - 1 > threshold "
+                f"+{c.threshold * 100:g}%)")
+    text = (
+        f"{head} in {c.benchmark_id}: median {format_ms(c.baseline_median_ms)} -> "
+        f"{format_ms(c.current_median_ms)}, median ratio {format_ratio(median_ratio)}{ci}; "
+        f"Hodges-Lehmann ratio {format_ratio(c.ratio)} ({format_pct(c.ratio - 1)}), Mann-Whitney U p={_fmt_p(p)} "
+        f"(alpha {c.alpha:g}), {gate}; baseline history: {c.runs} run(s)"
+    )
+    if c.prediction_limit is not None:
+        text += f", 99% prediction limit {format_ratio(c.prediction_limit)}"
+    if c.normalized_by and c.raw_ratio is not None:
+        text += f"; normalized by machine-speed drift ({c.normalized_by}), raw ratio {format_ratio(c.raw_ratio)}"
+    return text + _tail(c, INTENDED_HINT)
+
+
+def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
+    assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
+    text = (f"{head} in {c.benchmark_id}: {format_ratio(c.ratio)} [{format_ratio(c.ratio_ci[0])}, "
+            f"{format_ratio(c.ratio_ci[1])}] ({format_pct(c.ratio - 1)}, 99% CI): geometric mean of "
+            f"{c.processes} process medians {format_ms(c.current_median_ms)} vs "
+            f"{format_ms(c.baseline_median_ms)} of the baseline's {c.baseline_processes}; Student t over "
+            f"process medians p={_fmt_p(p)} (alpha {c.alpha:g}), between-process SD "
+            f"{(c.run_sd or 0) * 100:.1f}%, threshold +{c.threshold * 100:g}%; baseline history: "
+            f"{c.runs} run(s)")
+    return text + _tail(c, INTENDED_HINT)
+
+
+def _ab_message(c: Comparison, head: str, p: float | None) -> str:
+    per = ", ".join(format_ratio(v) for v in (c.ab_process_ratios or ()))
+    text = (f"{head} in {c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median "
+            f"ratio); median A {format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; "
+            f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab_pairs} paired blocks from "
+            f"{c.runs} pair(s) of worker processes (per pair {per}), threshold +{c.threshold * 100:g}%")
+    if c.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
+        return text + _tail(c, INTENDED_HINT)
+    return text + _tail(c, "if the change is intended, this A/B comparison passes once REF includes it")
+
+
+def _tail(c: Comparison, intended_hint: str) -> str:
+    """The end of a timing message: confirmation, the baseline file (none in A/B mode), the
+    note, and for a regression what to do when the change is intended."""
+    text = {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(c.confirmed, "")
+    if c.ab_confirmation:
+        text += f"; {c.ab_confirmation}"
+    if c.cannot_fail:
+        floor = c.resolution if c.resolution is not None else c.floor
+        text += (f"; cannot fail: only a slowdown above +{(floor or 0) * 100:.0f}% could (the baseline's spread "
+                 f"is that wide; fails with --gpuperf-strict; re-record on a quiet machine)")
+    if c.baseline_file:
+        text += f"; baseline: {c.baseline_file}"
+    if c.note:
+        text += f"; {c.note}"
+    if c.verdict is Verdict.REGRESSED:
+        text += f"; {intended_hint}"
+    return text
+
+
+def gate_messages(comparison: Any, *, include_regression: bool = True) -> list[str]:
+    """The failure messages of a :class:`~pytest_gpuperf.verdict.compare.MemoryComparison` or a
+    :class:`~pytest_gpuperf.verdict.counts.CountComparison` (empty when it passes).
+
+    ``include_regression=False`` reports the hard budgets only (``max_memory``, ``max_syncs``...:
+    what still fails while baselines are being updated). Raises ``TypeError`` for another object.
+    """
+    from pytest_gpuperf.verdict.counts import CountComparison
+
+    if isinstance(comparison, MemoryComparison):
+        return _memory_messages(comparison, include_regression)
+    if isinstance(comparison, CountComparison):
+        return _count_messages(comparison, include_regression)
+    raise TypeError(f"gate_messages: expected a MemoryComparison or a CountComparison, got {type(comparison).__name__}")
+
+
+def _memory_messages(m: MemoryComparison, include_regression: bool) -> list[str]:
+    out = []
+    if m.verdict is Verdict.REGRESSED and include_regression:
+        assert m.baseline_bytes is not None
+        change = format_pct(m.change) if m.change is not None else "baseline allocated nothing"
+        out.append(
+            f"memory regression in {m.benchmark_id}: {format_bytes(m.baseline_bytes)} -> "
+            f"{format_bytes(m.current_bytes)} ({change}), allowed "
+            f"+{m.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}"
+            + (f"; baseline: {m.baseline_file}" if m.baseline_file else "")
+            + f"; {INTENDED_HINT}"
+        )
+    if m.over_budget:
+        assert m.max_memory_bytes is not None
+        unit = size_unit(m.max_memory_text)  # the budget's own unit: "peak 123 kB > max_memory 100 kB"
+        out.append(
+            f"memory budget exceeded in {m.benchmark_id}: peak {format_bytes(m.current_bytes, unit)} > "
+            f"max_memory {format_bytes(m.max_memory_bytes, unit)} on {m.device}"
+        )
+    if out and m.snapshot:
+        out.append(m.snapshot)
+    return out
+
+
+def _count_messages(cc: Any, include_regression: bool) -> list[str]:
+    from pytest_gpuperf.verdict.counts import FAMILY
+
+    out = []
+    regressed = cc.regressions()
+    if regressed and include_regression:
+        families = "/".join(dict.fromkeys(FAMILY[c.name] for c in regressed))
+        where = f"; baseline: {cc.baseline_file}" if cc.baseline_file else ""
+        out.append(f"{families} counts regressed in {cc.benchmark_id}: " + "; ".join(c.text() for c in regressed) + where)
+    out.extend(cc.over_budget)
+    return out
+
+
+def bottleneck_message(r: Any) -> str | None:
+    """The misclassification message of a :class:`~pytest_gpuperf.verdict.result.BenchResult`
+    (``expect_bottleneck`` given and the measured class not among them), or None."""
+    if not r.misclassified:
+        return None
+    from pytest_gpuperf.verdict.bottleneck import mismatch_message
+
+    text = mismatch_message(r.options.expect_bottleneck or (), r.bottleneck)
+    if r.host_busy:
+        text += f"; measured while {r.host_busy}"
+    if r.trace_path:
+        text += f"; trace: {r.trace_path}"
+    return text
+
+
+def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, label: str | None = None) -> list[str]:
+    """Why a :class:`~pytest_gpuperf.verdict.result.BenchResult` fails its test, one message per
+    failing check (empty: it passes); which checks fail is decided by
+    :meth:`~pytest_gpuperf.verdict.result.BenchResult.failing` (``strict``, ``updating``).
+    ``label`` names the benchmark in messages that do not carry its full id (default
+    ``benchmark_id``)."""
+    label = label or r.benchmark_id
+    out: list[str] = []
+    for check in r.failing(strict=strict, updating=updating):
+        if check == "timing":
+            out.append(comparison_message(r.comparison))
+            if r.trace_path and not r.misclassified:
+                out.append(f"{label}: trace of the profiled calls: {r.trace_path}")
+        elif check == "memory":
+            out.extend(gate_messages(r.memory_comparison, include_regression=not updating))
+        elif check == "counts":
+            out.extend(gate_messages(r.count_comparison, include_regression=not updating))
+        elif check == "bottleneck":
+            out.append(f"{label}: {bottleneck_message(r)}")
+    return out
