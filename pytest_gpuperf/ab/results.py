@@ -32,7 +32,7 @@ def options_from_entry(entry: dict[str, Any]) -> BenchOptions:
 def needs_more_pairs(c: Comparison | None) -> bool:
     """Whether an A/B comparison is measured again by more process pairs (the sequential step):
     it says regressed, or its CI straddles 1+T (it could still be a regression)."""
-    if c is None or c.ab_ref is None or c.ratio_ci is None:
+    if c is None or c.ab is None or c.ratio_ci is None:
         return False
     if c.verdict is Verdict.REGRESSED:
         return True

@@ -39,10 +39,10 @@ def _fmt_p(p: float | None) -> str:
 
 def ab_summary(c: Comparison) -> str | None:
     """``"A/B vs origin/main (3f2a1c9): 1.12x [1.08x, 1.16x]"`` for an A/B comparison, else None."""
-    if c.ab_ref is None or c.ratio is None:
+    if c.ab is None or c.ratio is None:
         return None
     ci = f" [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]" if c.ratio_ci else ""
-    return f"A/B vs {c.ab_ref}: {format_ratio(c.ratio)}{ci}"
+    return f"A/B vs {c.ab.ref}: {format_ratio(c.ratio)}{ci}"
 
 
 def comparison_message(c: Comparison) -> str:
@@ -56,7 +56,7 @@ def comparison_message(c: Comparison) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None
     p = c.p_slower if c.ratio >= 1 else c.p_faster
     head = _HEADS[c.verdict]
-    if c.ab_ref is not None:
+    if c.ab is not None:
         return _ab_message(c, head, p)
     if c.processes is not None and c.baseline_processes is not None and c.resolution is not None:
         return _replicates_message(c, head, p)
@@ -77,8 +77,9 @@ def comparison_message(c: Comparison) -> str:
     )
     if c.prediction_limit is not None:
         text += f", 99% prediction limit {format_ratio(c.prediction_limit)}"
-    if c.normalized_by and c.raw_ratio is not None:
-        text += f"; normalized by machine-speed drift ({c.normalized_by}), raw ratio {format_ratio(c.raw_ratio)}"
+    if c.normalization is not None:
+        text += (f"; normalized by machine-speed drift ({c.normalization.by}), raw ratio "
+                 f"{format_ratio(c.normalization.raw_ratio)}")
     return text + _tail(c, INTENDED_HINT)
 
 
@@ -95,10 +96,11 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
 
 
 def _ab_message(c: Comparison, head: str, p: float | None) -> str:
-    per = ", ".join(format_ratio(v) for v in (c.ab_process_ratios or ()))
+    assert c.ab is not None
+    per = ", ".join(format_ratio(v) for v in (c.ab.process_ratios or ()))
     text = (f"{head} in {c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median "
             f"ratio); median A {format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; "
-            f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab_pairs} paired blocks from "
+            f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab.pairs} paired blocks from "
             f"{c.runs} pair(s) of worker processes (per pair {per}), threshold +{c.threshold * 100:g}%")
     if c.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
         return text + _tail(c, INTENDED_HINT)

@@ -45,6 +45,12 @@ def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
     d = dataclasses.asdict(c)
     d["verdict"] = c.verdict.value
     d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
+    del d["ab"], d["normalization"]  # stored flat, under the keys of report schema 2
+    ab, norm = c.ab, c.normalization
+    d.update(ab_ref=ab.ref if ab else None, ab_pairs=ab.pairs if ab else None,
+             ab_process_ratios=list(ab.process_ratios) if ab and ab.process_ratios is not None else None,
+             ab_blocks=[list(b) for b in ab.blocks] if ab and ab.blocks is not None else None,
+             raw_ratio=norm.raw_ratio if norm else None, normalized_by=norm.by if norm else None)
     d["message"] = comparison_message(c)
     return d
 
@@ -264,7 +270,7 @@ def _centre_ms(r: BenchResult) -> float:
     """The table's "median" cell (ms): the median of all rounds, or for a benchmark decided over
     worker processes the geometric mean of their medians (what its baseline cell and ratio use)."""
     c = r.comparison
-    if c is not None and c.processes and c.ab_ref is None and not r.smoke:
+    if c is not None and c.processes and c.ab is None and not r.smoke:
         return c.current_median_ms
     return r.median_ms
 
@@ -285,7 +291,7 @@ def _ratio_cell(c: Comparison | None, r: BenchResult | None = None) -> str:
         return "-"
     ratio = table_ratio(r) if r is not None else None
     ratio = ratio if ratio is not None else c.ratio
-    if c.ab_ref is not None and c.ratio_ci:
+    if c.ab is not None and c.ratio_ci:
         return f"{format_ratio(ratio)} [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]"
     return format_ratio(ratio)
 
@@ -419,20 +425,23 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
     Raises ``KeyError``/``TypeError`` for entries that are not report entries.
     """
     from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence
-    from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict
+    from pytest_gpuperf.verdict.compare import ABEvidence, Comparison, MemoryComparison, Normalization, Verdict
     from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers
 
     def comparison(d: dict[str, Any] | None) -> Comparison | None:
         if not d:
             return None
-        fields = {f.name for f in dataclasses.fields(Comparison)}
+        fields = {f.name for f in dataclasses.fields(Comparison)} - {"ab", "normalization"}
         kw = {k: v for k, v in d.items() if k in fields}
         kw["verdict"] = Verdict(d["verdict"])
         kw["ratio_ci"] = tuple(d["ratio_ci"]) if d.get("ratio_ci") else None
-        if kw.get("ab_process_ratios") is not None:
-            kw["ab_process_ratios"] = tuple(kw["ab_process_ratios"])
-        if kw.get("ab_blocks") is not None:
-            kw["ab_blocks"] = tuple(tuple(b) for b in kw["ab_blocks"])
+        if d.get("ab_ref") is not None:  # the A/B record, stored flat
+            kw["ab"] = ABEvidence(
+                d["ab_ref"], pairs=d.get("ab_pairs"),
+                process_ratios=tuple(d["ab_process_ratios"]) if d.get("ab_process_ratios") is not None else None,
+                blocks=tuple(tuple(b) for b in d["ab_blocks"]) if d.get("ab_blocks") is not None else None)
+        if d.get("normalized_by") is not None and d.get("raw_ratio") is not None:
+            kw["normalization"] = Normalization(d["normalized_by"], d["raw_ratio"])
         return Comparison(**kw)
 
     def memory(d: dict[str, Any] | None) -> MemoryComparison | None:
@@ -551,7 +560,7 @@ def _estimate_text(c: Comparison | None) -> str:
     """The verdict's own ratio estimate, marked when it was normalized (``--gpuperf-normalize``)."""
     if c is None or c.ratio is None:
         return "-"
-    return format_ratio(c.ratio) + (" (normalized)" if c.normalized_by else "")
+    return format_ratio(c.ratio) + (" (normalized)" if c.normalization is not None else "")
 
 
 #: Markdown modes: (baseline column header, ratio column header, legend).

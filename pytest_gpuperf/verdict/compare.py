@@ -91,6 +91,31 @@ class Verdict(str, Enum):
 
 
 @dataclass(frozen=True)
+class ABEvidence:
+    """The evidence of an A/B comparison (``--gpuperf-ab``, the A/B confirmation;
+    :mod:`pytest_gpuperf.verdict.paired`): ``ref`` names the revision (``"origin/main (3f2a1c9)"``,
+    side A; the working tree is side B), ``pairs`` the number of paired blocks, ``process_ratios``
+    the median B/A ratio per pair of worker processes, ``blocks`` every block as ``(side, process
+    pair, position, median ms)`` (the raw evidence, in schedule order; None until recorded)."""
+
+    ref: str
+    pairs: int | None = None
+    process_ratios: tuple[float, ...] | None = None
+    blocks: tuple[tuple[str, int, int, float], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """How a comparison's samples were normalized before deciding (``--gpuperf-normalize``):
+    ``by`` names the divisor (``"copy x1.072"``: a reference workload's drift; ``"probe compute:
+    ... per round, median x1.290, Spearman rho 0.8"``: the interleaved probe) and ``raw_ratio`` is
+    the Hodges–Lehmann ratio of the samples before normalization."""
+
+    by: str
+    raw_ratio: float
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Verdict plus the evidence behind it.
 
@@ -104,15 +129,13 @@ class Comparison:
     the SD of their log medians (None under 2 runs), ``prediction_limit`` the upper 99%
     prediction limit as a ratio to the history's centre (None under 5 runs). ``confirmed`` is
     None when no re-measure happened, else whether the pooled re-measure kept the regression.
-    An A/B comparison (``--gpuperf-ab``, :mod:`pytest_gpuperf.verdict.paired`) names the revision in ``ab_ref``
-    (``"origin/main (3f2a1c9)"``); its baseline is A (the revision), its current B (the working
-    tree), ``ab_pairs`` the paired blocks, ``ab_process_ratios`` the median ratio per pair of worker
-    processes, ``ab_blocks`` every block as ``(side, process pair, position, median ms)`` (the raw
-    evidence, in schedule order) and ``runs`` the number of process pairs.
-    With ``--gpuperf-normalize``, ``normalized_by`` names the reference workload and its drift
-    (``"copy x1.072"``) the samples were divided by and ``raw_ratio`` is the ratio before that;
-    likewise when the interleaved probe normalized them (``"probe compute: ... per round, median
-    x1.290"``; see :func:`pytest_gpuperf.verdict.gate.judge`). ``machine_ratio`` is the interleaved probe's
+    An A/B comparison carries its :class:`ABEvidence` in ``ab`` (None otherwise); its baseline is A
+    (the revision), its current B (the working tree) and ``runs`` the number of process pairs.
+    ``normalization`` (:class:`Normalization`, None when the samples were not normalized) says how
+    ``--gpuperf-normalize`` divided the samples (see :func:`pytest_gpuperf.verdict.gate.judge`) and
+    the ratio before that. The JSON form (:func:`pytest_gpuperf.reporting.report.comparison_dict`)
+    keeps both flat, under the keys ``ab_ref``, ``ab_pairs``, ``ab_process_ratios``, ``ab_blocks``,
+    ``normalized_by`` and ``raw_ratio``. ``machine_ratio`` is the interleaved probe's
     median now / its stored level (> 1: the machine is slower; None without a probe on both
     sides) and ``machine_differs`` True when that turned a regression into an inconclusive
     verdict ("machine differs"). Times in ms.
@@ -135,13 +158,9 @@ class Comparison:
     run_sd: float | None = None
     prediction_limit: float | None = None
     confirmed: bool | None = None
-    raw_ratio: float | None = None
-    normalized_by: str | None = None
+    normalization: Normalization | None = None
     median_ratio: float | None = None
-    ab_ref: str | None = None
-    ab_pairs: int | None = None
-    ab_process_ratios: tuple[float, ...] | None = None
-    ab_blocks: tuple[tuple[str, int, int, float], ...] | None = None
+    ab: ABEvidence | None = None
     machine_ratio: float | None = None
     machine_differs: bool = False
     processes: int | None = None

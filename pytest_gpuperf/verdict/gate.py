@@ -51,7 +51,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pytest_gpuperf.verdict.history import BaselineEntry
-from pytest_gpuperf.verdict.compare import (Comparison, MemoryComparison, Verdict, decide, decide_memory, downgrade_throttled,
+from pytest_gpuperf.verdict.compare import (ABEvidence, Comparison, MemoryComparison, Normalization, Verdict, decide, decide_memory, downgrade_throttled,
                       hodges_lehmann_ratio, recentred_baseline, run_stats, with_note)
 from pytest_gpuperf.core.options import BenchOptions
 
@@ -151,7 +151,7 @@ def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: b
     what = "machine differs: " + source.format(pct=f"{(m - 1) * 100:+.0f}%")
 
     if downgrade and c.verdict is Verdict.REGRESSED and m > 1 + floor:
-        raw = c.raw_ratio if c.raw_ratio is not None else c.ratio
+        raw = c.normalization.raw_ratio if c.normalization is not None else c.ratio
         strict = " (fails with --gpuperf-strict)" if strict_hint else ""
         note = f"{what}: the regression (x{raw:.2f}) is not trusted{strict}; {MACHINE_DIFFERS_HINT}"
         return with_note(c, note, verdict=Verdict.INCONCLUSIVE, machine_differs=True)
@@ -241,7 +241,7 @@ def judge(
         else:
             assert drift is not None
             by = f"{drift[0]} x{drift[1]:.3f}"
-        comparison = dataclasses.replace(comparison, raw_ratio=raw, normalized_by=by)
+        comparison = dataclasses.replace(comparison, normalization=Normalization(by, raw))
     if comparison.verdict is Verdict.INCONCLUSIVE:
         hint = ("more rounds (pedantic rounds=...)" if fixed_rounds else
                 f"measure longer (max_time, now {options.max_time:g} s)")
@@ -478,7 +478,7 @@ def judge_ab(
         raise ValueError(f"{benchmark_id}: no B (working tree) blocks to decide on")
     if not reference.ab_measured or not a:
         return Comparison(verdict=Verdict.NO_BASELINE, benchmark_id=benchmark_id,
-                          current_median_ms=statistics.median(b), runs=0, ab_ref=ref,
+                          current_median_ms=statistics.median(b), runs=0, ab=ABEvidence(ref),
                           note=reference.ab_missing_note or f"new: not in {ref}",
                           threshold=options.threshold, alpha=options.alpha)
     c = decide_ab(paired_ratios(blocks), a_median_ms=statistics.median(a), b_median_ms=statistics.median(b),
@@ -486,6 +486,6 @@ def judge_ab(
     extra = {x.side for x in blocks if confirm_from is not None and x.process >= confirm_from}
     if extra == {"A", "B"}:
         c = dataclasses.replace(c, confirmed=c.verdict is Verdict.REGRESSED)
-    c = dataclasses.replace(c, ab_blocks=tuple(
-        (blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks))
+    recorded = tuple((blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks)
+    c = dataclasses.replace(c, ab=dataclasses.replace(c.ab or ABEvidence(ref), blocks=recorded))
     return downgrade_throttled(c, throttle)

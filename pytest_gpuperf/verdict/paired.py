@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pytest_gpuperf.verdict.compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_ALPHA, DEFAULT_THRESHOLD,  # noqa: F401
-                      RATIO_CONFIDENCE, Comparison, Verdict, hierarchical_log_ci, shift_verdict)
+                      RATIO_CONFIDENCE, ABEvidence, Comparison, Verdict, hierarchical_log_ci, shift_verdict)
 from pytest_gpuperf.core.units import format_ratio
 
 #: Sides of an A/B comparison: A is the git revision, B the working tree.
@@ -180,7 +180,7 @@ def decide_ab(
     ``ref``: how A is named (``"origin/main (3f2a1c9)"``). The returned comparison has
     ``baseline_median_ms`` = A's median, ``current_median_ms`` = B's, ``ratio`` the
     Hodges–Lehmann estimate of B/A, ``ratio_ci`` the CI of the median ratio, ``runs`` the number
-    of process pairs and ``ab_ref``/``ab_pairs``/``ab_process_ratios`` set. With fewer pairs than
+    of process pairs and its :class:`~pytest_gpuperf.verdict.compare.ABEvidence` (``ab``) set. With fewer pairs than
     :func:`min_pairs` (``alpha`` 0.01: 7), no signed-rank test can reach ``alpha``: ``inconclusive``.
     Raises ``ValueError`` for bad ``threshold``/``alpha``. Deterministic (seeded bootstrap).
     """
@@ -192,8 +192,8 @@ def decide_ab(
     per_process = per_process_ratios(ratios)
     common: dict = dict(
         benchmark_id=benchmark_id, current_median_ms=b_median_ms, baseline_median_ms=a_median_ms,
-        threshold=threshold, alpha=alpha, floor=threshold, runs=len(per_process), ab_ref=ref,
-        ab_pairs=len(logs), ab_process_ratios=per_process, confirmed=confirmed,
+        threshold=threshold, alpha=alpha, floor=threshold, runs=len(per_process),
+        ab=ABEvidence(ref, pairs=len(logs), process_ratios=per_process), confirmed=confirmed,
         median_ratio=math.exp(_median(logs)) if logs else None,
     )
     if len(logs) < min_pairs(alpha):

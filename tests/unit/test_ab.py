@@ -63,7 +63,7 @@ def test_injected_slowdown_regresses_and_aa_passes():
     slow = _decide(_blocks(0.20))
     assert slow.verdict is Verdict.REGRESSED
     assert 1.17 < slow.ratio < 1.23 and slow.ratio_ci[0] > 1.0
-    assert slow.ab_pairs == 16 and slow.runs == 2 and len(slow.ab_process_ratios) == 2
+    assert slow.ab.pairs == 16 and slow.runs == 2 and len(slow.ab.process_ratios) == 2
     text = comparison_message(slow)
     assert "A/B vs origin/main (3f2a1c9): 1.19" in text and "Wilcoxon signed-rank" in text and "16 paired blocks" in text
     assert ab_summary(slow).startswith("A/B vs origin/main (3f2a1c9): 1.")

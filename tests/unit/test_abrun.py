@@ -120,7 +120,7 @@ def test_ab_result_builds_the_verdict_new_and_count_gate():
     blocks = [Block(side, 0, pos, tuple([1.0 if side == "A" else 1.3] * 5))
               for pos, side in enumerate("ABBAABBAABBAABBA")]
     r = ab_result("t.py::test_x", blocks, {"A": entry(10), "B": entry(12)}, "main (abc1234)")
-    assert r.comparison.verdict is Verdict.REGRESSED and r.comparison.ab_ref == "main (abc1234)"
+    assert r.comparison.verdict is Verdict.REGRESSED and r.comparison.ab.ref == "main (abc1234)"
     assert r.count_comparison.verdict is Verdict.REGRESSED and r.memory_comparison.verdict is Verdict.UNCHANGED
     assert r.rounds == 40 and r.median_ms == pytest.approx(1.3)
     new = ab_result("t.py::test_x", [b for b in blocks if b.side == "B"], {"B": entry(12)}, "main (abc1234)")

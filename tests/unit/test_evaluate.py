@@ -65,7 +65,7 @@ def test_worker_processes_are_judged_over_their_medians():
 
 def test_ab_blocks_are_judged_pairwise_and_a_missing_side_a_is_no_baseline():
     got = evaluate(Evidence(ab_blocks=ab_blocks(1.3)), Reference.ab("main", measured=True), OPTS).comparison
-    assert got.verdict is Verdict.REGRESSED and got.ab_ref == "main" and len(got.ab_blocks) == 32
+    assert got.verdict is Verdict.REGRESSED and got.ab.ref == "main" and len(got.ab.blocks) == 32
     same = evaluate(Evidence(ab_blocks=ab_blocks(1.0)), Reference.ab("main", measured=True), OPTS).comparison
     assert same.verdict is not Verdict.REGRESSED
     new = evaluate(Evidence(ab_blocks=ab_blocks(1.3)), Reference.ab("main", measured=False, missing_note="new: not in main"),

@@ -62,7 +62,7 @@ def test_judge_equals_decide_without_remeasure_drift_or_throttle(median, verdict
     assert c.verdict is verdict
     j = judge(cur, ENTRY, OPTS, benchmark_id="m.py::t", baseline_file="b.json")
     assert j == c
-    assert j.confirmed is None and j.raw_ratio is None and j.normalized_by is None
+    assert j.confirmed is None and j.normalization is None
 
 
 def test_judge_passes_threshold_and_alpha_from_options():
@@ -196,8 +196,8 @@ def test_drift_normalization_turns_machine_slowdown_into_unchanged():
     c = judge(raw, ENTRY, OPTS, drift=("copy", 1.3), remeasure=r)
     assert c.verdict is Verdict.UNCHANGED and not c.failed
     assert c.ratio == pytest.approx(1.0, abs=0.02)
-    assert c.raw_ratio == pytest.approx(1.3, rel=0.02)
-    assert c.normalized_by == "copy x1.300"
+    assert c.normalization.raw_ratio == pytest.approx(1.3, rel=0.02)
+    assert c.normalization.by == "copy x1.300"
     assert c.current_median_ms == pytest.approx(float(np.median(raw)) / 1.3)
     assert r.calls == 0  # not regressed after normalization: no confirmation
     assert "normalized by machine-speed drift (copy x1.300), raw ratio 1.30" in comparison_message(c)
@@ -211,17 +211,17 @@ def test_drift_normalization_keeps_a_real_regression():
     assert c.verdict is Verdict.REGRESSED and c.confirmed is True
     assert r.calls == 1
     assert c.ratio == pytest.approx(1.3 / 1.1, rel=0.02)
-    assert c.raw_ratio == pytest.approx(1.3, rel=0.02)
-    assert c.normalized_by == "matmul x1.100"
+    assert c.normalization.raw_ratio == pytest.approx(1.3, rel=0.02)
+    assert c.normalization.by == "matmul x1.100"
 
 
 def test_drift_of_one_changes_nothing_but_the_annotation():
     cur = samples(2, median=1.02)
     c = judge(cur, ENTRY, OPTS, drift=("copy", 1.0))
     plain = judge(cur, ENTRY, OPTS)
-    assert dataclasses.replace(c, raw_ratio=None, normalized_by=None) == plain
-    assert c.raw_ratio == plain.ratio
-    assert c.normalized_by == "copy x1.000"
+    assert dataclasses.replace(c, normalization=None) == plain
+    assert c.normalization.raw_ratio == plain.ratio
+    assert c.normalization.by == "copy x1.000"
 
 
 def test_bad_drift_ratio_is_rejected():
@@ -316,7 +316,7 @@ def test_no_baseline():
     assert c.verdict is Verdict.NO_BASELINE and not c.failed and not c.fails(strict=True)
     assert r.calls == 0
     assert c.runs == 0 and c.ratio is None and c.baseline_median_ms is None
-    assert c.raw_ratio is None and c.normalized_by is None  # nothing to normalize a ratio of
+    assert c.normalization is None  # nothing to normalize a ratio of
     assert c.note is None
     assert "no baseline in b.json" in comparison_message(c)
     assert judge(cur, None, OPTS) == decide(cur, None)

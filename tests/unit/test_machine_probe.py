@@ -94,7 +94,7 @@ def test_machine_slower_and_benchmark_as_slow_is_inconclusive_with_the_note():
     assert "machine differs: probe +29%" in c.note
     assert "--gpuperf-update-baselines" in c.note and "--gpuperf-ab REF" in c.note
     assert not c.fails(strict=False) and c.fails(strict=True)
-    assert c.normalized_by is None and c.raw_ratio is None  # uncorrelated: not normalized
+    assert c.normalization is None  # uncorrelated: not normalized
     assert "machine differs: probe +29%" in comparison_message(c)
 
 
@@ -106,7 +106,7 @@ def test_by_default_the_probe_neither_rescales_nor_downgrades():
     c = judge(cur, ENTRY, OPTS, probe=probe)
     raw = judge(cur, ENTRY, OPTS)
     assert c.verdict is Verdict.REGRESSED and not c.machine_differs
-    assert c.ratio == raw.ratio and c.normalized_by is None
+    assert c.ratio == raw.ratio and c.normalization is None
     assert "(informational)" in c.note
     correlated, probe = machine_run(5, machine=1.0, slowdown=1.0, shared_sd=0.2)
     assert judge(correlated, ENTRY, OPTS, probe=probe).ratio == judge(correlated, ENTRY, OPTS).ratio
@@ -174,8 +174,8 @@ def test_correlated_probe_normalizes_and_reports_the_raw_ratio():
     c = judge_n(cur, ENTRY, OPTS, probe=probe)
     assert c.verdict is Verdict.UNCHANGED  # normalized: the benchmark is as fast as the machine allows
     assert c.ratio == pytest.approx(1.0, abs=0.03)
-    assert c.raw_ratio == pytest.approx(1.3, rel=0.05)
-    assert c.normalized_by.startswith(f"probe {PROBE} per round, median x") and "Spearman rho" in c.normalized_by
+    assert c.normalization.raw_ratio == pytest.approx(1.3, rel=0.05)
+    assert c.normalization.by.startswith(f"probe {PROBE} per round, median x") and "Spearman rho" in c.normalization.by
     assert c.machine_ratio == pytest.approx(1.3, rel=0.05)
     assert "machine differs: probe +" in c.note  # informational: the verdict stays
     assert not c.machine_differs
@@ -184,7 +184,7 @@ def test_correlated_probe_normalizes_and_reports_the_raw_ratio():
 def test_correlated_probe_keeps_a_real_regression_that_is_then_inconclusive_on_a_slower_machine():
     cur, probe = machine_run(8, machine=1.3, slowdown=1.3, shared_sd=0.10)
     c = judge_n(cur, ENTRY, OPTS, probe=probe)
-    assert c.normalized_by is not None and c.ratio == pytest.approx(1.3, rel=0.05)
+    assert c.normalization is not None and c.ratio == pytest.approx(1.3, rel=0.05)
     assert c.verdict is Verdict.INCONCLUSIVE and c.machine_differs  # raw 1.69x < 1.3^2 x 1.05
 
 
@@ -193,7 +193,7 @@ def test_uncorrelated_probe_does_not_normalize():
     corr = probe_correlation(cur, probe)
     assert corr is None or corr[1] >= gate.PROBE_CORRELATION_ALPHA
     c = judge_n(cur, ENTRY, OPTS, probe=probe)
-    assert c.normalized_by is None and c.raw_ratio is None
+    assert c.normalization is None
     assert c == judge_n(cur, ENTRY, OPTS, probe=probe)  # deterministic
 
 
@@ -205,7 +205,7 @@ def test_too_few_probe_pairs_do_not_normalize():
 def test_probe_normalization_wins_over_drift():
     cur, probe = machine_run(7, machine=1.3, shared_sd=0.10)
     c = judge_n(cur, ENTRY, OPTS, probe=probe, drift=("copy", 2.0))
-    assert c.normalized_by.startswith("probe ") and c.ratio == pytest.approx(1.0, abs=0.03)
+    assert c.normalization.by.startswith("probe ") and c.ratio == pytest.approx(1.0, abs=0.03)
 
 
 def test_confirmation_samples_are_normalized_by_their_own_probes():

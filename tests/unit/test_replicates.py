@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.plugin import replicates
-from pytest_gpuperf.verdict.compare import Comparison, Verdict
+from pytest_gpuperf.verdict.compare import ABEvidence, Comparison, Verdict
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.reporting.report import result_entry
 from pytest_gpuperf.verdict.result import BenchResult
@@ -108,7 +108,7 @@ def test_ab_confirmation_makes_the_ab_verdict_final_or_keeps_the_stored_one_with
 
     stored = result(Comparison(Verdict.REGRESSED, "m::test_x", 1.3, 1.0, ratio=1.3, ratio_ci=(1.2, 1.4)))
     same = result(Comparison(Verdict.UNCHANGED, "m::test_x", 1.3, 1.29, ratio=1.005, ratio_ci=(0.99, 1.02),
-                             ab_ref="the baselines' commit (abc1234)"))
+                             ab=ABEvidence("the baselines' commit (abc1234)")))
     final = replicates.with_ab_confirmation(stored, same, "the baselines' commit (abc1234)")
     c = final.comparison
     assert c.verdict is Verdict.UNCHANGED and not failure_messages(final)

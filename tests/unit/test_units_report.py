@@ -742,3 +742,32 @@ def test_summary_lines_show_bottleneck_column():
     assert _cells(lines[3], sep)[BOTTLENECK:] == ["overhead", "unchanged"]
     assert _cells(lines[4], sep)[BOTTLENECK:] == ["-", "-"]
     assert lines[2].endswith("-  memory (expected compute)  unchanged, misclassified")
+
+
+def test_the_ab_and_normalization_records_are_stored_flat_and_read_back():
+    # Comparison keeps its A/B and normalization evidence in records of their own; the JSON form keeps
+    # the flat keys of report schema 2 (ab_ref, ab_pairs, ab_process_ratios, ab_blocks, normalized_by,
+    # raw_ratio), so files written before and after read the same.
+    import dataclasses
+
+    from pytest_gpuperf.verdict.compare import ABEvidence, Comparison, Normalization, Verdict
+
+    c = Comparison(Verdict.REGRESSED, "m.py::t", 1.3, 1.0, ratio=1.3, ratio_ci=(1.2, 1.4), runs=2,
+                   ab=ABEvidence("main (abc1234)", pairs=16, process_ratios=(1.25, 1.31),
+                                 blocks=(("A", 0, 0, 1.0), ("B", 0, 1, 1.3))),
+                   normalization=Normalization("copy x1.100", 1.43))
+    entry = json.loads(json.dumps(report.result_entry(make_result([1.3] * 10, benchmark_id="m.py::t", comparison=c),
+                                                      environment={}, git_commit=None, timestamp_utc="t",
+                                                      with_comparison=True)))
+    stored = entry["comparison"]
+    assert (stored["ab_ref"], stored["ab_pairs"], stored["ab_process_ratios"]) == ("main (abc1234)", 16, [1.25, 1.31])
+    assert stored["ab_blocks"] == [["A", 0, 0, 1.0], ["B", 0, 1, 1.3]]
+    assert (stored["normalized_by"], stored["raw_ratio"]) == ("copy x1.100", 1.43)
+    assert "ab" not in stored and "normalization" not in stored
+    assert report.result_from_entry(entry).comparison == c
+    plain = dataclasses.replace(c, ab=None, normalization=None)
+    entry = json.loads(json.dumps(report.result_entry(make_result([1.3] * 10, benchmark_id="m.py::t", comparison=plain),
+                                                      environment={}, git_commit=None, timestamp_utc="t",
+                                                      with_comparison=True)))
+    assert entry["comparison"]["ab_ref"] is None and entry["comparison"]["raw_ratio"] is None
+    assert report.result_from_entry(entry).comparison == plain
