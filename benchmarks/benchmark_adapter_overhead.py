@@ -83,7 +83,7 @@ def per_test(calls: int) -> dict[str, float]:
                 fn()
                 times[label].append(time.perf_counter() - t0)
     result = BenchResult.from_samples(tuple(1.0 + (k % 7) * 0.01 for k in range(1000)), name="t", device="cpu",
-                                      rounds=1000, calls_per_round=1, warmup_rounds=3)
+                                      rounds=1000, calls_per_round=1, warmup_calls=3)
     fixture = BenchmarkFixture(_Node(), lambda device: None, group=None, disabled=False)
     stats_s = []
     for _ in range(200):

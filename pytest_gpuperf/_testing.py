@@ -129,11 +129,11 @@ class ScriptedMeasurer(Measurer):
         self._advance(self.probe_script(self.probe_calls))
         self.probe_calls += 1
 
-    def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_rounds=None,
+    def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_calls=None,
                 progress=None, calls_per_round=None, probe=None):
         probe = self._probe if probe is not None and self.probe_script is not None else None
         return measure(self._timed(fn), args, kwargs, options=options, device="cpu", setup=setup, rounds=rounds,
-                       warmup_rounds=warmup_rounds, progress=progress, clock=self.fake,
+                       warmup_calls=warmup_calls, progress=progress, clock=self.fake,
                        calls_per_round=calls_per_round, probe=probe)
 
     def once(self, fn, args, kwargs, device):

@@ -187,7 +187,7 @@ def test_setup_teardown(benchmark):
     assert log == [e for k in range(1, len(calls) + 1) for e in (("setup", k), ("call", k), ("teardown", k))]
     if benchmark.enabled:  # 2 warmup + 5 timed rounds + 1 call for peak memory + 1 that counts ops
         assert len(calls) == 9 + first and out == 2 * (7 + first)
-        assert benchmark.stats.rounds == 5 and benchmark.result.warmup_rounds == 2
+        assert benchmark.stats.rounds == 5 and benchmark.result.warmup_calls == 2
         assert benchmark.stats.iterations == 1
     else:  # smoke mode: once
         assert calls == [1] and out == 2

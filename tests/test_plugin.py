@@ -98,7 +98,7 @@ def test_measured_result_has_statistics(pytester: pytest.Pytester) -> None:
             r = gpu_bench(sum, range(500))
             assert r.value == sum(range(500))
             assert r.rounds == len(r.samples_ms) >= 12 and r.calls_per_round >= 1
-            assert r.warmup_rounds >= 3
+            assert r.warmup_calls >= 3
             assert r.min_ms <= r.p5_ms <= r.p25_ms <= r.median_ms <= r.p75_ms <= r.p95_ms <= r.p99_ms <= r.max_ms
             lo, hi = r.median_ci_ms
             assert lo <= r.median_ms <= hi
@@ -206,7 +206,7 @@ def test_pedantic_setup_runs_before_every_round(pytester: pytest.Pytester) -> No
             def fn(k):
                 log.append(("call", k))
             r = gpu_bench.pedantic(fn, setup=setup, rounds=7, warmup_rounds=2)
-            assert r.rounds == 7 and r.calls_per_round == 1 and r.warmup_rounds == 2
+            assert r.rounds == 7 and r.calls_per_round == 1 and r.warmup_calls == 2
             calls = [e for e in log if e != "setup"]
             # 2 warmup + 7 timed rounds + 1 extra call that measures peak memory + 1 that counts ops,
             # and, once torch.compile's machinery is loaded (counting loads it), 1 untimed call before

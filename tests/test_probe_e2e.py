@@ -96,10 +96,10 @@ class OldMeasurer(Measurer):  # a measurer without probes (the signature before 
     def __init__(self, inner):
         super().__init__(inner.clock)
         self.inner = inner
-    def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_rounds=None,
+    def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_calls=None,
                 progress=None, calls_per_round=None):
         return self.inner.measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
-                                  warmup_rounds=warmup_rounds, progress=progress, calls_per_round=calls_per_round)
+                                  warmup_calls=warmup_calls, progress=progress, calls_per_round=calls_per_round)
     def once(self, fn, args, kwargs, device):
         return self.inner.once(fn, args, kwargs, device)
 

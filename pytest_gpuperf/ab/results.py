@@ -72,7 +72,7 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
     rounds = len(b_samples)
     return BenchResult.from_samples(
         tuple(b_samples), name=b.name, device=b.device, rounds=rounds, calls_per_round=b.calls_per_round,
-        warmup_rounds=b.warmup_rounds, comparison=comparison, peak_memory_bytes=b.peak_memory_bytes,
+        warmup_calls=b.warmup_calls, comparison=comparison, peak_memory_bytes=b.peak_memory_bytes,
         memory_comparison=memory, bottleneck=b.bottleneck, telemetry=b.telemetry, benchmark_id=b.benchmark_id,
         group=b.group, options=b.options, counts=b.counts, count_comparison=count_comparison,
     )

@@ -3,7 +3,7 @@
 Both backends share one protocol (after Triton's ``do_bench`` and ``torch.utils.benchmark``):
 
 1. **warmup**: call ``fn`` until ``warmup_time`` seconds have passed and at least
-   :data:`MIN_WARMUP_CALLS` calls were made (or ``warmup_rounds`` calls when given; with fewer
+   :data:`MIN_WARMUP_CALLS` calls were made (or ``warmup_calls`` calls when given; with fewer
    than 2, one or two more calls are made to estimate a call's time, and counted as warmup);
    this also lets clocks ramp up and autotuners (cuDNN benchmark, ``torch.compile``) settle.
    On CUDA (:func:`_warmup_cuda`) two lone synchronized calls come first, then calls back to back
@@ -88,7 +88,7 @@ class Timing:
     samples_ms: tuple[float, ...]
     rounds: int
     calls_per_round: int
-    warmup_rounds: int
+    warmup_calls: int
     value: Any = None
     probe_ms: tuple[float, ...] = ()
     probe_every: int = 1
@@ -214,7 +214,7 @@ def _warmup(
     kwargs: dict,
     setup: Setup | None,
     warmup_time: float,
-    warmup_rounds: int | None,
+    warmup_calls: int | None,
     sync: Callable[[], None],
     clock: Clock = time.perf_counter_ns,
 ) -> tuple[int, float, Any]:
@@ -233,8 +233,8 @@ def _warmup(
         return out
 
     while True:
-        if warmup_rounds is not None:
-            if calls >= warmup_rounds:
+        if warmup_calls is not None:
+            if calls >= warmup_calls:
                 break
         elif calls >= MIN_WARMUP_CALLS and (clock() - t0) / 1e9 >= warmup_time:
             break
@@ -271,12 +271,12 @@ CUDA_WARMUP_CHUNK_S = 5e-3
 
 
 def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None, warmup_time: float,
-                 warmup_rounds: int | None, sync: Callable[[], None], clock: Clock = time.perf_counter_ns
+                 warmup_calls: int | None, sync: Callable[[], None], clock: Clock = time.perf_counter_ns
                  ) -> CudaWarmup:
     """Warm up on CUDA: two lone synchronized calls (wall and event time of one call), then calls
     back to back, each between an event pair, synchronized once per chunk of about
     :data:`CUDA_WARMUP_CHUNK_S`, until ``warmup_time`` (at least :data:`MIN_WARMUP_CALLS` calls) or
-    ``warmup_rounds`` calls in all."""
+    ``warmup_calls`` calls in all."""
     import torch
 
     def events() -> tuple[Any, Any]:
@@ -303,12 +303,12 @@ def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
     device: list[float] = []
 
     def more() -> bool:
-        if warmup_rounds is not None:
-            return calls < warmup_rounds
+        if warmup_calls is not None:
+            return calls < warmup_calls
         return calls < MIN_WARMUP_CALLS or (clock() - t0) / 1e9 < warmup_time
 
     while more():
-        n = chunk if warmup_rounds is None else min(chunk, warmup_rounds - calls)
+        n = chunk if warmup_calls is None else min(chunk, warmup_calls - calls)
         pairs = []
         s = clock()
         for _ in range(n):
@@ -368,7 +368,7 @@ def time_once(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any,
     value = fn(*args, **kwargs)
     sync()
     ms = (clock() - t0) / 1e6
-    return Timing(samples_ms=(max(ms, 1e-6),), rounds=1, calls_per_round=1, warmup_rounds=0, value=value)
+    return Timing(samples_ms=(max(ms, 1e-6),), rounds=1, calls_per_round=1, warmup_calls=0, value=value)
 
 
 def _sync_for(device: Any) -> Callable[[], None]:
@@ -388,7 +388,7 @@ def measure(
     device: Any,
     setup: Setup | None = None,
     rounds: int | None = None,
-    warmup_rounds: int | None = None,
+    warmup_calls: int | None = None,
     progress: Progress | None = None,
     clock: Clock = time.perf_counter_ns,
     calls_per_round: int | None = None,
@@ -396,7 +396,7 @@ def measure(
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
-    ``rounds``/``warmup_rounds`` fix those counts (pedantic mode); ``setup`` runs untimed before
+    ``rounds``/``warmup_calls`` fix those counts (pedantic mode); ``setup`` runs untimed before
     every round and forces one call per round. ``calls_per_round`` fixes the calls timed together
     in each round (pytest-benchmark's ``iterations``; None: sized from the warmup); with ``setup``
     it must be 1. ``progress`` is called about once a second with
@@ -410,9 +410,9 @@ def measure(
                                         or calls_per_round < 1 or (setup is not None and calls_per_round > 1)):
         raise ValueError(f"calls_per_round={calls_per_round!r}: expected an integer >= 1 (1 with a setup function)")
     if getattr(device, "type", "cpu") == "cuda":
-        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress, clock,
+        return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress, clock,
                              calls_per_round, probe)
-    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress, clock, calls_per_round,
+    return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress, clock, calls_per_round,
                         probe)
 
 
@@ -451,13 +451,13 @@ class Measurer:
         return HostLoadMeter()
 
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
-                setup: Setup | None = None, rounds: int | None = None, warmup_rounds: int | None = None,
+                setup: Setup | None = None, rounds: int | None = None, warmup_calls: int | None = None,
                 progress: Progress | None = None, calls_per_round: int | None = None,
                 probe: Callable[[], Any] | None = None) -> Timing:
         """Warm up and time rounds of ``fn`` (see :func:`measure`); per-call times in ms. ``probe``:
         a machine-speed probe timed interleaved with the rounds (``Timing.probe_ms``; None: none)."""
         return measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
-                       warmup_rounds=warmup_rounds, progress=progress, clock=self.clock,
+                       warmup_calls=warmup_calls, progress=progress, clock=self.clock,
                        calls_per_round=calls_per_round, probe=probe)
 
     def once(self, fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
@@ -465,10 +465,10 @@ class Measurer:
         return time_once(fn, args, kwargs, device, clock=self.clock)
 
 
-def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progress=None,
+def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress=None,
                  clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
                  probe: Callable[[], Any] | None = None) -> Timing:
-    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, lambda: None, clock)
+    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_calls, lambda: None, clock)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
     cpr = calls_per_round or cpr
     every = probe_every(_probe_estimate_s(probe, lambda: None, clock), est * cpr) if probe is not None else 1
@@ -502,7 +502,7 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_rounds, progre
     return Timing(tuple(samples), len(samples), cpr, n_warm, value, tuple(probes), every)
 
 
-def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
+def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
                   clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
                   probe: Callable[[], Any] | None = None) -> Timing:
     import torch
@@ -510,9 +510,9 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_round
     with torch.cuda.device(device):
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
         if options.cuda_graph:
-            return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress,
+            return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress,
                                        clock, calls_per_round, probe)
-        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock)
         n_warm, value = w.calls, w.value
         if off_stream(w.wall_s, w.event_s):
             return _measure_wall_synchronized(fn, args, kwargs, options, setup, rounds, progress, clock, sync,
@@ -682,7 +682,7 @@ def cuda_calls_per_round(est_s: float, *, setup_given: bool, flush_l2: bool,
     return max(1, math.ceil(CUDA_MIN_ROUND_S / max(est_s, 1e-12)))
 
 
-def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_rounds, progress=None,
+def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
                         clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
                         probe: Callable[[], Any] | None = None) -> Timing:
     """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
@@ -692,7 +692,7 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
-        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_rounds, sync, clock)
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock)
         n_warm, value = w.calls, w.value
         est = min(w.per_call_s, w.device_s) if setup is None else w.per_call_s
     torch.cuda.current_stream(device).wait_stream(side)

@@ -177,7 +177,7 @@ class GpuBench:
                 f"to name a measurement use gpu_bench.named({kwargs['name']!r})(fn, ...) or "
                 f"gpu_bench.pedantic(fn, args=..., name={kwargs['name']!r})"
             )
-        return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_rounds=None, name=None)
+        return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_calls=None, name=None)
 
     def named(self, name: str) -> Callable[..., BenchResult]:
         """``gpu_bench.named("forward")(fn, *args, **kwargs)``: benchmark under a name.
@@ -190,7 +190,7 @@ class GpuBench:
             raise ValueError(f"gpu_bench.named: name={name!r}: expected a non-empty string")
 
         def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BenchResult:
-            return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_rounds=None, name=name)
+            return self._run(fn, tuple(args), dict(kwargs), setup=None, rounds=None, warmup_calls=None, name=name)
 
         return measure
 
@@ -210,7 +210,8 @@ class GpuBench:
 
         ``setup`` runs untimed before every round (one call per round then) and may return
         ``(args, kwargs)`` to use for that round; ``rounds`` fixes the number of timed rounds and
-        ``warmup_rounds`` the number of warmup calls (0 allowed); ``name`` labels the measurement
+        ``warmup_rounds`` the number of warmup calls (0 allowed; pytest-benchmark's name, stored as
+        the result's ``warmup_calls``); ``name`` labels the measurement
         (``<test id>::<name>``) so one test can hold several; ``calls_per_round`` fixes how many
         calls are timed together in a round (each sample is the round's time divided by it; None:
         sized from the warmup; not with ``setup``). Raises ``ValueError`` for non-integer or
@@ -231,7 +232,7 @@ class GpuBench:
             raise ValueError(f"gpu_bench.pedantic: calls_per_round={calls_per_round} with a setup function: setup "
                              f"runs before every round, so a round holds one call (use calls_per_round=1)")
         return self._run(fn, tuple(args), dict(kwargs or {}), setup=setup, rounds=rounds,
-                         warmup_rounds=warmup_rounds, name=name, calls_per_round=calls_per_round)
+                         warmup_calls=warmup_rounds, name=name, calls_per_round=calls_per_round)
 
     def _benchmark_id(self, name: str | None) -> str:
         bid = self.test_id if name is None else f"{self.test_id}::{name}"
@@ -247,7 +248,7 @@ class GpuBench:
             )
         return bid
 
-    def _run(self, fn, args, kwargs, *, setup, rounds, warmup_rounds, name, calls_per_round=None) -> BenchResult:
+    def _run(self, fn, args, kwargs, *, setup, rounds, warmup_calls, name, calls_per_round=None) -> BenchResult:
         if not callable(fn):
             raise TypeError(f"gpu_bench: expected a callable as first argument, got {type(fn).__name__}")
         bid = self._benchmark_id(name)
@@ -256,7 +257,7 @@ class GpuBench:
         common = dict(name=label, device=str(self.device), benchmark_id=bid,
                       group=group, options=self.options, extra_info=self._extra_info)
         try:
-            result = self._measure(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round)
+            result = self._measure(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
         except Exception as exc:
             from pytest_gpuperf.measure.memory import is_oom
 
@@ -270,7 +271,7 @@ class GpuBench:
     def _full_id(self, bid: str) -> str:
         return f"{self.module}::{bid}" if self.module else bid
 
-    def _measure(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round=None) -> BenchResult:
+    def _measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
         ctx = self.context
         if ctx.measuring and ctx.ab_results is not None:
             done = ctx.ab_results.get(self._full_id(bid))
@@ -291,16 +292,16 @@ class GpuBench:
             t = ctx.measurer.once(fn, a, k, ctx.device)
             self._check_value(fn, t.value)
             return BenchResult.from_samples(
-                t.samples_ms, rounds=1, calls_per_round=1, warmup_rounds=0, smoke=True, value=t.value, **common
+                t.samples_ms, rounds=1, calls_per_round=1, warmup_calls=0, smoke=True, value=t.value, **common
             )
         if ctx.device_lock is not None:
             # pytest-xdist: never let two workers time the same device at once
             with ctx.device_lock():
-                return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
+                return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
                                               calls_per_round)
-        return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_rounds, bid, common, calls_per_round)
+        return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
 
-    def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_rounds, bid, common,
+    def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
                           calls_per_round=None) -> BenchResult:
         """One measurement, in phases: the timed rounds with telemetry (:meth:`_timed_rounds`), the
         untimed extra calls for peak memory and exact counts (:meth:`_extra_calls`), the verdict
@@ -312,7 +313,7 @@ class GpuBench:
 
         def timed(progress: Any = None) -> Timing:
             return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                        rounds=rounds, warmup_rounds=warmup_rounds, progress=progress,
+                                        rounds=rounds, warmup_calls=warmup_calls, progress=progress,
                                         calls_per_round=calls_per_round, **fixed)
 
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
@@ -337,7 +338,7 @@ class GpuBench:
                                                         evaluation.comparison.failed, bid, notes)
         return BenchResult.from_samples(
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
-            warmup_rounds=t.warmup_rounds, comparison=evaluation.comparison, peak_memory_bytes=mem.peak_bytes,
+            warmup_calls=t.warmup_calls, comparison=evaluation.comparison, peak_memory_bytes=mem.peak_bytes,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
             count_comparison=evaluation.counts, **probe_stored, **common
@@ -454,13 +455,13 @@ class GpuBench:
                 if cmd["op"] == "warmup":
                     t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
                                              rounds=1, **({} if cpr is None else {"calls_per_round": cpr}))
-                    cpr, warm = t.calls_per_round, t.warmup_rounds
+                    cpr, warm = t.calls_per_round, t.warmup_calls
                     client.reply("warm", round_ms=t.samples_ms[0] * cpr, cpr=cpr)
                 elif cmd["op"] == "block":
                     with host.span() if host is not None else contextlib.nullcontext():
                         t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device,
                                                  setup=setup, rounds=int(cmd["rounds"]),
-                                                 warmup_rounds=int(cmd["rewarm"]), calls_per_round=cpr or 1)
+                                                 warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1)
                     samples.extend(t.samples_ms)
                     rounds += t.rounds
                     client.reply("samples", samples_ms=list(t.samples_ms))
@@ -506,7 +507,7 @@ class GpuBench:
             if classify and (self.options.expect_bottleneck or self.context.classify):
                 _, extra["bottleneck"] = self._classify_fn(fn, a, k, statistics.median(samples), counted)
         return BenchResult.from_samples(tuple(samples), rounds=max(rounds, len(samples)), calls_per_round=cpr,
-                                        warmup_rounds=warm, telemetry=telemetry, **extra, **common)
+                                        warmup_calls=warm, telemetry=telemetry, **extra, **common)
 
     def _first_call_compiles(self, fn, args, kwargs, setup) -> dict[str, dict[str, int]] | None:
         """With ``torch.compile`` loaded: make one untimed call first and return dynamo's counters
@@ -547,7 +548,7 @@ class GpuBench:
         return [
             f"{self._full_id(bid)}: measuring took {elapsed_s:.1f} s for a max_time of {o.max_time:g} s: "
             f"one call takes {format_ms(statistics.median(t.samples_ms))}; min_rounds={o.min_rounds} and "
-            f"{t.warmup_rounds} warmup calls were still made; lower min_rounds/warmup or raise max_time"
+            f"{t.warmup_calls} warmup calls were still made; lower min_rounds/warmup or raise max_time"
         ]
 
     def _export_trace(self, prof: Any, bid: str, notes: list[str]) -> str | None:

@@ -241,7 +241,7 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
         telemetry["other_cpu_cores"] = load
     return BenchResult.from_samples(
         samples, name=first.name, device=first.device, rounds=sum(r.rounds for r in results),
-        calls_per_round=first.calls_per_round, warmup_rounds=first.warmup_rounds, benchmark_id=first.benchmark_id,
+        calls_per_round=first.calls_per_round, warmup_calls=first.warmup_calls, benchmark_id=first.benchmark_id,
         group=first.group, options=first.options, peak_memory_bytes=first.peak_memory_bytes,
         bottleneck=first.bottleneck, telemetry=telemetry, counts=first.counts, extra_info=first.extra_info,
         process_medians_ms=tuple(r.median_ms for r in results),

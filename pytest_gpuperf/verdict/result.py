@@ -53,7 +53,7 @@ class BenchResult:
     samples_ms: tuple[float, ...]
     rounds: int
     calls_per_round: int
-    warmup_rounds: int
+    warmup_calls: int
     mean_ms: float
     std_ms: float
     min_ms: float
@@ -167,7 +167,7 @@ class BenchResult:
         device: str,
         rounds: int,
         calls_per_round: int,
-        warmup_rounds: int,
+        warmup_calls: int,
         **extra: Any,
     ) -> "BenchResult":
         """Build a result, computing every statistic from ``samples_ms`` (ms)."""
@@ -179,7 +179,7 @@ class BenchResult:
             samples_ms=tuple(float(v) for v in samples_ms),
             rounds=rounds,
             calls_per_round=calls_per_round,
-            warmup_rounds=warmup_rounds,
+            warmup_calls=warmup_calls,
             **stats,
             **extra,
         )

@@ -112,7 +112,7 @@ def test_ab_result_builds_the_verdict_new_and_count_gate():
     from pytest_gpuperf.verdict.result import BenchResult
 
     def entry(ops: int) -> dict:
-        r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=1,
+        r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_calls=1,
                                      benchmark_id="test_x", peak_memory_bytes=1000,
                                      counts=Counts(ops=ops, syncs=0), options={"threshold": 0.05})
         return result_entry(r, environment={}, git_commit=None, timestamp_utc="")
@@ -134,7 +134,7 @@ def test_results_file_round_trip(tmp_path: Path):
     from pytest_gpuperf.verdict.result import BenchResult
 
     blocks = [Block(side, 0, pos, (1.0, 1.0)) for pos, side in enumerate("ABBAABBA")]
-    b = BenchResult.from_samples((1.0,), name="t", device="cpu", rounds=1, calls_per_round=1, warmup_rounds=0,
+    b = BenchResult.from_samples((1.0,), name="t", device="cpu", rounds=1, calls_per_round=1, warmup_calls=0,
                                  benchmark_id="test_x")
     e = result_entry(b, environment={}, git_commit=None, timestamp_utc="")
     r = ab_result("k", blocks, {"A": e, "B": e}, "main (abc)")
@@ -195,7 +195,7 @@ def test_ab_regression_on_a_busy_host_is_inconclusive():
     from pytest_gpuperf.verdict.result import BenchResult
 
     def entry(load: float) -> dict:
-        r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=1,
+        r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_calls=1,
                                      benchmark_id="test_x", options={"threshold": 0.05},
                                      telemetry={"other_cpu_cores": load, "cpu_count": 2})
         return result_entry(r, environment={}, git_commit=None, timestamp_utc="")

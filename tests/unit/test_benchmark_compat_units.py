@@ -21,10 +21,10 @@ FAST = BenchOptions(warmup_time=0.0, max_time=0.05, target_precision=0.0)
 def test_fixed_calls_per_round_times_that_many_calls_per_round() -> None:
     calls = []
     t = ScriptedMeasurer(0.25).measure(lambda: calls.append(1), (), {}, options=FAST, device="cpu", rounds=6,
-                                       warmup_rounds=0, calls_per_round=4)
+                                       warmup_calls=0, calls_per_round=4)
     assert t.calls_per_round == 4 and t.rounds == 6
     assert t.samples_ms == pytest.approx((0.25,) * 6)  # each sample is the round's time / 4
-    assert len(calls) == t.warmup_rounds + 6 * 4
+    assert len(calls) == t.warmup_calls + 6 * 4
 
 
 def test_without_fixed_calls_per_round_short_calls_are_batched() -> None:
@@ -41,7 +41,7 @@ def test_bad_calls_per_round_is_a_clear_error(cpr, setup) -> None:
 
 def _result(samples=(1.0, 1.2, 0.9, 1.1, 1.0, 3.0), **extra) -> BenchResult:
     return BenchResult.from_samples(tuple(samples), name="t", device="cpu", rounds=len(samples),
-                                    calls_per_round=extra.pop("calls_per_round", 1), warmup_rounds=3,
+                                    calls_per_round=extra.pop("calls_per_round", 1), warmup_calls=3,
                                     benchmark_id=extra.pop("benchmark_id", "test_t"), **extra)
 
 

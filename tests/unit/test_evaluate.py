@@ -123,10 +123,10 @@ def test_the_table_ratio_agrees_with_its_median_and_baseline_columns_in_every_mo
     ab = evaluate(Evidence(ab_blocks=blocks), Reference.ab("main", measured=True), OPTS).comparison
     b_samples = tuple(v for b in blocks if b.side == "B" for v in b.samples_ms)
     for s, c in ((cur, stored), (sum(groups, ()), replicated), (b_samples, ab)):
-        r = BenchResult.from_samples(s, name="t", device="cpu", rounds=len(s), calls_per_round=1, warmup_rounds=0,
+        r = BenchResult.from_samples(s, name="t", device="cpu", rounds=len(s), calls_per_round=1, warmup_calls=0,
                                      comparison=c)
         _row_agrees(r)
     # the replicated row's median is the geometric mean of the process medians, not the pooled median
     assert report.summary_row("m.py::t", BenchResult.from_samples(
-        sum(groups, ()), name="t", device="cpu", rounds=90, calls_per_round=1, warmup_rounds=0,
+        sum(groups, ()), name="t", device="cpu", rounds=90, calls_per_round=1, warmup_calls=0,
         comparison=replicated))[2] == report.format_ms(replicated.current_median_ms)

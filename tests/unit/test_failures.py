@@ -32,7 +32,7 @@ def result(comparison: Comparison | None = None, *, memory: MemoryComparison | N
            trace_path: str | None = None) -> BenchResult:
     s = tuple(samples(9, 20, 1.3))
     return BenchResult.from_samples(
-        s, name="test_t[2]", device="cpu", rounds=len(s), calls_per_round=1, warmup_rounds=3,
+        s, name="test_t[2]", device="cpu", rounds=len(s), calls_per_round=1, warmup_calls=3,
         benchmark_id=BID, comparison=comparison, memory_comparison=memory, bottleneck=bottleneck,
         trace_path=trace_path, options={"expect_bottleneck": expect},
         peak_memory_bytes=memory.current_bytes if memory else None,
@@ -230,7 +230,7 @@ def test_misclassification_on_a_busy_host_fails_only_strict_or_while_updating():
     busy = {"other_cpu_cores": 0.98, "cpu_count": 2}
     r = BenchResult.from_samples(
         tuple(samples(9, 20, 1.3)), name="test_t[2]", device="cpu", rounds=20, calls_per_round=1,
-        warmup_rounds=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
+        warmup_calls=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
         telemetry=busy)
     why = f"{BID}: {MISMATCH}; measured while host busy: other processes used 0.98 of 2 CPU cores while it ran"
     assert r.misclassified and not r.misclassification_trusted
@@ -238,6 +238,6 @@ def test_misclassification_on_a_busy_host_fails_only_strict_or_while_updating():
     assert failure_messages(r, strict=True) == [why] and failure_messages(r, updating=True) == [why]
     quiet = BenchResult.from_samples(
         tuple(samples(9, 20, 1.3)), name="test_t[2]", device="cpu", rounds=20, calls_per_round=1,
-        warmup_rounds=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
+        warmup_calls=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
         telemetry={"other_cpu_cores": 0.1, "cpu_count": 2})
     assert quiet.misclassification_trusted and failure_messages(quiet) == [f"{BID}: {MISMATCH}"]

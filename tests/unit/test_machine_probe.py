@@ -270,7 +270,7 @@ def test_report_entry_round_trip_keeps_the_probe():
     cur, probe = machine_run(3, machine=1.29)
     c = judge_n(cur, ENTRY, OPTS, probe=probe)
     r = BenchResult.from_samples(tuple(cur), name="t", device="cpu", rounds=len(cur), calls_per_round=1,
-                                 warmup_rounds=0, comparison=c, probe_ms=probe.median_ms, probe=PROBE,
+                                 warmup_calls=0, comparison=c, probe_ms=probe.median_ms, probe=PROBE,
                                  benchmark_id="t")
     entry = json.loads(json.dumps(result_entry(r, environment={}, git_commit=None, timestamp_utc="x",
                                                with_comparison=True)))
@@ -347,12 +347,12 @@ def test_cpu_backend_interleaves_the_probe_every_kth_round_and_after_a_partial_b
         events.append("p")
         clock.advance_ms(0.3)
 
-    t = measure(fn, (), {}, options=OPTS, device="cpu", rounds=10, warmup_rounds=2, clock=clock, probe=probe)
+    t = measure(fn, (), {}, options=OPTS, device="cpu", rounds=10, warmup_calls=2, clock=clock, probe=probe)
     assert t.probe_every == 3  # ceil(0.3 ms / (10% of 1 ms))
     assert t.probe_ms == pytest.approx((0.3,) * 4)  # after rounds 3, 6, 9 and the partial block of round 10
     timed = "".join(events)[2 + PROBE_WARMUP_CALLS:]  # after the warmup calls and the probe's warmup
     assert "".join(events)[:2 + PROBE_WARMUP_CALLS] == "ff" + "p" * PROBE_WARMUP_CALLS
     assert timed == "fffp" * 3 + "fp"
     assert t.samples_ms == pytest.approx((1.0,) * 10)  # the probe is never inside a round
-    plain = measure(fn, (), {}, options=OPTS, device="cpu", rounds=10, warmup_rounds=2, clock=clock)
+    plain = measure(fn, (), {}, options=OPTS, device="cpu", rounds=10, warmup_calls=2, clock=clock)
     assert plain.probe_ms == () and plain.probe_every == 1

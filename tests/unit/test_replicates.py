@@ -48,7 +48,7 @@ def test_worker_slot_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _entry(median: float, *, telemetry: dict | None = None, peak: int | None = 100, probe_ms: float | None = None) -> dict:
     r = BenchResult.from_samples(tuple(median * f for f in (0.99, 1.0, 1.01) * 4), name="t", device="cpu", rounds=12,
-                                 calls_per_round=2, warmup_rounds=3, benchmark_id="test_x", options={"threshold": 0.05},
+                                 calls_per_round=2, warmup_calls=3, benchmark_id="test_x", options={"threshold": 0.05},
                                  telemetry=telemetry, peak_memory_bytes=peak, probe_ms=probe_ms,
                                  probe="memory: 2 MiB copy" if probe_ms else None)
     return result_entry(r, environment={"device_type": "cpu", "device_name": "X"}, git_commit=None, timestamp_utc="")
@@ -90,7 +90,7 @@ def test_missing_replicates_name_the_worker_and_its_output(tmp_path: Path) -> No
 def test_worker_results_survive_a_torn_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "w.jsonl"
     monkeypatch.setenv("GPUPERF_REPLICATE_OUT", str(out))
-    r = BenchResult.from_samples((1.0, 2.0), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_rounds=0,
+    r = BenchResult.from_samples((1.0, 2.0), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_calls=0,
                                  benchmark_id="test_x")
     replicates.report_result("m::test_x", r, {"device_type": "cpu"})
     with open(out, "a") as f:
@@ -103,7 +103,7 @@ def test_worker_results_survive_a_torn_last_line(tmp_path: Path, monkeypatch: py
 def test_ab_confirmation_makes_the_ab_verdict_final_or_keeps_the_stored_one_with_a_note() -> None:
     def result(c: Comparison) -> BenchResult:
         return BenchResult.from_samples((1.3,) * 4, name="t", device="cpu", rounds=4, calls_per_round=1,
-                                        warmup_rounds=0, benchmark_id="test_x", comparison=c, peak_memory_bytes=5,
+                                        warmup_calls=0, benchmark_id="test_x", comparison=c, peak_memory_bytes=5,
                                         process_medians_ms=(1.3, 1.3))
 
     stored = result(Comparison(Verdict.REGRESSED, "m::test_x", 1.3, 1.0, ratio=1.3, ratio_ci=(1.2, 1.4)))

@@ -29,7 +29,7 @@ def lognormal(seed: int, n: int, median: float = 1.0, sigma: float = 0.05) -> np
 
 def result(samples, **extra) -> BenchResult:
     return BenchResult.from_samples(tuple(samples), name="t", device="cpu", rounds=len(samples), calls_per_round=1,
-                                    warmup_rounds=3, benchmark_id="t", **extra)
+                                    warmup_calls=3, benchmark_id="t", **extra)
 
 
 # ----------------------------------------------------------------------------- I: median ratio and its CI

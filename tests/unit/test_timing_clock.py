@@ -78,8 +78,8 @@ def test_measure_with_an_injected_clock_directly():
     assert t.samples_ms == (2.0,) * t.rounds  # per-call times in ms, exact on the fake clock
     assert t.calls_per_round == 1
     assert t.rounds == 10  # 20 ms budget of 2 ms rounds
-    assert t.warmup_rounds == math.ceil(0.025 / 0.002)  # default warmup_time of fake time
-    assert len(calls) == t.warmup_rounds + t.rounds
+    assert t.warmup_calls == math.ceil(0.025 / 0.002)  # default warmup_time of fake time
+    assert len(calls) == t.warmup_calls + t.rounds
 
 
 def test_measurer_uses_its_clock():
@@ -105,7 +105,7 @@ def test_measurer_uses_its_clock():
 def test_warmup_runs_until_warmup_time_of_fake_time():
     t, m, fn = scripted(1.0, options=BenchOptions(warmup_time=0.025, target_precision=0, max_rounds=10,
                                                    min_rounds=10))
-    assert t.warmup_rounds == 25  # 25 calls of 1 ms = 0.025 s
+    assert t.warmup_calls == 25  # 25 calls of 1 ms = 0.025 s
     assert fn.calls == m.calls == 25 + t.rounds * t.calls_per_round
 
 
@@ -113,24 +113,24 @@ def test_warmup_runs_at_least_min_warmup_calls():
     assert MIN_WARMUP_CALLS == 3
     for warmup_time in (0.0, 0.001):
         t, _, _ = scripted(10.0, options=BenchOptions(warmup_time=warmup_time, min_rounds=1, max_rounds=1))
-        assert t.warmup_rounds == MIN_WARMUP_CALLS
+        assert t.warmup_calls == MIN_WARMUP_CALLS
     # Calls longer than the warmup time: still 3.
     t, _, _ = scripted(50.0, options=BenchOptions(warmup_time=0.025, min_rounds=1, max_rounds=1))
-    assert t.warmup_rounds == MIN_WARMUP_CALLS
+    assert t.warmup_calls == MIN_WARMUP_CALLS
 
 
 @pytest.mark.parametrize("ms, warmup_time, expected", [(1.0, 0.1, 100), (2.0, 0.01, 5), (0.5, 0.004, 8)])
 def test_warmup_length_follows_fake_time(ms, warmup_time, expected):
     t, _, _ = scripted(ms, options=BenchOptions(warmup_time=warmup_time, min_rounds=1, max_rounds=1))
-    assert t.warmup_rounds == expected
+    assert t.warmup_calls == expected
 
 
 @pytest.mark.parametrize("warmup_rounds", [2, 5, 40])
 def test_exactly_warmup_rounds_calls_when_given(warmup_rounds):
     # warmup_time says 100 calls; warmup_rounds wins.
     opts = BenchOptions(warmup_time=0.1, min_rounds=4, max_rounds=4)
-    t, m, fn = scripted(1.0, options=opts, warmup_rounds=warmup_rounds)
-    assert t.warmup_rounds == warmup_rounds
+    t, m, fn = scripted(1.0, options=opts, warmup_calls=warmup_rounds)
+    assert t.warmup_calls == warmup_rounds
     assert fn.calls == warmup_rounds + 4 * t.calls_per_round
 
 
@@ -139,14 +139,14 @@ def test_warmup_rounds_below_two_adds_counted_estimate_calls(warmup_rounds, esti
     # The per-call estimate needs two calls: they are made and counted as warmup, so the
     # reported warmup_rounds is what the function really ran before the timed rounds.
     opts = BenchOptions(min_rounds=4, max_rounds=4)
-    t, _, fn = scripted(1.0, options=opts, warmup_rounds=warmup_rounds)
-    assert t.warmup_rounds == warmup_rounds + estimate_calls == 2
-    assert fn.calls == t.warmup_rounds + 4
+    t, _, fn = scripted(1.0, options=opts, warmup_calls=warmup_rounds)
+    assert t.warmup_calls == warmup_rounds + estimate_calls == 2
+    assert fn.calls == t.warmup_calls + 4
 
 
 def test_gc_enabled_in_warmup_and_disabled_in_rounds():
     assert gc.isenabled()
-    t, _, fn = scripted(1.0, options=BenchOptions(min_rounds=5, max_rounds=5), warmup_rounds=3)
+    t, _, fn = scripted(1.0, options=BenchOptions(min_rounds=5, max_rounds=5), warmup_calls=3)
     assert fn.gc_during == [True] * 3 + [False] * 5
     assert gc.isenabled()  # restored
 
@@ -163,7 +163,7 @@ def test_short_calls_are_batched():
     assert t.calls_per_round == cpr
     assert t.rounds == 20 == len(t.samples_ms)
     assert all(s == pytest.approx(0.01, rel=1e-9) for s in t.samples_ms)  # per call, not per round
-    assert fn.calls == t.warmup_rounds + 20 * cpr
+    assert fn.calls == t.warmup_calls + 20 * cpr
 
 
 def test_batch_size_tracks_the_warmup_estimate():
@@ -178,13 +178,13 @@ def test_calls_of_at_least_the_minimum_round_are_not_batched(ms):
     t, _, fn = scripted(ms, options=BenchOptions(min_rounds=7, max_rounds=7))
     assert t.calls_per_round == 1
     assert t.samples_ms == pytest.approx((ms,) * 7, rel=1e-9)
-    assert fn.calls == t.warmup_rounds + 7
+    assert fn.calls == t.warmup_calls + 7
 
 
 def test_estimate_uses_the_late_half_of_the_warmup():
     # Cold first calls (10x slower) do not prevent batching of a 0.01 ms function.
     script = noisy(0.01, cv=0.0, slow_calls=3, slow_factor=10.0)
-    t, _, _ = scripted(script, options=BenchOptions(min_rounds=5, max_rounds=5), warmup_rounds=10)
+    t, _, _ = scripted(script, options=BenchOptions(min_rounds=5, max_rounds=5), warmup_calls=10)
     assert t.calls_per_round == math.ceil(CPU_MIN_ROUND_S / 1e-5)
 
 
@@ -200,7 +200,7 @@ def test_setup_forces_one_call_per_round_and_runs_before_every_call():
         fn.log.append("setup")
         return None
 
-    t, _, _ = scripted(0.01, fn, options=BenchOptions(min_rounds=6, max_rounds=6), setup=setup, warmup_rounds=3)
+    t, _, _ = scripted(0.01, fn, options=BenchOptions(min_rounds=6, max_rounds=6), setup=setup, warmup_calls=3)
     assert t.calls_per_round == 1  # 0.01 ms would be batched without setup
     assert t.rounds == 6
     assert fn.log == ["setup", "fn"] * (3 + 6)
@@ -216,7 +216,7 @@ def test_setup_can_replace_the_arguments_and_is_untimed():
         return ((next(counter),), {"k": "v"})
 
     t = m.measure(fn, ("ignored",), {}, options=BenchOptions(min_rounds=4, max_rounds=4), device="cpu", setup=setup,
-                  warmup_rounds=2)
+                  warmup_calls=2)
     assert t.value == ("value", 6, (5,), {"k": "v"})  # 2 warmup + 4 rounds, fresh args each time
     assert t.samples_ms == (1.0,) * 4  # setup is untimed
 
@@ -287,7 +287,7 @@ def test_noisy_samples_need_more_rounds_for_precision():
 def test_fixed_rounds_are_exact(rounds):
     # Fixed rounds ignore max_time, min_rounds and early stopping.
     opts = BenchOptions(max_time=0.001, min_rounds=10, target_precision=0.5)
-    t, _, fn = scripted(1.0, options=opts, rounds=rounds, warmup_rounds=2)
+    t, _, fn = scripted(1.0, options=opts, rounds=rounds, warmup_calls=2)
     assert t.rounds == rounds == len(t.samples_ms)
     assert fn.calls == 2 + rounds * t.calls_per_round
 
@@ -333,14 +333,14 @@ def test_same_script_gives_identical_samples():
     a, _, _ = scripted(noisy(1.0, cv=0.05, seed=7), options=opts)
     b, _, _ = scripted(noisy(1.0, cv=0.05, seed=7), options=opts)
     assert a.samples_ms == b.samples_ms
-    assert (a.rounds, a.calls_per_round, a.warmup_rounds) == (b.rounds, b.calls_per_round, b.warmup_rounds)
+    assert (a.rounds, a.calls_per_round, a.warmup_calls) == (b.rounds, b.calls_per_round, b.warmup_calls)
     c, _, _ = scripted(noisy(1.0, cv=0.05, seed=8), options=opts)
     assert c.samples_ms != a.samples_ms
 
 
 def test_samples_are_the_scripted_times_in_ms():
     script = noisy(3.0, cv=0.1, seed=2)
-    t, _, _ = scripted(script, options=BenchOptions(min_rounds=20, max_rounds=20), warmup_rounds=4)
+    t, _, _ = scripted(script, options=BenchOptions(min_rounds=20, max_rounds=20), warmup_calls=4)
     assert t.calls_per_round == 1
     expected = [round(script(i) * 1e6) / 1e6 for i in range(4, 24)]  # the clock has ns resolution
     assert list(t.samples_ms) == pytest.approx(expected, rel=1e-12)
@@ -348,7 +348,7 @@ def test_samples_are_the_scripted_times_in_ms():
 
 
 def test_call_index_runs_across_warmup_and_rounds():
-    t, m, _ = scripted([1.0, 3.0], options=BenchOptions(min_rounds=6, max_rounds=6), warmup_rounds=2)
+    t, m, _ = scripted([1.0, 3.0], options=BenchOptions(min_rounds=6, max_rounds=6), warmup_calls=2)
     assert t.calls_per_round == 1
     assert t.samples_ms == (1.0, 3.0, 1.0, 3.0, 1.0, 3.0)
     assert m.calls == 8
@@ -359,7 +359,7 @@ def test_once_returns_one_scripted_sample():
     m = ScriptedMeasurer(2.5)
     t = m.once(fn, (1,), {"a": 2}, "cpu")
     assert t.samples_ms == (2.5,)
-    assert (t.rounds, t.calls_per_round, t.warmup_rounds) == (1, 1, 0)
+    assert (t.rounds, t.calls_per_round, t.warmup_calls) == (1, 1, 0)
     assert t.value == ("value", 1, (1,), {"a": 2})
     assert fn.calls == 1 and m.calls == 1
     assert m.once(fn, (), {}, "cuda").samples_ms == (2.5,)  # always the CPU protocol

@@ -106,7 +106,7 @@ def make_result(samples, *, name="test_x", device="cpu", group=None, comparison=
         device=device,
         rounds=len(samples),
         calls_per_round=4,
-        warmup_rounds=3,
+        warmup_calls=3,
         benchmark_id=benchmark_id or name,
         group=group,
         comparison=comparison,
@@ -138,7 +138,7 @@ def test_from_samples_computes_statistics():
     assert r.median_ci_ms == s.median_ci_ms
     assert r.outliers == s.outliers
     assert r.iqr_fraction == pytest.approx(s.iqr_ms / s.median_ms)
-    assert (r.rounds, r.calls_per_round, r.warmup_rounds) == (101, 4, 3)
+    assert (r.rounds, r.calls_per_round, r.warmup_calls) == (101, 4, 3)
     assert r.benchmark_id == "m.py::t[1]" and r.group == "g" and r.name == "test_x"
     assert r.comparison is None and r.smoke is False
     assert r.peak_memory_bytes is None and r.memory_comparison is None
