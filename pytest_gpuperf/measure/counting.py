@@ -169,13 +169,13 @@ def _cuda_profiler(stack: contextlib.ExitStack, device: Any) -> Any:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from pytest_gpuperf.measure.trace import cupti_guard
+    from pytest_gpuperf.measure.trace import cupti_guard, quietly
 
     cupti_guard(device)
     torch.cuda.synchronize(device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
-        return stack.enter_context(profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]))
+        return stack.enter_context(quietly(profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])))
 
 
 def compile_snapshot() -> dict[str, dict[str, int]] | None:

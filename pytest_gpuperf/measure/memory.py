@@ -154,8 +154,11 @@ class MemoryTracker:
         else:
             from torch.profiler import ProfilerActivity, profile
 
+            from pytest_gpuperf.measure.trace import quiet_kineto
+
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._prof.__enter__()
+            with quiet_kineto():  # only its start and stop: the user's block writes as it likes
+                self._prof.__enter__()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -181,7 +184,10 @@ class MemoryTracker:
                 allocated_before_bytes=self._before,
             )
         else:
-            self._prof.__exit__(None, None, None)
+            from pytest_gpuperf.measure.trace import quiet_kineto
+
+            with quiet_kineto():
+                self._prof.__exit__(None, None, None)
             peak, net = cpu_peak_from_events(_profiler_memory_events(self._prof))
             self._prof = None
             self.report = MemoryReport(

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME, TraceEvent
 # the profiler's events as TraceEvents live in pytest_gpuperf.measure.trace (counting uses them too)
-from pytest_gpuperf.measure.trace import cupti_guard, to_trace_events
+from pytest_gpuperf.measure.trace import cupti_guard, quiet_kineto, quietly, to_trace_events
 
 _CALIBRATION: dict[tuple[str, str], tuple[float, float]] = {}
 _CPU_OP_FLOOR: list[float] = []
@@ -60,11 +60,12 @@ def profile_calls(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any
             # cycle" (a one-cycle profile like this loses nothing): keep it out of the user's session
             warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
             extra = {"schedule": schedule(wait=0, warmup=1, active=1, repeat=1)} if warmup else {}
-            prof = stack.enter_context(profile(activities=activities, **extra))
+            prof = stack.enter_context(quietly(profile(activities=activities, **extra)))  # no kineto lines
         if warmup:
             fn(*args, **kwargs)
             _sync(device)
-            prof.step()  # warm-up step over: the next one is recorded
+            with quiet_kineto():  # the schedule starts kineto here
+                prof.step()  # warm-up step over: the next one is recorded
         with record_function(REGION_NAME):
             for _ in range(calls):
                 fn(*args, **kwargs)

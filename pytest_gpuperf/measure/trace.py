@@ -10,9 +10,10 @@ is profiled in a process that captured its own CUDA graphs. torch is never impor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from pytest_gpuperf.verdict.bottleneck import TraceEvent
 
@@ -217,3 +218,65 @@ def cupti_guard(device: Any, environ: Any = None) -> bool:
     for key, value in CUPTI_GRAPH_ENV.items():
         env.setdefault(key, value)
     return True
+
+
+#: A line kineto writes to the process's stderr when a profiler starts or stops
+#: (``USDT:2026-11-25 08:32:33 16798:16798 SyncActivityProfilerHandler.cpp:52] profiler_start``).
+KINETO_LINE = re.compile(r"^USDT:|ActivityProfiler\w*\.cpp:\d+\]")
+
+
+@contextlib.contextmanager
+def quiet_kineto() -> Iterator[None]:
+    """Keep kineto's own lines (:data:`KINETO_LINE`) out of the user's output while a profiler
+    starts or stops: file descriptor 2 goes to a temporary file meanwhile (kineto writes there from
+    C++, below Python's ``sys.stderr``); afterwards every other line it received is written back to
+    it, in order. Where file descriptor 2 cannot be duplicated, does nothing."""
+    import tempfile
+
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        _flush_stderr()
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            _flush_stderr()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().decode(errors="replace").splitlines(keepends=True)
+                    if not KINETO_LINE.search(line)]
+            if kept:
+                os.write(2, "".join(kept).encode())
+
+
+def _flush_stderr() -> None:
+    import sys
+
+    try:
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # replaced or closed by the caller
+        pass
+
+
+@contextlib.contextmanager
+def quietly(profiler: Any) -> Iterator[Any]:
+    """Enter and exit a ``torch.profiler.profile`` (or any context manager) under
+    :func:`quiet_kineto`; what runs inside is not redirected."""
+    with quiet_kineto():
+        value = profiler.__enter__()
+    exc: tuple[Any, Any, Any] = (None, None, None)
+    try:
+        yield value
+    except BaseException:
+        import sys
+
+        exc = sys.exc_info()
+        raise
+    finally:
+        with quiet_kineto():
+            profiler.__exit__(*exc)

@@ -522,7 +522,7 @@ class GpuPerfSession:
         messages = []
         for r in bench.results:
             messages.extend(failure_messages(r, strict=self.settings.strict, updating=self.settings.updating, label=f"{bench.module}::{r.benchmark_id}"))
-            if r.top_ops:
+            if r.top_ops and self.settings.verbose > 0:  # else only in the trace artifact (-v shows it)
                 report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
         if self.settings.updating:
             # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).

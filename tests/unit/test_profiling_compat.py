@@ -403,3 +403,41 @@ def test_profiler_warm_up_step_is_run_and_left_out_of_the_trace():
     made.clear()
     _, events = profile_calls(fn, (), {}, torch.device("cpu"), 3, warmup=False)
     assert len(made) == 3 and sum(e.name == "aten::add" for e in events) == 3
+
+
+def test_quiet_kineto_keeps_kinetos_lines_out_and_the_rest_in(capfd):
+    # kineto writes "USDT: ... profiler_start" from C++ to file descriptor 2 when a profiler starts or
+    # stops; quiet_kineto drops exactly those lines and writes every other line back, in order
+    import os
+
+    from pytest_gpuperf.measure.trace import quiet_kineto, quietly
+
+    with quiet_kineto():
+        os.write(2, b"USDT:2026-11-25 08:32:33 16798:16798 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a real warning\n")
+        os.write(2, b"[W1125 08:00:00.000 CuptiActivityProfiler.cpp:123] kineto noise\n")
+        os.write(2, b"another line\n")
+    err = capfd.readouterr().err
+    assert err == "a real warning\nanother line\n"
+
+    class Noisy:
+        def __enter__(self):
+            os.write(2, b"USDT:x SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+            return self
+
+        def __exit__(self, *exc):
+            os.write(2, b"USDT:x SyncActivityProfilerHandler.cpp:59] profiler_stop\n")
+
+    with quietly(Noisy()):
+        os.write(2, b"the user's own output\n")  # inside the block: not redirected
+    assert capfd.readouterr().err == "the user's own output\n"
+    with pytest.raises(ValueError), quietly(Noisy()):
+        raise ValueError("propagates")
+    assert capfd.readouterr().err == ""
+
+
+def test_profiling_a_call_prints_no_kineto_lines(capfd):
+    prof, events = profiling.profile_calls(lambda: torch.ones(8) + 1, (), {}, torch.device("cpu"), 2)
+    assert events
+    out = capfd.readouterr()
+    assert "USDT:" not in out.err and "ActivityProfiler" not in out.err
