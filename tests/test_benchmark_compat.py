@@ -139,7 +139,7 @@ def test_pytest_benchmark_suite_runs_unmodified_records_compares_and_gates(pytes
     set_timings(pytester, RERUN, test_matmul=TWICE_AS_SLOW)  # the gate: a 2x slower op fails its tests
     slow = pytester.runpytest("--gpuperf", *RUN)
     slow.assert_outcomes(passed=N_BENCH + 1 - 4, failed=4)
-    assert slow.stdout.str().count("performance regression in test_ops.py::test_matmul[") == 4
+    assert len(re.findall(r"(?m)^regressed .*\n  test_ops\.py::test_matmul\[", slow.stdout.str())) == 4
 
 
 @pytest.mark.parametrize("group_by, groups", [

@@ -107,7 +107,7 @@ def test_regressed_exits_1(tmp_path, base_file, capsys):
     out = capsys.readouterr().out
     r = row(out, "test_a")
     assert "regressed" in r and "1.3" in r and " ms" in r and "x-" in r  # medians with units, ratio CI
-    assert "performance regression in tests/perf/test_demo.py::test_a" in out  # reporting.messages.comparison_message
+    assert "\nregressed " in out and "\n  tests/perf/test_demo.py::test_a: median " in out  # comparison_message
     assert out.rstrip().endswith("1 regressed, 0 improved, 0 inconclusive, 0 unchanged")
 
 
@@ -158,7 +158,7 @@ def test_baseline_error_message_is_reused(tmp_path, base_file, capsys):
     bad.write_text('{"schema_version": "two", "benchmarks": {}}', encoding="utf-8")
     assert main(["compare", str(bad), str(base_file)]) == 2
     err = capsys.readouterr().err
-    assert f"baseline file {bad} is unusable: missing or non-integer 'schema_version'" in err
+    assert f"unusable baseline file (missing or non-integer 'schema_version'): {bad}" in err
 
 
 @pytest.mark.parametrize("stats, problem", [([1.0], "not a JSON object"), ({"median_ms": -3.0}, "positive")])
@@ -415,7 +415,7 @@ def test_compare_gives_the_memory_verdict_the_plugin_gives(tmp_path, capsys):
     cur = write_report(tmp_path / "cur.json", {"test_a": entry("test_a", samples(42), peak=8 << 20)})
     assert main(["compare", str(base), str(cur)]) == 1
     out = capsys.readouterr().out
-    assert "memory regression in tests/perf/test_demo.py::test_a" in out
+    assert "memory regressed " in out and "\n  tests/perf/test_demo.py::test_a" in out
     assert "memory: 1 regressed of 1 compared" in out
     same = write_report(tmp_path / "same.json", {"test_a": entry("test_a", samples(43), peak=4 << 20)})
     assert main(["compare", str(base), str(same)]) == 0

@@ -53,11 +53,11 @@ def record(pytester: pytest.Pytester, *args: str) -> None:
     "change, expected",
     [
         (dict(extra="x.max().item()"),
-         ["op/sync/byte counts regressed in test_step.py::test_step:",
+         ["op/sync/byte counts regressed: ", "\n  test_step.py::test_step",
           "syncs 0 -> 3 per call (aten::_local_scalar_dense +3)", "aten::max +3"]),
         (dict(extra="x = x.clone()"),
-         ["counts regressed in test_step.py::test_step:", "ops ", "(aten::clone +3", "bytes "]),
-        (dict(dtype="float64"), ["byte counts regressed in test_step.py::test_step: bytes "]),
+         ["counts regressed: ", "\n  test_step.py::test_step", "ops ", "(aten::clone +3", "bytes "]),
+        (dict(dtype="float64"), ["byte counts regressed: bytes ", "\n  test_step.py::test_step"]),
     ],
     ids=["item-per-layer", "clone-per-layer", "float64-input"],
 )

@@ -59,7 +59,7 @@ def test_doubled_work_fails_with_regression_message(pytester: pytest.Pytester) -
     rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
     rec.assert_outcomes(failed=1)
     out = rec.stdout.str()
-    assert "performance regression in test_bench.py::test_loop" in out
+    assert "\nregressed " in out and "\n  test_bench.py::test_loop: median " in out
     ratio = float(re.search(r"ratio (\d+\.\d+)x", out).group(1))
     assert 1.9 < ratio < 2.1, ratio
     assert "Mann-Whitney U p=" in out and "threshold +30%" in out
@@ -509,3 +509,27 @@ def test_every_option_resolves_with_one_precedence_through_the_plugin(pytester: 
         assert got["test_marked"][name] == as_json(marker_value), name
     assert got["test_plain"]["max_time"] == float(cli["max_time"][1])  # --gpuperf-max-time over --benchmark-max-time
     assert got["test_benchmark_marker"]["min_rounds"] == 50 and got["test_benchmark_marker"]["max_time"] == 6.0
+
+
+def test_the_reason_fits_in_the_short_summary_at_80_columns(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 24: a failure message starts with the verdict and its numbers (the benchmark's id, already
+    # on pytest's FAILED line, and the evidence follow on later lines), so `-rf` at 80 columns shows why.
+    monkeypatch.setenv("COLUMNS", "80")
+    _record(pytester)
+    set_timings(pytester, TWICE_AS_SLOW)
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider", "-rf")
+    rec.assert_outcomes(failed=1)
+    (line,) = [ln for ln in rec.outlines if ln.startswith("FAILED ")]
+    assert len(line) <= 80 and re.search(r"::test_loop - regressed 2\.\d+x", line), line
+    pytester.makepyfile(test_mem="""
+import pytest, torch
+
+@pytest.mark.gpu_bench(device="cpu", max_memory="1 KiB", counts=False)
+def test_alloc(gpu_bench):
+    gpu_bench(torch.ones, 1 << 20)
+""")
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider", "-rf", "test_mem.py")
+    rec.assert_outcomes(failed=1)
+    (line,) = [ln for ln in rec.outlines if ln.startswith("FAILED ")]
+    assert len(line) <= 80 and "::test_alloc - memory budget exceeded: peak 4" in line, line

@@ -61,7 +61,8 @@ def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester
     rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
                              "--gpuperf-markdown=r.md", *RUN)
     rec.assert_outcomes(failed=1)
-    rec.stdout.fnmatch_lines(["*performance regression in test_bench.py::test_loop: 1.*x*geometric mean of 2 process "
+    rec.stdout.fnmatch_lines(["regressed 1.*x [[]*]: median * -> * (2 worker processes)",  # the reason first
+                              "  test_bench.py::test_loop: 1.*x*geometric mean of 2 process "
                               "medians*Student t over process medians*"])
     # One verdict wherever it is shown (issue 21, item 5): the JSON, the Markdown, the terminal
     # table and `gpuperf compare` on the same baseline and report, with the same ratio.

@@ -50,7 +50,7 @@ def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, 
     monkeypatch.setenv("KERNEL_MS", "1.3")
     slow = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", *RUN)
     slow.assert_outcomes(failed=1)
-    slow.stdout.fnmatch_lines(["*performance regression in test_sim.py::test_kernel*1.3*"])
+    slow.stdout.fnmatch_lines(["regressed 1.3*", "  test_sim.py::test_kernel: *1.3*"])
 
 
 XDIST_BENCH = """

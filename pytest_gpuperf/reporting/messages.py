@@ -25,11 +25,12 @@ from pytest_gpuperf.verdict.compare import MEMORY_SLACK_BYTES, Comparison, Memor
 #: The end of every regression message (timing and memory): what to do when the change is wanted.
 INTENDED_HINT = "if the change is intended, re-record with `pytest --gpuperf-update-baselines`"
 
+#: The first word of a timing message: the verdict.
 _HEADS = {
-    Verdict.REGRESSED: "performance regression",
-    Verdict.IMPROVED: "performance improvement",
-    Verdict.UNCHANGED: "no significant change",
-    Verdict.INCONCLUSIVE: "inconclusive comparison",
+    Verdict.REGRESSED: "regressed",
+    Verdict.IMPROVED: "improved",
+    Verdict.UNCHANGED: "unchanged",
+    Verdict.INCONCLUSIVE: "inconclusive",
 }
 
 
@@ -45,14 +46,23 @@ def ab_summary(c: Comparison) -> str | None:
     return f"A/B vs {c.ab.ref}: {format_ratio(c.ratio)}{ci}"
 
 
+def _estimate(ratio: float | None, ci: tuple[float, float] | None) -> str:
+    """``"1.46x [1.39x, 1.52x]"`` (no brackets without a CI)."""
+    text = format_ratio(ratio)
+    return text + (f" [{format_ratio(ci[0])}, {format_ratio(ci[1])}]" if ci else "")
+
+
 def comparison_message(c: Comparison) -> str:
-    """One paragraph saying what was compared and why the verdict is what it is: the stored
-    baseline's (median ratio with its 99% CI, Hodges–Lehmann ratio, Mann–Whitney U p, the gate),
-    the worker processes' (Student t over process medians) or the A/B one (Wilcoxon signed-rank
-    over paired blocks), then the confirmation, the baseline file, the note and the hint."""
+    """What a timing comparison says, reason first (issue 24): the first line is the verdict, the
+    ratio with its 99% CI and the medians (``"regressed 1.46x [1.39x, 1.52x]: median 461.7 µs ->
+    693.6 µs (A/B vs main (3f2a9c1))"``), so pytest's short summary shows it at any width; the
+    evidence follows on an indented line naming the benchmark: the stored baseline's test
+    (Hodges–Lehmann ratio, Mann–Whitney U p, the gate), the worker processes' (Student t over
+    process medians) or the A/B one (Wilcoxon signed-rank over paired blocks), then the
+    confirmation, the baseline file, the note and what to do when the change is intended."""
     if c.verdict is Verdict.NO_BASELINE:
         where = f" in {c.baseline_file}" if c.baseline_file else ""
-        return f"{c.benchmark_id}: no baseline{where}; record one with `pytest --gpuperf-update-baselines`"
+        return f"no baseline{where}; record one with `pytest --gpuperf-update-baselines`\n  {c.benchmark_id}"
     assert c.ratio is not None and c.baseline_median_ms is not None
     p = c.p_slower if c.ratio >= 1 else c.p_faster
     head = _HEADS[c.verdict]
@@ -63,48 +73,50 @@ def comparison_message(c: Comparison) -> str:
     median_ratio = c.median_ratio
     if median_ratio is None and c.baseline_median_ms > 0:  # a report written before the field existed
         median_ratio = c.current_median_ms / c.baseline_median_ms
-    ci = f", 99% CI {format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else ""
     floor = c.floor if c.floor is not None else c.threshold
     gate = f"threshold +{c.threshold * 100:g}%"
     if floor > c.threshold + 1e-12:
         gate = (f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {c.run_sd * 100:.1f}%) - 1 > threshold "
                 f"+{c.threshold * 100:g}%)")
-    text = (
-        f"{head} in {c.benchmark_id}: median {format_ms(c.baseline_median_ms)} -> "
-        f"{format_ms(c.current_median_ms)}, median ratio {format_ratio(median_ratio)}{ci}; "
-        f"Hodges-Lehmann ratio {format_ratio(c.ratio)} ({format_pct(c.ratio - 1)}), Mann-Whitney U p={_fmt_p(p)} "
-        f"(alpha {c.alpha:g}), {gate}; baseline history: {c.runs} run(s)"
-    )
+    first = (f"{head} {_estimate(median_ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+             f"{format_ms(c.current_median_ms)}")
+    ci = f", 99% CI {format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else ""
+    text = (f"{c.benchmark_id}: median {format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}, "
+            f"median ratio {format_ratio(median_ratio)}{ci}; Hodges-Lehmann ratio {format_ratio(c.ratio)} "
+            f"({format_pct(c.ratio - 1)}), Mann-Whitney U p={_fmt_p(p)} (alpha {c.alpha:g}), {gate}; baseline "
+            f"history: {c.runs} run(s)")
     if c.prediction_limit is not None:
         text += f", 99% prediction limit {format_ratio(c.prediction_limit)}"
     if c.normalization is not None:
         text += (f"; normalized by machine-speed drift ({c.normalization.by}), raw ratio "
                  f"{format_ratio(c.normalization.raw_ratio)}")
-    return text + _tail(c, INTENDED_HINT)
+    return f"{first}\n  {text}{_tail(c, INTENDED_HINT)}"
 
 
 def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
-    text = (f"{head} in {c.benchmark_id}: {format_ratio(c.ratio)} [{format_ratio(c.ratio_ci[0])}, "
-            f"{format_ratio(c.ratio_ci[1])}] ({format_pct(c.ratio - 1)}, 99% CI): geometric mean of "
-            f"{c.processes} process medians {format_ms(c.current_median_ms)} vs "
-            f"{format_ms(c.baseline_median_ms)} of the baseline's {c.baseline_processes}; Student t over "
-            f"process medians p={_fmt_p(p)} (alpha {c.alpha:g}), between-process SD "
-            f"{(c.run_sd or 0) * 100:.1f}%, threshold +{c.threshold * 100:g}%; baseline history: "
-            f"{c.runs} run(s)")
-    return text + _tail(c, INTENDED_HINT)
+    first = (f"{head} {_estimate(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+             f"{format_ms(c.current_median_ms)} ({c.processes} worker processes)")
+    text = (f"{c.benchmark_id}: {_estimate(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
+            f"mean of {c.processes} process medians {format_ms(c.current_median_ms)} vs "
+            f"{format_ms(c.baseline_median_ms)} of the baseline's {c.baseline_processes}; Student t over process "
+            f"medians p={_fmt_p(p)} (alpha {c.alpha:g}), between-process SD {(c.run_sd or 0) * 100:.1f}%, threshold "
+            f"+{c.threshold * 100:g}%; baseline history: {c.runs} run(s)")
+    return f"{first}\n  {text}{_tail(c, INTENDED_HINT)}"
 
 
 def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ab is not None
     per = ", ".join(format_ratio(v) for v in (c.ab.process_ratios or ()))
-    text = (f"{head} in {c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median "
-            f"ratio); median A {format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; "
-            f"Wilcoxon signed-rank p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab.pairs} paired blocks from "
-            f"{c.runs} pair(s) of worker processes (per pair {per}), threshold +{c.threshold * 100:g}%")
+    first = (f"{head} {_estimate(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+             f"{format_ms(c.current_median_ms)} (A/B vs {c.ab.ref})")
+    text = (f"{c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median ratio); median A "
+            f"{format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; Wilcoxon signed-rank "
+            f"p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab.pairs} paired blocks from {c.runs} pair(s) of worker "
+            f"processes (per pair {per}), threshold +{c.threshold * 100:g}%")
     if c.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
-        return text + _tail(c, INTENDED_HINT)
-    return text + _tail(c, "if the change is intended, this A/B comparison passes once REF includes it")
+        return f"{first}\n  {text}{_tail(c, INTENDED_HINT)}"
+    return f"{first}\n  {text}{_tail(c, 'if the change is intended, this A/B comparison passes once REF includes it')}"
 
 
 def _tail(c: Comparison, intended_hint: str) -> str:
@@ -146,11 +158,10 @@ def _memory_messages(m: MemoryComparison, include_regression: bool) -> list[str]
     out = []
     if m.verdict is Verdict.REGRESSED and include_regression:
         assert m.baseline_bytes is not None
-        change = format_pct(m.change) if m.change is not None else "baseline allocated nothing"
+        change = format_pct(m.change) if m.change is not None else "(the baseline allocated nothing)"
         out.append(
-            f"memory regression in {m.benchmark_id}: {format_bytes(m.baseline_bytes)} -> "
-            f"{format_bytes(m.current_bytes)} ({change}), allowed "
-            f"+{m.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}"
+            f"memory regressed {change}: {format_bytes(m.baseline_bytes)} -> {format_bytes(m.current_bytes)}, "
+            f"allowed +{m.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}\n  {m.benchmark_id}"
             + (f"; baseline: {m.baseline_file}" if m.baseline_file else "")
             + f"; {INTENDED_HINT}"
         )
@@ -158,8 +169,8 @@ def _memory_messages(m: MemoryComparison, include_regression: bool) -> list[str]
         assert m.max_memory_bytes is not None
         unit = size_unit(m.max_memory_text)  # the budget's own unit: "peak 123 kB > max_memory 100 kB"
         out.append(
-            f"memory budget exceeded in {m.benchmark_id}: peak {format_bytes(m.current_bytes, unit)} > "
-            f"max_memory {format_bytes(m.max_memory_bytes, unit)} on {m.device}"
+            f"memory budget exceeded: peak {format_bytes(m.current_bytes, unit)} > "
+            f"max_memory {format_bytes(m.max_memory_bytes, unit)} on {m.device}\n  {m.benchmark_id}"
         )
     if out and m.snapshot:
         out.append(m.snapshot)
@@ -174,7 +185,8 @@ def _count_messages(cc: Any, include_regression: bool) -> list[str]:
     if regressed and include_regression:
         families = "/".join(dict.fromkeys(FAMILY[c.name] for c in regressed))
         where = f"; baseline: {cc.baseline_file}" if cc.baseline_file else ""
-        out.append(f"{families} counts regressed in {cc.benchmark_id}: " + "; ".join(c.text() for c in regressed) + where)
+        out.append(f"{families} counts regressed: " + "; ".join(c.text() for c in regressed)
+                   + f"\n  {cc.benchmark_id}{where}")
     out.extend(cc.over_budget)
     return out
 

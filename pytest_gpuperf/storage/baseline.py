@@ -64,8 +64,8 @@ class BaselineError(Exception):
     def __init__(self, path: os.PathLike[str] | str, problem: str) -> None:
         self.path = str(path)
         self.problem = problem
-        super().__init__(
-            f"baseline file {self.path} is unusable: {problem}. Fix or delete the file, then "
+        super().__init__(  # the reason first (issue 24): pytest's short summary shows the start
+            f"unusable baseline file ({problem}): {self.path}. Fix or delete the file, then "
             f"re-record it with `pytest --gpuperf-update-baselines` (the file was left untouched)"
         )
 

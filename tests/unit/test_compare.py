@@ -78,7 +78,7 @@ def test_regression_plus_20_percent():
     assert "p=" in msg
     assert "+5%" in msg  # the default threshold
     assert "tests__perf__test_mm.json" in msg
-    assert "regression" in msg
+    assert msg.startswith("regressed ")  # the verdict first (issue 24)
 
 
 def test_improvement_minus_20_percent():
@@ -88,7 +88,7 @@ def test_improvement_minus_20_percent():
     assert c.ratio == pytest.approx(0.8, rel=0.03)
     assert c.ratio_ci[1] < 1.0
     assert c.p_faster < c.alpha
-    assert "improvement" in comparison_message(c)
+    assert comparison_message(c).startswith("improved ")
     assert "bm" in comparison_message(c)
 
 

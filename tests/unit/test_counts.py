@@ -36,9 +36,9 @@ def test_an_added_item_per_layer_fails_with_the_sync_and_op_diff() -> None:
     c = decide_counts(cur, history(BASE, BASE), BASE, benchmark_id="test_x.py::test_step", baseline_file="b.json")
     assert c.verdict is Verdict.REGRESSED and c.failed
     (msg,) = gate_messages(c)
-    assert msg == ("op/sync counts regressed in test_x.py::test_step: ops 212 -> 232 per call "
+    assert msg == ("op/sync counts regressed: ops 212 -> 232 per call "
                    "(aten::_local_scalar_dense +10, aten::max +10); syncs 0 -> 10 per call "
-                   "(aten::_local_scalar_dense +10); baseline: b.json")
+                   "(aten::_local_scalar_dense +10)\n  test_x.py::test_step; baseline: b.json")
     assert [ch.name for ch in c.regressions()] == ["ops", "syncs"]
 
 
@@ -83,13 +83,13 @@ def test_count_tolerance_is_relative_slack() -> None:
 def test_float64_inputs_fail_on_bytes() -> None:
     f64 = Counts(ops=BASE.ops, flops=BASE.flops, traffic_bytes=2 * BASE.traffic_bytes, ops_by_name=BASE.ops_by_name)
     (msg,) = gate_messages(decide_counts(f64, history(BASE), BASE, benchmark_id="t"))
-    assert msg == "byte counts regressed in t: bytes 4.00 KiB -> 8.00 KiB per call"
+    assert msg == "byte counts regressed: bytes 4.00 KiB -> 8.00 KiB per call\n  t"
 
 
 def test_a_change_hidden_by_rounding_is_spelled_out() -> None:
     big = Counts(traffic_bytes=402653184)
     (msg,) = gate_messages(decide_counts(Counts(traffic_bytes=402653188), history(big), big, benchmark_id="t"))
-    assert msg == "byte counts regressed in t: bytes 384 MiB -> 384 MiB (+4 B) per call"
+    assert msg == "byte counts regressed: bytes 384 MiB -> 384 MiB (+4 B) per call\n  t"
 
 
 def test_budgets_need_no_baseline_and_name_the_offenders() -> None:
@@ -110,7 +110,7 @@ def test_recompiles_are_totals_not_per_call() -> None:
     cur = Counts(ops=1, recompiles=4, graph_breaks=0)
     c = decide_counts(cur, [{"ops": 1, "recompiles": 0, "graph_breaks": 0}], budgets={"max_recompiles": 0},
                       benchmark_id="t")
-    assert gate_messages(c)[0] == "compile counts regressed in t: recompiles 0 -> 4"
+    assert gate_messages(c)[0] == "compile counts regressed: recompiles 0 -> 4\n  t"
     assert c.over_budget == ("t: 4 recompiles is over max_recompiles=0",)
 
 

@@ -83,7 +83,7 @@ def test_regression_fails():
     r = result(c)
     assert failure_messages(r) == [comparison_message(c)]
     assert failure_messages(r, strict=True) == [comparison_message(c)]
-    assert "performance regression in " + BID in failure_messages(r)[0]
+    assert failure_messages(r)[0].startswith("regressed ") and f"\n  {BID}: " in failure_messages(r)[0]
 
 
 def test_regression_does_not_fail_while_updating():
@@ -120,7 +120,7 @@ def test_memory_regression_fails_but_not_while_updating():
     assert m.verdict is Verdict.REGRESSED and not m.over_budget
     r = result(decide(samples(1), samples(2), benchmark_id=BID), memory=m)
     assert failure_messages(r) == gate_messages(m)
-    assert len(failure_messages(r)) == 1 and failure_messages(r)[0].startswith(f"memory regression in {BID}: ")
+    assert len(failure_messages(r)) == 1 and failure_messages(r)[0].startswith("memory regressed ") and f"\n  {BID}" in failure_messages(r)[0]
     assert failure_messages(r, updating=True) == []
 
 
@@ -128,7 +128,7 @@ def test_over_max_memory_fails_also_while_updating():
     m = decide_memory(20 * MiB, None, max_memory_bytes=16 * MiB, benchmark_id=BID, device="cpu")
     assert m.verdict is Verdict.NO_BASELINE and m.over_budget
     r = result(None, memory=m)
-    msg = f"memory budget exceeded in {BID}: peak 20.0 MiB > max_memory 16.0 MiB on cpu"
+    msg = f"memory budget exceeded: peak 20.0 MiB > max_memory 16.0 MiB on cpu\n  {BID}"
     assert failure_messages(r) == [msg]
     assert failure_messages(r, updating=True) == [msg]
     assert failure_messages(r, updating=True, strict=True) == [msg]
@@ -140,7 +140,7 @@ def test_memory_regression_and_budget_while_updating_keeps_only_the_budget():
     r = result(None, memory=m)
     both = failure_messages(r)
     assert len(both) == 2
-    assert both[0].startswith("memory regression") and both[1].startswith("memory budget exceeded")
+    assert both[0].startswith("memory regressed") and both[1].startswith("memory budget exceeded")
     assert failure_messages(r, updating=True) == [both[1]]
 
 

@@ -310,26 +310,26 @@ def test_memory_regression_message():
     assert m.verdict is Verdict.REGRESSED
     assert m.change == pytest.approx(0.11, abs=1e-6)
     (msg,) = gate_messages(m)
-    assert msg.startswith("memory regression in m.py::test_attn[1024]: 812 MiB -> 901 MiB (+11.0%)")
-    assert msg == ("memory regression in m.py::test_attn[1024]: 812 MiB -> 901 MiB (+11.0%), "
-                   "allowed +2% + 1.00 MiB; if the change is intended, re-record with "
+    assert msg.startswith("memory regressed +11.0%: 812 MiB -> 901 MiB")  # the reason first (issue 24)
+    assert msg == ("memory regressed +11.0%: 812 MiB -> 901 MiB, allowed +2% + 1.00 MiB\n"
+                   "  m.py::test_attn[1024]; if the change is intended, re-record with "
                    "`pytest --gpuperf-update-baselines`")
     m = decide_memory(cur, base, benchmark_id="t", baseline_file="gpuperf/b.json", threshold=0.05)
-    assert gate_messages(m) == ["memory regression in t: 812 MiB -> 901 MiB (+11.0%), allowed +5% + 1.00 MiB; "
-                            "baseline: gpuperf/b.json; if the change is intended, re-record with "
-                            "`pytest --gpuperf-update-baselines`"]
+    assert gate_messages(m) == ["memory regressed +11.0%: 812 MiB -> 901 MiB, allowed +5% + 1.00 MiB\n  t; "
+                                "baseline: gpuperf/b.json; if the change is intended, re-record with "
+                                "`pytest --gpuperf-update-baselines`"]
 
 
 def test_memory_budget_message_names_max_memory_and_device():
     m = decide_memory(int(812 * MiB * 1.11), None, max_memory_bytes=850 * MiB, benchmark_id="t",
                       device="cuda:0")
-    assert gate_messages(m) == ["memory budget exceeded in t: peak 901 MiB > max_memory 850 MiB on cuda:0"]
+    assert gate_messages(m) == ["memory budget exceeded: peak 901 MiB > max_memory 850 MiB on cuda:0\n  t"]
     both = decide_memory(int(812 * MiB * 1.11), 812 * MiB, max_memory_bytes=850 * MiB, benchmark_id="t",
                          device="cpu")
     msgs = gate_messages(both)
     assert len(msgs) == 2
-    assert msgs[0].startswith("memory regression in t: 812 MiB -> 901 MiB (+11.0%)")
-    assert msgs[1] == "memory budget exceeded in t: peak 901 MiB > max_memory 850 MiB on cpu"
+    assert msgs[0].startswith("memory regressed +11.0%: 812 MiB -> 901 MiB")
+    assert msgs[1] == "memory budget exceeded: peak 901 MiB > max_memory 850 MiB on cpu\n  t"
 
 
 def test_memory_messages_empty_when_passing_and_snapshot_only_on_failure():

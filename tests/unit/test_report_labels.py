@@ -137,7 +137,7 @@ def test_budget_is_reported_in_the_unit_it_was_written_in():
     m = decide_memory(123_456, None, max_memory_bytes=100_000, max_memory_text="100 kB", benchmark_id="t",
                       device="cpu")
     (msg,) = gate_messages(m)
-    assert msg == "memory budget exceeded in t: peak 123 kB > max_memory 100 kB on cpu"
+    assert msg == "memory budget exceeded: peak 123 kB > max_memory 100 kB on cpu\n  t"
     plain = decide_memory(123_456, None, max_memory_bytes=100_000, benchmark_id="t", device="cpu")
     assert "max_memory 97.7 KiB" in gate_messages(plain)[0]  # an int budget: IEC units as before
 
