@@ -345,6 +345,32 @@ def test_show_lists_benchmarks(tmp_path, capsys):
     assert " 2 " in g and "250 µs" in g and "2026-11-11" in g
 
 
+def test_show_runs_lists_every_stored_run(tmp_path, capsys):
+    # Issue 24: the table's legend points at `gpuperf show --runs` for each stored run's own median.
+    e = entry("test_a", samples(30), peak=2**20)
+    e["history"] = [
+        {"median_ms": 1.02, "iqr_ms": 0.051, "rounds": 200, "timestamp_utc": "2026-11-10T09:15:00Z",
+         "git_commit": "3f2a9c1e0000", "environment": {"cpu_model": "AMD EPYC"}},
+        {"median_ms": 0.98, "iqr_ms": 0.0098, "rounds": 210, "timestamp_utc": "2026-11-11T10:30:00Z",
+         "git_commit": "a634c19f0000", "dirty": True, "environment": {"device_name": "NVIDIA H100"},
+         "process_medians_ms": [0.97, 0.98, 0.99]},
+    ]
+    write_baseline(tmp_path / "bl" / "cpu-test" / "tests__perf__test_demo.json", {"test_a": e})
+    assert main(["show", str(tmp_path / "bl")]) == 0
+    assert "runs of test_a" not in capsys.readouterr().out  # only with --runs
+    assert main(["show", "--runs", str(tmp_path / "bl")]) == 0
+    out = capsys.readouterr().out
+    assert "runs of test_a (oldest first):" in out
+    lines = out[out.index("runs of test_a"):].splitlines()
+    header = lines[1].split()
+    assert header[:2] == ["date", "(UTC)"] and "commit" in header and "processes" in header
+    first, second = (ln for ln in lines if ln.strip().startswith("2026-11-1"))
+    assert first.split()[:5] == ["2026-11-10", "09:15", "3f2a9c1", "AMD", "EPYC"]
+    assert "1.02 ms" in first and "5.0%" in first and first.split()[-2:] == ["200", "1"]
+    assert second.split()[:4] == ["2026-11-11", "10:30", "a634c19*", "NVIDIA"]  # * : recorded from uncommitted changes
+    assert "980 µs" in second and "1.0%" in second and second.split()[-2:] == ["210", "3"]
+
+
 def test_show_flags_corrupt_file_and_lists_the_rest(tmp_path, capsys):
     root = tmp_path / "bl"
     make_baselines(root)

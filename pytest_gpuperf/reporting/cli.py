@@ -410,6 +410,29 @@ def _show_rows(benchmarks: dict[str, BaselineEntry]) -> list[tuple[str, ...]]:
     return rows
 
 
+#: The columns of ``gpuperf show --runs``: one row per stored run.
+RUN_HEADER = ("date (UTC)", "commit", "machine", "median", "IQR", "rounds", "processes")
+
+
+def _run_rows(entry: BaselineEntry) -> list[tuple[str, ...]]:
+    """One row per stored run of ``entry``, oldest first: when it was recorded, its git commit
+    (``*`` when recorded from uncommitted changes), the machine (CPU model or GPU name), its median,
+    its IQR as a share of the median (the run's spread), its rounds, and its worker processes."""
+    from pytest_gpuperf.core.units import format_ms
+
+    rows = []
+    for run in entry.history:
+        env = run.environment or {}
+        machine = env.get("device_name") or env.get("cpu_model") or "-"
+        commit = (run.git_commit or "-")[:7] + ("*" if run.dirty else "")
+        stamp = run.timestamp_utc.replace("T", " ")[:16] if isinstance(run.timestamp_utc, str) else "-"
+        iqr = f"{run.iqr_ms / run.median_ms * 100:.1f}%" if run.iqr_ms is not None and run.median_ms > 0 else "-"
+        processes = str(len(run.process_medians_ms)) if run.process_medians_ms else "1"
+        rows.append((stamp, commit, str(machine), format_ms(run.median_ms), iqr,
+                     str(run.rounds) if run.rounds is not None else "-", processes))
+    return rows
+
+
 def _show_counts(newest: Any, history: Sequence[Any]) -> str:
     """``ops 212, syncs 0`` of the newest run (``kernels`` too on CUDA), ``(variable)`` when the
     stored runs disagree on one of them; ``-`` without counts."""
@@ -494,6 +517,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             if rows:
                 for line in format_table(rows, header=header, numeric=(header[1], header[2], header[4])):
                     print(f"    {line}")
+            if getattr(args, "runs", False):
+                for bid in sorted(bf.benchmarks):
+                    print(f"    runs of {bid} (oldest first):")
+                    for line in format_table(_run_rows(bf.benchmarks[bid]), header=RUN_HEADER,
+                                             numeric=("median", "IQR", "rounds", "processes")):
+                        print(f"      {line}")
     _show_temp_files(root)
     if bad:
         _err(f"{bad} unreadable baseline file(s) under {root} (listed above)")
@@ -575,6 +604,9 @@ def build_parser(prog: str = "gpuperf") -> argparse.ArgumentParser:
     )
     s.add_argument("dir", metavar="DIR", nargs="?", default="baselines",
                    help="baseline folder (default: baselines)")
+    s.add_argument("--runs", action="store_true",
+                   help="also list every stored run of each benchmark: date, commit, machine, median, spread "
+                        "(IQR), rounds and worker processes")
     s.set_defaults(func=cmd_show)
     return parser
 

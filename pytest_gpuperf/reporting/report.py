@@ -21,7 +21,7 @@ COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "rati
 MAX_NAME_WIDTH = 70
 
 #: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
-LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show` "
+LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show --runs` "
           "lists each run); ratio = median / baseline, raw (the verdict's Hodges-Lehmann estimate and CI, after any "
           "--gpuperf-normalize, are in its message and the JSON report); ops/kern, syncs = aten ops "
           "(/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
