@@ -12,7 +12,7 @@ from typing import Any, Callable, ContextManager, Mapping
 
 from pytest_gpuperf.storage.baseline import BaselineEntry, BaselineFile
 from pytest_gpuperf.core.options import BenchOptions
-from pytest_gpuperf.verdict.result import BenchResult
+from pytest_gpuperf.verdict.result import BenchResult, Overrun
 from pytest_gpuperf.measure.timing import Measurer, Progress, Timing, prepare_call
 
 
@@ -325,8 +325,8 @@ class GpuBench:
 
             compiled = compile_delta(first_compile, compile_snapshot())
         self._check_value(fn, t.value)
-        notes = self._overrun_notes(t, elapsed_s, bid) if rounds is None else []
-        notes.extend(f"{self._full_id(bid)}: {note}" for note in getattr(t, "notes", ()))
+        overrun = self._overrun(t, elapsed_s) if rounds is None else None
+        notes = [f"{self._full_id(bid)}: {note}" for note in getattr(t, "notes", ())]
         a, k = prepare_call(fn, args, kwargs, setup)
         mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, compiled, bid, notes)
         entry = self.context.baseline.get(bid) if self.context.baseline is not None else None
@@ -341,7 +341,7 @@ class GpuBench:
             warmup_calls=t.warmup_calls, comparison=evaluation.comparison, peak_memory_bytes=mem.peak_bytes,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
-            count_comparison=evaluation.counts, **probe_stored, **common
+            count_comparison=evaluation.counts, overrun=overrun, **probe_stored, **common
         )
 
     def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
@@ -537,19 +537,14 @@ class GpuBench:
             f"benchmark {fix} instead"
         )
 
-    def _overrun_notes(self, t: Timing, elapsed_s: float, bid: str) -> list[str]:
-        """A note when the measurement took far longer than ``max_time`` because one call is long."""
+    def _overrun(self, t: Timing, elapsed_s: float) -> Overrun | None:
+        """An :class:`~pytest_gpuperf.verdict.result.Overrun` when the measurement took far longer than
+        ``max_time`` because one call is long (``min_rounds`` rounds and the warmup are always made)."""
         o = self.options
         round_ms = statistics.median(t.samples_ms) * t.calls_per_round
         if elapsed_s < max(1.0, 2 * (o.max_time + o.warmup_time)) or round_ms / 1e3 * o.min_rounds <= o.max_time:
-            return []
-        from pytest_gpuperf.core.units import format_ms
-
-        return [
-            f"{self._full_id(bid)}: measuring took {elapsed_s:.1f} s for a max_time of {o.max_time:g} s: "
-            f"one call takes {format_ms(statistics.median(t.samples_ms))}; min_rounds={o.min_rounds} and "
-            f"{t.warmup_calls} warmup calls were still made; lower min_rounds/warmup or raise max_time"
-        ]
+            return None
+        return Overrun(elapsed_s, o.max_time, statistics.median(t.samples_ms), o.min_rounds, t.warmup_calls)
 
     def _export_trace(self, prof: Any, bid: str, notes: list[str]) -> str | None:
         """Write the chrome trace under ``artifacts_dir``; its path, or None when no file was written."""

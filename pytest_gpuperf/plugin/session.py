@@ -13,6 +13,7 @@ of environments and baseline files.
 from __future__ import annotations
 
 import os
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -94,6 +95,7 @@ class GpuPerfSession:
         self.recorded: list[Recorded] = []
         self.warnings: list[str] = []
         self.notes: list[str] = []
+        self.overruns: list[tuple[str, Any]] = []  # (module::id, Overrun): one summary line for all
         self.errors: dict[str, str] = {}
         self.workers_seen = 0
         self.ab_worker: Any = None
@@ -110,6 +112,15 @@ class GpuPerfSession:
     def warn(self, message: str) -> None:
         """Add a line to the summary's warnings (each distinct line is printed once)."""
         self.warnings.append(message)
+
+    def session_warnings(self) -> list[str]:
+        """The session's warnings, each once, in order, with the ones grouped for the whole session
+        (the benchmarks whose ``max_time`` is too short for their calls) last."""
+        if not self.overruns:  # (a plain run imports nothing heavy: the messages module needs numpy)
+            return list(dict.fromkeys(self.warnings))
+        from pytest_gpuperf.reporting.messages import overrun_warning
+
+        return list(dict.fromkeys([*self.warnings, overrun_warning(self.overruns)]))
 
     def environment(self, device: Any) -> dict[str, Any]:
         """Fingerprint of ``device`` with its reference-workload medians (once per session)."""
@@ -463,6 +474,8 @@ class GpuPerfSession:
             report_result(f"{module}::{result.benchmark_id}", result, stored.env or {})
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         self.warnings.extend(result.notes)
+        if result.overrun is not None:
+            self.overruns.append((f"{module}::{result.benchmark_id}", result.overrun))
         self.warnings.extend(self._result_warnings(f"{module}::{result.benchmark_id}", device, stored, result))
 
     def _result_warnings(self, name: str, device: Any, stored: "_Stored", result: Any) -> list[str]:
@@ -597,7 +610,7 @@ class GpuPerfSession:
             ab_label=None if ab is None else getattr(ab, "label", str(ab)), ab_processes=s.ab_processes,
             ab_removed=tuple(self.ab_removed), baselines=s.relpath(s.baseline_dir),
             table_options=benchmark_compat.table_options(self.config), notes=tuple(self.notes),
-            warnings=tuple(self.warnings), workers_seen=self.workers_seen,
+            warnings=tuple(self.session_warnings()), workers_seen=self.workers_seen,
             written=tuple((label, str(path)) for label, path in reports if path is not None and str(path) not in self.errors),
             errors=tuple(self.errors.values()),
         )
@@ -619,6 +632,7 @@ class GpuPerfSession:
             ],
             "warnings": self.warnings,
             "notes": self.notes,
+            "overruns": [[name, dataclasses.asdict(o)] for name, o in self.overruns],
         }
 
     def _merge_workers(self) -> None:
@@ -641,6 +655,9 @@ class GpuPerfSession:
                     r.get("device_key"), r.get("environment"), bool(r.get("updated")),
                 ))
             self.warnings.extend(payload.get("warnings", []))
+            from pytest_gpuperf.verdict.result import Overrun
+
+            self.overruns.extend((name, Overrun(**o)) for name, o in payload.get("overruns", []))
             self.notes.extend(payload.get("notes", []))
 
     @pytest.hookimpl(tryfirst=True)
@@ -670,7 +687,7 @@ class GpuPerfSession:
             devices = sorted({rec.result.device for rec in self.recorded})
             self._write_report("--gpuperf-markdown", self.settings.markdown_path, lambda: write_atomic(
                 self.settings.markdown_path, markdown(items, devices=devices, strict=self.settings.strict,
-                                              warnings=list(dict.fromkeys(self.warnings)),
+                                              warnings=self.session_warnings(),
                                               mode="ab" if self.settings.ab is not None else
                                               "replicates" if self.settings.replicated else "stored")))
         if self.settings.plot_dir is not None:
@@ -738,7 +755,7 @@ class GpuPerfSession:
                 )
                 for rec in self.recorded
             },
-            "warnings": list(dict.fromkeys(self.warnings)),
+            "warnings": self.session_warnings(),
         }
         write_atomic(self.settings.json_path, dumps(data))
 

@@ -226,3 +226,19 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
         elif check == "bottleneck":
             out.append(f"{label}: {bottleneck_message(r)}")
     return out
+
+
+def overrun_warning(overruns: Any) -> str | None:
+    """One line, for the suite's author, naming every benchmark whose measurement took far longer
+    than its ``max_time`` because one call is long (``overruns``: ``(name,``
+    :class:`~pytest_gpuperf.verdict.result.Overrun` ``)`` pairs), with the options that change it;
+    None when there is none."""
+    overruns = list(overruns)
+    if not overruns:
+        return None
+    listed = "; ".join(f"{name} ({o.elapsed_s:.1f} s for max_time {o.max_time_s:g} s: one call takes "
+                       f"{format_ms(o.call_ms)}, min_rounds={o.min_rounds} and {o.warmup_calls} warmup calls)"
+                       for name, o in overruns)
+    return (f"{len(overruns)} benchmark(s) took far longer than their max_time because one call is long: {listed}. "
+            f"For the suite's author: min_rounds rounds and the warmup always run, so lower min_rounds/warmup_time "
+            f"or raise max_time in their @pytest.mark.gpu_bench(...)")

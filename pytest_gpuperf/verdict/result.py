@@ -12,6 +12,20 @@ from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, summarize
 
 
 @dataclass(frozen=True)
+class Overrun:
+    """A measurement that took far longer than its ``max_time`` because one call is long:
+    ``elapsed_s`` (s) against ``max_time_s`` (s), the median call ``call_ms`` (ms), and the
+    ``min_rounds`` and ``warmup_calls`` that were still made. Advice for the suite's author; the
+    session reports all of them in one line."""
+
+    elapsed_s: float
+    max_time_s: float
+    call_ms: float
+    min_rounds: int
+    warmup_calls: int
+
+
+@dataclass(frozen=True)
 class BenchResult:
     """Timing of one benchmark: per-call times and their statistics, all in milliseconds.
 
@@ -36,7 +50,8 @@ class BenchResult:
     ``counts`` are the exact counts of one extra call (:class:`~pytest_gpuperf.verdict.counts.Counts`: ops,
     kernels, syncs, copies, FLOPs, bytes, recompiles; None in smoke mode or with ``counts=False``)
     and ``count_comparison`` their gate against the baseline and the declared budgets.
-    ``options`` are the benchmark's resolved :class:`~pytest_gpuperf.core.options.BenchOptions`
+    ``overrun`` (an :class:`Overrun`, not stored) says the measurement took far longer than
+    ``max_time``. ``options`` are the benchmark's resolved :class:`~pytest_gpuperf.core.options.BenchOptions`
     (a mapping of option values, as a report stores them, is converted on construction:
     :func:`~pytest_gpuperf.core.options.options_from_dict`). ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
     in reports and baselines when not empty. ``probe_ms`` is the median time (ms) of the interleaved
@@ -87,6 +102,7 @@ class BenchResult:
     probe_ms: float | None = None
     probe: str | None = None
     process_medians_ms: tuple[float, ...] | None = None
+    overrun: Overrun | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, BenchOptions):  # a mapping of option values (as a report stores them)
