@@ -41,3 +41,6 @@ import pytest  # noqa: E402
 def _inner_session_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUPERF_HOST_LOAD", "0")
     monkeypatch.setenv("GPUPERF_PROCESSES", "1")
+    # the summary table fits the terminal (issue 24): inner sessions get a wide one, so tests that
+    # read table cells see every column; the width tests set COLUMNS themselves
+    monkeypatch.setenv("COLUMNS", "250")

@@ -533,3 +533,24 @@ def test_alloc(gpu_bench):
     rec.assert_outcomes(failed=1)
     (line,) = [ln for ln in rec.outlines if ln.startswith("FAILED ")]
     assert len(line) <= 80 and "::test_alloc - memory budget exceeded: peak 4" in line, line
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_the_summary_table_and_legend_fit_the_terminal(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                      columns: int) -> None:
+    # Issue 24: the table drops columns by priority (name, median, ratio, verdict first) and wraps its
+    # legend to the width pytest reports with; the JSON report keeps every field.
+    monkeypatch.setenv("COLUMNS", str(columns))
+    _record(pytester)
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider", "--gpuperf-json=r.json")
+    rec.assert_outcomes(passed=1)
+    out = rec.outlines
+    start = next(i for i, ln in enumerate(out) if "gpuperf: 1 benchmark(s), mode:" in ln)
+    end = next(i for i, ln in enumerate(out) if ln.startswith("baselines: "))
+    block = out[start + 1:end]
+    assert block and all(len(ln) <= columns for ln in block), [len(ln) for ln in block]
+    header = block[0].split()
+    assert header[0] == "name" and {"median", "ratio", "verdict"} <= set(header)
+    assert ("device" in header) is (columns >= 200)
+    entry = json.loads((pytester.path / "r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
+    assert {"stats", "peak_memory_bytes", "rounds", "device"} <= set(entry)

@@ -590,7 +590,8 @@ class GpuPerfSession:
             return
         from pytest_gpuperf.reporting.terminal import summary
 
-        for kind, text, markup in summary(self._summary_input()):
+        width = self.config.get_terminal_writer().fullwidth  # the width pytest reports with
+        for kind, text, markup in summary(dataclasses.replace(self._summary_input(), width=width)):
             if kind == "sep":
                 terminalreporter.write_sep("=", text)
             else:

@@ -19,6 +19,13 @@ COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "rati
 
 #: Longest benchmark name in the terminal table; longer ones are cut in the middle (JSON keeps them whole).
 MAX_NAME_WIDTH = 70
+#: The shortest a name is cut to when the table must fit a narrow terminal.
+MIN_NAME_WIDTH = 24
+#: When the default table is wider than the terminal, its columns are dropped in this order (first
+#: dropped first) until it fits; name, median, ratio and verdict always stay (then names are cut in
+#: the middle). ``--gpuperf-columns`` is shown as asked; the JSON and Markdown reports hold everything.
+DROP_ORDER = ("B/s", "FLOP/s", "device", "p95", "rounds", "syncs", "ops/kern", "IQR", "bottleneck", "peak mem",
+              "baseline")
 
 #: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
 LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show --runs` "
@@ -371,6 +378,7 @@ def summary_lines(
     items: Iterable[tuple[str, BenchResult, bool]],
     columns: Sequence[str] | None = None,
     sort: str | None = None,
+    width: int | None = None,
 ) -> list[str]:
     """The terminal summary: a table per group of (label, result, baseline-updated) triples.
 
@@ -379,6 +387,8 @@ def summary_lines(
     each group by ``name`` (the default), ``median``, ``mean``, ``min``, ``max``, ``p95``,
     ``stddev``, ``iqr``, ``rounds`` or ``ratio``, ascending. An items/s column (named after the
     unit, e.g. ``samples/s``) comes before the verdict when a benchmark declares ``items_per_call``.
+    ``width``: the terminal's width in characters (None: no limit); the default table then drops
+    columns (:data:`DROP_ORDER`) and cuts names in the middle until it fits (see :func:`fit_table`).
     Raises ``ValueError`` for an unknown key.
     """
     items = list(items)
@@ -412,8 +422,40 @@ def summary_lines(
             header = [all_headers[all_keys.index(k)] if k in all_keys else EXTRA_COLUMNS[k][0] for k in keys]
         if group or len(groups) > 1:
             lines.append(f"group: {group or '(none)'}")
-        lines.extend(format_table(rows, header, NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column}))
+        numeric = NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column}
+        if width is not None and keys is None:
+            names = [label for label, _, _ in members]
+            lines.extend(fit_table(rows, header, numeric, width, names))
+        else:
+            lines.extend(format_table(rows, header, numeric))
         lines.append("")
+    return lines
+
+
+def fit_table(rows: Sequence[Sequence[str]], header: Sequence[str], numeric: Iterable[str], width: int,
+              names: Sequence[str]) -> list[str]:
+    """:func:`format_table` of the default table, made to fit ``width`` characters: columns are
+    dropped in :data:`DROP_ORDER` until it fits, then the names (first column; ``names`` are the
+    full ones) are cut in the middle, to :data:`MIN_NAME_WIDTH` at the shortest."""
+    numeric = set(numeric)
+    keep = list(range(len(header)))
+
+    def table(name_width: int | None = None) -> list[str]:
+        body = [tuple(shorten_middle(names[k], name_width) if i == 0 and name_width else row[i] for i in keep)
+                for k, row in enumerate(rows)]
+        return format_table(body, [header[i] for i in keep], numeric)
+
+    lines = table()
+    for column in DROP_ORDER:
+        if max(map(len, lines)) <= width:
+            return lines
+        if column in header:
+            keep.remove(header.index(column))
+            lines = table()
+    excess = max(map(len, lines)) - width
+    if excess > 0:
+        longest = max(len(r[0]) for r in rows) if rows else 0
+        lines = table(max(MIN_NAME_WIDTH, longest - excess))
     return lines
 
 

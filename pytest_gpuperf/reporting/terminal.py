@@ -10,6 +10,7 @@ session's warnings), pytest-xdist, and where the reports went. The plugin's sess
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -37,7 +38,8 @@ class SessionSummary:
     :func:`~pytest_gpuperf.reporting.report.summary_lines` (columns, sort, grouping); ``notes``:
     telemetry notes; ``warnings``: the session's warnings (each distinct one printed once);
     ``workers_seen``: pytest-xdist workers merged; ``written``: (label, path) of reports written;
-    ``errors``: why a report could not be written."""
+    ``errors``: why a report could not be written; ``width``: the terminal's width (characters; the
+    table and its legend fit it; None: no limit)."""
 
     rows: Sequence[Row]
     measuring: bool = True
@@ -54,6 +56,7 @@ class SessionSummary:
     workers_seen: int = 0
     written: Sequence[tuple[str, str]] = ()
     errors: Sequence[str] = ()
+    width: int | None = None
 
 
 def summary(s: SessionSummary) -> list[Line]:
@@ -86,10 +89,12 @@ def _header(s: SessionSummary) -> list[Line]:
 def _table(s: SessionSummary) -> Iterator[Line]:
     from pytest_gpuperf.reporting.report import AB_LEGEND, LEGEND, REPLICATES_LEGEND, summary_lines
 
-    for line in summary_lines([(r.name, r.result, r.updated) for r in s.rows], **s.table_options):
+    for line in summary_lines([(r.name, r.result, r.updated) for r in s.rows], width=s.width, **s.table_options):
         yield _line(line)
     if any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows):
-        yield _line(AB_LEGEND if s.ab_label is not None else REPLICATES_LEGEND if s.replicated else LEGEND)
+        legend = AB_LEGEND if s.ab_label is not None else REPLICATES_LEGEND if s.replicated else LEGEND
+        for line in (textwrap.wrap(legend, s.width, break_on_hyphens=False) if s.width else [legend]):
+            yield _line(line)
 
 
 def _baselines_or_ab(s: SessionSummary) -> Iterator[Line]:

@@ -771,3 +771,41 @@ def test_the_ab_and_normalization_records_are_stored_flat_and_read_back():
                                                       with_comparison=True)))
     assert entry["comparison"]["ab_ref"] is None and entry["comparison"]["raw_ratio"] is None
     assert report.result_from_entry(entry).comparison == plain
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_default_table_fits_the_terminal_by_priority(width):
+    # Issue 24: columns are dropped in DROP_ORDER (name, median, ratio and verdict always stay), then
+    # names are cut in the middle; every line fits the width pytest reports with.
+    c = decide(lognormal(3, 200, 1.3), lognormal(4, 200), benchmark_id="m.py::t")
+    long_name = "tests/perf/test_workloads.py::test_transformer_layer_fwd_bwd[bf16-seq2048]"
+    items = [(long_name, make_result(lognormal(3, 50), comparison=c), False),
+             ("tests/a.py::test_b", make_result(lognormal(5, 50)), True)]
+    lines = report.summary_lines(items, width=width)
+    table = [ln for ln in lines if ln]
+    assert all(len(ln) <= width for ln in table), [len(ln) for ln in table]
+    header = table[0].split()
+    for kept in ("name", "median", "ratio", "verdict"):
+        assert kept in header
+    full = report.summary_lines(items)  # no width: every column, names up to MAX_NAME_WIDTH
+    assert max(map(len, full)) > width  # 205 characters here
+    if width == 200:
+        assert [h for h in full[0].split() if h != "B/s"] == header  # only the first column of DROP_ORDER went
+    if width == 80:
+        assert "device" not in header and "B/s" not in header  # dropped first
+        assert any("..." in ln for ln in table[2:])  # the long name cut in the middle
+        assert any(ln.startswith("tests/a.py::test_b") for ln in table)  # a short one kept whole
+    if width == 120:  # dropping columns was enough: the name is cut only to MAX_NAME_WIDTH, as without a width
+        assert any(ln.startswith(report.shorten_middle(long_name, report.MAX_NAME_WIDTH) + " ") for ln in table)
+
+
+def test_explicit_columns_are_shown_as_asked_and_the_legend_wraps():
+    from pytest_gpuperf.reporting.terminal import Row, SessionSummary, summary
+
+    c = decide(lognormal(3, 200, 1.3), lognormal(4, 200), benchmark_id="m.py::t")
+    items = [("m.py::t", make_result(lognormal(3, 50), comparison=c), False)]
+    asked = report.summary_lines(items, columns=["name", "device", "median", "p95", "bytes", "verdict"], width=40)
+    assert asked[0].split() == ["name", "device", "median", "p95", "B/s", "verdict"]  # --gpuperf-columns wins
+    lines = [text for kind, text, _ in summary(SessionSummary(rows=[Row("m.py::t", items[0][1])], width=80))]
+    legend = [ln for ln in lines if ln.startswith("baseline = ") or ln.startswith("run's; ")]
+    assert legend and all(len(ln) <= 80 for ln in lines if not ln.startswith("gpuperf:"))
