@@ -554,3 +554,20 @@ def test_the_summary_table_and_legend_fit_the_terminal(pytester: pytest.Pytester
     assert ("device" in header) is (columns >= 200)
     entry = json.loads((pytester.path / "r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
     assert {"stats", "peak_memory_bytes", "rounds", "device"} <= set(entry)
+
+
+def test_an_unusable_baseline_file_is_reported_once_per_test(pytester: pytest.Pytester) -> None:
+    # Issue 24: the error's reason once in the test's ERROR section (no chained BaselineError traceback
+    # repeating it), and first in the short summary.
+    pytester.makepyfile(test_bench=WORKLOAD)
+    script_timings(pytester, STEADY)
+    pytester.runpytest("--gpuperf-update-baselines", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    path.write_text("{broken")
+    rec = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider", "-rE")
+    rec.assert_outcomes(errors=1)
+    out = rec.stdout.str()
+    assert "During handling of the above exception" not in out
+    section = out[out.index("ERROR at setup of test_loop"):out.index("short test summary")]
+    assert section.count("unusable baseline file (not valid JSON") == 1
+    rec.stdout.fnmatch_lines(["ERROR test_bench.py::test_loop - Failed: unusable baseline file (not valid JSON*"])

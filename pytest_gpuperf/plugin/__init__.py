@@ -221,7 +221,7 @@ def memory_budget(request: pytest.FixtureRequest) -> Any:
     try:
         default_device = gpuperf.options_for(item).device
     except opts.OptionError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        raise pytest.fail.Exception(str(exc), pytrace=False) from None  # the reason once, without the chained traceback
     blocks = 0
 
     def factory(budget: int | str, *, max_leak: int | str | None = None, device: Any = None) -> MemoryBudget:

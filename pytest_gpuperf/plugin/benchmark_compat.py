@@ -663,7 +663,7 @@ class BenchmarkPlugin:
         try:
             group = gpuperf.options_for(item).group
         except opts.OptionError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None  # the reason once, without the chained traceback
 
         def make_bench(device: Any) -> Any:
             existing = item.stash.get(BENCH_KEY, None)  # the test also uses gpu_bench: one GpuBench

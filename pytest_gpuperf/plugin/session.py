@@ -389,7 +389,7 @@ class GpuPerfSession:
         try:
             options = self.options_for(item)
         except opts.OptionError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None  # the reason once, without the chained traceback
         try:
             device = resolve_device(options.device, default_index=self.settings.worker_index) if device is None else device
         except DeviceUnavailable as exc:
@@ -425,7 +425,7 @@ class GpuPerfSession:
             baseline = self.baseline(path)
             check_module(baseline, module)  # a file of another module is neither compared nor written
         except BaselineError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None  # the reason once, without the chained traceback
         return _Stored(module, env, key, path, baseline)
 
     def _context(self, request: pytest.FixtureRequest, measurer: Any, options: opts.BenchOptions, device: Any,
