@@ -9,6 +9,7 @@ blocks, enough for the signed-rank test at alpha 0.01) keeps each run to a few s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,10 @@ def test_ab_catches_a_slowdown_reports_new_and_removed_gates_counts_and_passes_a
     res.assert_outcomes(failed=2, passed=1)
     text = res.stdout.str()
     assert f"\nregressed 1." in text and f"(A/B vs HEAD ({sha[:7]}))\n" in text  # the reason first (issue 24)
+    # progress without -v (issue 24): a line per benchmark with the time elapsed; in the confirmation
+    # pair, how many benchmarks the run holds and an estimate of the time left
+    assert re.search(r"A/B: test_x\.py::test_a \(worker pair 1\), benchmark \d+, \d+ s elapsed", text)
+    assert re.search(r"A/B: test_x\.py::test_a \(worker pair 2\), benchmark \d+ of \d+, \d+ s elapsed", text)
     assert f"  test_x.py::test_a: A/B vs HEAD ({sha[:7]}): 1." in text
     # One process pair found the regression; a second pair (the confirmation) measured test_a alone again.
     assert "Wilcoxon signed-rank" in text and "16 paired blocks from 2 pair(s)" in text

@@ -52,6 +52,9 @@ def test_baseline_stores_each_process_median_and_an_aa_rerun_passes(pytester: py
     c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
     assert c["verdict"] in ("unchanged", "inconclusive")
     assert c["processes"] == 3 and c["baseline_processes"] == 3
+    # progress (issue 24): each worker process says when it is done, the time elapsed and about how long is left
+    rec.stdout.fnmatch_lines(["gpuperf: worker process 1/3 done (1 benchmark(s), * s elapsed, about * s left)",
+                              "gpuperf: worker process 3/3 done (1 benchmark(s), * s elapsed)"])
 
 
 def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester: pytest.Pytester,

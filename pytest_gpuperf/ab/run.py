@@ -399,12 +399,17 @@ class Coordinator:
         self.notes: list[str] = []
         self.only: set[str] | None = None  # while confirming: the benchmarks to measure again
         self.confirm_from: int | None = None  # the first process pair of the confirmation
+        self._started = time.monotonic()
+        self._done = 0  # benchmarks interleaved so far (all pairs), for the progress line
+        self._planned: int | None = None  # benchmarks x pairs, known once the first pair ran
 
     def run(self) -> None:
         """Run every process pair; raises :class:`ABError` when a worker cannot start or imports
         code from the wrong tree."""
         for p in range(self.processes):
             self._run_pair(p)
+            if p == 0:  # the first pair measured every benchmark: the rest of the run is that times the pairs
+                self._planned = max(1, self._done) * self.processes
 
     def confirm(self, keys: set[str], pairs: int) -> None:
         """Measure ``keys`` again with ``pairs`` more process pairs (their blocks get process
@@ -413,12 +418,23 @@ class Coordinator:
         if not keys or pairs < 1:
             return
         self.only, self.confirm_from = set(keys), self.processes
+        self._planned = self._done + len(keys) * pairs
         self.progress(f"A/B: confirming {len(keys)} regression(s) with {pairs} more pair(s) of worker processes")
         try:
             for p in range(self.processes, self.processes + pairs):
                 self._run_pair(p)
         finally:
             self.only = None
+
+    def _elapsed(self) -> str:
+        """``", 34 s elapsed, about 1 min left"`` for the progress line (the estimate once the first
+        pair ran: the time per benchmark so far times the benchmarks left)."""
+        elapsed = time.monotonic() - self._started
+        text = f", benchmark {self._done}" + (f" of {self._planned}" if self._planned else "") + f", {elapsed:.0f} s elapsed"
+        if self._planned and self._done > 1:
+            left = elapsed / (self._done - 1) * max(0, self._planned - self._done + 1)
+            text += f", about {left / 60:.0f} min left" if left >= 90 else f", about {left:.0f} s left"
+        return text
 
     def _spawn(self, spec: WorkerSpec, process: int, address: str, token: str) -> _Worker:
         import pytest_gpuperf
@@ -585,7 +601,8 @@ class Coordinator:
     def _interleave(self, p: int, key: str, a: _Worker, b: _Worker, ma: dict, mb: dict) -> None:
         m = self._record(key)
         m.max_time_s = float(mb.get("max_time_s", ma.get("max_time_s", DEFAULTS.max_time)))
-        self.progress(f"A/B: {key} (worker pair {p + 1})")
+        self._done += 1
+        self.progress(f"A/B: {key} (worker pair {p + 1}){self._elapsed()}")
         workers = {"A": a, "B": b}
         first = ("A", "B") if p % 2 == 0 else ("B", "A")
         warm = {}

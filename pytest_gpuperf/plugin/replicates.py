@@ -185,8 +185,11 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
             run.error = f"worker process {k + 1}/{processes} exited with code {run.returncode}"
         run.entries = read_results(report)  # also from a worker that crashed: what it measured before
         runs.append(run)
+        elapsed = time.monotonic() - start
+        left = elapsed / (k + 1) * (processes - k - 1)  # the workers so far, per worker, times those left
         progress(f"gpuperf: worker process {k + 1}/{processes} done ({len(run.entries)} benchmark(s), "
-                 f"{time.monotonic() - start:.0f} s)" + (f": {run.error}" if run.error else ""))
+                 f"{elapsed:.0f} s elapsed" + (f", about {left:.0f} s left" if left else "") + ")"
+                 + (f": {run.error}" if run.error else ""))
     return runs
 
 

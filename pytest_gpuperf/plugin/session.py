@@ -336,7 +336,7 @@ class GpuPerfSession:
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
         coordinator = Coordinator(specs, args, self.settings.ab_processes, logs,
-                                  progress=_say(self.config) if self.settings.verbose > 0 else (lambda line: None))
+                                  progress=_say(self.config))  # one line per benchmark measured (issue 24)
         coordinator.only = only
         coordinator.run()
         results, removed, notes = ab_results(coordinator, rev.label)
