@@ -462,7 +462,9 @@ class Coordinator:
         workers = {side: self._spawn(self.specs[side], p, address, token) for side in SIDES}
         try:
             self._accept(server, workers, token)
-            self.progress(f"A/B: worker pair {p + 1}/{self.processes} started "
+            which = (f"{p + 1}/{self.processes}" if p < self.processes
+                     else f"{p + 1} (confirmation {p + 1 - self.processes})")
+            self.progress(f"A/B: worker pair {which} started "
                           f"(A pid {workers['A'].proc.pid}, B pid {workers['B'].proc.pid})")
             for w in workers.values():
                 w.pending = w.next()
