@@ -58,7 +58,9 @@ def test_throttled_regression_is_inconclusive_and_strict_fails(pytester: pytest.
     script_timings(pytester, TWICE_AS_SLOW, conftest=THROTTLED_SAMPLER)
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
     rec.assert_outcomes(passed=1)
-    rec.stdout.fnmatch_lines(["*test_loop*inconclusive*", "*warning: *test_loop: inconclusive*throttled: HW thermal 34% of samples*"])
+    # the note says why (in the notes); one warning line names the inconclusive benchmarks (issue 24)
+    rec.stdout.fnmatch_lines(["*test_loop*inconclusive*", "  test_bench.py::test_loop: *throttled: HW thermal 34% of samples*",
+                              "warning: 1 benchmark(s) inconclusive, which passes*test_bench.py::test_loop*"])
     entry = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
     assert entry["verdict"] == "inconclusive" and entry["telemetry"]["reasons"] == {"HW thermal": 0.34}
     rec = pytester.runpytest("--gpuperf", "--gpuperf-strict", *RUN)

@@ -96,6 +96,7 @@ class GpuPerfSession:
         self.warnings: list[str] = []
         self.notes: list[str] = []
         self.overruns: list[tuple[str, Any]] = []  # (module::id, Overrun): one summary line for all
+        self.inconclusive: list[str] = []  # module::id of inconclusive verdicts that pass: one line for all
         self.errors: dict[str, str] = {}
         self.workers_seen = 0
         self.ab_worker: Any = None
@@ -116,11 +117,16 @@ class GpuPerfSession:
     def session_warnings(self) -> list[str]:
         """The session's warnings, each once, in order, with the ones grouped for the whole session
         (the benchmarks whose ``max_time`` is too short for their calls) last."""
-        if not self.overruns:  # (a plain run imports nothing heavy: the messages module needs numpy)
-            return list(dict.fromkeys(self.warnings))
-        from pytest_gpuperf.reporting.messages import overrun_warning
+        grouped = []
+        if self.inconclusive:
+            names = list(dict.fromkeys(self.inconclusive))
+            grouped.append(f"{len(names)} benchmark(s) inconclusive, which passes (fails with --gpuperf-strict): "
+                           f"{', '.join(names)}; each one's note says why and how to decide")
+        if self.overruns:  # (only then: the messages module needs numpy, which a plain run never imports)
+            from pytest_gpuperf.reporting.messages import overrun_warning
 
-        return list(dict.fromkeys([*self.warnings, overrun_warning(self.overruns)]))
+            grouped.append(overrun_warning(self.overruns))
+        return list(dict.fromkeys([*self.warnings, *grouped]))
 
     def environment(self, device: Any) -> dict[str, Any]:
         """Fingerprint of ``device`` with its reference-workload medians (once per session)."""
@@ -479,8 +485,9 @@ class GpuPerfSession:
         self.warnings.extend(self._result_warnings(f"{module}::{result.benchmark_id}", device, stored, result))
 
     def _result_warnings(self, name: str, device: Any, stored: "_Stored", result: Any) -> list[str]:
-        """Summary warnings about one result: a noisy new baseline, an inconclusive verdict, the
-        machine's drift since the baseline, an environment that differs from the baseline's."""
+        """Summary warnings about one result: a noisy new baseline, the machine's drift since the
+        baseline, an environment that differs from the baseline's. An inconclusive verdict that
+        passes is collected in :attr:`inconclusive` (one line for all, see :meth:`session_warnings`)."""
         s, out = self.settings, []
         if s.updating and not result.smoke:
             from pytest_gpuperf.reporting.report import noisy_baseline_warning
@@ -493,8 +500,8 @@ class GpuPerfSession:
         entry = stored.baseline.get(result.benchmark_id)
         c = result.comparison
         if (c is not None and c.verdict.value == "inconclusive" and not s.strict and not s.updating
-                and not c.machine_differs):  # those get one summary line for all
-            out.append(f"{name}: inconclusive (passes; fails with --gpuperf-strict): {c.note}")
+                and not c.machine_differs):  # one summary line for all (machine differs has its own)
+            self.inconclusive.append(name)
         if entry is not None:
             from pytest_gpuperf.measure.environment import differences
             from pytest_gpuperf.verdict.machine import drift_ratios, drift_warning
@@ -634,6 +641,7 @@ class GpuPerfSession:
             "warnings": self.warnings,
             "notes": self.notes,
             "overruns": [[name, dataclasses.asdict(o)] for name, o in self.overruns],
+            "inconclusive": self.inconclusive,
         }
 
     def _merge_workers(self) -> None:
@@ -659,6 +667,7 @@ class GpuPerfSession:
             from pytest_gpuperf.verdict.result import Overrun
 
             self.overruns.extend((name, Overrun(**o)) for name, o in payload.get("overruns", []))
+            self.inconclusive.extend(payload.get("inconclusive", []))
             self.notes.extend(payload.get("notes", []))
 
     @pytest.hookimpl(tryfirst=True)
