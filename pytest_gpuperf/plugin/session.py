@@ -117,16 +117,12 @@ class GpuPerfSession:
     def session_warnings(self) -> list[str]:
         """The session's warnings, each once, in order, with the ones grouped for the whole session
         (the benchmarks whose ``max_time`` is too short for their calls) last."""
-        grouped = []
-        if self.inconclusive:
-            names = list(dict.fromkeys(self.inconclusive))
-            grouped.append(f"{len(names)} benchmark(s) inconclusive, which passes (fails with --gpuperf-strict): "
-                           f"{', '.join(names)}; each one's note says why and how to decide")
-        if self.overruns:  # (only then: the messages module needs numpy, which a plain run never imports)
-            from pytest_gpuperf.reporting.messages import overrun_warning
+        if not (self.inconclusive or self.overruns):  # a plain run: the messages module needs numpy
+            return list(dict.fromkeys(self.warnings))
+        from pytest_gpuperf.reporting.messages import inconclusive_warning, overrun_warning
 
-            grouped.append(overrun_warning(self.overruns))
-        return list(dict.fromkeys([*self.warnings, *grouped]))
+        grouped = [inconclusive_warning(self.inconclusive), overrun_warning(self.overruns)]
+        return list(dict.fromkeys([*self.warnings, *(g for g in grouped if g)]))
 
     def environment(self, device: Any) -> dict[str, Any]:
         """Fingerprint of ``device`` with its reference-workload medians (once per session)."""
@@ -480,14 +476,19 @@ class GpuPerfSession:
             report_result(f"{module}::{result.benchmark_id}", result, stored.env or {})
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         self.warnings.extend(result.notes)
+        name = f"{module}::{result.benchmark_id}"
         if result.overrun is not None:
-            self.overruns.append((f"{module}::{result.benchmark_id}", result.overrun))
-        self.warnings.extend(self._result_warnings(f"{module}::{result.benchmark_id}", device, stored, result))
+            self.overruns.append((name, result.overrun))
+        c, s = result.comparison, self.settings
+        if (stored.baseline is not None and stored.env is not None and c is not None
+                and c.verdict.value == "inconclusive" and not s.strict and not s.updating
+                and not c.machine_differs):  # one summary line for all (machine differs has its own)
+            self.inconclusive.append(name)
+        self.warnings.extend(self._result_warnings(name, device, stored, result))
 
     def _result_warnings(self, name: str, device: Any, stored: "_Stored", result: Any) -> list[str]:
         """Summary warnings about one result: a noisy new baseline, the machine's drift since the
-        baseline, an environment that differs from the baseline's. An inconclusive verdict that
-        passes is collected in :attr:`inconclusive` (one line for all, see :meth:`session_warnings`)."""
+        baseline, an environment that differs from the baseline's."""
         s, out = self.settings, []
         if s.updating and not result.smoke:
             from pytest_gpuperf.reporting.report import noisy_baseline_warning
@@ -498,10 +499,6 @@ class GpuPerfSession:
         if stored.baseline is None or stored.env is None:
             return out
         entry = stored.baseline.get(result.benchmark_id)
-        c = result.comparison
-        if (c is not None and c.verdict.value == "inconclusive" and not s.strict and not s.updating
-                and not c.machine_differs):  # one summary line for all (machine differs has its own)
-            self.inconclusive.append(name)
         if entry is not None:
             from pytest_gpuperf.measure.environment import differences
             from pytest_gpuperf.verdict.machine import drift_ratios, drift_warning

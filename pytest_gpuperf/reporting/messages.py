@@ -242,3 +242,13 @@ def overrun_warning(overruns: Any) -> str | None:
     return (f"{len(overruns)} benchmark(s) took far longer than their max_time because one call is long: {listed}. "
             f"For the suite's author: min_rounds rounds and the warmup always run, so lower min_rounds/warmup_time "
             f"or raise max_time in their @pytest.mark.gpu_bench(...)")
+
+
+def inconclusive_warning(names: Any) -> str | None:
+    """One line naming every benchmark whose inconclusive verdict passed (``names``: ``module::id``,
+    repeats counted once); each one's note, in the summary's notes, says why. None when there is none."""
+    names = list(dict.fromkeys(names))
+    if not names:
+        return None
+    return (f"{len(names)} benchmark(s) inconclusive, which passes (fails with --gpuperf-strict): "
+            f"{', '.join(names)}; each one's note says why and how to decide")

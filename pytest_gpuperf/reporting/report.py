@@ -82,7 +82,7 @@ def count_comparison_dict(cc: Any) -> dict[str, Any] | None:
 
 
 def _json_options(options: Any) -> dict[str, Any]:
-    out = options.to_dict() if hasattr(options, "to_dict") else dict(options)
+    out = options.to_dict()  # BenchResult.options is always a BenchOptions
     if isinstance(out.get("expect_bottleneck"), tuple):
         out["expect_bottleneck"] = list(out["expect_bottleneck"])
     return out

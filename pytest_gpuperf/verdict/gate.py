@@ -487,5 +487,6 @@ def judge_ab(
     if extra == {"A", "B"}:
         c = dataclasses.replace(c, confirmed=c.verdict is Verdict.REGRESSED)
     recorded = tuple((blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks)
-    c = dataclasses.replace(c, ab=dataclasses.replace(c.ab or ABEvidence(ref), blocks=recorded))
+    assert c.ab is not None  # decide_ab always sets it
+    c = dataclasses.replace(c, ab=dataclasses.replace(c.ab, blocks=recorded))
     return downgrade_throttled(c, throttle)
