@@ -37,7 +37,7 @@ Sections (a table on stdout, every number in the JSON):
 With ``--device cpu`` (and ``--quick`` for small sizes and short budgets) the script runs what
 applies to a CPU — ours vs the Timer, classification of the CPU classes, counts — and records
 every CUDA-only comparison as skipped, so it can be tested without a GPU. Nothing here is a test:
-the figures depend on the machine; the README's "Accuracy" section quotes a GPU run.
+the figures depend on the machine; docs/timing.md's "Accuracy" section quotes a GPU run.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _skip(why: str) -> dict[str, Any]:
 
 
 def environment(device: Any) -> dict[str, Any]:
-    """GPU, driver and torch versions (what the README table must name)."""
+    """GPU, driver and torch versions (what the table in docs/timing.md must name)."""
     import torch
 
     env: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version(), "device": str(device)}

@@ -21,7 +21,7 @@ Everything runs through the command users run (``pytest --gpuperf``), one pytest
    difference of their wall time and step 4's at +20% is what the confirmation adds.
 
 ``--neighbour`` keeps one core busy during every run (``benchmarks/noisy_neighbour.py --cores 1``).
-Writes every run's JSON report and ``summary.md`` (the table for the README) under ``--out``.
+Writes every run's JSON report and ``summary.md`` (the table for docs/verdicts.md) under ``--out``.
 """
 
 from __future__ import annotations

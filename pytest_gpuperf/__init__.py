@@ -1,6 +1,6 @@
 """pytest-gpuperf: GPU performance tests for pytest.
 
-Public API: the ``gpu_bench`` fixture and ``@pytest.mark.gpu_bench`` marker (see the README),
+Public API: the ``gpu_bench`` fixture and ``@pytest.mark.gpu_bench`` marker (see the README and docs/writing-benchmarks.md),
 and the names in ``__all__``. Exports load lazily: importing this package (which pytest does at
 start-up through the ``pytest11`` entry point) imports neither torch nor numpy.
 """

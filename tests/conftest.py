@@ -41,6 +41,7 @@ import pytest  # noqa: E402
 def _inner_session_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUPERF_HOST_LOAD", "0")
     monkeypatch.setenv("GPUPERF_PROCESSES", "1")
-    # the summary table fits the terminal (issue 24): inner sessions get a wide one, so tests that
-    # read table cells see every column; the width tests set COLUMNS themselves
-    monkeypatch.setenv("COLUMNS", "250")
+    # the summary table fits the terminal and its notes and warnings wrap to it (issue 24): inner
+    # sessions get a very wide one, so tests that read table cells see every column and tests that
+    # match a warning see it on one line; the width tests set COLUMNS themselves
+    monkeypatch.setenv("COLUMNS", "1000")

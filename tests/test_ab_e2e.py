@@ -94,7 +94,12 @@ def test_ab_catches_a_slowdown_reports_new_and_removed_gates_counts_and_passes_a
     new = report["test_x.py::test_c"]["comparison"]
     assert new["verdict"] == "no-baseline" and new["note"] == f"new: not in HEAD ({sha[:7]})"
     assert report["test_x.py::test_d"]["comparison"]["verdict"] == "unchanged"  # same time, more syncs
-    assert f"`test_x.py::test_a`: A/B vs HEAD ({sha[:7]}): 1." in (repo / "out.md").read_text()
+    md = (repo / "out.md").read_text()
+    assert f"`test_x.py::test_a`: A/B vs HEAD ({sha[:7]}): 1." in md
+    # the reports follow the mode (issue 24): REF's median in the Markdown header and both legends
+    assert "| baseline (REF's median) |" in md and "history median" not in md and "process medians" not in md
+    assert "A/B: median = of B's (the working tree's) samples; baseline = of REF's (A's) samples" in text
+    assert "stored runs' medians" not in text and "per-process medians" not in text
     assert ".gpuperf" not in git(repo, "status", "--porcelain")  # the worktree stays out of the repository
 
     commit(repo, "B")  # A/A: both sides now run the same code

@@ -46,11 +46,16 @@ def test_update_then_unchanged_rerun_passes(pytester: pytest.Pytester) -> None:
     files = _baseline_files(pytester)
     assert len(files) == 1 and files[0].name == "test_bench.json"
     assert files[0].parent.name.startswith("cpu-")
-    rerun = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider")
+    rerun = pytester.runpytest("--gpuperf", "-p", "no:cacheprovider", "--gpuperf-markdown=r.md")
     rerun.assert_outcomes(passed=1)
-    rerun.stdout.fnmatch_lines(["*gpuperf: 1 benchmark(s), mode: compare*", "*test_bench.py::test_loop*cpu*"])
+    rerun.stdout.fnmatch_lines(["*gpuperf: 1 benchmark(s), mode: compare (one process: run-to-run spread not "
+                                "measured, --gpuperf-processes 1)*", "*test_bench.py::test_loop*cpu*"])
     rerun.stdout.fnmatch_lines(["*test_loop*unchanged*"])
     assert "regressed" not in rerun.stdout.str()
+    # the reports follow the mode (issue 24): stored runs' medians in the legend and the Markdown header
+    rerun.stdout.fnmatch_lines(["baseline = median of the stored runs' medians*`gpuperf show --runs`*"])
+    md = pytester.path.joinpath("r.md").read_text()
+    assert "| baseline (history median) |" in md and "process medians" not in md and "REF's" not in md
 
 
 def test_doubled_work_fails_with_regression_message(pytester: pytest.Pytester) -> None:

@@ -75,7 +75,13 @@ def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester
     c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
     assert c["verdict"] == "regressed"
     ratio = format_ratio(c["ratio"])
-    assert f"| {ratio} (" in pytester.path.joinpath("r.md").read_text()  # median ratio = the gate's, here
+    md = pytester.path.joinpath("r.md").read_text()
+    assert f"| {ratio} (" in md  # median ratio = the gate's, here
+    # the reports follow the mode (issue 24): process medians in the Markdown header and the legends
+    assert "| baseline (process medians) |" in md and "history median" not in md
+    rec.stdout.fnmatch_lines(["*mode: compare (2 worker processes per benchmark)*",
+                              "median = geometric mean of this run's per-process medians; baseline = that of the*"])
+    assert "stored runs' medians" not in rec.stdout.str()
     table = [ln for ln in rec.stdout.lines if ln.startswith("test_bench.py::test_loop ")]
     assert table and ratio in table[0] and "regressed" in table[0]
     (baseline,) = pytester.path.joinpath("baselines").rglob("*.json")
@@ -169,3 +175,41 @@ def test_replicates_under_xdist_are_measured_once_and_merged(pytester: pytest.Py
     stored = json.loads(path.read_text())["benchmarks"]
     assert sorted(stored) == ["test_loop", "test_other"]
     assert all(len(e["process_medians_ms"]) == 2 and e["rounds"] == 60 for e in stored.values())
+
+
+#: An inner conftest that makes pytest's terminal reporter say it writes to a terminal and keeps the
+#: lines it rewrote in place (the raw "\r" of a rewrite does not survive pytester's line splitting).
+TTY_CONFTEST = """
+import json
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    tr = config.pluginmanager.getplugin("terminalreporter")
+    tr.isatty = lambda: True
+    config._rewritten = []
+    rewrite = tr.rewrite
+    def recording(line, **markup):
+        config._rewritten.append(line.rstrip())
+        rewrite(line, **markup)
+    tr.rewrite = recording
+
+def pytest_unconfigure(config):
+    with open("rewritten.json", "w") as f:
+        json.dump(config._rewritten, f)
+"""
+
+
+def test_on_a_terminal_worker_progress_is_one_line_rewritten_in_place(pytester: pytest.Pytester) -> None:
+    """Issue 24: on a terminal the workers' progress rewrites one line (each benchmark a worker
+    finished, then each worker done) instead of adding a line per step; the phase's first line stays."""
+    pytester.makepyfile(test_bench=BENCH)
+    script_timings(pytester, RECORDED, conftest=TTY_CONFTEST)
+    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN)
+    rec.assert_outcomes(passed=1)
+    rewritten = json.loads(pytester.path.joinpath("rewritten.json").read_text())
+    done = [line for line in rewritten if "done" in line]
+    assert [line.split(" (")[0] for line in done] == ["gpuperf: worker process 1/2 done",
+                                                      "gpuperf: worker process 2/2 done"]
+    rec.stdout.fnmatch_lines(["gpuperf: measuring in 2 worker processes, one after another (--gpuperf-processes)"])
+    # the finer steps, each benchmark a running worker finished (of the first worker's count, once known)
+    assert "gpuperf: worker process 2/2: 1 of 1 benchmark(s) measured" in "\n".join(rewritten)

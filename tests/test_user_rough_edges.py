@@ -196,7 +196,8 @@ def test_long_id_trace_is_written_named_and_git_ignored_and_the_table_stays_narr
     assert "traceEvents" in json.loads(Path(trace).read_text())
     assert pytester.path.joinpath(".gpuperf", ".gitignore").read_text().splitlines()[-1] == "*"
     start = out.index("gpuperf: 1 benchmark(s), mode: compare")
-    table = [ln for ln in out[start:out.index("baselines:", start)].splitlines() if not ln.startswith("baseline =")]
+    table = [ln for ln in out[start:out.index("baselines:", start)].splitlines()[1:]  # after the header's sep line
+             if not ln.startswith("baseline =")]
     # the name is cut to 70 characters; the other 14 columns take about 160 more
     assert max(len(ln) for ln in table) < 240 and any("..." in ln for ln in table)
     report = json.loads(pytester.path.joinpath("r.json").read_text())
@@ -289,6 +290,21 @@ def test_recording_a_noisy_baseline_warns_how_to_fix_it(pytester: pytest.Pyteste
     assert "noisy baseline" not in rec.stdout.str()
     rec = pytester.runpytest("--gpuperf", *RUN)  # compare runs record nothing: no warning
     assert "noisy baseline" not in rec.stdout.str()
+
+
+def test_warnings_wrap_to_the_terminal_width(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 24: a warning longer than the terminal wraps to its width, continuations indented, words whole.
+    monkeypatch.setenv("COLUMNS", "80")
+    pytester.makepyfile(test_bench=LOOP)
+    script_timings(pytester, dict(STEADY, stall_every=3, stall_factor=3.0))
+    rec = pytester.runpytest("--gpuperf-update-baselines", *RUN)
+    rec.assert_outcomes(passed=1)
+    out = rec.outlines
+    start = next(i for i, ln in enumerate(out) if ln.startswith("warning: test_bench.py::test_loop: noisy baseline"))
+    end = next(i for i in range(start + 1, len(out)) if not out[i].startswith("  "))
+    block = out[start:end]
+    assert len(block) >= 3 and all(len(ln) <= 80 for ln in block), block
+    assert " ".join(ln.strip() for ln in block).endswith("or more rounds (min_rounds, pedantic rounds=...)")
 
 
 # ----------------------------------------------------------------------------- K: calls longer than max_time

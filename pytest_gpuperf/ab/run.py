@@ -387,13 +387,16 @@ class Coordinator:
 
     ``specs``: the two sides' :class:`WorkerSpec`; ``args``: the workers' pytest arguments;
     ``processes``: pairs of worker processes, run one pair after another; ``log_dir``: where each
-    worker's output goes; ``progress``: a callable taking one line of text.
+    worker's output goes; ``progress``: a callable taking one line of text per step (a line rewritten in
+    place on a terminal); ``announce``: one for a line that starts a phase and stays (default ``progress``).
     """
 
     def __init__(self, specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path,
-                 progress: Callable[[str], None] = lambda _s: None) -> None:
+                 progress: Callable[[str], None] = lambda _s: None,
+                 announce: Callable[[str], None] | None = None) -> None:
         self.specs, self.args, self.processes, self.log_dir = specs, list(args), processes, log_dir
         self.progress = progress
+        self.announce = announce or progress
         self.measured: dict[str, Measured] = {}
         self.order: list[str] = []
         self.notes: list[str] = []
@@ -419,7 +422,7 @@ class Coordinator:
             return
         self.only, self.confirm_from = set(keys), self.processes
         self._planned = self._done + len(keys) * pairs
-        self.progress(f"A/B: confirming {len(keys)} regression(s) with {pairs} more pair(s) of worker processes")
+        self.announce(f"A/B: confirming {len(keys)} regression(s) with {pairs} more pair(s) of worker processes")
         try:
             for p in range(self.processes, self.processes + pairs):
                 self._run_pair(p)

@@ -50,6 +50,8 @@ DEFAULT_PROCESSES = 3
 #: Seconds a worker may run before it is stopped (its benchmarks then fail with its output);
 #: ``GPUPERF_WORKER_TIMEOUT`` overrides it.
 WORKER_TIMEOUT_S = 3600.0
+#: How often a running worker's progress is polled for the terminal's progress line (s).
+POLL_S = 0.5
 
 
 class ReplicateError(RuntimeError):
@@ -154,12 +156,17 @@ class WorkerRun:
 
 
 def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
-                progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None) -> list[WorkerRun]:
+                progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
+                tick: Callable[[str], None] | None = None) -> list[WorkerRun]:
     """Run ``processes`` replicate workers one after another (``python -m pytest <args>`` in ``cwd``
     with ``GPUPERF_REPLICATE=k/P``; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
     measures them); their output goes to ``<log_dir>/worker-k.log``. A worker that exits with
     another code than 0, 1 or 5 (pytest's "passed", "tests failed", "none collected"), or times out,
-    gets ``error`` set; what every worker measured before it stopped is read. Raises :class:`ReplicateError` when a worker cannot be started at all."""
+    gets ``error`` set; what every worker measured before it stopped is read. Raises :class:`ReplicateError` when a worker cannot be started at all.
+
+    ``progress`` gets one line per worker process when it is done (the time elapsed and about how
+    long is left); ``tick``, when given, one line each time the running worker finished another
+    benchmark (polled every :data:`POLL_S`; for a line rewritten in place on a terminal)."""
     timeout_s = timeout_s or float(os.environ.get("GPUPERF_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -174,13 +181,14 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
         run = WorkerRun(k, None, log)
         with open(log, "wb") as out:
             try:
-                proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, timeout=timeout_s)
-                run.returncode = proc.returncode
-            except subprocess.TimeoutExpired:
-                run.error = f"worker process {k + 1}/{processes} timed out after {timeout_s:g} s and was stopped"
+                proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
             except OSError as exc:
                 raise ReplicateError(f"could not start a worker process ({cmd[0]} -m pytest): {exc}") from None
+            run.returncode = _wait(proc, timeout_s, report, tick, k, processes, start,
+                                   len(runs[0].entries) if runs else None)
+            if run.returncode is None:
+                run.error = f"worker process {k + 1}/{processes} timed out after {timeout_s:g} s and was stopped"
         if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
             run.error = f"worker process {k + 1}/{processes} exited with code {run.returncode}"
         run.entries = read_results(report)  # also from a worker that crashed: what it measured before
@@ -191,6 +199,38 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
                  f"{elapsed:.0f} s elapsed" + (f", about {left:.0f} s left" if left else "") + ")"
                  + (f": {run.error}" if run.error else ""))
     return runs
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, report: Path, tick: Callable[[str], None] | None,
+          k: int, processes: int, start: float, planned: int | None) -> int | None:
+    """Wait for worker ``k``'s process: its exit code, or None when it ran past ``timeout_s`` (then it
+    is killed). With ``tick``: a line each time its report file grew (benchmarks done of ``planned``,
+    the count of the first worker, when known)."""
+    deadline = time.monotonic() + timeout_s
+    seen = -1
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S if tick is not None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                proc.kill()
+                proc.wait()
+                return None
+        if tick is not None:
+            done = _lines(report)
+            if done != seen:
+                seen = done
+                of = f" of {planned}" if planned else ""
+                tick(f"gpuperf: worker process {k + 1}/{processes}: {done}{of} benchmark(s) measured, "
+                     f"{time.monotonic() - start:.0f} s elapsed")
+
+
+def _lines(path: Path) -> int:
+    """The number of complete lines in ``path`` (0 when it does not exist yet)."""
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
 
 
 def missing_message(key: str, runs: Sequence[WorkerRun]) -> str | None:

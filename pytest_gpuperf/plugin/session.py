@@ -98,6 +98,7 @@ class GpuPerfSession:
         self.overruns: list[tuple[str, Any]] = []  # (module::id, Overrun): one summary line for all
         self.inconclusive: list[str] = []  # module::id of inconclusive verdicts that pass: one line for all
         self.errors: dict[str, str] = {}
+        self._progress_line: Any = None  # ProgressLine, made when long work starts
         self.workers_seen = 0
         self.ab_worker: Any = None
         if settings.in_ab_worker:
@@ -181,6 +182,23 @@ class GpuPerfSession:
         starts its workers); the tests then pick up their finished results."""
         if self.settings.worker_id is not None or self.ab_worker is not None:
             return
+        try:
+            self._measure_before_tests()
+        finally:
+            self._progress().close()
+
+    def _progress(self) -> Any:
+        """The session's progress line (:class:`~pytest_gpuperf.reporting.terminal.ProgressLine`): rewritten in
+        place on a terminal, plain lines in CI logs."""
+        if self._progress_line is None:
+            from pytest_gpuperf.reporting.terminal import ProgressLine
+
+            self._progress_line = ProgressLine(self.config.pluginmanager.getplugin("terminalreporter"),
+                                               self.config.get_terminal_writer().fullwidth)
+        return self._progress_line
+
+    def _measure_before_tests(self) -> None:
+        """Replicate worker processes (the default) or the A/B measurement, before the tests run."""
         if self.settings.replicated:
             from pytest_gpuperf.plugin.replicates import ReplicateError
 
@@ -207,7 +225,7 @@ class GpuPerfSession:
         from pytest_gpuperf.ab.run import worker_args
         from pytest_gpuperf.plugin.replicates import missing_message, run_workers
 
-        say = _say(self.config)
+        progress = self._progress()
         args = worker_args(self.config.invocation_params.args)
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]
@@ -218,8 +236,11 @@ class GpuPerfSession:
             ensure_output_dir(logs)
         except OSError:
             logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
-        say(f"gpuperf: measuring in {self.settings.processes} worker processes, one after another (--gpuperf-processes)")
-        runs = run_workers(args, Path(self.config.invocation_params.dir), self.settings.processes, logs, progress=say)
+        progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes, one after another "
+                      f"(--gpuperf-processes)")
+        runs = run_workers(args, Path(self.config.invocation_params.dir), self.settings.processes, logs,
+                           progress=progress, tick=progress.tick if progress.live else None)
+        progress.close()
         finished: dict[str, Any] = {}
         commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
         for key in dict.fromkeys(k for r in runs for k in r.entries):
@@ -264,7 +285,7 @@ class GpuPerfSession:
                 finished[key] = with_ab_confirmation(finished[key], None, "its commit", why)
                 continue
             by_commit.setdefault(commit, []).append(key)
-        say = _say(self.config)
+        say = self._progress().line
         for commit, keys in by_commit.items():
             label = commit[:7]
             try:
@@ -313,7 +334,7 @@ class GpuPerfSession:
 
     def _run_ab(self) -> None:
         rev = self.settings.ab
-        _say(self.config)(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
+        self._progress().line(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
         self.ab_results, self.ab_removed = self._measure_ab(rev)
         if self.settings.xdist_dir is not None:
             from pytest_gpuperf.ab.results import dump_results
@@ -337,8 +358,9 @@ class GpuPerfSession:
         args = worker_args(self.config.invocation_params.args)
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
-        coordinator = Coordinator(specs, args, self.settings.ab_processes, logs,
-                                  progress=_say(self.config))  # one line per benchmark measured (issue 24)
+        progress = self._progress()  # a line per benchmark measured, rewritten in place on a terminal (issue 24)
+        coordinator = Coordinator(specs, args, self.settings.ab_processes, logs, progress=progress,
+                                  announce=progress.line)
         coordinator.only = only
         coordinator.run()
         results, removed, notes = ab_results(coordinator, rev.label)
@@ -501,11 +523,13 @@ class GpuPerfSession:
         entry = stored.baseline.get(result.benchmark_id)
         if entry is not None:
             from pytest_gpuperf.measure.environment import differences
-            from pytest_gpuperf.verdict.machine import drift_ratios, drift_warning
+            from pytest_gpuperf.verdict.machine import drift_agrees, drift_ratios, drift_warning
 
-            drift = drift_warning(drift_ratios(stored.env.get("reference"), entry.reference))
+            ratios = drift_ratios(stored.env.get("reference"), entry.reference)
+            drift = drift_warning(ratios)
             if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
-                out.append(f"{device}: {drift}" + ("" if s.normalize else " (--gpuperf-normalize corrects for it)"))
+                offer = not s.normalize and drift_agrees(ratios)  # no correction to offer for workloads that disagree
+                out.append(f"{device}: {drift}" + (" (--gpuperf-normalize corrects for it)" if offer else ""))
             diffs = differences(entry.environment, stored.env)
             if diffs:
                 out.append(f"{name}: environment differs from the baseline's: " + "; ".join(diffs))
@@ -765,11 +789,6 @@ class GpuPerfSession:
             "warnings": self.session_warnings(),
         }
         write_atomic(self.settings.json_path, dumps(data))
-
-
-def _say(config: pytest.Config) -> Any:
-    tr = config.pluginmanager.getplugin("terminalreporter")
-    return (lambda line: tr.write_line(line)) if tr is not None else (lambda line: None)
 
 
 def _split_nodeid(nodeid: str) -> tuple[str, str]:

@@ -66,9 +66,28 @@ def summary(s: SessionSummary) -> list[Line]:
     if not s.measuring:
         return [_line(f"gpuperf: {len(s.rows)} benchmark(s) ran once (smoke mode); run with --gpuperf to "
                       f"measure and compare them")]
-    return [*_header(s), *_table(s), *_baselines_or_ab(s), *_device_keys(s), *_notes(s), *_phases(s),
+    rest = [*_baselines_or_ab(s), *_device_keys(s), *_notes(s), *_phases(s),
             *_cannot_fail(s), *_machine_differs(s), *_missing(s), *(_line(f"telemetry: {n}") for n in dict.fromkeys(s.notes)),
             *_warnings(s.warnings), *_xdist(s), *_written(s), *_errors(s.errors)]
+    return [*_header(s), *_table(s), *_wrapped(rest, s.width)]
+
+
+def _wrapped(lines: Sequence[Line], width: int | None) -> list[Line]:
+    """``lines`` wrapped to ``width`` characters (notes, warnings and the like; the table fits by
+    itself): a continuation is indented two spaces more than its line, and words are never split, so
+    a path or a node id longer than the width stays whole on its own line."""
+    if not width:
+        return list(lines)
+    out: list[Line] = []
+    for kind, text, markup in lines:
+        if kind != "line" or len(text) <= width:
+            out.append((kind, text, markup))
+            continue
+        indent = " " * (len(text) - len(text.lstrip(" ")) + 2)
+        for part in textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+                                  break_on_hyphens=False):
+            out.append((kind, part, markup))
+    return out
 
 
 def _line(text: str, **markup: bool) -> Line:
@@ -173,3 +192,62 @@ def _written(s: SessionSummary) -> list[Line]:
 
 def _errors(errors: Sequence[str]) -> list[Line]:
     return [_line(f"error: {e}", red=True) for e in errors]
+
+
+class ProgressLine:
+    """Progress of long work (replicate worker processes, A/B pairs, the A/B confirmation), written
+    with pytest's terminal reporter ``tr``. On a terminal (``tr.isatty()``) a step rewrites one line
+    in place, as pytest's own "collecting ..." line does (``tr.rewrite``), cut to ``width`` characters
+    so that it never wraps; in CI logs and pipes each step is a plain line.
+
+    - :meth:`line`: a line that stays (what starts or ends a phase);
+    - :meth:`step`: a step, rewritten on a terminal, a plain line elsewhere;
+    - :meth:`tick`: a finer step (e.g. each benchmark a worker process finished), shown only on a
+      terminal, where it costs no line;
+    - :meth:`close`: ends the rewritten line (it stays visible).
+
+    The object itself is callable as :meth:`step`, so it is the ``progress`` callback of
+    :func:`~pytest_gpuperf.plugin.replicates.run_workers` and of the A/B coordinator.
+    """
+
+    def __init__(self, tr: Any, width: int | None = None) -> None:
+        self.tr = tr
+        self.live = tr is not None and bool(tr.isatty())
+        self.width = width or 80
+        self._shown = False  # a rewritten line is on screen, not yet ended
+
+    def line(self, text: str) -> None:
+        if self.tr is None:
+            return
+        self.close()
+        self.tr.write_line(text)
+
+    def step(self, text: str) -> None:
+        if self.tr is None:
+            return
+        if not self.live:
+            self.tr.write_line(text)
+            return
+        self.tick(text)
+
+    __call__ = step
+
+    def tick(self, text: str) -> None:
+        if not self.live:
+            return
+        if not self._shown:
+            self.tr.ensure_newline()
+        text = _cut(text, self.width - 1)
+        self.tr.rewrite(text + " " * max(0, self.width - 1 - len(text)))
+        self.tr.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown:
+            self.tr.write("\n")
+            self._shown = False
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at the end with an ellipsis."""
+    return text if len(text) <= width else text[:max(0, width - 1)] + "…"

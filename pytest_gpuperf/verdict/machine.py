@@ -52,11 +52,26 @@ def normalize(samples_ms: Sequence[float], ratio: float) -> list[float]:
     return [float(x) / ratio for x in samples_ms]
 
 
+def drift_agrees(ratios: Mapping[str, float] | None) -> bool:
+    """Whether the reference workloads that moved by more than :data:`DRIFT_WARN` all moved the same
+    way (all slower or all faster). When one ran faster and another slower, that is the reference
+    workloads' own noise, not a change of the machine's speed, and dividing by either ratio
+    (``--gpuperf-normalize``) corrects nothing. Pure."""
+    big = [r for r in (ratios or {}).values() if abs(r - 1) > DRIFT_WARN + 1e-9]
+    return all(r > 1 for r in big) or all(r < 1 for r in big)
+
+
 def drift_warning(ratios: Mapping[str, float] | None) -> str | None:
-    """``"machine speed drift since the baseline: matmul +7.2%, copy -1.0%"`` above 5%, else None."""
+    """``"machine speed drift since the baseline: matmul +7.2%, copy -1.0%"`` above 5%, else None.
+    When the workloads disagree (:func:`drift_agrees` is False) the line says so instead of calling
+    it a drift of the machine's speed (issue 24: no contradictory drift lines)."""
     if not ratios or all(abs(r - 1) <= DRIFT_WARN + 1e-9 for r in ratios.values()):  # "above 5%"
         return None
     parts = ", ".join(f"{k} {(r - 1) * 100:+.1f}%" for k, r in ratios.items())
+    if not drift_agrees(ratios):
+        return (f"the reference workloads disagree since the baseline was recorded (now/then): {parts}; one ran "
+                f"slower and another faster, which is their own run-to-run noise, not a change of the machine's "
+                f"speed")
     return f"machine speed drift since the baseline was recorded (reference workloads now/then): {parts}"
 
 

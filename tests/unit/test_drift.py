@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pytest_gpuperf.measure.drift import measure_reference
-from pytest_gpuperf.verdict.machine import DRIFT_WARN, drift_ratios, drift_warning, normalize, ratio_for
+from pytest_gpuperf.verdict.machine import DRIFT_WARN, drift_agrees, drift_ratios, drift_warning, normalize, ratio_for
 
 PREFIX = "machine speed drift since the baseline was recorded (reference workloads now/then): "
 
@@ -136,6 +136,26 @@ def test_drift_warning_slower_copy_only():
     msg = drift_warning({"matmul": 1.01, "copy": 0.88})
     assert msg is not None
     assert "copy -12.0%" in msg and "matmul +1.0%" in msg
+
+
+def test_reference_workloads_that_disagree_are_not_called_a_drift_of_the_machine():
+    # Issue 24: "matmul -20.6%, copy +15.4%" on one machine minutes apart is the workloads' noise
+    ratios = {"matmul": 0.794, "copy": 1.154}
+    assert drift_agrees(ratios) is False
+    msg = drift_warning(ratios)
+    assert msg is not None and not msg.startswith(PREFIX)
+    assert "disagree" in msg and "matmul -20.6%, copy +15.4%" in msg and "not a change of the machine's speed" in msg
+
+
+@pytest.mark.parametrize("ratios, agrees", [
+    ({"matmul": 1.2, "copy": 1.1}, True),      # both slower
+    ({"matmul": 0.8, "copy": 0.9}, True),      # both faster
+    ({"matmul": 1.2, "copy": 0.97}, True),     # copy within 5%: one workload moved
+    ({"matmul": 1.2, "copy": 0.9}, False),     # one slower, one faster
+    (None, True),
+])
+def test_drift_agrees_when_the_workloads_beyond_5_percent_move_the_same_way(ratios, agrees):
+    assert drift_agrees(ratios) is agrees
 
 
 def test_drift_warning_single_key():
