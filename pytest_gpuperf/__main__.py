@@ -1,5 +1,5 @@
-"""``python -m pytest_gpuperf``: the ``gpuperf`` command line (see :mod:`pytest_gpuperf.reporting.cli`)."""
+"""``python -m pytest_gpuperf``: the ``gpuperf`` command line (see :mod:`pytest_gpuperf.command`)."""
 
-from pytest_gpuperf.reporting.cli import main
+from pytest_gpuperf.command import main
 
 raise SystemExit(main())

@@ -82,6 +82,12 @@ def _git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo <args>``: its output, stripped. Raises :class:`ABError` (with git's message)
+    when git fails or cannot run."""
+    return _git(repo, *args)
+
+
 @dataclass(frozen=True)
 class Revision:
     """REF resolved: ``ref`` as given, its full ``sha``, the repository's top folder ``repo``."""
@@ -224,19 +230,30 @@ def side_specs(rev: Revision, worktree: Path, invocation_dir: Path, import_roots
     ``invocation_dir``; ``import_roots`` (relative to the repository's top) are put first on
     ``PYTHONPATH`` of each side, in that side's tree; other ``PYTHONPATH`` entries inside the working
     tree are mapped into the worktree for A."""
-    top = rev.repo
+    return tree_specs(rev.repo, worktree, rev.repo, invocation_dir, import_roots)
+
+
+def tree_specs(top: Path, a_tree: Path, b_tree: Path, invocation_dir: Path,
+               import_roots: Sequence[str]) -> dict[str, WorkerSpec]:
+    """The worker specs of side A in ``a_tree`` and side B in ``b_tree``, each a checkout of the
+    repository whose working tree is ``top`` (``top`` itself or a worktree of a commit): each side
+    starts in its tree's copy of ``invocation_dir`` with ``import_roots`` and the inherited
+    ``PYTHONPATH`` entries mapped into its tree. A side must not import code from the other tree;
+    a side in a worktree must not import from ``top`` either (an editable install of the working
+    tree would shadow the commit's code). Raises :class:`ABError` when ``invocation_dir`` is not
+    inside ``top``."""
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     try:
         rel_dir = invocation_dir.resolve().relative_to(top)
     except ValueError:
         raise ABError(f"--gpuperf-ab: run pytest from inside the repository {top} (the run started in "
                       f"{invocation_dir})") from None
-    a_path = [str(worktree / r) for r in import_roots] + [map_path(p, top, worktree) for p in inherited]
-    b_path = [str(top / r) for r in import_roots] + inherited
-    return {
-        "A": WorkerSpec("A", worktree / rel_dir, worktree, top, a_path),
-        "B": WorkerSpec("B", top / rel_dir, top, worktree, b_path),
-    }
+
+    def spec(side: str, tree: Path, other: Path) -> WorkerSpec:
+        path = [str(tree / r) for r in import_roots] + [map_path(p, top, tree) for p in inherited]
+        return WorkerSpec(side, tree / rel_dir, tree, other if tree == top else top, path)
+
+    return {"A": spec("A", a_tree, b_tree), "B": spec("B", b_tree, a_tree)}
 
 
 # ----------------------------------------------------------------------------- the wire
@@ -634,6 +651,40 @@ class Coordinator:
                 if not self._block(w, m, p, pos * 2 + (0 if w.spec.side == "A" else 1), rounds, warm[0]):
                     break
         self._finish(w, m, p)
+
+
+@dataclass(frozen=True)
+class ABOutcome:
+    """What one A/B measurement decided: ``results`` (benchmark id -> ``BenchResult`` of side B with its
+    A/B comparison), ``removed`` (ids measured on side A only), ``notes`` (workers that failed, and why)."""
+
+    results: dict[str, Any]
+    removed: list[str]
+    notes: list[str]
+
+
+def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path, label: str, *,
+               only: set[str] | None = None, progress: Callable[[str], None] = lambda _s: None,
+               announce: Callable[[str], None] | None = None) -> ABOutcome:
+    """Measure side B against side A (``specs``, e.g. :func:`side_specs`) in ``processes`` pairs of
+    worker processes running pytest with ``args`` (``only``: just these benchmark ids), then the
+    sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by its
+    ``confirm`` more pairs and decided again on all pairs together (Chromium Pinpoint's "measure
+    more"). ``label`` names side A in the verdicts (``"origin/main (3f2a9c1)"``). The one A/B decision
+    of the plugin (``--gpuperf-ab``, the confirmation of stored-baseline regressions) and of
+    ``gpuperf bisect``. Raises :class:`ABError`."""
+    from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
+
+    coordinator = Coordinator(specs, args, processes, log_dir, progress=progress, announce=announce)
+    coordinator.only = only
+    coordinator.run()
+    results, removed, notes = ab_results(coordinator, label)
+    suspects = {k: n for k, r in results.items()
+                if needs_more_pairs(r.comparison) and (n := r.options.confirm) > 0}
+    if suspects:
+        coordinator.confirm(set(suspects), max(suspects.values()))
+        results, removed, notes = ab_results(coordinator, label)
+    return ABOutcome(results, removed, coordinator.notes + notes)
 
 
 def hash_seed(key: str, process: int) -> int:

@@ -348,8 +348,7 @@ class GpuPerfSession:
         says regressed, or whose CI straddles 1+T, is measured by ``confirm`` more pairs and decided again
         on all pairs together. Returns ``(results by full id, ids removed since REF)``; notes go to the
         session's warnings. Raises :class:`~pytest_gpuperf.ab.run.ABError`."""
-        from pytest_gpuperf.ab.run import Coordinator, ab_folder, prepare_worktree, side_specs, worker_args
-        from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
+        from pytest_gpuperf.ab.run import ab_folder, measure_ab, prepare_worktree, side_specs, worker_args
 
         worktree = prepare_worktree(rev)
         logs = ab_folder(rev.repo) / "logs"
@@ -359,18 +358,10 @@ class GpuPerfSession:
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
         progress = self._progress()  # a line per benchmark measured, rewritten in place on a terminal (issue 24)
-        coordinator = Coordinator(specs, args, self.settings.ab_processes, logs, progress=progress,
-                                  announce=progress.line)
-        coordinator.only = only
-        coordinator.run()
-        results, removed, notes = ab_results(coordinator, rev.label)
-        suspects = {k: n for k, r in results.items()
-                    if needs_more_pairs(r.comparison) and (n := r.options.confirm) > 0}
-        if suspects:
-            coordinator.confirm(set(suspects), max(suspects.values()))
-            results, removed, notes = ab_results(coordinator, rev.label)
-        self.warnings.extend(coordinator.notes + notes)
-        return results, removed
+        outcome = measure_ab(specs, args, self.settings.ab_processes, logs, rev.label, only=only,
+                             progress=progress, announce=progress.line)
+        self.warnings.extend(outcome.notes)
+        return outcome.results, outcome.removed
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """An A/B worker tells the coordinator which tests it collected."""

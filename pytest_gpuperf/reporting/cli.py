@@ -4,6 +4,7 @@ Run as ``gpuperf ...`` (the console script) or ``python -m pytest_gpuperf ...``:
 
     gpuperf compare BASELINE CURRENT [--threshold F] [--alpha A] [--fail-on regressed|inconclusive]
     gpuperf show [DIR]
+    gpuperf bisect GOOD BAD -- PYTEST_ARGS   (added by pytest_gpuperf.command; see pytest_gpuperf.bisect)
 
 ``compare`` accepts, on either side, a baseline file (``baselines/<device key>/<module>.json``)
 or a JSON report written by ``pytest --gpuperf-json PATH``; the kind is detected from the
@@ -35,7 +36,7 @@ import sys
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pytest_gpuperf.storage.baseline import BaselineEntry
 from pytest_gpuperf.core.options import DEFAULTS, options_from_dict
@@ -569,12 +570,15 @@ under DIR. exit codes: 0 ok, 2 missing DIR or an unreadable baseline file (still
 """
 
 
-def build_parser(prog: str = "gpuperf") -> argparse.ArgumentParser:
-    """The ``argparse`` parser of the command line (subcommands ``compare`` and ``show``)."""
+def build_parser(prog: str = "gpuperf", extra: Sequence[Callable[[Any, str], None]] = ()) -> argparse.ArgumentParser:
+    """The ``argparse`` parser of the command line (subcommands ``compare`` and ``show``, plus those
+    that each ``extra`` callable adds with ``extra(subparsers, prog)``: ``bisect``, which lives in a
+    higher layer, :mod:`pytest_gpuperf.bisect.cli`, and is added by :mod:`pytest_gpuperf.command`)."""
     parser = argparse.ArgumentParser(
-        prog=prog, description="pytest-gpuperf: compare benchmark results and list stored baselines.",
+        prog=prog, description="pytest-gpuperf: compare benchmark results, list stored baselines"
+                               + (", find the commit that made a benchmark slower." if extra else "."),
     )
-    sub = parser.add_subparsers(dest="command", metavar="{compare,show}")
+    sub = parser.add_subparsers(dest="command", metavar="{compare,show" + (",bisect" if extra else "") + "}")
     fmt = argparse.RawDescriptionHelpFormatter
 
     c = sub.add_parser(
@@ -608,6 +612,8 @@ def build_parser(prog: str = "gpuperf") -> argparse.ArgumentParser:
                    help="also list every stored run of each benchmark: date, commit, machine, median, spread "
                         "(IQR), rounds and worker processes")
     s.set_defaults(func=cmd_show)
+    for add in extra:
+        add(sub, prog)
     return parser
 
 
@@ -634,7 +640,7 @@ def _stdout_to_devnull() -> None:
         pass
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, extra: Sequence[Callable[[Any, str], None]] = ()) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
     0: nothing failed (or ``--help``); 1: a benchmark regressed (``--fail-on inconclusive``:
@@ -642,7 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     closed it early (``gpuperf show | head``; nothing is printed about it). Never raises ``SystemExit``.
     """
     try:
-        code = _main(argv)
+        code = _main(argv, extra)
         sys.stdout.flush()  # inside the try: a closed pipe often shows only at the last flush
     except BrokenPipeError:
         _stdout_to_devnull()
@@ -650,8 +656,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser(_prog())
+def _main(argv: Sequence[str] | None, extra: Sequence[Callable[[Any, str], None]] = ()) -> int:
+    parser = build_parser(_prog(), extra)
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exc:  # --help (0) or a usage error (2)

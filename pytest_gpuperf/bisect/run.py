@@ -1,0 +1,303 @@
+"""``gpuperf bisect GOOD BAD -- <pytest args>``: find the commit that made a benchmark slower.
+
+The search itself is :func:`pytest_gpuperf.verdict.bisection.bisect` (pure); this module gives it
+its commits and its measurements:
+
+1. **The commits**: the first-parent line from GOOD to BAD (``git rev-list --first-parent``), after
+   checking that GOOD is an ancestor of BAD on that line (reversed or unrelated revisions, and a
+   shallow clone that lacks GOOD, are usage errors that say what to do).
+2. **A measurement** of commit ``b`` against commit ``a`` is the plugin's own paired A/B run
+   (:func:`pytest_gpuperf.ab.run.measure_ab`: interleaved ABBA blocks in pairs of worker processes,
+   and more pairs when the first ones cannot decide), with side A in a worktree of ``a`` and side B
+   in a worktree of ``b``, running the user's pytest selection. Each step measures only the
+   benchmarks still being bisected; other selected benchmarks are passed through untimed.
+3. **Worktrees**: one per commit under ``<repo>/.gpuperf/bisect/<sha12>``, made when a step first
+   needs it, reused by later steps, and all removed at the end, also on an error or Ctrl-C.
+
+A commit where a benchmark cannot run (the worker fails to start or collect, the test fails before
+it measures, the benchmark does not exist there) is a skip, as ``git bisect skip``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pytest_gpuperf.ab.run import ABError, git as _git, measure_ab, tree_specs, worker_args
+from pytest_gpuperf.verdict.bisection import Call, Outcome, Probe, bisect, call_of
+
+
+class BisectError(RuntimeError):
+    """The bisection cannot run: bad revisions, no repository (the message says what to pass)."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A commit of the bisected line: full ``sha`` and the subject line of its message."""
+
+    sha: str
+    subject: str
+
+    @property
+    def short(self) -> str:
+        return self.sha[:7]
+
+
+def _resolve(repo: Path, rev: str, name: str) -> str:
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except ABError:
+        hint = ""
+        if _shallow(repo):
+            hint = (" This clone is shallow: fetch the history (git fetch --unshallow, or actions/checkout "
+                    "with fetch-depth: 0).")
+        raise BisectError(f"{name} {rev!r} is not a commit in {repo} (a branch, tag or sha, e.g. v1.2 or "
+                          f"HEAD~8).{hint}") from None
+
+
+def _shallow(repo: Path) -> bool:
+    try:
+        return _git(repo, "rev-parse", "--is-shallow-repository") == "true"
+    except ABError:
+        return False
+
+
+def _is_ancestor(repo: Path, a: str, b: str) -> bool:
+    try:
+        _git(repo, "merge-base", "--is-ancestor", a, b)
+        return True
+    except ABError:
+        return False
+
+
+def repository(start: Path) -> Path:
+    """The top folder of the git repository holding ``start``. Raises :class:`BisectError`."""
+    try:
+        return Path(_git(start, "rev-parse", "--show-toplevel")).resolve()
+    except ABError as exc:
+        raise BisectError(f"bisect: {start} is not inside a git repository ({exc})") from None
+
+
+def first_parent_line(repo: Path, good: str, bad: str) -> list[Commit]:
+    """``[GOOD, ..., BAD]``: GOOD and the commits of BAD's first-parent line after it, oldest first.
+    Raises :class:`BisectError` when either is not a commit, they are the same, BAD is older than
+    GOOD (reversed), GOOD is not an ancestor of BAD, or GOOD is an ancestor only through a merged
+    branch (not on BAD's first-parent line)."""
+    g, b = _resolve(repo, good, "GOOD"), _resolve(repo, bad, "BAD")
+    if g == b:
+        raise BisectError(f"GOOD {good!r} and BAD {bad!r} are the same commit ({g[:7]}): nothing to bisect")
+    if not _is_ancestor(repo, g, b):
+        if _is_ancestor(repo, b, g):
+            raise BisectError(f"GOOD {good!r} ({g[:7]}) is newer than BAD {bad!r} ({b[:7]}): the arguments are "
+                              f"reversed; give the older, fast commit first: gpuperf bisect {bad} {good} -- ...")
+        shallow = " (this clone is shallow: fetch the history, e.g. fetch-depth: 0)" if _shallow(repo) else ""
+        raise BisectError(f"GOOD {good!r} ({g[:7]}) is not an ancestor of BAD {bad!r} ({b[:7]}){shallow}: bisect "
+                          f"searches the history between them; pick GOOD on BAD's branch, e.g. "
+                          f"git merge-base {good} {bad}")
+    log = _git(repo, "log", "--first-parent", "--reverse", "--format=%H %s", f"{g}..{b}")
+    line = [Commit(*(row.split(" ", 1) + [""])[:2]) for row in log.splitlines() if row.strip()]
+    parents = _git(repo, "rev-parse", f"{line[0].sha}^1") if line else ""
+    if parents != g:
+        raise BisectError(f"GOOD {good!r} ({g[:7]}) is an ancestor of BAD {bad!r} only through a merged branch, "
+                          f"not on BAD's first-parent line; pick a commit of that line, e.g. "
+                          f"git merge-base --fork-point or the merge commit's first parent")
+    subject = _git(repo, "log", "-1", "--format=%s", g)
+    return [Commit(g, subject), *line]
+
+
+@dataclass
+class Worktrees:
+    """One worktree per commit under ``<repo>/.gpuperf/bisect``, made on first use and all removed
+    by :meth:`close` (a ``with`` block closes them on an error or Ctrl-C too)."""
+
+    repo: Path
+    made: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        from pytest_gpuperf.core.files import ensure_output_dir
+
+        folder = self.repo / ".gpuperf" / "bisect"
+        ensure_output_dir(folder)
+        return folder
+
+    def __call__(self, sha: str) -> Path:
+        if sha not in self.made:
+            path = self.folder / sha[:12]
+            if path.exists():  # left by a run that was killed: start clean
+                self._remove(path)
+            _git(self.repo, "worktree", "add", "--detach", "--force", str(path), sha)
+            self.made[sha] = path
+        return self.made[sha]
+
+    def _remove(self, path: Path) -> None:
+        try:
+            _git(self.repo, "worktree", "remove", "--force", str(path))
+        except ABError:
+            shutil.rmtree(path, ignore_errors=True)
+        try:
+            _git(self.repo, "worktree", "prune")
+        except ABError:
+            pass
+
+    def close(self) -> None:
+        for path in self.made.values():
+            self._remove(path)
+        self.made.clear()
+
+    def __enter__(self) -> "Worktrees":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: ``measure(a_sha, b_sha, keys) -> {key: Probe}`` (indices filled in by the caller); injectable for tests.
+Measure = Callable[[str, str, "set[str] | None"], "dict[str, Probe]"]
+
+
+@dataclass
+class StepLog:
+    """One measured pair, for the progress line and the report: ``a``/``b`` commit indices,
+    the probes by benchmark id, and the seconds it took."""
+
+    a: int
+    b: int
+    probes: dict[str, Probe]
+    seconds: float
+
+
+@dataclass
+class BisectRun:
+    """The whole bisection: ``commits`` (GOOD first), ``outcomes`` (benchmark id -> its
+    :class:`~pytest_gpuperf.verdict.bisection.Outcome`), ``steps`` (every measured pair in order),
+    ``keys`` (benchmarks selected, from the BAD-vs-GOOD step), ``seconds`` (wall time)."""
+
+    commits: list[Commit]
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    steps: list[StepLog] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class Bisector:
+    """Runs one bisection of the benchmarks that ``pytest_args`` select (see the module doc).
+
+    ``repo``: the repository's top folder; ``invocation_dir``: where the user ran the command (inside
+    ``repo``; each side runs from the same place in its worktree); ``processes``: A/B pairs of worker
+    processes per step (more are added by the A/B confirmation when a step cannot decide);
+    ``import_roots``: as ``gpuperf_ab_pythonpath``; ``progress``: one line per step;
+    ``max_regressions``: culprits searched per benchmark; ``measure``: replaces the A/B run (tests).
+    """
+
+    def __init__(self, repo: Path, invocation_dir: Path, pytest_args: Sequence[str], *, processes: int = 1,
+                 import_roots: Sequence[str] = (), progress: Callable[[str], None] = print,
+                 max_regressions: int = 3, measure: Measure | None = None) -> None:
+        self.repo, self.invocation_dir = repo, invocation_dir
+        self.args = worker_args(pytest_args)
+        self.processes, self.import_roots, self.progress = processes, list(import_roots), progress
+        self.max_regressions = max_regressions
+        self.worktrees = Worktrees(repo)
+        self._measure = measure or self._measure_ab
+        self._start = time.monotonic()
+        self.run_: BisectRun | None = None
+
+    def run(self, good: str, bad: str) -> BisectRun:
+        """Bisect GOOD..BAD; raises :class:`BisectError` for bad revisions or when the benchmarks cannot
+        be measured at GOOD."""
+        commits = first_parent_line(self.repo, good, bad)
+        run = self.run_ = BisectRun(commits)
+        self._start = time.monotonic()
+        if _dirty(self.repo):
+            run.notes.append("the working tree has uncommitted changes: they are not measured (bisect measures "
+                             "commits, each in its own worktree)")
+        self.progress(f"bisect: {len(commits)} commits on the first-parent line from {commits[0].short} (GOOD) to "
+                      f"{commits[-1].short} (BAD); measuring BAD against GOOD")
+        with self.worktrees:
+            cache: dict[tuple[int, int], dict[str, Probe]] = {}
+            first = self._step(0, len(commits) - 1, None, cache)
+            run.keys = sorted(first)
+            if not first:
+                raise BisectError(f"no benchmark of the selection ran at both GOOD ({commits[0].short}) and BAD "
+                                  f"({commits[-1].short}): check the pytest arguments after --")
+            for key in run.keys:
+                def measure(a: int, b: int, key: str = key) -> Probe:
+                    if key not in cache.get((a, b), {}):  # a pair measured for another benchmark is not enough
+                        self._step(a, b, {key}, cache)
+                    return cache[(a, b)].get(key) or Probe(a, b, Call.SKIP, note=f"{key} did not run")
+                run.outcomes[key] = bisect(len(commits), measure, self.max_regressions)
+        run.seconds = time.monotonic() - self._start
+        return run
+
+    def _step(self, a: int, b: int, keys: set[str] | None,
+              cache: dict[tuple[int, int], dict[str, Probe]]) -> dict[str, Probe]:
+        assert self.run_ is not None
+        commits = self.run_.commits
+        t0 = time.monotonic()
+        got = self._measure(commits[a].sha, commits[b].sha, keys)
+        probes = {k: Probe(a, b, p.call, p.ratio, p.ci, p.verdict, p.note) for k, p in got.items()}
+        cache.setdefault((a, b), {}).update(probes)
+        self.run_.steps.append(StepLog(a, b, probes, time.monotonic() - t0))
+        self.progress(step_line(len(self.run_.steps), commits, a, b, probes, time.monotonic() - self._start))
+        return probes
+
+    def _measure_ab(self, a_sha: str, b_sha: str, keys: set[str] | None) -> dict[str, Probe]:
+        """Commit ``b_sha`` against ``a_sha`` by the plugin's A/B run, for ``keys`` (None: every
+        selected benchmark); a commit whose workers cannot run gives skips."""
+        a_tree, b_tree = self.worktrees(a_sha), self.worktrees(b_sha)
+        logs = self.worktrees.folder / "logs" / f"{a_sha[:12]}-{b_sha[:12]}"
+        logs.mkdir(parents=True, exist_ok=True)
+        try:
+            specs = tree_specs(self.repo, a_tree, b_tree, self.invocation_dir, self.import_roots)
+            outcome = measure_ab(specs, self.args, self.processes, logs, a_sha[:7], only=keys)
+        except ABError as exc:
+            if keys is None:  # the first step, BAD against GOOD: nothing to search without it
+                raise BisectError(f"bisect: measuring BAD ({b_sha[:7]}) against GOOD ({a_sha[:7]}) failed: {exc}") from None
+            return {k: Probe(0, 0, Call.SKIP, note=_first_line(str(exc))) for k in keys}
+        out = {}
+        for key, r in outcome.results.items():
+            if keys is not None and key not in keys:
+                continue
+            c = r.comparison
+            verdict = c.verdict.value if c is not None else None
+            note = c.note if c is not None and c.note else ""
+            out[key] = Probe(0, 0, call_of(verdict), c.ratio if c else None, c.ratio_ci if c else None, verdict, note)
+        for key in keys or ():
+            if key not in out:
+                why = next((n for n in outcome.notes if key in n),
+                           f"{key} did not run at {b_sha[:7]}; its output: {logs / 'worker-B1.log'}")
+                out[key] = Probe(0, 0, Call.SKIP, note=_first_line(why))
+        return out
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _dirty(repo: Path) -> bool:
+    try:
+        return bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
+    except ABError:
+        return False
+
+
+def step_line(k: int, commits: Sequence[Commit], a: int, b: int, probes: dict[str, Probe], elapsed_s: float) -> str:
+    """The progress line of step ``k``: ``"bisect: step 3: 5f3c2a1 (6/15) vs GOOD 1a2b3c4: test_x 1.21x
+    [1.15x, 1.27x] regressed -> bad; 41 s elapsed"``."""
+    from pytest_gpuperf.core.units import format_ratio
+
+    who = "GOOD " if a == 0 else ""
+    parts = []
+    for key, p in sorted(probes.items()):
+        name = key.rsplit("::", 1)[-1]
+        if p.call is Call.SKIP:
+            parts.append(f"{name} skip ({p.note})" if p.note else f"{name} skip")
+            continue
+        ci = f" [{format_ratio(p.ci[0])}, {format_ratio(p.ci[1])}]" if p.ci else ""
+        parts.append(f"{name} {format_ratio(p.ratio)}{ci} {p.verdict} -> {p.call.value}")
+    return (f"bisect: step {k}: {commits[b].short} ({b}/{len(commits) - 1}) vs {who}{commits[a].short}: "
+            f"{'; '.join(parts) or 'nothing measured'}; {elapsed_s:.0f} s elapsed")

@@ -1,0 +1,73 @@
+"""``gpuperf bisect GOOD BAD -- <pytest args>`` end to end (issue 25): a temporary git repository of
+10 commits whose committed ``timings.json`` scripts the per-call time of each commit (the scripted
+measurer, ``pytest_gpuperf._testing``), so the slowdown is "in the code" of a known commit and every
+verdict is the same on any machine. Each step is a real A/B run: one pair of worker processes of the
+two commits, each in its own worktree. The search's logic on many more histories is covered with
+scripted probes in ``tests/unit/test_bisection.py``; the git handling in ``tests/test_bisect_git.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gitrepo import commit, git, init
+from pytest_gpuperf._testing import SCRIPTED_CONFTEST
+from pytest_gpuperf.command import main
+
+TESTS = '''
+import pytest
+
+@pytest.mark.gpu_bench(max_time=0.1, counts=False)
+def test_a(gpu_bench):
+    gpu_bench(lambda: sum(range(10)))
+'''
+
+
+def history(repo: Path, times_ms: list[float], broken: frozenset[int] = frozenset()) -> list[str]:
+    """Commit ``len(times_ms)`` commits; commit k scripts test_a at ``times_ms[k]`` per call, and a
+    commit in ``broken`` has a test module that fails to import. Returns the shas, oldest first."""
+    init(repo)
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    (repo / "conftest.py").write_text(SCRIPTED_CONFTEST)
+    shas = []
+    for k, ms in enumerate(times_ms):
+        (repo / "timings.json").write_text(json.dumps({"*": {"ms": ms, "cv": 0.03, "seed": k}}))
+        (repo / "test_x.py").write_text(("import no_such_module\n" if k in broken else "") + TESTS)
+        (repo / "notes.txt").write_text(f"change {k}\n")
+        shas.append(commit(repo, f"change {k}" + (" (breaks the import)" if k in broken else "")))
+    return shas
+
+
+def test_bisect_finds_the_first_bad_commit_skips_a_broken_one_and_cleans_up(
+        pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
+    repo = pytester.path
+    # +30% from commit 6 on; commit 4, the first middle the search tries, does not import
+    shas = history(repo, [1.0] * 6 + [1.3] * 4, broken=frozenset({4}))
+    code = main(["bisect", shas[0], "HEAD", "--json", "b.json", "--markdown", "b.md", "--",
+                 "-k", "test_a", "-p", "no:cacheprovider"])
+    captured = capsys.readouterr()
+    out = captured.out
+    assert code == 0, out + captured.err
+    # a progress line per step: the commit, its ratio with the CI, the verdict and the call
+    assert re.search(rf"bisect: step 1: {shas[9][:7]} \(9/9\) vs GOOD {shas[0][:7]}: test_a 1\.[23]\d+x "
+                     rf"\[1\.\d+x, 1\.\d+x\] regressed -> bad; \d+ s elapsed", out), out
+    assert f"{shas[4][:7]} (4/9) vs GOOD {shas[0][:7]}: test_a skip (test_x.py::test_a did not run at" in out
+    # the verdict, reason first, with the subject and the command that reproduces the pair
+    assert re.search(rf"test_x\.py::test_a: first bad commit {shas[6][:7]} 'change 6': 1\.[23]\d+x \[", out)
+    assert f"reproduce: git checkout {shas[6][:7]} && pytest --gpuperf --gpuperf-ab {shas[5][:7]} -k test_a" in out
+    report = json.loads((repo / "b.json").read_text())
+    b = report["benchmarks"]["test_x.py::test_a"]
+    assert b["status"] == "found" and b["culprits"][0]["first_bad"] == shas[6]
+    assert b["culprits"][0]["last_good"] == shas[5] and b["culprits"][0]["single"] is True
+    assert len(b["culprits"]) == 1  # BAD is not slower than the culprit: no further regression
+    skipped = [p for p in b["probes"] if p["call"] == "skip"]
+    assert [p["b"] for p in skipped] == [shas[4]]
+    assert "| 6 | `" in (repo / "b.md").read_text()
+    # every worktree is removed, nothing is left in the repository's status
+    assert not list((repo / ".gpuperf" / "bisect").glob("*/.git"))
+    assert ".gpuperf" not in git(repo, "worktree", "list")
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
