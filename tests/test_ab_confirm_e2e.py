@@ -86,11 +86,43 @@ def test_slower_machine_passes_and_slower_code_fails_after_ab(pytester: pytest.P
                               "  test_x.py::test_a: A/B vs the baselines' commit*: 1.*the "
                               "stored baseline said regressed 1.*confirmed by A/B against the baseline's commit on this "
                               "machine*--gpuperf-update-baselines*"])
-    assert _comparison(pytester)["verdict"] == "regressed"
+    c = _comparison(pytester)
+    assert c["verdict"] == "regressed"
+    # the message ends with the command that finds the commit (issue 25); the slow code is not committed yet
+    assert c["ab_confirmation"].endswith(f"; find the commit: gpuperf bisect {first[:12]} HEAD -- test_x.py::test_a "
+                                         f"(after committing your changes: bisect measures commits, and the working "
+                                         f"tree has uncommitted changes)")
     # Opting out leaves the stored verdict alone.
     rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json", *FAST)
     rec.assert_outcomes(failed=1)
     assert _comparison(pytester)["ab_ref"] is None
+
+
+def test_a_committed_regression_is_bisected_in_the_same_run_and_by_the_pytest_form(pytester: pytest.Pytester,
+                                                                                     repo: Path) -> None:
+    """Issue 25: ``--gpuperf-bisect-on-regression 1`` bisects a confirmed regression from the baselines'
+    commit to HEAD in the same run; ``--gpuperf-bisect GOOD..BAD`` bisects instead of running the tests."""
+    first = git(repo, "rev-parse", "HEAD~1")
+    pytester.makepyfile(test_x=TESTS.replace("@MS@", "1.3"))
+    slow = commit(repo, "make test_a slower")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-bisect-on-regression=1", *FAST)
+    rec.assert_outcomes(failed=1)
+    out = rec.stdout.str()
+    assert f"find the commit: gpuperf bisect {first[:12]} HEAD -- test_x.py::test_a" in out
+    assert "(after committing" not in out  # committed: the command runs as printed
+    rec.stdout.fnmatch_lines(["*gpuperf: bisection of the confirmed regressions*",
+                              f"test_x.py::test_a: first bad commit {slow[:7]} 'make test_a slower': 1.*"])
+    # the pytest form: the same search, no tests run, exit 0 when the commit is found
+    rec = pytester.runpytest(f"--gpuperf-bisect={first[:7]}..HEAD", "--gpuperf-json=b.json", *FAST)
+    assert rec.ret == 0
+    rec.stdout.fnmatch_lines([f"bisect: step 1: {slow[:7]} (2/2) vs GOOD {first[:7]}: test_a 1.* regressed -> bad*",
+                              f"test_x.py::test_a: first bad commit {slow[:7]} 'make test_a slower'*",
+                              f"  reproduce: git checkout {slow[:7]} && pytest --gpuperf --gpuperf-ab *"])
+    report = json.loads(repo.joinpath("b.json").read_text())
+    assert report["benchmarks"]["test_x.py::test_a"]["culprits"][0]["first_bad"] == slow
+    rec = pytester.runpytest("--gpuperf-bisect=HEAD", *FAST)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    rec.stderr.fnmatch_lines(["*--gpuperf-bisect HEAD: expected GOOD..BAD*"])
 
 
 def test_missing_or_dirty_baseline_commit_keeps_the_stored_verdict_with_a_note(pytester: pytest.Pytester,

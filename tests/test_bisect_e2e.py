@@ -71,3 +71,29 @@ def test_bisect_finds_the_first_bad_commit_skips_a_broken_one_and_cleans_up(
     assert not list((repo / ".gpuperf" / "bisect").glob("*/.git"))
     assert ".gpuperf" not in git(repo, "worktree", "list")
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_a_cancelled_bisect_sigterm_leaves_no_worktree(pytester: pytest.Pytester) -> None:
+    """A CI job that is cancelled sends SIGTERM: the worktrees are removed as on Ctrl-C."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = pytester.path
+    shas = history(repo, [1.0] * 4 + [1.3] * 4)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_gpuperf", "bisect", shas[0], "HEAD", "--", "-k", "test_a",
+                             "-p", "no:cacheprovider"], cwd=repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not list((repo / ".gpuperf" / "bisect").glob("*/.git")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the first step's worktrees exist
+    assert proc.poll() is None, proc.communicate()[0]
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out
+    assert "terminated (SIGTERM); its worktrees were removed" in out
+    assert not list((repo / ".gpuperf" / "bisect").glob("*/.git"))
+    assert ".gpuperf" not in git(repo, "worktree", "list")

@@ -108,6 +108,23 @@ def test_bad_not_slower_says_so(tmp_path: Path) -> None:
     assert exit_code(run) == EXIT_NOT_FOUND
 
 
+def test_bad_against_good_inconclusive_names_no_commit(tmp_path: Path) -> None:
+    shas = history(tmp_path, [1.0] * 7 + [1.03])  # +3%: inside the scripted unclear band
+    run = bisector(tmp_path).run(shas[0], "HEAD")
+    text = "\n".join(summary_lines(run, []))
+    assert f"BAD {shas[-1][:7]} against GOOD {shas[0][:7]} stayed inconclusive after measuring more" in text
+    assert "no commit is named" in text and exit_code(run) == EXIT_NOT_FOUND
+
+
+def test_the_time_cap_stops_the_search_with_the_range_narrowed_so_far(tmp_path: Path) -> None:
+    shas = history(tmp_path, [1.0] * 5 + [1.3] * 5)
+    asked: list = []
+    run = bisector(tmp_path, measure=scripted(tmp_path, asked), time_cap_s=1e-9).run(shas[0], "HEAD")
+    assert asked == [(shas[0], shas[-1])]  # BAD against GOOD, then no step starts
+    text = "\n".join(summary_lines(run, []))
+    assert f"between {shas[0][:7]} and {shas[-1][:7]}: not narrowed further, the time cap was reached (1e-09 s)" in text
+
+
 def test_reversed_unrelated_and_unknown_revisions_are_clear_usage_errors(tmp_path: Path) -> None:
     shas = history(tmp_path, [1.0] * 4)
     b = bisector(tmp_path)

@@ -62,6 +62,7 @@ _DROP_OPTIONS = {
     "--gpuperf-update-baselines": False, "--benchmark-autosave": False, "--benchmark-save": True,
     "--benchmark-json": True, "--lf": False, "--last-failed": False, "--ff": False, "--failed-first": False,
     "--sw": False, "--stepwise": False, "--pdb": False, "--trace": False,
+    "--gpuperf-bisect": True, "--gpuperf-bisect-on-regression": True, "--gpuperf-bisect-timeout": True,
 }
 
 
@@ -419,6 +420,7 @@ class Coordinator:
         self.notes: list[str] = []
         self.only: set[str] | None = None  # while confirming: the benchmarks to measure again
         self.confirm_from: int | None = None  # the first process pair of the confirmation
+        self.confirmed_pairs = 0  # process pairs run by confirmations so far
         self._started = time.monotonic()
         self._done = 0  # benchmarks interleaved so far (all pairs), for the progress line
         self._planned: int | None = None  # benchmarks x pairs, known once the first pair ran
@@ -437,12 +439,18 @@ class Coordinator:
         without timing it (Chromium Pinpoint's "measure more", as the stored-baseline gate does)."""
         if not keys or pairs < 1:
             return
-        self.only, self.confirm_from = set(keys), self.processes
+        start = self.processes + self.confirmed_pairs  # after the pairs of earlier confirmations
+        self.only = set(keys)
+        if self.confirm_from is None:
+            self.confirm_from = self.processes
         self._planned = self._done + len(keys) * pairs
-        self.announce(f"A/B: confirming {len(keys)} regression(s) with {pairs} more pair(s) of worker processes")
+        again = " again" if self.confirmed_pairs else ""
+        self.announce(f"A/B: measuring {len(keys)} benchmark(s){again} with {pairs} more pair(s) of worker processes "
+                      f"(a regression to confirm, or a CI too wide to decide)")
         try:
-            for p in range(self.processes, self.processes + pairs):
+            for p in range(start, start + pairs):
                 self._run_pair(p)
+                self.confirmed_pairs += 1
         finally:
             self.only = None
 
@@ -665,14 +673,16 @@ class ABOutcome:
 
 def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path, label: str, *,
                only: set[str] | None = None, progress: Callable[[str], None] = lambda _s: None,
-               announce: Callable[[str], None] | None = None) -> ABOutcome:
+               announce: Callable[[str], None] | None = None, max_pairs: int | None = None) -> ABOutcome:
     """Measure side B against side A (``specs``, e.g. :func:`side_specs`) in ``processes`` pairs of
     worker processes running pytest with ``args`` (``only``: just these benchmark ids), then the
     sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by its
     ``confirm`` more pairs and decided again on all pairs together (Chromium Pinpoint's "measure
-    more"). ``label`` names side A in the verdicts (``"origin/main (3f2a9c1)"``). The one A/B decision
-    of the plugin (``--gpuperf-ab``, the confirmation of stored-baseline regressions) and of
-    ``gpuperf bisect``. Raises :class:`ABError`."""
+    more"). ``max_pairs``: then, while a benchmark is still inconclusive with its CI straddling 1+T
+    and fewer than this many pairs ran, one more pair at a time (``gpuperf bisect``: a step that cannot decide measures more before
+    it decides; the CI is over process pairs, so each pair narrows it). ``label`` names side A in the
+    verdicts (``"origin/main (3f2a9c1)"``). The one A/B decision of the plugin (``--gpuperf-ab``, the
+    confirmation of stored-baseline regressions) and of ``gpuperf bisect``. Raises :class:`ABError`."""
     from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
 
     coordinator = Coordinator(specs, args, processes, log_dir, progress=progress, announce=announce)
@@ -683,6 +693,14 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
                 if needs_more_pairs(r.comparison) and (n := r.options.confirm) > 0}
     if suspects:
         coordinator.confirm(set(suspects), max(suspects.values()))
+        results, removed, notes = ab_results(coordinator, label)
+    while max_pairs is not None and processes + coordinator.confirmed_pairs < max_pairs:
+        suspects = {k: n for k, r in results.items()  # still undecided: inconclusive, its CI straddling 1+T
+                    if needs_more_pairs(r.comparison) and r.comparison.verdict.value == "inconclusive"
+                    and (n := r.options.confirm) > 0 and (only is None or k in only)}
+        if not suspects:
+            break
+        coordinator.confirm(set(suspects), 1)
         results, removed, notes = ab_results(coordinator, label)
     return ABOutcome(results, removed, coordinator.notes + notes)
 

@@ -48,6 +48,9 @@ def register(sub: Any, prog: str, pytest_args: Sequence[str] = ()) -> None:
     b.add_argument("--processes", type=_positive, default=1, metavar="N",
                    help="pairs of worker processes per step (default 1; a step that cannot decide adds its "
                         "benchmark's `confirm` pairs)")
+    b.add_argument("--max-pairs", type=_positive, default=6, metavar="N",
+                   help="a step that cannot decide measures more, one pair of worker processes at a time, up to N "
+                        "pairs (default 6)")
     b.add_argument("--max-regressions", type=_positive, default=3, metavar="N",
                    help="regressions searched per benchmark (default 3): after a culprit, BAD is measured "
                         "against it and the search goes on while it is still slower")
@@ -69,17 +72,46 @@ def _positive(text: str) -> int:
     return value
 
 
+class _Terminated(BaseException):
+    """SIGTERM (a CI job cancelled) as an exception, so that the worktrees are removed as on Ctrl-C."""
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install ``handler`` for SIGTERM (main thread only); returns the previous one (None: unchanged)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
 def cmd_bisect(args: argparse.Namespace) -> int:
-    """Run ``gpuperf bisect``; returns its exit code (see the epilog)."""
+    """Run ``gpuperf bisect``; returns its exit code (see the epilog). SIGTERM (a cancelled CI job)
+    ends it as Ctrl-C does: the worktrees are removed."""
+    pytest_args = list(args.pytest_args)
+    roots = [r.strip() for r in args.pythonpath.split(",") if r.strip()]
+    previous = _on_sigterm(_raise_terminated)
+    try:
+        return _bisect(args, pytest_args, roots)
+    finally:
+        if previous is not None:
+            _on_sigterm(previous)
+
+
+def _bisect(args: argparse.Namespace, pytest_args: list[str], roots: list[str]) -> int:
     from pytest_gpuperf.bisect.report import EXIT_USAGE, exit_code, json_dict, markdown, summary_lines
     from pytest_gpuperf.bisect.run import BisectError, Bisector, repository
 
-    pytest_args = list(args.pytest_args)
-    roots = [r.strip() for r in args.pythonpath.split(",") if r.strip()]
     try:
         here = Path.cwd()
         bisector = Bisector(repository(here), here, pytest_args, processes=args.processes, import_roots=roots,
-                            progress=lambda line: print(line, flush=True), max_regressions=args.max_regressions)
+                            progress=lambda line: print(line, flush=True), max_regressions=args.max_regressions,
+                            max_pairs=args.max_pairs)
         run = bisector.run(args.good, args.bad)
     except BisectError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -87,6 +119,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("bisect: interrupted; its worktrees were removed", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("bisect: terminated (SIGTERM); its worktrees were removed", file=sys.stderr)
+        return 143
     for line in summary_lines(run, pytest_args):
         print(line)
     from pytest_gpuperf.core.files import write_atomic

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Sequence
 
-from pytest_gpuperf.bisect.run import BisectRun, Commit
+from pytest_gpuperf.bisect.run import TIME_CAP_NOTE, BisectRun, Commit
 from pytest_gpuperf.core.units import format_ratio
 from pytest_gpuperf.verdict.bisection import Call, Culprit, Outcome, Probe
 
@@ -60,9 +60,20 @@ def verdict_lines(key: str, o: Outcome, commits: Sequence[Commit], pytest_args: 
                          + ("" if c.single else ", not a regression by itself (spread)"))
     if o.unresolved is not None:
         lo, hi = o.unresolved
+        last = o.probes[-1] if o.probes else None
         lines.append(f"{key}: " if not lines else "  ")
-        lines[-1] += (f"between {commits[lo].short} and {commits[hi].short}: a step stayed inconclusive after "
-                      f"measuring more; the slowdown is spread over several commits or below the resolution here")
+        if last is not None and last.note.startswith(TIME_CAP_NOTE):
+            lines[-1] += (f"between {commits[lo].short} and {commits[hi].short}: not narrowed further, "
+                          f"{last.note}")
+        elif (lo, hi) == (0, len(commits) - 1) and len(o.probes) == 1:
+            why = f" ({last.note})" if last is not None and last.note else ""
+            lines[-1] += (f"BAD {commits[hi].short} against GOOD {commits[lo].short} stayed inconclusive after "
+                          f"measuring more{why}: whether BAD is slower cannot be decided here, so no commit is named")
+        else:
+            why = f" ({last.note})" if last is not None and last.note else ""
+            lines[-1] += (f"between {commits[lo].short} and {commits[hi].short}: a step stayed inconclusive after "
+                          f"measuring more{why}; the slowdown is spread over several commits or below the resolution "
+                          f"here")
     return lines
 
 

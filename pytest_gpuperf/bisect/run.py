@@ -155,6 +155,9 @@ class Worktrees:
         self.close()
 
 
+#: The note of a step not measured because the bisection's time cap was reached.
+TIME_CAP_NOTE = "the time cap was reached"
+
 #: ``measure(a_sha, b_sha, keys) -> {key: Probe}`` (indices filled in by the caller); injectable for tests.
 Measure = Callable[[str, str, "set[str] | None"], "dict[str, Probe]"]
 
@@ -191,24 +194,30 @@ class Bisector:
     ``repo``; each side runs from the same place in its worktree); ``processes``: A/B pairs of worker
     processes per step (more are added by the A/B confirmation when a step cannot decide);
     ``import_roots``: as ``gpuperf_ab_pythonpath``; ``progress``: one line per step;
-    ``max_regressions``: culprits searched per benchmark; ``measure``: replaces the A/B run (tests).
+    ``max_regressions``: culprits searched per benchmark; ``max_pairs``: a step that cannot decide
+    measures more, one pair at a time, up to this many pairs; ``time_cap_s``: no step starts after this
+    many seconds (the search then stops with the range it narrowed down to); ``measure``: replaces the
+    A/B run (tests).
     """
 
     def __init__(self, repo: Path, invocation_dir: Path, pytest_args: Sequence[str], *, processes: int = 1,
                  import_roots: Sequence[str] = (), progress: Callable[[str], None] = print,
-                 max_regressions: int = 3, measure: Measure | None = None) -> None:
+                 max_regressions: int = 3, time_cap_s: float | None = None, max_pairs: int = 6,
+                 measure: Measure | None = None) -> None:
         self.repo, self.invocation_dir = repo, invocation_dir
+        self.max_pairs = max(max_pairs, processes)
         self.args = worker_args(pytest_args)
         self.processes, self.import_roots, self.progress = processes, list(import_roots), progress
-        self.max_regressions = max_regressions
+        self.max_regressions, self.time_cap_s = max_regressions, time_cap_s
         self.worktrees = Worktrees(repo)
         self._measure = measure or self._measure_ab
         self._start = time.monotonic()
         self.run_: BisectRun | None = None
 
-    def run(self, good: str, bad: str) -> BisectRun:
-        """Bisect GOOD..BAD; raises :class:`BisectError` for bad revisions or when the benchmarks cannot
-        be measured at GOOD."""
+    def run(self, good: str, bad: str, keys: set[str] | None = None) -> BisectRun:
+        """Bisect GOOD..BAD for the benchmarks the pytest arguments select (``keys``: only these ids,
+        the others run untimed); raises :class:`BisectError` for bad revisions or when BAD cannot be
+        measured against GOOD."""
         commits = first_parent_line(self.repo, good, bad)
         run = self.run_ = BisectRun(commits)
         self._start = time.monotonic()
@@ -219,7 +228,7 @@ class Bisector:
                       f"{commits[-1].short} (BAD); measuring BAD against GOOD")
         with self.worktrees:
             cache: dict[tuple[int, int], dict[str, Probe]] = {}
-            first = self._step(0, len(commits) - 1, None, cache)
+            first = self._step(0, len(commits) - 1, keys, cache)
             run.keys = sorted(first)
             if not first:
                 raise BisectError(f"no benchmark of the selection ran at both GOOD ({commits[0].short}) and BAD "
@@ -238,6 +247,10 @@ class Bisector:
         assert self.run_ is not None
         commits = self.run_.commits
         t0 = time.monotonic()
+        if self.time_cap_s is not None and keys and t0 - self._start > self.time_cap_s:
+            note = f"{TIME_CAP_NOTE} ({self.time_cap_s:g} s) before this step"
+            cache.setdefault((a, b), {}).update({k: Probe(a, b, Call.UNCLEAR, note=note) for k in keys})
+            return cache[(a, b)]
         got = self._measure(commits[a].sha, commits[b].sha, keys)
         probes = {k: Probe(a, b, p.call, p.ratio, p.ci, p.verdict, p.note) for k, p in got.items()}
         cache.setdefault((a, b), {}).update(probes)
@@ -253,7 +266,8 @@ class Bisector:
         logs.mkdir(parents=True, exist_ok=True)
         try:
             specs = tree_specs(self.repo, a_tree, b_tree, self.invocation_dir, self.import_roots)
-            outcome = measure_ab(specs, self.args, self.processes, logs, a_sha[:7], only=keys)
+            outcome = measure_ab(specs, self.args, self.processes, logs, a_sha[:7], only=keys,
+                                 max_pairs=self.max_pairs)
         except ABError as exc:
             if keys is None:  # the first step, BAD against GOOD: nothing to search without it
                 raise BisectError(f"bisect: measuring BAD ({b_sha[:7]}) against GOOD ({a_sha[:7]}) failed: {exc}") from None
@@ -294,8 +308,8 @@ def step_line(k: int, commits: Sequence[Commit], a: int, b: int, probes: dict[st
     parts = []
     for key, p in sorted(probes.items()):
         name = key.rsplit("::", 1)[-1]
-        if p.call is Call.SKIP:
-            parts.append(f"{name} skip ({p.note})" if p.note else f"{name} skip")
+        if p.call is Call.SKIP or p.ratio is None:
+            parts.append(f"{name} {p.call.value} ({p.note})" if p.note else f"{name} {p.call.value}")
             continue
         ci = f" [{format_ratio(p.ci[0])}, {format_ratio(p.ci[1])}]" if p.ci else ""
         parts.append(f"{name} {format_ratio(p.ratio)}{ci} {p.verdict} -> {p.call.value}")

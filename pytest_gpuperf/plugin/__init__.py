@@ -88,12 +88,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-ab-pythonpath", metavar="PATHS", default=None,
                     help="A/B: import roots of the code under test, relative to the repository's top (e.g. src), "
                          "put first on each side's PYTHONPATH (ini gpuperf_ab_pythonpath)")
+    group.addoption("--gpuperf-bisect", metavar="GOOD..BAD", default=None,
+                    help="instead of running the tests, find the first commit between GOOD and BAD (git revisions) "
+                         "where the selected benchmarks got slower, by A/B steps (as `gpuperf bisect GOOD BAD -- "
+                         "<args>`)")
+    group.addoption("--gpuperf-bisect-on-regression", metavar="N", default=None,
+                    help="after a regression confirmed by A/B against the baselines' commit, bisect from that commit "
+                         "to HEAD for at most N regressed benchmarks in the same run (ini "
+                         "gpuperf_bisect_on_regression; default 0: off)")
+    group.addoption("--gpuperf-bisect-timeout", metavar="SECONDS", default=None,
+                    help="bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default 1800)")
     benchmark_compat.add_gpuperf_options(group)  # --gpuperf-only/-skip/-columns/-sort
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_ab_pythonpath", "A/B: import roots of the code under test, relative to the repository's "
                   "top (space- or comma-separated), e.g. src", default="")
     parser.addini("gpuperf_ab_confirm", "confirm a stored-baseline regression by A/B against the baseline's git "
                   "commit on this machine (default true)", type="bool", default=True)
+    parser.addini("gpuperf_bisect_on_regression", "after a confirmed regression, bisect from the baselines' commit "
+                  "to HEAD for at most N regressed benchmarks (default 0: off)", default="")
+    parser.addini("gpuperf_bisect_timeout", "bisection: start no step after this many seconds (default 1800)",
+                  default="")
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "
                   "(the busy-host guard; default true)", type="bool", default=True)
     parser.addini("gpuperf_bottleneck_thresholds",

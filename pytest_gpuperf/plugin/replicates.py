@@ -319,13 +319,15 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
 
 
 
-def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None = None) -> Any:
+def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None = None,
+                         bisect_command: str | None = None) -> Any:
     """The final result of a stored-baseline regression after its A/B confirmation against the
     baseline's own commit (``label``: ``"3f2a9c1 (3f2a9c1)"``): with an A/B comparison (``ab``, a
     result of :func:`pytest_gpuperf.ab.results.ab_result`), the verdict is the A/B one, its samples
     B's, and the message says what the stored comparison said; without one (``problem`` says why:
     the commit is missing, side A failed) the stored result, with that note. Memory, counts,
-    bottleneck and the process medians stay the stored run's."""
+    bottleneck and the process medians stay the stored run's. A confirmed regression's note ends
+    with ``bisect_command``, the command that finds the commit (``gpuperf bisect <commit> HEAD -- <id>``)."""
     from pytest_gpuperf.verdict.compare import Verdict
     from pytest_gpuperf.core.units import format_ratio
 
@@ -340,6 +342,8 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
 
     word = "confirmed" if a.verdict is Verdict.REGRESSED else "not confirmed"
     note = f"{said}; {word} by A/B against the baseline's commit on this machine: {ab_summary(a)} ({a.verdict.value})"
+    if a.verdict is Verdict.REGRESSED and bisect_command:
+        note += f"; find the commit: {bisect_command}"
     return dataclasses.replace(
         ab, comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
         count_comparison=stored.count_comparison, counts=stored.counts, peak_memory_bytes=stored.peak_memory_bytes,

@@ -99,6 +99,7 @@ class GpuPerfSession:
         self.inconclusive: list[str] = []  # module::id of inconclusive verdicts that pass: one line for all
         self.errors: dict[str, str] = {}
         self._progress_line: Any = None  # ProgressLine, made when long work starts
+        self.bisect_lines: list[str] = []  # reports of --gpuperf-bisect-on-regression, for the summary
         self.workers_seen = 0
         self.ab_worker: Any = None
         if settings.in_ab_worker:
@@ -198,7 +199,11 @@ class GpuPerfSession:
         return self._progress_line
 
     def _measure_before_tests(self) -> None:
-        """Replicate worker processes (the default) or the A/B measurement, before the tests run."""
+        """Replicate worker processes (the default) or the A/B measurement, before the tests run; or,
+        with ``--gpuperf-bisect``, the bisection instead of the tests."""
+        if self.settings.bisect is not None:
+            self._run_bisect()
+            return
         if self.settings.replicated:
             from pytest_gpuperf.plugin.replicates import ReplicateError
 
@@ -256,6 +261,8 @@ class GpuPerfSession:
                 self.warnings.append(f"{r.error}; its output: {r.log}")
         if self.settings.ab_confirm and not self.settings.updating:
             self._confirm_by_ab(finished, commits)
+            if self.settings.bisect_on_regression:
+                self._bisect_regressions(finished, commits)
         self.ab_results = finished
         if self.settings.xdist_dir is not None:
             from pytest_gpuperf.ab.results import dump_results
@@ -270,6 +277,7 @@ class GpuPerfSession:
         confirms a dashboard alert the same way). A baseline recorded from uncommitted changes, a commit
         that is not in this clone, or a side A that cannot run keeps the stored verdict, with a note."""
         import dataclasses
+        import shlex
 
         from pytest_gpuperf.ab.run import ABError, resolve_revision
         from pytest_gpuperf.plugin.replicates import with_ab_confirmation
@@ -302,8 +310,77 @@ class GpuPerfSession:
                 for key in keys:
                     finished[key] = with_ab_confirmation(finished[key], None, label, why)
                 continue
+            after = (" (after committing your changes: bisect measures commits, and the working tree has "
+                     "uncommitted changes)" if _uncommitted(rev.repo) else "")
             for key in keys:
-                finished[key] = with_ab_confirmation(finished[key], results.get(key), label)
+                finished[key] = with_ab_confirmation(finished[key], results.get(key), label,
+                                                     bisect_command=f"gpuperf bisect {commit[:12]} HEAD -- "
+                                                                    f"{shlex.quote(key)}{after}")
+
+    def _bisector(self, progress: Any) -> Any:
+        """A :class:`~pytest_gpuperf.bisect.run.Bisector` for this session's selection (raises its
+        ``BisectError`` outside a git repository)."""
+        from pytest_gpuperf.bisect.run import Bisector, repository
+
+        here = Path(self.config.invocation_params.dir)
+        args = list(self.config.invocation_params.args)
+        if self.config.pluginmanager.hasplugin("xdist"):
+            args += ["-n", "0"]
+        return Bisector(repository(here), here, args, processes=self.settings.bisect_processes,
+                        import_roots=self.settings.ab_roots, progress=progress, time_cap_s=self.settings.bisect_timeout_s)
+
+    def _run_bisect(self) -> None:
+        """``--gpuperf-bisect GOOD..BAD``: bisect instead of running the tests, print the report (and write
+        it to ``--gpuperf-json``/``--gpuperf-markdown``), then end the session with the command's exit code
+        (0: a first bad commit found; 1: none; a usage error for bad revisions)."""
+        import json
+
+        from pytest_gpuperf.bisect.report import exit_code, json_dict, markdown, summary_lines
+        from pytest_gpuperf.bisect.run import BisectError
+        from pytest_gpuperf.core.files import write_atomic
+
+        good, bad = self.settings.bisect
+        progress = self._progress()
+        try:
+            run = self._bisector(progress.line).run(good, bad)
+        except BisectError as exc:
+            pytest.exit(f"pytest-gpuperf: --gpuperf-bisect: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        args = [a for a in self.config.invocation_params.args if not str(a).startswith("--gpuperf-bisect")]
+        for line in summary_lines(run, args):
+            progress.line(line)
+        for path, text in ((self.settings.json_path, lambda: json.dumps(json_dict(run, args), indent=1)),
+                           (self.settings.markdown_path, lambda: markdown(run, args))):
+            if path is not None:
+                write_atomic(path, text())
+                progress.line(f"bisect report written to {path}")
+        code = exit_code(run)
+        pytest.exit("gpuperf: bisection " + ("found the first bad commit" if code == 0 else "found no single commit"),
+                    returncode=code)
+
+    def _bisect_regressions(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]]) -> None:
+        """``--gpuperf-bisect-on-regression N``: bisect from the baseline's commit to HEAD for at most N
+        benchmarks whose regression the A/B confirmation confirmed (largest ratio first), within the time
+        cap; the reports go to the terminal summary (:attr:`bisect_lines`)."""
+        from pytest_gpuperf.bisect.report import summary_lines
+        from pytest_gpuperf.bisect.run import BisectError
+
+        confirmed = sorted(((r.comparison.ratio or 0.0, k) for k, r in finished.items()
+                            if not isinstance(r, str) and r.comparison is not None and r.comparison.ab is not None
+                            and r.comparison.verdict.value == "regressed" and commits.get(k, (None,))[0]),
+                           reverse=True)[:self.settings.bisect_on_regression]
+        by_commit: dict[str, set[str]] = {}
+        for _, key in confirmed:
+            by_commit.setdefault(commits[key][0], set()).add(key)
+        progress = self._progress()
+        for commit, keys in by_commit.items():
+            progress.line(f"gpuperf: bisecting {len(keys)} confirmed regression(s) from the baselines' commit "
+                          f"{commit[:7]} to HEAD (--gpuperf-bisect-on-regression)")
+            try:
+                run = self._bisector(progress.line).run(commit, "HEAD", keys=keys)
+            except BisectError as exc:
+                self.bisect_lines.append(f"bisect {commit[:7]}..HEAD: {exc}")
+                continue
+            self.bisect_lines += summary_lines(run, sorted(keys))
 
     def _decide_replicated(self, key: str, entries: list[dict[str, Any]],
                            commits: dict[str, tuple[str | None, bool | None]]) -> Any:
@@ -615,6 +692,10 @@ class GpuPerfSession:
                 terminalreporter.write_sep("=", text)
             else:
                 terminalreporter.write_line(text, **markup)
+        if self.bisect_lines:
+            terminalreporter.write_sep("=", "gpuperf: bisection of the confirmed regressions")
+            for line in self.bisect_lines:
+                terminalreporter.write_line(line)
 
     def _summary_input(self) -> Any:
         """What the terminal summary reports (a :class:`~pytest_gpuperf.reporting.terminal.SessionSummary`)."""
@@ -780,6 +861,16 @@ class GpuPerfSession:
             "warnings": self.session_warnings(),
         }
         write_atomic(self.settings.json_path, dumps(data))
+
+
+def _uncommitted(repo: Path) -> bool:
+    """Whether tracked files of the git working tree ``repo`` have uncommitted changes."""
+    from pytest_gpuperf.ab.run import ABError, git
+
+    try:
+        return bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
+    except ABError:
+        return False
 
 
 def _split_nodeid(nodeid: str) -> tuple[str, str]:

@@ -42,7 +42,9 @@ class SessionSettings:
     worker), ``ab_confirm`` (confirm a stored regression by A/B). A/B: ``ab`` (the
     :class:`~pytest_gpuperf.ab.run.Revision` to compare with; in a pytest-xdist worker the REF
     string), ``ab_processes`` (pairs of worker processes), ``ab_roots`` (import roots),
-    ``in_ab_worker`` (this process is an A/B worker that the coordinator drives).
+    ``in_ab_worker`` (this process is an A/B worker that the coordinator drives). Bisection:
+    ``bisect`` (``(GOOD, BAD)`` of ``--gpuperf-bisect``: the session bisects instead of testing),
+    ``bisect_on_regression`` (bisect at most N confirmed regressions; 0: off), ``bisect_timeout_s``.
     """
 
     measuring: bool
@@ -72,6 +74,10 @@ class SessionSettings:
     ab_processes: int = 2
     ab_roots: tuple[str, ...] = ()
     in_ab_worker: bool = False
+    bisect: tuple[str, str] | None = None
+    bisect_on_regression: int = 0
+    bisect_timeout_s: float = 1800.0
+    bisect_processes: int = 1
 
     @property
     def replicated(self) -> bool:
@@ -135,6 +141,8 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
     ab_fields = _ab(config, worker_id, updating)
     if ab_fields.get("in_ab_worker") or ab_fields.get("ab") is not None:
         measuring = True
+    in_worker = worker_id is not None or replicate_slot is not None or bool(ab_fields.get("in_ab_worker"))
+    bisect_fields = _bisect(config, in_worker, updating, ab_fields)
     xdist_dir, owns = _xdist_dir(config, worker_id)  # last: nothing after it raises
     return SessionSettings(
         measuring=measuring,
@@ -161,6 +169,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         replicate_slot=replicate_slot,
         ab_confirm=not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
         **ab_fields,
+        **bisect_fields,
     )
 
 
@@ -295,6 +304,45 @@ def _ab(config: pytest.Config, worker_id: str | None, updating: bool) -> dict[st
             raise pytest.UsageError(f"pytest-gpuperf: gpuperf_ab_pythonpath / --gpuperf-ab-pythonpath: {r!r} is not "
                                     f"a folder under the repository's top {rev.repo}")
     out["ab"] = rev
+    return out
+
+
+def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: dict[str, Any]) -> dict[str, Any]:
+    """The bisection fields of :class:`SessionSettings`; usage errors name the option and what it accepts."""
+    out: dict[str, Any] = {}
+    if in_worker:
+        return out  # a worker process (xdist, replicate, A/B) measures; only the session the user started bisects
+    for option, ini, key, kind in (("--gpuperf-bisect-on-regression", "gpuperf_bisect_on_regression",
+                                    "bisect_on_regression", int),
+                                   ("--gpuperf-bisect-timeout", "gpuperf_bisect_timeout", "bisect_timeout_s", float)):
+        raw = config.getoption(option)
+        source = option
+        if raw is None:
+            raw, source = (config.getini(ini) or "").strip() or None, f"ini {ini}"
+        if raw is None:
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = -1
+        if value < 0 or (kind is float and value == 0):
+            raise pytest.UsageError(f"pytest-gpuperf: {source} {raw}: expected "
+                                    + ("a whole number >= 0" if kind is int else "a number of seconds > 0"))
+        out[key] = value
+    n = config.getoption("--gpuperf-ab-processes")
+    if n is not None and str(n).isdigit() and int(n) >= 1:
+        out["bisect_processes"] = int(n)  # pairs of worker processes per step (default 1)
+    spec = config.getoption("--gpuperf-bisect")
+    if not spec:
+        return out
+    good, sep, bad = spec.partition("..")
+    if not sep or not good or not bad or bad.startswith("."):
+        raise pytest.UsageError(f"pytest-gpuperf: --gpuperf-bisect {spec}: expected GOOD..BAD, two git revisions "
+                                f"(e.g. v1.4..HEAD or 3f2a9c1..main)")
+    if updating or ab_fields.get("ab") is not None:
+        raise pytest.UsageError("pytest-gpuperf: --gpuperf-bisect runs its own A/B steps between commits; it cannot "
+                                "be combined with --gpuperf-update-baselines or --gpuperf-ab")
+    out["bisect"] = (good, bad)
     return out
 
 

@@ -1,0 +1,70 @@
+"""``measure_ab(max_pairs=...)`` (issue 25): a step that cannot decide measures more, one pair at a
+time, until it decides or ``max_pairs`` pairs ran; without ``max_pairs`` only the one confirmation
+round of ``--gpuperf-ab``. A scripted coordinator stands in for the worker processes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_gpuperf.ab import results as ab_results_module
+from pytest_gpuperf.ab import run as ab_run
+
+
+class FakeCoordinator:
+    instances: list["FakeCoordinator"] = []
+
+    def __init__(self, specs, args, processes, log_dir, progress=None, announce=None):
+        self.processes, self.confirmed_pairs, self.notes, self.calls = processes, 0, [], []
+        self.only = None
+        FakeCoordinator.instances.append(self)
+
+    def run(self):
+        self.calls.append(("run", self.processes))
+
+    def confirm(self, keys, pairs):
+        self.calls.append(("confirm", sorted(keys), pairs))
+        self.confirmed_pairs += pairs
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, decided_after_pairs: int) -> None:
+    """Results that need more pairs until ``decided_after_pairs`` pairs ran in all."""
+    FakeCoordinator.instances.clear()
+    monkeypatch.setattr(ab_run, "Coordinator", FakeCoordinator)
+
+    def fake_results(coordinator, label):
+        pairs = coordinator.processes + coordinator.confirmed_pairs
+        undecided = pairs < decided_after_pairs
+        c = SimpleNamespace(undecided=undecided, verdict=SimpleNamespace(value="inconclusive" if undecided else "unchanged"))
+        return {"m.py::t": SimpleNamespace(comparison=c, options=SimpleNamespace(confirm=1))}, [], []
+
+    monkeypatch.setattr(ab_results_module, "ab_results", fake_results)
+    monkeypatch.setattr(ab_results_module, "needs_more_pairs", lambda c: c.undecided)
+
+
+def test_a_regression_is_confirmed_once_not_measured_up_to_the_bound(monkeypatch, tmp_path) -> None:
+    FakeCoordinator.instances.clear()
+    monkeypatch.setattr(ab_run, "Coordinator", FakeCoordinator)
+    regressed = SimpleNamespace(verdict=SimpleNamespace(value="regressed"))
+    monkeypatch.setattr(ab_results_module, "ab_results", lambda coordinator, label: (
+        {"m.py::t": SimpleNamespace(comparison=regressed, options=SimpleNamespace(confirm=1))}, [], []))
+    monkeypatch.setattr(ab_results_module, "needs_more_pairs", lambda c: True)  # regressed: confirm
+    ab_run.measure_ab({}, [], 1, tmp_path, "REF", max_pairs=6)
+    (c,) = FakeCoordinator.instances
+    assert c.calls == [("run", 1), ("confirm", ["m.py::t"], 1)]  # the confirmation, then decided
+
+
+@pytest.mark.parametrize("decided_after, max_pairs, pairs_run", [
+    (1, 6, 1),     # decided by the first pair: nothing more
+    (2, 6, 2),     # the confirmation round decides
+    (4, 6, 4),     # two more pairs, one at a time
+    (99, 6, 6),    # never decides: stops at the bound
+    (99, None, 2), # --gpuperf-ab: one confirmation round only
+])
+def test_more_pairs_until_decided_or_the_bound(monkeypatch, tmp_path, decided_after, max_pairs, pairs_run):
+    _install(monkeypatch, decided_after)
+    ab_run.measure_ab({}, [], 1, tmp_path, "REF", max_pairs=max_pairs)
+    (c,) = FakeCoordinator.instances
+    assert c.processes + c.confirmed_pairs == pairs_run
+    assert all(call[2] == 1 for call in c.calls if call[0] == "confirm")
