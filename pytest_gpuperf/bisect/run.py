@@ -195,7 +195,8 @@ class Bisector:
     processes per step (more are added by the A/B confirmation when a step cannot decide);
     ``import_roots``: as ``gpuperf_ab_pythonpath``; ``progress``: one line per step;
     ``max_regressions``: culprits searched per benchmark; ``max_pairs``: a step that cannot decide
-    measures more, one pair at a time, up to this many pairs; ``time_cap_s``: no step starts after this
+    measures more, one pair at a time, up to this many pairs; ``step_progress``: the A/B run's own
+    progress lines inside a step (each benchmark and pair); ``time_cap_s``: no step starts after this
     many seconds (the search then stops with the range it narrowed down to); ``measure``: replaces the
     A/B run (tests).
     """
@@ -203,9 +204,10 @@ class Bisector:
     def __init__(self, repo: Path, invocation_dir: Path, pytest_args: Sequence[str], *, processes: int = 1,
                  import_roots: Sequence[str] = (), progress: Callable[[str], None] = print,
                  max_regressions: int = 3, time_cap_s: float | None = None, max_pairs: int = 6,
-                 measure: Measure | None = None) -> None:
+                 step_progress: Callable[[str], None] | None = None, measure: Measure | None = None) -> None:
         self.repo, self.invocation_dir = repo, invocation_dir
         self.max_pairs = max(max_pairs, processes)
+        self.step_progress = step_progress or (lambda _s: None)
         self.args = worker_args(pytest_args)
         self.processes, self.import_roots, self.progress = processes, list(import_roots), progress
         self.max_regressions, self.time_cap_s = max_regressions, time_cap_s
@@ -267,7 +269,7 @@ class Bisector:
         try:
             specs = tree_specs(self.repo, a_tree, b_tree, self.invocation_dir, self.import_roots)
             outcome = measure_ab(specs, self.args, self.processes, logs, a_sha[:7], only=keys,
-                                 max_pairs=self.max_pairs)
+                                 max_pairs=self.max_pairs, progress=self.step_progress)
         except ABError as exc:
             if keys is None:  # the first step, BAD against GOOD: nothing to search without it
                 raise BisectError(f"bisect: measuring BAD ({b_sha[:7]}) against GOOD ({a_sha[:7]}) failed: {exc}") from None

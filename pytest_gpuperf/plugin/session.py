@@ -327,7 +327,8 @@ class GpuPerfSession:
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]
         return Bisector(repository(here), here, args, processes=self.settings.bisect_processes,
-                        import_roots=self.settings.ab_roots, progress=progress, time_cap_s=self.settings.bisect_timeout_s)
+                        import_roots=self.settings.ab_roots, progress=progress, time_cap_s=self.settings.bisect_timeout_s,
+                        step_progress=self._progress().tick)  # inside a step: on a terminal only
 
     def _run_bisect(self) -> None:
         """``--gpuperf-bisect GOOD..BAD``: bisect instead of running the tests, print the report (and write
