@@ -180,6 +180,12 @@ def _prune(folder: Path, keep: Path) -> None:
 def worker_args(args: Sequence[str]) -> list[str]:
     """The user's pytest arguments without the options the workers must not get (reports, xdist,
     A/B options, baseline updates, debugging), plus ``--gpuperf`` and ``-p no:cacheprovider``."""
+    return ["--gpuperf", "-p", "no:cacheprovider", *selection_args(args)]
+
+
+def selection_args(args: Sequence[str]) -> list[str]:
+    """The user's pytest arguments without the options a worker must not get (see :func:`worker_args`):
+    what selects and configures the benchmarks, e.g. for a command that reproduces a measurement."""
     out: list[str] = []
     skip = False
     for a in args:
@@ -193,7 +199,6 @@ def worker_args(args: Sequence[str]) -> list[str]:
         if a.startswith("-n") and a[2:].isdigit() or a in ("-nauto", "-nlogical"):
             continue
         out.append(a)
-    out = ["--gpuperf", "-p", "no:cacheprovider", *out]
     return out
 
 

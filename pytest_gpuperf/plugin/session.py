@@ -317,7 +317,7 @@ class GpuPerfSession:
                                                      bisect_command=f"gpuperf bisect {commit[:12]} HEAD -- "
                                                                     f"{shlex.quote(key)}{after}")
 
-    def _bisector(self, progress: Any) -> Any:
+    def _bisector(self, progress: Any, time_cap_s: float) -> Any:
         """A :class:`~pytest_gpuperf.bisect.run.Bisector` for this session's selection (raises its
         ``BisectError`` outside a git repository)."""
         from pytest_gpuperf.bisect.run import Bisector, repository
@@ -327,7 +327,7 @@ class GpuPerfSession:
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]
         return Bisector(repository(here), here, args, processes=self.settings.bisect_processes,
-                        import_roots=self.settings.ab_roots, progress=progress, time_cap_s=self.settings.bisect_timeout_s,
+                        import_roots=self.settings.ab_roots, progress=progress, time_cap_s=time_cap_s,
                         step_progress=self._progress().tick)  # inside a step: on a terminal only
 
     def _run_bisect(self) -> None:
@@ -343,10 +343,12 @@ class GpuPerfSession:
         good, bad = self.settings.bisect
         progress = self._progress()
         try:
-            run = self._bisector(progress.line).run(good, bad)
+            run = self._bisector(progress.line, self.settings.bisect_timeout_s).run(good, bad)
         except BisectError as exc:
             pytest.exit(f"pytest-gpuperf: --gpuperf-bisect: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
-        args = [a for a in self.config.invocation_params.args if not str(a).startswith("--gpuperf-bisect")]
+        from pytest_gpuperf.ab.run import selection_args
+
+        args = selection_args(self.config.invocation_params.args)  # for the reproduce command
         for line in summary_lines(run, args):
             progress.line(line)
         for path, text in ((self.settings.json_path, lambda: json.dumps(json_dict(run, args), indent=1)),
@@ -372,12 +374,16 @@ class GpuPerfSession:
         by_commit: dict[str, set[str]] = {}
         for _, key in confirmed:
             by_commit.setdefault(commits[key][0], set()).add(key)
+        import time
+
         progress = self._progress()
+        start = time.monotonic()
         for commit, keys in by_commit.items():
             progress.line(f"gpuperf: bisecting {len(keys)} confirmed regression(s) from the baselines' commit "
                           f"{commit[:7]} to HEAD (--gpuperf-bisect-on-regression)")
+            left_s = max(1e-9, self.settings.bisect_timeout_s - (time.monotonic() - start))  # one cap for all
             try:
-                run = self._bisector(progress.line).run(commit, "HEAD", keys=keys)
+                run = self._bisector(progress.line, left_s).run(commit, "HEAD", keys=keys)
             except BisectError as exc:
                 self.bisect_lines.append(f"bisect {commit[:7]}..HEAD: {exc}")
                 continue
