@@ -15,7 +15,9 @@ pytest_plugins = ["pytester"]
 RUN = ("-p", "no:cacheprovider")
 
 # Timings are scripted (tests/scripted.py): only test_slows_down gets slower (3x), and every
-# verdict below is the same on any machine.
+# verdict below is the same on any machine. test_matmul's class comes from a real profile: a 256x256
+# matmul is compute-bound on a quiet machine and overhead-bound on a loaded one (its arithmetic
+# intensity is far above the ridge point, so never memory-bound), and either is expected here.
 SUITE = """
 import pytest
 import torch
@@ -30,7 +32,7 @@ def test_steady(gpu_bench):
 def test_slows_down(gpu_bench):
     gpu_bench(sum, range(100))
 
-@pytest.mark.gpu_bench(expect_bottleneck="compute", **FAST)
+@pytest.mark.gpu_bench(expect_bottleneck=("compute", "overhead"), **FAST)
 def test_matmul(gpu_bench):
     a = torch.randn(256, 256)
     gpu_bench(torch.matmul, a, a)
@@ -59,7 +61,7 @@ def test_json_report_and_baselines_are_schema_valid(pytester: pytest.Pytester) -
     validate(report, "report")
     assert len(report["benchmarks"]) == 5
     assert report["benchmarks"]["test_suite.py::test_slows_down"]["verdict"] == "regressed"
-    assert report["benchmarks"]["test_suite.py::test_matmul"]["bottleneck"]["kind"] == "compute"
+    assert report["benchmarks"]["test_suite.py::test_matmul"]["bottleneck"]["kind"] in ("compute", "overhead")
     for path in pytester.path.joinpath("baselines").rglob("*.json"):
         validate(json.loads(path.read_text()), "baseline")
     with pytest.raises(Exception):
@@ -77,7 +79,7 @@ def test_markdown_summary_lists_regressions_first(pytester: pytest.Pytester) -> 
     rows = [ln for ln in lines if ln.startswith("| [")]
     assert len(rows) == 5
     assert rows[0].startswith("| [FAIL] | `test_suite.py::test_slows_down`") and "regressed" in rows[0]
-    assert any("compute" in r and "test_matmul" in r for r in rows)
+    assert any(("compute" in r or "overhead" in r) and "test_matmul" in r for r in rows)
     assert any("test_two_things::alloc" in r and "MiB" in r for r in rows)
     assert all(ord(ch) < 0x2000 or ch in "µ±" for ch in text)  # plain text markers, no emoji
 
@@ -120,7 +122,7 @@ def test_junit_xml_carries_benchmark_properties(pytester: pytest.Pytester) -> No
     slow = props["test_slows_down"]
     assert {"median_ms", "baseline_median_ms", "ratio", "verdict", "peak_memory_bytes"} <= set(slow)
     assert slow["verdict"] == "regressed" and float(slow["ratio"]) > 1.3 and float(slow["median_ms"]) > 0
-    assert props["test_matmul"]["bottleneck"] == "compute"
+    assert props["test_matmul"]["bottleneck"] in ("compute", "overhead")
     assert {"small.median_ms", "alloc.median_ms", "alloc.peak_memory_bytes"} <= set(props["test_two_things"])
 
 
