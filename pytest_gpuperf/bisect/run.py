@@ -223,7 +223,7 @@ class Bisector:
         commits = first_parent_line(self.repo, good, bad)
         run = self.run_ = BisectRun(commits)
         self._start = time.monotonic()
-        if _dirty(self.repo):
+        if uncommitted(self.repo):
             run.notes.append("the working tree has uncommitted changes: they are not measured (bisect measures "
                              "commits, each in its own worktree)")
         self.progress(f"bisect: {len(commits)} commits on the first-parent line from {commits[0].short} (GOOD) to "
@@ -294,7 +294,9 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
-def _dirty(repo: Path) -> bool:
+def uncommitted(repo: Path) -> bool:
+    """Whether tracked files of the git working tree ``repo`` have uncommitted changes (False when git
+    cannot tell)."""
     try:
         return bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
     except ABError:

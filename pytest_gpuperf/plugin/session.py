@@ -280,6 +280,7 @@ class GpuPerfSession:
         import shlex
 
         from pytest_gpuperf.ab.run import ABError, resolve_revision
+        from pytest_gpuperf.bisect.run import uncommitted
         from pytest_gpuperf.plugin.replicates import with_ab_confirmation
 
         suspects = [k for k, r in finished.items()
@@ -311,7 +312,7 @@ class GpuPerfSession:
                     finished[key] = with_ab_confirmation(finished[key], None, label, why)
                 continue
             after = (" (after committing your changes: bisect measures commits, and the working tree has "
-                     "uncommitted changes)" if _uncommitted(rev.repo) else "")
+                     "uncommitted changes)" if uncommitted(rev.repo) else "")
             for key in keys:
                 finished[key] = with_ab_confirmation(finished[key], results.get(key), label,
                                                      bisect_command=f"gpuperf bisect {commit[:12]} HEAD -- "
@@ -868,16 +869,6 @@ class GpuPerfSession:
             "warnings": self.session_warnings(),
         }
         write_atomic(self.settings.json_path, dumps(data))
-
-
-def _uncommitted(repo: Path) -> bool:
-    """Whether tracked files of the git working tree ``repo`` have uncommitted changes."""
-    from pytest_gpuperf.ab.run import ABError, git
-
-    try:
-        return bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
-    except ABError:
-        return False
 
 
 def _split_nodeid(nodeid: str) -> tuple[str, str]:
