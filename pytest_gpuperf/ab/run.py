@@ -144,17 +144,18 @@ def prepare_worktree(rev: Revision) -> Path:
             os.utime(path)  # most recently used
             _prune(folder, keep=path)
             return path
-        _remove_worktree(rev.repo, path)
+        remove_worktree(rev.repo, path)
     _git(rev.repo, "worktree", "prune")
     _git(rev.repo, "worktree", "add", "--detach", "--force", str(path), rev.sha)
     _prune(folder, keep=path)
     return path
 
 
-def _remove_worktree(repo: Path, path: Path) -> None:
-    """Remove a worktree we created (only ever a folder under ``.gpuperf/ab``)."""
-    if path.parent.name != "ab" or path.parent.parent.name != ".gpuperf":
-        raise ABError(f"refusing to remove {path}: not an A/B worktree under .gpuperf/ab")
+def remove_worktree(repo: Path, path: Path) -> None:
+    """Remove a worktree we created (only ever a folder under ``.gpuperf/ab`` or, for ``gpuperf
+    bisect``, ``.gpuperf/bisect``); raises :class:`ABError` for any other path."""
+    if path.parent.name not in ("ab", "bisect") or path.parent.parent.name != ".gpuperf":
+        raise ABError(f"refusing to remove {path}: not a worktree of ours under .gpuperf/ab or .gpuperf/bisect")
     try:
         _git(repo, "worktree", "remove", "--force", str(path))
     except ABError:
@@ -169,7 +170,7 @@ def _prune(folder: Path, keep: Path) -> None:
                     key=lambda p: p.stat().st_mtime, reverse=True)
     for old in others[KEEP_WORKTREES - 1:]:
         try:
-            _remove_worktree(folder.parent.parent, old)
+            remove_worktree(folder.parent.parent, old)
         except ABError:
             pass
 

@@ -12,7 +12,8 @@ import shlex
 from typing import Any, Sequence
 
 from pytest_gpuperf.bisect.run import TIME_CAP_NOTE, BisectRun, Commit
-from pytest_gpuperf.core.units import format_ratio
+from pytest_gpuperf.reporting.messages import ratio_with_ci
+from pytest_gpuperf.reporting.terminal import cut_end
 from pytest_gpuperf.verdict.bisection import Call, Culprit, Outcome, Probe
 
 #: Exit codes of ``gpuperf bisect``: a first bad commit was found for every regressed benchmark;
@@ -28,10 +29,7 @@ def exit_code(run: BisectRun) -> int:
 
 
 def _ratio(p: Probe | None) -> str:
-    if p is None or p.ratio is None:
-        return "-"
-    ci = f" [{format_ratio(p.ci[0])}, {format_ratio(p.ci[1])}]" if p.ci else ""
-    return f"{format_ratio(p.ratio)}{ci}"
+    return "-" if p is None or p.ratio is None else ratio_with_ci(p.ratio, p.ci)
 
 
 def reproduce_command(commit: Commit, against: Commit, pytest_args: Sequence[str]) -> str:
@@ -61,19 +59,16 @@ def verdict_lines(key: str, o: Outcome, commits: Sequence[Commit], pytest_args: 
     if o.unresolved is not None:
         lo, hi = o.unresolved
         last = o.probes[-1] if o.probes else None
-        lines.append(f"{key}: " if not lines else "  ")
+        why = f" ({last.note})" if last is not None and last.note else ""
         if last is not None and last.note.startswith(TIME_CAP_NOTE):
-            lines[-1] += (f"between {commits[lo].short} and {commits[hi].short}: not narrowed further, "
-                          f"{last.note}")
+            text = f"between {commits[lo].short} and {commits[hi].short}: not narrowed further, {last.note}"
         elif (lo, hi) == (0, len(commits) - 1) and len(o.probes) == 1:
-            why = f" ({last.note})" if last is not None and last.note else ""
-            lines[-1] += (f"BAD {commits[hi].short} against GOOD {commits[lo].short} stayed inconclusive after "
-                          f"measuring more{why}: whether BAD is slower cannot be decided here, so no commit is named")
+            text = (f"BAD {commits[hi].short} against GOOD {commits[lo].short} stayed inconclusive after measuring "
+                    f"more{why}: whether BAD is slower cannot be decided here, so no commit is named")
         else:
-            why = f" ({last.note})" if last is not None and last.note else ""
-            lines[-1] += (f"between {commits[lo].short} and {commits[hi].short}: a step stayed inconclusive after "
-                          f"measuring more{why}; the slowdown is spread over several commits or below the resolution "
-                          f"here")
+            text = (f"between {commits[lo].short} and {commits[hi].short}: a step stayed inconclusive after "
+                    f"measuring more{why}; the slowdown is spread over several commits or below the resolution here")
+        lines.append(("  " if lines else f"{key}: ") + text)
     return lines
 
 
@@ -98,17 +93,13 @@ def table_lines(run: BisectRun, key: str) -> list[str]:
     to GOOD with its CI, the A/B verdict and what the search made of it."""
     probes = {p.b: p for s in run.steps if s.a == 0 for k, p in s.probes.items() if k == key}
     rows = [("#", "commit", "subject", "ratio to GOOD [99% CI]", "verdict", "call")]
-    rows.append(("0", run.commits[0].short, _cut(run.commits[0].subject, 40), "1", "GOOD", "good"))
+    rows.append(("0", run.commits[0].short, cut_end(run.commits[0].subject, 40), "1", "GOOD", "good"))
     for i in sorted(probes):
         p = probes[i]
-        rows.append((str(i), run.commits[i].short, _cut(run.commits[i].subject, 40), _ratio(p),
-                     p.verdict or "-", p.call.value + (f" ({_cut(p.note, 50)})" if p.call is Call.SKIP and p.note else "")))
+        rows.append((str(i), run.commits[i].short, cut_end(run.commits[i].subject, 40), _ratio(p),
+                     p.verdict or "-", p.call.value + (f" ({cut_end(p.note, 50)})" if p.call is Call.SKIP and p.note else "")))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def summary_lines(run: BisectRun, pytest_args: Sequence[str]) -> list[str]:

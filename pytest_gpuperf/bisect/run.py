@@ -20,13 +20,12 @@ it measures, the benchmark does not exist there) is a skip, as ``git bisect skip
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pytest_gpuperf.ab.run import ABError, git as _git, measure_ab, tree_specs, worker_args
+from pytest_gpuperf.ab.run import ABError, git, measure_ab, remove_worktree, tree_specs, worker_args
 from pytest_gpuperf.verdict.bisection import Call, Outcome, Probe, bisect, call_of
 
 
@@ -48,7 +47,7 @@ class Commit:
 
 def _resolve(repo: Path, rev: str, name: str) -> str:
     try:
-        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     except ABError:
         hint = ""
         if _shallow(repo):
@@ -60,14 +59,14 @@ def _resolve(repo: Path, rev: str, name: str) -> str:
 
 def _shallow(repo: Path) -> bool:
     try:
-        return _git(repo, "rev-parse", "--is-shallow-repository") == "true"
+        return git(repo, "rev-parse", "--is-shallow-repository") == "true"
     except ABError:
         return False
 
 
 def _is_ancestor(repo: Path, a: str, b: str) -> bool:
     try:
-        _git(repo, "merge-base", "--is-ancestor", a, b)
+        git(repo, "merge-base", "--is-ancestor", a, b)
         return True
     except ABError:
         return False
@@ -76,7 +75,7 @@ def _is_ancestor(repo: Path, a: str, b: str) -> bool:
 def repository(start: Path) -> Path:
     """The top folder of the git repository holding ``start``. Raises :class:`BisectError`."""
     try:
-        return Path(_git(start, "rev-parse", "--show-toplevel")).resolve()
+        return Path(git(start, "rev-parse", "--show-toplevel")).resolve()
     except ABError as exc:
         raise BisectError(f"bisect: {start} is not inside a git repository ({exc})") from None
 
@@ -97,14 +96,14 @@ def first_parent_line(repo: Path, good: str, bad: str) -> list[Commit]:
         raise BisectError(f"GOOD {good!r} ({g[:7]}) is not an ancestor of BAD {bad!r} ({b[:7]}){shallow}: bisect "
                           f"searches the history between them; pick GOOD on BAD's branch, e.g. "
                           f"git merge-base {good} {bad}")
-    log = _git(repo, "log", "--first-parent", "--reverse", "--format=%H %s", f"{g}..{b}")
+    log = git(repo, "log", "--first-parent", "--reverse", "--format=%H %s", f"{g}..{b}")
     line = [Commit(*(row.split(" ", 1) + [""])[:2]) for row in log.splitlines() if row.strip()]
-    parents = _git(repo, "rev-parse", f"{line[0].sha}^1") if line else ""
+    parents = git(repo, "rev-parse", f"{line[0].sha}^1") if line else ""
     if parents != g:
         raise BisectError(f"GOOD {good!r} ({g[:7]}) is an ancestor of BAD {bad!r} only through a merged branch, "
                           f"not on BAD's first-parent line; pick a commit of that line, e.g. "
                           f"git merge-base --fork-point or the merge commit's first parent")
-    subject = _git(repo, "log", "-1", "--format=%s", g)
+    subject = git(repo, "log", "-1", "--format=%s", g)
     return [Commit(g, subject), *line]
 
 
@@ -128,24 +127,17 @@ class Worktrees:
         if sha not in self.made:
             path = self.folder / sha[:12]
             if path.exists():  # left by a run that was killed: start clean
-                self._remove(path)
-            _git(self.repo, "worktree", "add", "--detach", "--force", str(path), sha)
+                remove_worktree(self.repo, path)
+            git(self.repo, "worktree", "add", "--detach", "--force", str(path), sha)
             self.made[sha] = path
         return self.made[sha]
 
-    def _remove(self, path: Path) -> None:
-        try:
-            _git(self.repo, "worktree", "remove", "--force", str(path))
-        except ABError:
-            shutil.rmtree(path, ignore_errors=True)
-        try:
-            _git(self.repo, "worktree", "prune")
-        except ABError:
-            pass
-
     def close(self) -> None:
         for path in self.made.values():
-            self._remove(path)
+            try:
+                remove_worktree(self.repo, path)
+            except ABError:
+                pass  # git cannot run any more: nothing else to try
         self.made.clear()
 
     def __enter__(self) -> "Worktrees":
@@ -298,7 +290,7 @@ def uncommitted(repo: Path) -> bool:
     """Whether tracked files of the git working tree ``repo`` have uncommitted changes (False when git
     cannot tell)."""
     try:
-        return bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
+        return bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
     except ABError:
         return False
 
@@ -306,7 +298,7 @@ def uncommitted(repo: Path) -> bool:
 def step_line(k: int, commits: Sequence[Commit], a: int, b: int, probes: dict[str, Probe], elapsed_s: float) -> str:
     """The progress line of step ``k``: ``"bisect: step 3: 5f3c2a1 (6/15) vs GOOD 1a2b3c4: test_x 1.21x
     [1.15x, 1.27x] regressed -> bad; 41 s elapsed"``."""
-    from pytest_gpuperf.core.units import format_ratio
+    from pytest_gpuperf.reporting.messages import ratio_with_ci
 
     who = "GOOD " if a == 0 else ""
     parts = []
@@ -315,7 +307,6 @@ def step_line(k: int, commits: Sequence[Commit], a: int, b: int, probes: dict[st
         if p.call is Call.SKIP or p.ratio is None:
             parts.append(f"{name} {p.call.value} ({p.note})" if p.note else f"{name} {p.call.value}")
             continue
-        ci = f" [{format_ratio(p.ci[0])}, {format_ratio(p.ci[1])}]" if p.ci else ""
-        parts.append(f"{name} {format_ratio(p.ratio)}{ci} {p.verdict} -> {p.call.value}")
+        parts.append(f"{name} {ratio_with_ci(p.ratio, p.ci)} {p.verdict} -> {p.call.value}")
     return (f"bisect: step {k}: {commits[b].short} ({b}/{len(commits) - 1}) vs {who}{commits[a].short}: "
             f"{'; '.join(parts) or 'nothing measured'}; {elapsed_s:.0f} s elapsed")

@@ -365,6 +365,8 @@ class GpuPerfSession:
         """``--gpuperf-bisect-on-regression N``: bisect from the baseline's commit to HEAD for at most N
         benchmarks whose regression the A/B confirmation confirmed (largest ratio first), within the time
         cap; the reports go to the terminal summary (:attr:`bisect_lines`)."""
+        import time
+
         from pytest_gpuperf.bisect.report import summary_lines
         from pytest_gpuperf.bisect.run import BisectError
 
@@ -375,8 +377,6 @@ class GpuPerfSession:
         by_commit: dict[str, set[str]] = {}
         for _, key in confirmed:
             by_commit.setdefault(commits[key][0], set()).add(key)
-        import time
-
         progress = self._progress()
         start = time.monotonic()
         for commit, keys in by_commit.items():

@@ -575,10 +575,9 @@ def build_parser(prog: str = "gpuperf", extra: Sequence[Callable[[Any, str], Non
     that each ``extra`` callable adds with ``extra(subparsers, prog)``: ``bisect``, which lives in a
     higher layer, :mod:`pytest_gpuperf.bisect.cli`, and is added by :mod:`pytest_gpuperf.command`)."""
     parser = argparse.ArgumentParser(
-        prog=prog, description="pytest-gpuperf: compare benchmark results, list stored baselines"
-                               + (", find the commit that made a benchmark slower." if extra else "."),
+        prog=prog, description="pytest-gpuperf's command line: see each command's --help.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{compare,show" + (",bisect" if extra else "") + "}")
+    sub = parser.add_subparsers(dest="command")  # argparse lists the commands, those of `extra` too
     fmt = argparse.RawDescriptionHelpFormatter
 
     c = sub.add_parser(

@@ -42,12 +42,11 @@ def ab_summary(c: Comparison) -> str | None:
     """``"A/B vs origin/main (3f2a1c9): 1.12x [1.08x, 1.16x]"`` for an A/B comparison, else None."""
     if c.ab is None or c.ratio is None:
         return None
-    ci = f" [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]" if c.ratio_ci else ""
-    return f"A/B vs {c.ab.ref}: {format_ratio(c.ratio)}{ci}"
+    return f"A/B vs {c.ab.ref}: {ratio_with_ci(c.ratio, c.ratio_ci)}"
 
 
-def _estimate(ratio: float | None, ci: tuple[float, float] | None) -> str:
-    """``"1.46x [1.39x, 1.52x]"`` (no brackets without a CI)."""
+def ratio_with_ci(ratio: float | None, ci: tuple[float, float] | None) -> str:
+    """``"1.46x [1.39x, 1.52x]"`` (no brackets without a CI; ``-`` without a ratio)."""
     text = format_ratio(ratio)
     return text + (f" [{format_ratio(ci[0])}, {format_ratio(ci[1])}]" if ci else "")
 
@@ -78,7 +77,7 @@ def comparison_message(c: Comparison) -> str:
     if floor > c.threshold + 1e-12:
         gate = (f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {c.run_sd * 100:.1f}%) - 1 > threshold "
                 f"+{c.threshold * 100:g}%)")
-    first = (f"{head} {_estimate(median_ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+    first = (f"{head} {ratio_with_ci(median_ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)}")
     ci = f", 99% CI {format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else ""
     text = (f"{c.benchmark_id}: median {format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}, "
@@ -95,9 +94,9 @@ def comparison_message(c: Comparison) -> str:
 
 def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
-    first = (f"{head} {_estimate(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)} ({c.processes} worker processes)")
-    text = (f"{c.benchmark_id}: {_estimate(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
+    text = (f"{c.benchmark_id}: {ratio_with_ci(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
             f"mean of {c.processes} process medians {format_ms(c.current_median_ms)} vs "
             f"{format_ms(c.baseline_median_ms)} of the baseline's {c.baseline_processes}; Student t over process "
             f"medians p={_fmt_p(p)} (alpha {c.alpha:g}), between-process SD {(c.run_sd or 0) * 100:.1f}%, threshold "
@@ -108,7 +107,7 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
 def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ab is not None
     per = ", ".join(format_ratio(v) for v in (c.ab.process_ratios or ()))
-    first = (f"{head} {_estimate(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)} (A/B vs {c.ab.ref})")
     text = (f"{c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median ratio); median A "
             f"{format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; Wilcoxon signed-rank "

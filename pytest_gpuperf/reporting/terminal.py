@@ -237,7 +237,7 @@ class ProgressLine:
             return
         if not self._shown:
             self.tr.ensure_newline()
-        text = _cut(text, self.width - 1)
+        text = cut_end(text, self.width - 1)
         self.tr.rewrite(text + " " * max(0, self.width - 1 - len(text)))
         self.tr.flush()
         self._shown = True
@@ -248,6 +248,6 @@ class ProgressLine:
             self._shown = False
 
 
-def _cut(text: str, width: int) -> str:
+def cut_end(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, cut at the end with an ellipsis."""
     return text if len(text) <= width else text[:max(0, width - 1)] + "…"

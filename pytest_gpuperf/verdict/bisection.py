@@ -137,11 +137,10 @@ def bisect(n: int, measure: Callable[[int, int], Probe], max_regressions: int = 
     culprits: list[Culprit] = []
     ref, unresolved = 0, None
     while len(culprits) < max_regressions:
-        found = _search(probe, ref, n - 1)
-        if isinstance(found, tuple) and len(found) == 2 and found[0] == "unresolved":
-            unresolved = found[1]
+        last_good, first_bad, skipped, decided = _search(probe, ref, n - 1)
+        if not decided:
+            unresolved = (last_good, first_bad)
             break
-        last_good, first_bad, skipped = found  # type: ignore[misc]
         culprits.append(Culprit(ref, last_good, first_bad, probe(last_good, first_bad), skipped))
         if first_bad == n - 1 or probe(first_bad, n - 1).call is not Call.BAD:
             break
@@ -152,16 +151,16 @@ def bisect(n: int, measure: Callable[[int, int], Probe], max_regressions: int = 
     return Outcome("found", tuple(ordered), tuple(probe.probes), unresolved, first)
 
 
-def _search(probe: _Search, ref: int, bad: int) -> tuple:
+def _search(probe: _Search, ref: int, bad: int) -> tuple[int, int, tuple[int, ...], bool]:
     """Binary search between ``ref`` (good against itself) and ``bad`` (slower than ``ref``):
-    ``(last_good, first_bad, skipped between them)``, or ``("unresolved", (good, bad))`` when a
-    step is unclear."""
+    ``(last_good, first_bad, skipped between them, True)``, or ``(good, bad, (), False)`` with the
+    range narrowed so far when a step is unclear."""
     lo, hi = ref, bad
     skipped: set[int] = set()
     while True:
         untried = [i for i in range(lo + 1, hi) if i not in skipped]
         if not untried:
-            return lo, hi, tuple(sorted(i for i in skipped if lo < i < hi))
+            return lo, hi, tuple(sorted(i for i in skipped if lo < i < hi)), True
         middle = (lo + hi) / 2
         m = min(untried, key=lambda i: (abs(i - middle), i))
         p = probe(ref, m)
@@ -172,4 +171,4 @@ def _search(probe: _Search, ref: int, bad: int) -> tuple:
         elif p.call is Call.SKIP:
             skipped.add(m)
         else:
-            return "unresolved", (lo, hi)
+            return lo, hi, (), False
