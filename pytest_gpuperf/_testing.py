@@ -154,7 +154,7 @@ class ScriptedMeasurer(Measurer):
         machine = _machine_of(spec.get("machine"))
         load = spec.get("host_load")
         slot = os.environ.get("GPUPERF_REPLICATE")  # "k/P" in a replicate worker process
-        k = int(slot.split("/")[0]) if slot else 0
+        k = int(slot.split("/")[0]) if slot and slot[0] != "x" else 0  # "x/P": the extras process (times nothing)
         factors = spec.get("process_factors")
         if factors:  # worker process k runs factors[k] times slower (a process-level speed mode)
             f, inner = float(factors[k % len(factors)]), machine

@@ -37,7 +37,7 @@ def test_a(gpu_bench):
     gpu_bench.pedantic(sum, args=(range(10),), rounds=40, warmup_rounds=2)
 '''
 
-FAST = ("--gpuperf-processes=2", "--gpuperf-ab-processes=1", "-p", "no:cacheprovider")
+FAST = ("--gpuperf-processes=2", "--gpuperf-ab-processes=1", "-p", "no:cacheprovider", "--gpuperf-max-processes=1")
 
 
 @pytest.fixture

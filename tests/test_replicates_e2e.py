@@ -17,7 +17,8 @@ from scripted import script_timings, set_timings
 
 pytest_plugins = ["pytester"]
 
-RUN = ("-p", "no:cacheprovider")
+# more processes for thin evidence (issue 31) are off unless a test asks for them: each adds processes
+RUN = ("-p", "no:cacheprovider", "--gpuperf-max-processes=1")
 
 BENCH = """
 import pytest
@@ -121,6 +122,55 @@ def test_crash(gpu_bench):
     assert "nothing is compared or stored from a partial set of replicates" in out
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     assert sorted(json.loads(path.read_text())["benchmarks"]) == ["test_loop"]
+
+
+def test_a_benchmark_that_raises_in_one_worker_names_the_exception(pytester: pytest.Pytester) -> None:
+    # issue 31: the message says why the worker has no result (type, message, the user's frame),
+    # not only where its log is; the session's summary gives the whole time, workers included
+    bench = BENCH + """
+
+def flaky_setup():
+    import os
+    if os.environ.get("GPUPERF_REPLICATE", "").startswith("1/"):
+        raise RuntimeError("Converting a tensordict to boolean value is not permitted")
+
+def test_raises(gpu_bench):
+    flaky_setup()
+    gpu_bench.pedantic(sum, args=(range(10),), rounds=10, warmup_rounds=1)
+"""
+    pytester.makepyfile(test_bench=bench)
+    script_timings(pytester, RECORDED)
+    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN)
+    rec.assert_outcomes(failed=1, passed=1)
+    out = rec.stdout.str()
+    assert ("test_bench.py::test_raises: measured by 1 of 2 worker processes (worker 2 did not report it: its test "
+            "raised RuntimeError: Converting a tensordict to boolean value is not permitted (at ") in out
+    assert "test_bench.py:" in out and "in flaky_setup" in out
+    rec.stdout.fnmatch_lines(["gpuperf: the session took * s in all, * s of it in worker processes before the tests*"])
+
+
+def test_an_inconclusive_benchmark_gets_more_processes_and_decides(pytester: pytest.Pytester) -> None:
+    # issue 31: after the first P processes, a comparison whose CI straddles 1 and 1 + threshold is
+    # measured in more worker processes (two at a time, only its tests) and decided on all of them
+    spread = {"cv": 0.01, "process_factors": [1.0, 1.08, 0.93, 1.04, 0.97]}
+    pytester.makepyfile(test_bench=BENCH)
+    script_timings(pytester, dict(spread, ms=1.0))
+    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=3", *RUN)
+    rec.assert_outcomes(passed=1)
+    set_timings(pytester, dict(spread, ms=1.25))  # 25% slower
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=3", *RUN)
+    rec.assert_outcomes(passed=1)  # 3 processes: inconclusive, which passes
+    assert "inconclusive" in rec.stdout.str()
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=3", "--gpuperf-json",
+                             "r.json", *RUN, "--gpuperf-max-processes=5")
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines([
+        "*gpuperf: 1 benchmark(s) inconclusive after 3 worker processes: measuring them in 2 more*",
+        "*regressed 1.2*(5 worker processes)*",
+        "*geometric mean of 5 process medians*",
+        "*processes each decision used: test_bench.py::test_loop (5)*"])
+    bench = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
+    assert len(bench["process_medians_ms"]) == 5 and bench["verdict"] == "regressed"
 
 
 def test_a_single_process_baseline_counts_its_runs_as_replicates(pytester: pytest.Pytester) -> None:

@@ -71,9 +71,13 @@ class _Counter:
         self.copy_bytes = 0
         self.traffic_bytes = 0
         self.flop_dtypes: dict[str, int] = {}
+        self.flops = 0  # counted here only without FlopCounterMode (count_flops=True)
 
 
-def _counting_mode(counter: _Counter) -> Any:
+def _counting_mode(counter: _Counter, count_flops: bool = False) -> Any:
+    """The ``TorchDispatchMode`` that fills ``counter``; with ``count_flops`` it also adds up FLOPs
+    from torch's own per-op formulas (``torch.utils.flop_counter.flop_registry``, what
+    ``FlopCounterMode`` applies), for when ``FlopCounterMode`` itself cannot run."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -102,6 +106,8 @@ def _counting_mode(counter: _Counter) -> Any:
                     seen.add(id(t))
                     counter.traffic_bytes += t.numel() * t.element_size()
             if getattr(func, "overloadpacket", None) in flop_registry:
+                if count_flops:
+                    counter.flops += int(flop_registry[func.overloadpacket](*args, **kwargs, out_val=out))
                 tensors = [t for t in flat_in if isinstance(t, torch.Tensor)]
                 if tensors:
                     key = str(tensors[0].dtype).removeprefix("torch.")
@@ -119,32 +125,33 @@ def count_call(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -
     bottleneck classifier calibrates its matmul peak for it. On CUDA ``kernels`` and the syncs come
     from the profiler (blocking runtime calls, named by the aten op around them); elsewhere syncs
     are :data:`HOST_SYNC_OPS`. ``cost_ms`` is the wall time of the whole counting call (ms).
-    Exceptions of ``fn`` propagate.
+    When torch's ``FlopCounterMode`` raises on ``fn`` (its module tracker calls ``__bool__``/
+    ``__eq__``/``__hash__`` on the modules entered), ``fn`` is counted once more without it, FLOPs
+    from the same per-op formulas, and ``counts.note`` says so. Exceptions of ``fn`` (or of the
+    second call) propagate: the caller contains them (:mod:`pytest_gpuperf.core.containment`).
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
     from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME, SYNC_CALLS
 
     cuda = getattr(device, "type", "cpu") == "cuda"
     start = time.perf_counter()
-    counter = _Counter()
-    flops = FlopCounterMode(display=False)
-    with contextlib.ExitStack() as stack:
-        prof = _cuda_profiler(stack, device) if cuda else None
-        with flops, _counting_mode(counter):
-            fn(*args, **kwargs)
-        if prof is not None:
-            import torch
-            from torch.profiler import record_function
+    note = None
+    try:
+        counter, prof, total_flops = _counted_call(fn, args, kwargs, device, cuda, flop_counter=True)
+    except Exception as exc:
+        # torch's FlopCounterMode tracks modules (torch.utils.module_tracker), whose hooks compare
+        # and hash the modules a call enters: a module whose __bool__/__eq__ raises (parameters held
+        # in a tensordict) breaks it. Count again without it: FLOPs from the same per-op formulas.
+        from pytest_gpuperf.core.containment import describe
 
-            with record_function(FINAL_SYNC_NAME):
-                torch.cuda.synchronize(device)
+        error, where = describe(exc)
+        counter, prof, total_flops = _counted_call(fn, args, kwargs, device, cuda, flop_counter=False)
+        note = (f"FLOPs counted without torch's FlopCounterMode, which raised {error}"
+                + (f" (at {where})" if where else "") + "; ops, bytes and FLOPs are counted all the same")
     kernels = syncs = None
     if prof is not None:
         from pytest_gpuperf.measure.trace import to_trace_events
 
         kernels, syncs = device_counts(to_trace_events(prof), sync_calls=SYNC_CALLS, final_sync=FINAL_SYNC_NAME)
-    total_flops = int(flops.get_total_flops())
     dtype = max(counter.flop_dtypes, key=counter.flop_dtypes.get) if counter.flop_dtypes and total_flops else None
     syncs = counter.syncs if syncs is None else syncs
     counts = Counts(
@@ -153,9 +160,33 @@ def count_call(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -
         kernels=sum(kernels.values()) if kernels is not None else None,
         cudnn_benchmark=bool(cuda and _cudnn_benchmark()),
         ops_by_name=counter.ops, kernels_by_name=kernels or {}, syncs_by_name=syncs,
-        cost_ms=(time.perf_counter() - start) * 1e3,
+        cost_ms=(time.perf_counter() - start) * 1e3, note=note,
     )
     return counts, dtype
+
+
+def _counted_call(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, cuda: bool, *,
+                  flop_counter: bool) -> tuple[_Counter, Any, int]:
+    """One call of ``fn`` under the counting mode (nested in ``FlopCounterMode`` when
+    ``flop_counter``, else counting FLOPs itself): ``(counter, CUDA profiler or None, FLOPs)``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME
+
+    counter = _Counter()
+    flops = FlopCounterMode(display=False) if flop_counter else contextlib.nullcontext()
+    with contextlib.ExitStack() as stack:
+        prof = _cuda_profiler(stack, device) if cuda else None
+        with flops, _counting_mode(counter, count_flops=not flop_counter):
+            fn(*args, **kwargs)
+        if prof is not None:
+            import torch
+            from torch.profiler import record_function
+
+            with record_function(FINAL_SYNC_NAME):
+                torch.cuda.synchronize(device)
+    total = int(flops.get_total_flops()) if flop_counter else counter.flops
+    return counter, prof, total
 
 
 def _cudnn_benchmark() -> bool:

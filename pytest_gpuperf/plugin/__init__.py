@@ -9,6 +9,8 @@ hooks. At import and configure time it imports neither torch nor numpy: those lo
 
 from __future__ import annotations
 
+import argparse
+
 import os
 from pathlib import Path
 from typing import Any, Iterator
@@ -75,6 +77,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="measure every benchmark in N fresh worker processes, one after another, and decide on "
                          "the spread between them (ini gpuperf_processes, env GPUPERF_PROCESSES; default 3; 1: in "
                          "this process only, which cannot see run-to-run spread)")
+    group.addoption("--gpuperf-max-processes", metavar="N", default=None,
+                    help="measure a benchmark whose comparison is inconclusive (or, updating, whose baseline is "
+                         "too imprecise) in more worker processes, two at a time, up to N in all (ini "
+                         "gpuperf_max_processes; default 10; at most --gpuperf-processes: off)")
+    group.addoption("--gpuperf-more-processes-time", metavar="SECONDS", default=None,
+                    help="start no more worker processes for inconclusive benchmarks after this many seconds of "
+                         "them (ini gpuperf_more_processes_time; default 600)")
+    group.addoption("--gpuperf-select", metavar="FILE", default=None, help=argparse.SUPPRESS)  # a worker's node ids
     group.addoption("--gpuperf-no-ab-confirm", action="store_true", default=False,
                     help="do not confirm a stored-baseline regression by A/B against the baseline's own git commit "
                          "on this machine (ini gpuperf_ab_confirm = false)")
@@ -106,6 +116,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "commit on this machine (default true)", type="bool", default=True)
     parser.addini("gpuperf_bisect_on_regression", "after a confirmed regression, bisect from the baselines' commit "
                   "to HEAD for at most N regressed benchmarks (default 0: off)", default="")
+    parser.addini("gpuperf_max_processes", "measure inconclusive benchmarks in more worker processes, up to N in "
+                  "all (default 10)", default="")
+    parser.addini("gpuperf_more_processes_time", "start no more worker processes for inconclusive benchmarks after "
+                  "this many seconds of them (default 600)", default="")
     parser.addini("gpuperf_bisect_timeout", "bisection: start no step after this many seconds (default 1800)",
                   default="")
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
 
+from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, MEMORY, SNAPSHOT, TRACE, contained
 from pytest_gpuperf.storage.baseline import BaselineEntry, BaselineFile
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.result import BenchResult, Overrun
@@ -78,7 +79,10 @@ class BenchContext:
     the A/B workers or by the replicate workers (:mod:`pytest_gpuperf.plugin.replicates`), or to a string
     saying why it has none (the test then fails with it through ``fail``); the benchmark is not
     measured again. ``nodeid``: the test's pytest node id. ``fail``: fails the test with a message
-    (the plugin passes ``pytest.fail``).
+    (the plugin passes ``pytest.fail``). ``extras``: where the auxiliary measurements (peak memory,
+    counts, bottleneck) are made: ``"inline"`` after this benchmark's timed rounds (one process),
+    ``"none"`` (a timed replicate worker: the extras process makes them), ``"only"`` (the extras
+    process: nothing timed, each extra from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls).
     """
 
     test_id: str
@@ -105,6 +109,7 @@ class BenchContext:
     ab_results: Mapping[str, Any] | None = None
     nodeid: str = ""
     fail: Callable[[str], Any] | None = None
+    extras: str = "inline"
 
 
 class GpuBench:
@@ -287,6 +292,8 @@ class GpuBench:
                                            options=common["options"], extra_info=common["extra_info"])
         if ctx.measuring and ctx.ab_worker is not None:
             return self._measure_ab_worker(fn, args, kwargs, setup, bid, common, calls_per_round)
+        if ctx.measuring and ctx.extras == "only":
+            return self._measure_extras(fn, args, kwargs, setup, bid, common)
         if not ctx.measuring or ctx.ab_results is not None:
             a, k = prepare_call(fn, args, kwargs, setup)
             t = ctx.measurer.once(fn, a, k, ctx.device)
@@ -316,10 +323,11 @@ class GpuBench:
                                         rounds=rounds, warmup_calls=warmup_calls, progress=progress,
                                         calls_per_round=calls_per_round, **fixed)
 
-        first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts else None
+        inline = ctx.extras == "inline"  # a timed replicate worker makes no extra call: the extras process does
+        first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts and inline else None
         t, telemetry, elapsed_s = self._timed_rounds(timed)
         compiled = None
-        if self.options.counts:  # torch.compile's compiles since the first call
+        if self.options.counts and inline:  # torch.compile's compiles since the first call
             from pytest_gpuperf.measure.counting import compile_snapshot
             from pytest_gpuperf.verdict.counts import compile_delta
 
@@ -328,20 +336,26 @@ class GpuBench:
         overrun = self._overrun(t, elapsed_s) if rounds is None else None
         notes = [f"{self._full_id(bid)}: {note}" for note in getattr(t, "notes", ())]
         a, k = prepare_call(fn, args, kwargs, setup)
-        mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, compiled, bid, notes)
+        unavailable: dict[str, Any] = {}  # extras that failed (core.containment): the timing stands
+        mem = counts = flop_dtype = None
+        if inline:
+            mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, compiled, bid, notes,
+                                                        unavailable)
         entry = self.context.baseline.get(bid) if self.context.baseline is not None else None
         evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid)
         memory = evaluation.memory
         if memory is not None and memory.failed:
-            memory = dataclasses.replace(memory, snapshot=self._snapshot(fn, a, k, bid))
+            memory = dataclasses.replace(memory, snapshot=contained(
+                SNAPSHOT, lambda: self._snapshot(fn, a, k, bid), unavailable))
         bottleneck, trace_path, top_ops = self._explain(fn, a, k, t, counts, flop_dtype, telemetry,
-                                                        evaluation.comparison.failed, bid, notes)
+                                                        evaluation.comparison.failed, bid, notes, unavailable)
         return BenchResult.from_samples(
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
-            warmup_calls=t.warmup_calls, comparison=evaluation.comparison, peak_memory_bytes=mem.peak_bytes,
+            warmup_calls=t.warmup_calls, comparison=evaluation.comparison,
+            peak_memory_bytes=mem.peak_bytes if mem is not None else None,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
-            count_comparison=evaluation.counts, overrun=overrun, **probe_stored, **common
+            count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, **probe_stored, **common
         )
 
     def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
@@ -358,24 +372,78 @@ class GpuBench:
             t = timed(ctx.progress)
         return t, sampler.summary(), (clock() - start_ns) / 1e9
 
-    def _extra_calls(self, fn, a, k, args, kwargs, setup, compiled, bid, notes: list[str]) -> tuple[Any, Any, Any]:
+    def _extra_calls(self, fn, a, k, args, kwargs, setup, compiled, bid, notes: list[str],
+                     unavailable: dict[str, Any]) -> tuple[Any, Any, Any]:
         """Calls outside the timed rounds (they never perturb timing): one for peak memory, and with
         ``counts`` one for the exact counts (with ``compiled``, ``torch.compile``'s compiles since the
-        first call; a recompile adds a note). Returns ``(memory report, counts or None, FLOP dtype or None)``."""
+        first call; a recompile adds a note). Each is contained (:func:`~pytest_gpuperf.core.containment.contained`):
+        a failure is recorded in ``unavailable`` and that part is None. Returns ``(memory report or
+        None, counts or None, FLOP dtype or None)``."""
         from pytest_gpuperf.measure.memory import measure_peak
 
-        mem, _ = measure_peak(fn, a, k, self.context.device)
+        report = contained(MEMORY, lambda: measure_peak(fn, a, k, self.context.device), unavailable)
+        mem = report[0] if report is not None else None
         counts = flop_dtype = None
         if self.options.counts:
-            from pytest_gpuperf.measure.counting import count_call
-
-            ca, ck = prepare_call(fn, args, kwargs, setup)
-            counts, flop_dtype = count_call(fn, ca, ck, self.context.device)
-            if compiled is not None:
+            counted = contained(COUNTS, lambda: self._count(fn, args, kwargs, setup), unavailable)
+            if counted is not None:
+                counts, flop_dtype = counted
+            if counts is not None and compiled is not None:
                 counts = dataclasses.replace(counts, **compiled)
                 if compiled["recompiles"]:
                     notes.append(self._recompile_note(bid, compiled["recompiles"]))
         return mem, counts, flop_dtype
+
+    def _measure_extras(self, fn, args, kwargs, setup, bid, common) -> BenchResult:
+        """The extras process (``extras="only"``): time nothing; measure peak memory and the counts
+        from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls each (a count or peak that
+        differs between them is variable: :func:`~pytest_gpuperf.verdict.counts.combine_counts`), and
+        classify the bottleneck when asked. Every part is contained. Its one sample is a single
+        call's time (sizes the profiled calls; never compared)."""
+        from pytest_gpuperf.measure.memory import measure_peak
+        from pytest_gpuperf.plugin.replicates import EXTRA_CALLS
+        from pytest_gpuperf.verdict.counts import combine_counts
+
+        ctx, counting = self.context, self.options.counts
+        first_compile = self._first_call_compiles(fn, args, kwargs, setup) if counting else None
+        t = ctx.measurer.once(fn, *prepare_call(fn, args, kwargs, setup), ctx.device)
+        self._check_value(fn, t.value)
+        unavailable: dict[str, Any] = {}
+        peaks, counted = [], []
+        for _ in range(EXTRA_CALLS):
+            a, k = prepare_call(fn, args, kwargs, setup)
+            report = contained(MEMORY, lambda: measure_peak(fn, a, k, ctx.device), unavailable)
+            if report is not None:
+                peaks.append(report[0].peak_bytes)
+            got = contained(COUNTS, lambda: self._count(fn, args, kwargs, setup), unavailable) if counting else None
+            if got is not None:
+                counted.append(got)
+        counts = combine_counts([c for c, _ in counted]) if counted and COUNTS not in unavailable else None
+        if counts is not None and first_compile is not None:
+            from pytest_gpuperf.measure.counting import compile_snapshot
+            from pytest_gpuperf.verdict.counts import compile_delta
+
+            compiled = compile_delta(first_compile, compile_snapshot())
+            if compiled is not None:
+                counts = dataclasses.replace(counts, **compiled)
+        bottleneck = None
+        if self.options.expect_bottleneck or ctx.classify:
+            flops = (counts.flops, counts.traffic_bytes, counted[0][1]) if counts is not None else None
+            a, k = prepare_call(fn, args, kwargs, setup)
+            got = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, t.samples_ms[0], flops), unavailable)
+            bottleneck = got[1] if got is not None else None
+        high = max(peaks) if peaks and MEMORY not in unavailable else None
+        low = min(peaks) if high is not None and min(peaks) != high else None
+        return BenchResult.from_samples(t.samples_ms, rounds=1, calls_per_round=1, warmup_calls=0,
+                                        peak_memory_bytes=high, peak_memory_low_bytes=low, counts=counts,
+                                        bottleneck=bottleneck, unavailable=unavailable, value=t.value, **common)
+
+    def _count(self, fn, args, kwargs, setup) -> tuple[Any, Any]:
+        """One counting call (:func:`pytest_gpuperf.measure.counting.count_call`) on fresh arguments."""
+        from pytest_gpuperf.measure.counting import count_call
+
+        ca, ck = prepare_call(fn, args, kwargs, setup)
+        return count_call(fn, ca, ck, self.context.device)
 
     def _evaluate(self, t: Timing, timed: Callable[..., Timing], probe: Any, entry: BaselineEntry | None,
                   telemetry: dict[str, Any] | None, mem: Any, counts: Any, rounds: int | None,
@@ -394,7 +462,8 @@ class GpuBench:
             return confirmations[-1]  # judge reads its samples_ms and probe_ms
 
         evaluation = evaluate(
-            Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes, counts=counts,
+            Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes if mem is not None else None,
+                     counts=counts,
                      throttle=throttle_verdict(telemetry), device=str(ctx.device)),
             Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
             remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
@@ -412,9 +481,11 @@ class GpuBench:
         return evaluation, t, probe_stored
 
     def _explain(self, fn, a, k, t: Timing, counts: Any, flop_dtype: Any, telemetry: dict[str, Any] | None,
-                 regressed: bool, bid: str, notes: list[str]) -> tuple[Any, str | None, str | None]:
+                 regressed: bool, bid: str, notes: list[str],
+                 unavailable: dict[str, Any]) -> tuple[Any, str | None, str | None]:
         """The bottleneck (with ``expect_bottleneck`` or ``--gpuperf-classify``; a mismatch on a busy
         host adds a note) and, for a regression or a mismatch, the chrome trace and the top-ops table.
+        Both are contained: a failure is recorded in ``unavailable``.
         Returns ``(bottleneck or None, trace path or None, top ops or None)``."""
         from pytest_gpuperf.verdict.machine import host_busy
 
@@ -422,9 +493,10 @@ class GpuBench:
         median_ms = statistics.median(t.samples_ms)
         expected = self.options.expect_bottleneck
         prof = bottleneck = None
-        if expected or ctx.classify:
+        if (expected or ctx.classify) and ctx.extras == "inline":
             counted = (counts.flops, counts.traffic_bytes, flop_dtype) if counts is not None else None
-            prof, bottleneck = self._classify_fn(fn, a, k, median_ms, counted)
+            prof, bottleneck = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, median_ms, counted),
+                                         unavailable) or (None, None)
         trace_path = top_ops = None
         mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
         busy = host_busy(telemetry)
@@ -433,13 +505,18 @@ class GpuBench:
                          f"{bottleneck.kind}-bound while {busy}: the bottleneck check is not trusted "
                          f"(fails with --gpuperf-strict); rerun on a quiet machine")
         if (regressed or mismatch) and ctx.artifacts_dir is not None:
-            from pytest_gpuperf.measure.profiling import profile_call_count, profile_calls, top_ops_table
-
-            if prof is None:
-                prof, _ = profile_calls(fn, a, k, ctx.device, profile_call_count(median_ms))
-            trace_path = self._export_trace(prof, bid, notes)
-            top_ops = top_ops_table(prof, ctx.device)
+            traced = contained(TRACE, lambda: self._trace(fn, a, k, prof, median_ms, bid, notes), unavailable)
+            trace_path, top_ops = traced or (None, None)
         return bottleneck, trace_path, top_ops
+
+    def _trace(self, fn, a, k, prof: Any, median_ms: float, bid: str, notes: list[str]) -> tuple[str | None, str]:
+        """The chrome trace (written under ``artifacts_dir``) and the top-ops table of ``prof``, or
+        of a few profiled calls when the classification made none: ``(path or None, table)``."""
+        from pytest_gpuperf.measure.profiling import profile_call_count, profile_calls, top_ops_table
+
+        if prof is None:
+            prof, _ = profile_calls(fn, a, k, self.context.device, profile_call_count(median_ms))
+        return self._export_trace(prof, bid, notes), top_ops_table(prof, self.context.device)
 
     def _measure_ab_worker(self, fn, args, kwargs, setup, bid, common, calls_per_round) -> BenchResult:
         """In an A/B worker process: report ready, then warm up, time blocks and finish as the
@@ -478,7 +555,10 @@ class GpuBench:
                 else:
                     client.reply("error", error=f"unknown command {cmd!r}")
             except Exception as exc:
-                client.reply("error", error=f"{type(exc).__name__}: {exc}")
+                from pytest_gpuperf.core.containment import describe
+
+                error, where = describe(exc)  # the type, the message and the last frames of the user's code
+                client.reply("error", error=error + (f" (at {where})" if where else ""))
                 raise
 
     def _ab_result(self, fn, args, kwargs, setup, bid, common, samples, rounds, cpr, warm, *, extras,
@@ -487,27 +567,30 @@ class GpuBench:
         ``classify`` and ``expect_bottleneck`` or ``--gpuperf-classify``) the bottleneck, each from
         one more call (side B classifies; A's class is not compared); ``telemetry`` the host load
         over its blocks (CPU backend; None elsewhere)."""
-        from pytest_gpuperf.measure.memory import measure_peak
-
         if not samples:  # finished before any block (the other side failed): one timed call
             samples = list(self.context.measurer.once(fn, *prepare_call(fn, args, kwargs, setup),
                                                       self.context.device).samples_ms)
         extra: dict[str, Any] = {}
+        unavailable: dict[str, Any] = {}
         if extras:
+            from pytest_gpuperf.measure.memory import measure_peak
+
             a, k = prepare_call(fn, args, kwargs, setup)
-            mem, _ = measure_peak(fn, a, k, self.context.device)
-            extra["peak_memory_bytes"] = mem.peak_bytes
+            report = contained(MEMORY, lambda: measure_peak(fn, a, k, self.context.device), unavailable)
+            extra["peak_memory_bytes"] = report[0].peak_bytes if report is not None else None
             counted = None
             if self.options.counts:
-                from pytest_gpuperf.measure.counting import count_call
-
-                ca, ck = prepare_call(fn, args, kwargs, setup)
-                extra["counts"], flop_dtype = count_call(fn, ca, ck, self.context.device)
-                counted = (extra["counts"].flops, extra["counts"].traffic_bytes, flop_dtype)
+                got = contained(COUNTS, lambda: self._count(fn, args, kwargs, setup), unavailable)
+                if got is not None:
+                    extra["counts"], flop_dtype = got
+                    counted = (extra["counts"].flops, extra["counts"].traffic_bytes, flop_dtype)
             if classify and (self.options.expect_bottleneck or self.context.classify):
-                _, extra["bottleneck"] = self._classify_fn(fn, a, k, statistics.median(samples), counted)
+                median = statistics.median(samples)
+                got = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, median, counted), unavailable)
+                extra["bottleneck"] = got[1] if got is not None else None
         return BenchResult.from_samples(tuple(samples), rounds=max(rounds, len(samples)), calls_per_round=cpr,
-                                        warmup_calls=warm, telemetry=telemetry, **extra, **common)
+                                        warmup_calls=warm, telemetry=telemetry, unavailable=unavailable,
+                                        **extra, **common)
 
     def _first_call_compiles(self, fn, args, kwargs, setup) -> dict[str, dict[str, int]] | None:
         """With ``torch.compile`` loaded: make one untimed call first and return dynamo's counters

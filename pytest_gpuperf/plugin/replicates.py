@@ -58,32 +58,41 @@ class ReplicateError(RuntimeError):
     """The worker processes could not be run at all (the message says why)."""
 
 
+#: ``k`` of the extras process's slot (``GPUPERF_REPLICATE=x/P``): it times nothing and measures
+#: every benchmark's extras (peak memory, counts, bottleneck), each from more than one call.
+EXTRAS = -1
+#: Calls an extras process makes for each extra (peak memory, counts): a count or peak that
+#: differs between them is variable, not exact (:func:`pytest_gpuperf.verdict.counts.combine_counts`).
+EXTRA_CALLS = 2
+
+
 def worker_slot() -> tuple[int, int] | None:
-    """``(k, P)`` in a replicate worker (``GPUPERF_REPLICATE=k/P``), else None. Raises
-    ``ValueError`` for a malformed value."""
+    """``(k, P)`` in a replicate worker (``GPUPERF_REPLICATE=k/P``; k >= P in the processes added for
+    inconclusive benchmarks, :func:`needs_more`), ``(EXTRAS, P)`` in the extras
+    process (``GPUPERF_REPLICATE=x/P``), else None. Raises ``ValueError`` for a malformed value."""
     raw = os.environ.get(WORKER_ENV)
     if not raw:
         return None
     try:
-        k, p = (int(x) for x in raw.split("/"))
+        k_text, p_text = raw.split("/")
+        k, p = (EXTRAS if k_text == "x" else int(k_text)), int(p_text)
     except ValueError:
-        raise ValueError(f"{WORKER_ENV}={raw!r}: expected k/P, e.g. 0/3") from None
-    if not 0 <= k < p:
-        raise ValueError(f"{WORKER_ENV}={raw!r}: expected 0 <= k < P")
+        raise ValueError(f"{WORKER_ENV}={raw!r}: expected k/P or x/P, e.g. 0/3") from None
+    if (k < 0 and k_text != "x") or p < 1:
+        raise ValueError(f"{WORKER_ENV}={raw!r}: expected 0 <= k and P >= 1 (k >= P: a process added for "
+                         f"inconclusive benchmarks)")
     return k, p
 
 
 def worker_options(options: Any, slot: tuple[int, int]) -> Any:
-    """A worker's options (a :class:`~pytest_gpuperf.core.options.BenchOptions`): ``max_time`` split over
-    the processes that measure the benchmark (P, or its ``processes`` option when smaller;
-    ``warmup_time`` too), and in workers other than the first no counts and no bottleneck
-    expectation (worker 0 measures them once for the session)."""
+    """A timed worker's options (a :class:`~pytest_gpuperf.core.options.BenchOptions`): ``max_time``
+    split over the processes that measure the benchmark (P, or its ``processes`` option when
+    smaller; ``warmup_time`` too). The extras process keeps the options as they are (it times nothing)."""
     k, p = slot
+    if k == EXTRAS:
+        return options
     n = min(options.processes or p, p)
-    changes: dict[str, Any] = dict(max_time=options.max_time / n, warmup_time=options.warmup_time / n)
-    if k > 0:
-        changes.update(counts=False, expect_bottleneck=None)
-    return dataclasses.replace(options, **changes)
+    return dataclasses.replace(options, max_time=options.max_time / n, warmup_time=options.warmup_time / n)
 
 
 #: Environment variable naming the file a worker appends its results to, one JSON line per benchmark
@@ -91,8 +100,8 @@ def worker_options(options: Any, slot: tuple[int, int]) -> Any:
 OUT_ENV = "GPUPERF_REPLICATE_OUT"
 
 
-def report_result(key: str, result: Any, environment: Mapping[str, Any]) -> None:
-    """In a worker: append ``{"key": ..., "entry": <report entry>}`` to the file named by
+def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid: str = "") -> None:
+    """In a worker: append ``{"key": ..., "entry": <report entry>, "nodeid": <its test>}`` to the file named by
     ``GPUPERF_REPLICATE_OUT`` (nothing when it is not set) and flush it."""
     path = os.environ.get(OUT_ENV)
     if not path:
@@ -101,25 +110,46 @@ def report_result(key: str, result: Any, environment: Mapping[str, Any]) -> None
 
     entry = result_entry(result, environment=dict(environment), git_commit=None, timestamp_utc="")
     with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps({"key": key, "entry": entry}) + "\n")
+        out.write(json.dumps({"key": key, "entry": entry, "nodeid": nodeid}) + "\n")
         out.flush()
 
 
-def read_results(path: Path) -> dict[str, dict[str, Any]]:
-    """What a worker appended (:func:`report_result`): entries by key; a torn last line (the worker
-    died while writing it) is left out."""
+def report_failure(nodeid: str, exc: BaseException) -> None:
+    """In a worker: append ``{"failed": nodeid, "error": "Type: message", "where": frames}`` for a
+    test that raised (:func:`pytest_gpuperf.core.containment.describe`), so that the coordinator can
+    say why the benchmark has no result from this worker (nothing when ``GPUPERF_REPLICATE_OUT`` is unset)."""
+    path = os.environ.get(OUT_ENV)
+    if not path:
+        return
+    from pytest_gpuperf.core.containment import describe
+
+    error, where = describe(exc)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"failed": nodeid, "error": error, "where": where}) + "\n")
+        out.flush()
+
+
+def read_results(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """What a worker appended: report entries by key (:func:`report_result`; with its test's
+    ``nodeid``) and, by node id, why
+    a test raised (:func:`report_failure`, ``"Type: message (at file.py:12 in f)"``); a torn last
+    line (the worker died while writing it) is left out."""
     out: dict[str, dict[str, Any]] = {}
+    failures: dict[str, str] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
-        return out
+        return out, failures
     for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        out[rec["key"]] = rec["entry"]
-    return out
+        if "failed" in rec:
+            failures[rec["failed"]] = rec["error"] + (f" (at {rec['where']})" if rec.get("where") else "")
+        else:
+            out[rec["key"]] = dict(rec["entry"], nodeid=rec.get("nodeid") or "")
+    return out, failures
 
 
 def default_processes(cli: str | None, ini: str | None) -> int:
@@ -147,6 +177,19 @@ class WorkerRun:
     log: Path
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def failure_of(self, key: str) -> str | None:
+        """Why this worker's test of benchmark ``key`` (``module::test id[::name]``) raised, or None."""
+        for nodeid, why in self.failures.items():
+            if key == nodeid or key.startswith(nodeid + "::"):
+                return why
+        return None
+
+    @property
+    def extras(self) -> bool:
+        """This is the extras process (it timed nothing)."""
+        return self.index < 0
 
     def tail(self, lines: int = 25) -> str:
         try:
@@ -155,11 +198,58 @@ class WorkerRun:
             return "(no log)"
 
 
+def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, count: int = 1,
+               progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None) -> list[WorkerRun]:
+    """Run ``count`` extras processes one after another (``GPUPERF_REPLICATE=x/P``; logs
+    ``<log_dir>/extras-j.log``): each times nothing and measures every benchmark's peak memory,
+    counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
+    before or between its timed rounds. Their ``index`` is ``-1 - j``. Raises :class:`ReplicateError`
+    when one cannot be started."""
+    timeout_s = timeout_s or float(os.environ.get("GPUPERF_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    start = time.monotonic()
+    for j in range(count):
+        run = _run_one(args, cwd, f"x/{processes}", log_dir / f"extras-{j}", -1 - j, timeout_s,
+                       f"extras process {j + 1}/{count}", None)
+        runs.append(run)
+        progress(f"gpuperf: extras process {j + 1}/{count} done (peak memory, counts, bottleneck of "
+                 f"{len(run.entries)} benchmark(s), {time.monotonic() - start:.0f} s)"
+                 + (f": {run.error}" if run.error else ""))
+    return runs
+
+
+def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
+             tick: Callable[[Path, subprocess.Popen], int | None] | None) -> WorkerRun:
+    """One worker process (``python -m pytest <args>`` with ``GPUPERF_REPLICATE=<slot>``; results in
+    ``<stem>.jsonl``, output in ``<stem>.log``): its :class:`WorkerRun`, with what it reported."""
+    report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
+    report.unlink(missing_ok=True)
+    env = dict(os.environ, **{WORKER_ENV: slot, PROCESSES_ENV: "1", OUT_ENV: str(report)})
+    env.pop("GPUPERF_XDIST_DIR", None)
+    cmd = [sys.executable, "-m", "pytest", *args]
+    run = WorkerRun(index, None, log)
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise ReplicateError(f"could not start a worker process ({cmd[0]} -m pytest): {exc}") from None
+        run.returncode = tick(report, proc) if tick is not None else _wait(proc, timeout_s, report, None, 0, 1, 0.0, None)
+        if run.returncode is None:
+            run.error = f"{name} timed out after {timeout_s:g} s and was stopped"
+    if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
+        run.error = f"{name} exited with code {run.returncode}"
+    run.entries, run.failures = read_results(report)  # also from a worker that crashed: what it measured before
+    return run
+
+
 def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
                 progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
-                tick: Callable[[str], None] | None = None) -> list[WorkerRun]:
+                tick: Callable[[str], None] | None = None, first: int = 0, count: int | None = None) -> list[WorkerRun]:
     """Run ``processes`` replicate workers one after another (``python -m pytest <args>`` in ``cwd``
-    with ``GPUPERF_REPLICATE=k/P``; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
+    with ``GPUPERF_REPLICATE=k/P``; with ``first``/``count``, workers ``first`` .. ``first + count - 1``
+    of a session of P = ``processes``: the processes added for inconclusive benchmarks; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
     measures them); their output goes to ``<log_dir>/worker-k.log``. A worker that exits with
     another code than 0, 1 or 5 (pytest's "passed", "tests failed", "none collected"), or times out,
     gets ``error`` set; what every worker measured before it stopped is read. Raises :class:`ReplicateError` when a worker cannot be started at all.
@@ -171,31 +261,20 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     start = time.monotonic()
-    for k in range(processes):
-        report = log_dir / f"worker-{k}.jsonl"
-        report.unlink(missing_ok=True)
-        log = log_dir / f"worker-{k}.log"
-        env = dict(os.environ, **{WORKER_ENV: f"{k}/{processes}", PROCESSES_ENV: "1", OUT_ENV: str(report)})
-        env.pop("GPUPERF_XDIST_DIR", None)
-        cmd = [sys.executable, "-m", "pytest", *args]
-        run = WorkerRun(k, None, log)
-        with open(log, "wb") as out:
-            try:
-                proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
-            except OSError as exc:
-                raise ReplicateError(f"could not start a worker process ({cmd[0]} -m pytest): {exc}") from None
-            run.returncode = _wait(proc, timeout_s, report, tick, k, processes, start,
-                                   len(runs[0].entries) if runs else None)
-            if run.returncode is None:
-                run.error = f"worker process {k + 1}/{processes} timed out after {timeout_s:g} s and was stopped"
-        if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
-            run.error = f"worker process {k + 1}/{processes} exited with code {run.returncode}"
-        run.entries = read_results(report)  # also from a worker that crashed: what it measured before
+    count = processes if count is None else count
+    last = first + count
+    for k in range(first, last):
+        planned = len(runs[0].entries) if runs else None
+
+        def wait(report: Path, proc: subprocess.Popen, k: int = k, planned: int | None = planned) -> int | None:
+            return _wait(proc, timeout_s, report, tick, k, last, start, planned)
+
+        run = _run_one(args, cwd, f"{k}/{processes}", log_dir / f"worker-{k}", k, timeout_s,
+                       f"worker process {k + 1}/{last}", wait)
         runs.append(run)
         elapsed = time.monotonic() - start
-        left = elapsed / (k + 1) * (processes - k - 1)  # the workers so far, per worker, times those left
-        progress(f"gpuperf: worker process {k + 1}/{processes} done ({len(run.entries)} benchmark(s), "
+        left = elapsed / len(runs) * (last - k - 1)  # the workers so far, per worker, times those left
+        progress(f"gpuperf: worker process {k + 1}/{last} done ({len(run.entries)} benchmark(s), "
                  f"{elapsed:.0f} s elapsed" + (f", about {left:.0f} s left" if left else "") + ")"
                  + (f": {run.error}" if run.error else ""))
     return runs
@@ -247,8 +326,53 @@ def missing_message(key: str, runs: Sequence[WorkerRun]) -> str | None:
     if not have:
         return None
     lacking = [r for r in runs if key not in r.entries]
+    why = lacking[0].failure_of(key)
+    said = f": its test raised {why}" if why else ""
     return (f"{key}: measured by {len(have)} of {len(runs)} worker processes (worker {lacking[0].index + 1} did not "
-            f"report it; its output: {lacking[0].log}); nothing is compared or stored from a partial set of replicates")
+            f"report it{said}; its output: {lacking[0].log}); nothing is compared or stored from a partial set of "
+            f"replicates")
+
+
+#: Worker processes added at a time for the benchmarks whose evidence is thin (:func:`needs_more`).
+MORE_BATCH = 2
+#: An update run adds processes while the baseline's 99% CI (of the geometric mean of its process
+#: medians) reaches beyond this many thresholds (default threshold 5%: ±10%).
+BASELINE_WIDTH = 2.0
+
+
+def needs_more(result: Any, updating: bool) -> bool:
+    """Whether a decided replicated result would gain from more worker processes: comparing, a timing
+    verdict ``inconclusive`` whose CI straddles both 1 and 1 + threshold (the evidence is thin, not
+    contradictory); updating, a baseline whose 99% CI of the geometric mean of its process medians
+    (:func:`pytest_gpuperf.verdict.stats.geometric_mean_ci`) reaches beyond
+    ±:data:`BASELINE_WIDTH` x threshold (a comparison's CI adds the current side's spread to the
+    baseline's, so a wider baseline leaves a slowdown of twice the threshold undecided). A result with a ``processes`` option keeps
+    its count; a string (no result) never gets more."""
+    if isinstance(result, str) or result.comparison is None or result.options.processes is not None:
+        return False
+    c, threshold = result.comparison, result.options.threshold
+    if updating:
+        from pytest_gpuperf.verdict.stats import geometric_mean_ci
+
+        ci = geometric_mean_ci(result.process_medians_ms or (), result.options.alpha)
+        return ci is not None and (ci[2] / ci[0] - 1 > BASELINE_WIDTH * threshold)
+    lo, hi = c.ratio_ci or (None, None)
+    return (c.verdict.value == "inconclusive" and lo is not None and hi is not None
+            and lo < 1 + threshold and hi > 1)
+
+
+def extras_for(key: str, extras: Sequence[WorkerRun]) -> tuple[list[dict[str, Any]], str | None]:
+    """The extras processes' entries of benchmark ``key`` and, when none has one, why (the
+    exception its test raised there, or how the process ended; None when no extras process ran)."""
+    have = [r.entries[key] for r in extras if key in r.entries]
+    if have or not extras:
+        return have, None
+    r = extras[0]
+    why = r.failure_of(key)
+    if why:
+        return [], f"its test raised {why} in the extras process (output: {r.log})"
+    return [], (f"{r.error} before measuring it (output: {r.log})" if r.error else
+                f"the extras process did not measure it (output: {r.log})")
 
 
 def _crash_text(key: str, failed: Sequence[WorkerRun], total: int) -> str:
@@ -257,14 +381,22 @@ def _crash_text(key: str, failed: Sequence[WorkerRun], total: int) -> str:
             f"compared or stored from a partial set of replicates. Its output ({r.log}):\n{r.tail()}")
 
 
-def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
+def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mapping[str, Any]] | None = None,
+          extras_missing: str | None = None) -> Any:
     """One :class:`~pytest_gpuperf.verdict.result.BenchResult` (without verdicts) from the report entries of
     the P workers that measured benchmark ``key``, in process order: samples concatenated in that
     order, ``process_medians_ms`` each worker's median, rounds summed, the interleaved probe's
-    level the median of the workers' (same probe only), and peak memory, counts, bottleneck and
-    telemetry from worker 0 (its ``other_cpu_cores`` the host load over all workers'
-    timed spans together, :func:`pytest_gpuperf.measure.telemetry.pooled_host_load`).
-    Raises ``ValueError`` for no entries."""
+    level the median of the workers' (same probe only), telemetry worker 0's (its
+    ``other_cpu_cores`` the host load over all workers' timed spans together,
+    :func:`pytest_gpuperf.measure.telemetry.pooled_host_load`).
+
+    The extras come from ``extras``, the entries of the extras processes (:func:`run_extras`):
+    counts combined over all their calls (:func:`~pytest_gpuperf.verdict.counts.combine_counts`: a
+    count that differed is ``varied``), peak memory the highest of their peaks (the lowest in
+    ``peak_memory_low_bytes`` when they differ), the bottleneck the first one's, and what they could
+    not measure. With ``extras`` empty and ``extras_missing`` (why the extras processes have no
+    entry for it) the extras are unavailable for that reason; with ``extras`` None (workers that
+    measured their own extras, before issue 31) they are worker 0's. Raises ``ValueError`` for no entries."""
     from pytest_gpuperf.reporting.report import result_from_entry
     from pytest_gpuperf.verdict.result import BenchResult
 
@@ -285,11 +417,37 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]]) -> Any:
     return BenchResult.from_samples(
         samples, name=first.name, device=first.device, rounds=sum(r.rounds for r in results),
         calls_per_round=first.calls_per_round, warmup_calls=first.warmup_calls, benchmark_id=first.benchmark_id,
-        group=first.group, options=first.options, peak_memory_bytes=first.peak_memory_bytes,
-        bottleneck=first.bottleneck, telemetry=telemetry, counts=first.counts, extra_info=first.extra_info,
+        group=first.group, options=first.options, telemetry=telemetry, extra_info=first.extra_info,
         process_medians_ms=tuple(r.median_ms for r in results),
         probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
+        **(_extras_of([first]) if extras is None else _extras_of([result_from_entry(dict(e)) for e in extras],
+                                                                 extras_missing, first.options)),
     )
+
+
+def _extras_of(results: Sequence[Any], missing: str | None = None, options: Any = None) -> dict[str, Any]:
+    """The extras fields of a merged result from the results that measured them (see :func:`merge`)."""
+    from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, MEMORY, Unavailable
+    from pytest_gpuperf.verdict.counts import combine_counts
+
+    if not results:
+        if missing is None:
+            return {}
+        parts = [MEMORY] + ([COUNTS] if options is not None and options.counts else []) + \
+            ([BOTTLENECK] if options is not None and options.expect_bottleneck else [])
+        return {"unavailable": {p: Unavailable(p, missing) for p in parts}}
+    unavailable: dict[str, Any] = {}
+    for r in results:
+        for part, why in r.unavailable.items():
+            unavailable.setdefault(part, why)
+    peaks = [p for r in results for p in (r.peak_memory_bytes, r.peak_memory_low_bytes) if p is not None]
+    counts = [r.counts for r in results if r.counts is not None]
+    high = max(peaks) if peaks and "peak memory" not in unavailable else None
+    low = min(peaks) if high is not None else None
+    return dict(peak_memory_bytes=high, peak_memory_low_bytes=low if low != high else None,
+                counts=combine_counts(counts) if counts and "counts" not in unavailable else None,
+                bottleneck=next((r.bottleneck for r in results if r.bottleneck is not None), None),
+                unavailable=unavailable)
 
 
 def groups_of(entries: Sequence[Mapping[str, Any]]) -> list[list[float]]:
@@ -298,19 +456,22 @@ def groups_of(entries: Sequence[Mapping[str, Any]]) -> list[list[float]]:
 
 
 def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, options: Any, *,
-           baseline_file: str | None, can_fail: bool, memory_text: str | None = None) -> Any:
+           baseline_file: str | None, can_fail: bool, memory_text: str | None = None,
+           extras: Sequence[Mapping[str, Any]] | None = None, extras_missing: str | None = None) -> Any:
     """The merged result of ``key`` with its verdicts against ``baseline`` (a
     :class:`~pytest_gpuperf.storage.baseline.BaselineEntry` or None): the timing verdict of
     :func:`pytest_gpuperf.verdict.gate.evaluate` on the processes' samples (timing by
     :func:`~pytest_gpuperf.verdict.gate.judge_replicates`), with the memory verdict and the count gate. ``options``: the benchmark's resolved options (the user's
-    session's, not a worker's)."""
+    session's, not a worker's). ``extras``/``extras_missing``: the extras processes' entries of
+    ``key`` and why there are none (see :func:`merge`)."""
     from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
     from pytest_gpuperf.verdict.machine import throttle_verdict
 
-    merged = merge(key, entries)
+    merged = merge(key, entries, extras, extras_missing)
     evidence = Evidence(process_samples_ms=tuple(tuple(g) for g in groups_of(entries)),
                         peak_memory_bytes=merged.peak_memory_bytes, counts=merged.counts,
-                        throttle=throttle_verdict(merged.telemetry), device=merged.device)
+                        throttle=throttle_verdict(merged.telemetry), device=merged.device,
+                        peak_memory_low_bytes=merged.peak_memory_low_bytes)
     ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
                   max_memory_text=memory_text)
     comparison, memory, counts = ev.comparison, ev.memory, ev.counts
@@ -348,4 +509,4 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
         ab, comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
         count_comparison=stored.count_comparison, counts=stored.counts, peak_memory_bytes=stored.peak_memory_bytes,
         bottleneck=stored.bottleneck, telemetry=stored.telemetry, process_medians_ms=stored.process_medians_ms,
-        options=stored.options)
+        options=stored.options, unavailable=stored.unavailable)

@@ -111,6 +111,11 @@ class GpuPerfSession:
         self._git: tuple[str | None, bool | None] | None = None
         self._baselines: dict[str, BaselineFile | None] = {}
         self._environments: dict[str, dict[str, Any]] = {}
+        import time
+
+        self.started = time.monotonic()  # configure time: the whole session's clock (issue 31)
+        self.before_tests_s: float | None = None  # worker processes / A/B before the tests, when any
+        self.more_processes: dict[str, int] = {}  # module::id -> processes its decision used, when more were added
 
     def warn(self, message: str) -> None:
         """Add a line to the summary's warnings (each distinct line is printed once)."""
@@ -183,10 +188,15 @@ class GpuPerfSession:
         starts its workers); the tests then pick up their finished results."""
         if self.settings.worker_id is not None or self.ab_worker is not None:
             return
+        import time
+
+        start = time.monotonic()
         try:
             self._measure_before_tests()
         finally:
             self._progress().close()
+            if self.settings.replicated or self.settings.ab is not None:
+                self.before_tests_s = time.monotonic() - start
 
     def _progress(self) -> Any:
         """The session's progress line (:class:`~pytest_gpuperf.reporting.terminal.ProgressLine`): rewritten in
@@ -228,7 +238,7 @@ class GpuPerfSession:
 
         from pytest_gpuperf.ab.results import options_from_entry
         from pytest_gpuperf.ab.run import worker_args
-        from pytest_gpuperf.plugin.replicates import missing_message, run_workers
+        from pytest_gpuperf.plugin.replicates import extras_for, missing_message, run_extras, run_workers
 
         progress = self._progress()
         args = worker_args(self.config.invocation_params.args)
@@ -243,8 +253,13 @@ class GpuPerfSession:
             logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
         progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes, one after another "
                       f"(--gpuperf-processes)")
-        runs = run_workers(args, Path(self.config.invocation_params.dir), self.settings.processes, logs,
+        here = Path(self.config.invocation_params.dir)
+        runs = run_workers(args, here, self.settings.processes, logs,
                            progress=progress, tick=progress.tick if progress.live else None)
+        # the extras (peak memory, counts, bottleneck) in processes of their own, after all timing: an
+        # update run in two, so that what differs between processes is seen as variable
+        extras = run_extras(args, here, self.settings.processes, logs, count=2 if self.settings.updating else 1,
+                            progress=progress.line)
         progress.close()
         finished: dict[str, Any] = {}
         commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
@@ -255,8 +270,10 @@ class GpuPerfSession:
             if problem is not None:
                 finished[key] = problem
                 continue
-            finished[key] = self._decide_replicated(key, [r.entries[key] for r in mine], commits)
-        for r in runs:
+            finished[key] = self._decide_replicated(key, [r.entries[key] for r in mine], commits,
+                                                    *extras_for(key, extras))
+        runs += self._measure_more(finished, commits, runs, extras, args, logs)
+        for r in runs + extras:
             if r.error:
                 self.warnings.append(f"{r.error}; its output: {r.log}")
         if self.settings.ab_confirm and not self.settings.updating:
@@ -268,6 +285,45 @@ class GpuPerfSession:
             from pytest_gpuperf.ab.results import dump_results
 
             dump_results(self.settings.xdist_dir / "ab-results.json", finished)
+
+    def _measure_more(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]],
+                      runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> list[Any]:
+        """Pyperf's answer to process-level spread is more processes; Pinpoint's is "measure more"
+        until the comparison decides. Benchmarks whose evidence is thin after the first P processes
+        (:func:`~pytest_gpuperf.plugin.replicates.needs_more`) get :data:`~pytest_gpuperf.plugin.replicates.MORE_BATCH`
+        more worker processes at a time, running only their tests (hidden ``--gpuperf-select``), up
+        to ``max_processes`` in all and while ``more_processes_time_s`` lasts, and are decided again
+        on all their processes (``finished`` is updated). Returns the added runs."""
+        import time
+
+        from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, needs_more, run_workers
+
+        s, progress = self.settings, self._progress()
+        added: list[Any] = []
+        k, start = s.processes, time.monotonic()
+        while k < s.max_processes and time.monotonic() - start < s.more_processes_time_s:
+            thin = [key for key, r in finished.items() if needs_more(r, s.updating)]
+            if not thin:
+                break
+            nodeids = sorted({next(r.entries[key].get("nodeid") for r in runs + added if key in r.entries)
+                              for key in thin} - {""})
+            if not nodeids:
+                break
+            select = logs / "select.txt"
+            select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
+            batch = min(MORE_BATCH, s.max_processes - k)
+            why = "too imprecise a baseline" if s.updating else "inconclusive"
+            progress.line(f"gpuperf: {len(thin)} benchmark(s) {why} after {k} worker processes: measuring them in "
+                          f"{batch} more (--gpuperf-max-processes {s.max_processes})")
+            added += run_workers([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
+                                 s.processes, logs, progress=progress, first=k, count=batch,
+                                 tick=progress.tick if progress.live else None)
+            k += batch
+            for key in thin:
+                entries = [r.entries[key] for r in runs + added if key in r.entries]
+                finished[key] = self._decide_replicated(key, entries, commits, *extras_for(key, extras))
+                self.more_processes[key] = len(entries)
+        return added
 
     def _confirm_by_ab(self, finished: dict[str, Any],
                        commits: dict[str, tuple[str | None, bool | None]]) -> None:
@@ -391,7 +447,8 @@ class GpuPerfSession:
             self.bisect_lines += summary_lines(run, sorted(keys))
 
     def _decide_replicated(self, key: str, entries: list[dict[str, Any]],
-                           commits: dict[str, tuple[str | None, bool | None]]) -> Any:
+                           commits: dict[str, tuple[str | None, bool | None]],
+                           extras: list[dict[str, Any]] | None = None, extras_missing: str | None = None) -> Any:
         """The finished result of benchmark ``key`` (``module::id``) from its workers' entries, decided
         against its stored baseline; a string when the baseline file is unusable. ``commits`` gets the
         baseline's ``(git commit, dirty)``."""
@@ -415,7 +472,7 @@ class GpuPerfSession:
         if baseline is not None:
             commits[key] = (baseline.git_commit, baseline.dirty)
         return decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
-                      can_fail=not self.settings.updating)
+                      can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing)
 
     def _run_ab(self) -> None:
         rev = self.settings.ab
@@ -447,6 +504,19 @@ class GpuPerfSession:
                              progress=progress, announce=progress.line)
         self.warnings.extend(outcome.notes)
         return outcome.results, outcome.removed
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        """A worker process added for inconclusive benchmarks (hidden ``--gpuperf-select FILE``) runs
+        only the tests named in FILE, one node id per line; the others are deselected."""
+        if self.settings.select_file is None:
+            return
+        wanted = set(self.settings.select_file.read_text(encoding="utf-8").splitlines())
+        keep = [item for item in items if item.nodeid in wanted]
+        dropped = [item for item in items if item.nodeid not in wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """An A/B worker tells the coordinator which tests it collected."""
@@ -497,7 +567,7 @@ class GpuPerfSession:
         use_device(device)  # "cuda" in the test's own code now means the GPU measured (xdist worker k: GPU k)
         slot = self.settings.replicate_slot
         # marker processes=N: a replicate worker past the first N only runs the test (one call)
-        measuring = self.settings.measuring and not (slot is not None and slot[0] >= _worker_count(options, slot[1]))
+        measuring = self.settings.measuring and not (slot is not None and slot[0] >= (options.processes or 10 ** 9))
         stored = self._stored(item, device, measuring)
         bench = GpuBench(self._context(request, _gpuperf_measurer, options, device, measuring, stored),
                          lambda result: self._record(item, bench, device, stored, result))
@@ -560,6 +630,7 @@ class GpuPerfSession:
             ab_results=self._finished_results(),
             nodeid=item.nodeid,
             fail=lambda message: pytest.fail(message, pytrace=False),
+            extras=_extras_mode(s.replicate_slot),
         )
 
     def _record(self, item: pytest.Item, bench: Any, device: Any, stored: "_Stored", result: Any) -> None:
@@ -571,10 +642,11 @@ class GpuPerfSession:
         if self.settings.replicate_slot is not None and not result.smoke:
             from pytest_gpuperf.plugin.replicates import report_result
 
-            report_result(f"{module}::{result.benchmark_id}", result, stored.env or {})
+            report_result(f"{module}::{result.benchmark_id}", result, stored.env or {}, item.nodeid)
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         self.warnings.extend(result.notes)
         name = f"{module}::{result.benchmark_id}"
+        self.warnings.extend(_extras_warnings(name, result))
         if result.overrun is not None:
             self.overruns.append((name, result.overrun))
         c, s = result.comparison, self.settings
@@ -606,6 +678,10 @@ class GpuPerfSession:
             if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
                 offer = not s.normalize and drift_agrees(ratios)  # no correction to offer for workloads that disagree
                 out.append(f"{device}: {drift}" + (" (--gpuperf-normalize corrects for it)" if offer else ""))
+            for part, why in entry.unavailable.items():
+                if part not in result.unavailable:
+                    out.append(f"{name}: {part} not compared: unavailable when its baseline was recorded "
+                               f"({why.text()})")
             diffs = differences(entry.environment, stored.env)
             if diffs:
                 out.append(f"{name}: environment differs from the baseline's: " + "; ".join(diffs))
@@ -626,6 +702,11 @@ class GpuPerfSession:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
         outcome = yield
         report = outcome.get_result()
+        if (self.settings.replicate_slot is not None and report.failed and call.excinfo is not None
+                and report.when in ("setup", "call")):  # the coordinator says why this worker has no result
+            from pytest_gpuperf.plugin.replicates import report_failure
+
+            report_failure(item.nodeid, call.excinfo.value)
         details = getattr(call.excinfo.value, "details", None) if call.excinfo is not None else None
         if details and isinstance(details, str):
             report.sections.append(("gpuperf memory", details))
@@ -704,6 +785,17 @@ class GpuPerfSession:
             terminalreporter.write_sep("=", "gpuperf: bisection of the confirmed regressions")
             for line in self.bisect_lines:
                 terminalreporter.write_line(line)
+        if self.more_processes:
+            from pytest_gpuperf.reporting.terminal import more_processes_line
+
+            terminalreporter.write_line(more_processes_line(self.more_processes, self.settings.processes))
+        if self.before_tests_s is not None:
+            from pytest_gpuperf.reporting.terminal import whole_time_line
+
+            import time
+
+            terminalreporter.write_line(whole_time_line(time.monotonic() - self.started, self.before_tests_s,
+                                                        ab=self.settings.ab is not None))
 
     def _summary_input(self) -> Any:
         """What the terminal summary reports (a :class:`~pytest_gpuperf.reporting.terminal.SessionSummary`)."""
@@ -879,6 +971,29 @@ def _split_nodeid(nodeid: str) -> tuple[str, str]:
 def _worker_count(options: opts.BenchOptions, session_processes: int) -> int:
     """How many worker processes measure a benchmark: its ``processes`` option, at most the session's."""
     return min(options.processes or session_processes, session_processes)
+
+
+def _extras_mode(slot: tuple[int, int] | None) -> str:
+    """Where a process makes the extras (:attr:`~pytest_gpuperf.plugin.bench.BenchContext.extras`):
+    inline in one process, none in a timed replicate worker, only them in the extras process."""
+    if slot is None:
+        return "inline"
+    from pytest_gpuperf.plugin.replicates import EXTRAS
+
+    return "only" if slot[0] == EXTRAS else "none"
+
+
+def _extras_warnings(name: str, result: Any) -> list[str]:
+    """Summary warnings about a result's extras: each one that could not be measured (those its
+    options ask for fail the test instead, with the reason) and a note of the counting call."""
+    from pytest_gpuperf.reporting.messages import unavailable_message
+
+    asked = result.missing_requested()
+    out = [unavailable_message(part, why, name) for part, why in result.unavailable.items() if part not in asked]
+    note = getattr(result.counts, "note", None)
+    if note:
+        out.append(f"{name}: {note}")
+    return out
 
 
 def _marker_options(item: pytest.Item) -> dict[str, Any]:

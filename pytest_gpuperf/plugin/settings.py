@@ -45,6 +45,9 @@ class SessionSettings:
     ``in_ab_worker`` (this process is an A/B worker that the coordinator drives). Bisection:
     ``bisect`` (``(GOOD, BAD)`` of ``--gpuperf-bisect``: the session bisects instead of testing),
     ``bisect_on_regression`` (bisect at most N confirmed regressions; 0: off), ``bisect_timeout_s``.
+    More processes where the evidence is thin: ``max_processes`` (worker processes a benchmark may
+    get in all), ``more_processes_time_s`` (seconds after which no more are started);
+    ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``).
     """
 
     measuring: bool
@@ -78,6 +81,9 @@ class SessionSettings:
     bisect_on_regression: int = 0
     bisect_timeout_s: float = 1800.0
     bisect_processes: int = 1
+    max_processes: int = 10
+    more_processes_time_s: float = 600.0
+    select_file: Path | None = None
 
     @property
     def replicated(self) -> bool:
@@ -167,6 +173,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         owns_xdist_dir=owns,
         processes=processes,
         replicate_slot=replicate_slot,
+        select_file=Path(config.getoption("--gpuperf-select")) if config.getoption("--gpuperf-select") else None,
         ab_confirm=not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
         **ab_fields,
         **bisect_fields,
@@ -308,13 +315,17 @@ def _ab(config: pytest.Config, worker_id: str | None, updating: bool) -> dict[st
 
 
 def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: dict[str, Any]) -> dict[str, Any]:
-    """The bisection fields of :class:`SessionSettings`; usage errors name the option and what it accepts."""
+    """The bisection fields of :class:`SessionSettings` and the limits of measuring more processes
+    (``max_processes``, ``more_processes_time_s``); usage errors name the option and what it accepts."""
     out: dict[str, Any] = {}
     if in_worker:
         return out  # a worker process (xdist, replicate, A/B) measures; only the session the user started bisects
     for option, ini, key, kind in (("--gpuperf-bisect-on-regression", "gpuperf_bisect_on_regression",
                                     "bisect_on_regression", int),
-                                   ("--gpuperf-bisect-timeout", "gpuperf_bisect_timeout", "bisect_timeout_s", float)):
+                                   ("--gpuperf-bisect-timeout", "gpuperf_bisect_timeout", "bisect_timeout_s", float),
+                                   ("--gpuperf-max-processes", "gpuperf_max_processes", "max_processes", int),
+                                   ("--gpuperf-more-processes-time", "gpuperf_more_processes_time",
+                                    "more_processes_time_s", float)):
         raw = config.getoption(option)
         source = option
         if raw is None:

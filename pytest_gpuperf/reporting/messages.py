@@ -160,7 +160,9 @@ def _memory_messages(m: MemoryComparison, include_regression: bool) -> list[str]
         change = format_pct(m.change) if m.change is not None else "(the baseline allocated nothing)"
         out.append(
             f"memory regressed {change}: {format_bytes(m.baseline_bytes)} -> {format_bytes(m.current_bytes)}, "
-            f"allowed +{m.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}\n  {m.benchmark_id}"
+            f"allowed +{m.threshold * 100:g}% + {format_bytes(MEMORY_SLACK_BYTES)}"
+            + (f" + 2 x {format_bytes(m.spread_bytes)} (the peak varies between calls)" if m.spread_bytes else "")
+            + f"\n  {m.benchmark_id}"
             + (f"; baseline: {m.baseline_file}" if m.baseline_file else "")
             + f"; {INTENDED_HINT}"
         )
@@ -213,7 +215,13 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
     ``benchmark_id``)."""
     label = label or r.benchmark_id
     out: list[str] = []
+    missing = r.missing_requested()
     for check in r.failing(strict=strict, updating=updating):
+        part = {"memory": "peak memory"}.get(check, check)
+        if part in missing:  # asked for by an option, and could not be measured
+            out.append(unavailable_message(part, r.unavailable[part], label, asked_by=missing[part]))
+            if not _also_failing(r, check, strict, updating):
+                continue
         if check == "timing":
             out.append(comparison_message(r.comparison))
             if r.trace_path and not r.misclassified:
@@ -225,6 +233,30 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
         elif check == "bottleneck":
             out.append(f"{label}: {bottleneck_message(r)}")
     return out
+
+
+def _also_failing(r: Any, check: str, strict: bool, updating: bool) -> bool:
+    """Whether ``check`` fails on its own verdict too (not only because its extra is missing)."""
+    if check == "memory":
+        m = r.memory_comparison
+        return m is not None and ((m.verdict.value == "regressed" and not updating) or m.over_budget)
+    if check == "counts":
+        cc = r.count_comparison
+        return cc is not None and ((bool(cc.regressions()) and not updating) or bool(cc.over_budget))
+    if check == "bottleneck":
+        return bool(r.misclassified)
+    return True
+
+
+def unavailable_message(part: str, why: Any, label: str, *, asked_by: str | None = None) -> str:
+    """``counts unavailable: FLOP counter ... (RuntimeError: ...)``: an extra that could not be
+    measured (``why``: a :class:`~pytest_gpuperf.core.containment.Unavailable`). With ``asked_by``
+    (the option that asks for it, ``"max_ops=12"``) the message says the check cannot be made and
+    fails; without it, that the part is left out of the comparison and the baseline."""
+    head = f"{part} unavailable: {why.text()}"
+    if asked_by:
+        return f"{head}; {asked_by} needs it, so this check fails ({label})"
+    return f"{label}: {head}; the timing and the other checks stand; this part is neither compared nor stored"
 
 
 def overrun_warning(overruns: Any) -> str | None:

@@ -6,6 +6,7 @@ import dataclasses
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
+from pytest_gpuperf.core import containment
 from pytest_gpuperf.reporting.messages import comparison_message, gate_messages
 from pytest_gpuperf.storage.baseline import SCHEMA_VERSION
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
@@ -31,7 +32,8 @@ DROP_ORDER = ("B/s", "FLOP/s", "device", "p95", "rounds", "syncs", "ops/kern", "
 LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show --runs` "
           "lists each run); ratio = median / baseline, raw (the verdict's Hodges-Lehmann estimate and CI, after any "
           "--gpuperf-normalize, are in its message and the JSON report); ops/kern, syncs = aten ops "
-          "(/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
+          "(/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it differed "
+          "between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
           "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
 
 
@@ -41,7 +43,8 @@ REPLICATES_LEGEND = (
     "baseline, the estimate the verdict is decided on (rows with [CI]: confirmed by A/B against the baselines' commit "
     "on this machine: median = B's, baseline = that commit's (A's) median, ratio = B/A [99% CI of the paired "
     "estimate]); ops/kern, syncs = "
-    "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated); FLOP/s, B/s = counted FLOPs and "
+    "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it "
+    "differed between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
     "minimum-traffic bytes per call at the median time")
 
 
@@ -146,6 +149,10 @@ def result_entry(
         entry["probe"] = result.probe
     if result.process_medians_ms is not None:
         entry["process_medians_ms"] = list(result.process_medians_ms)
+    if result.peak_memory_low_bytes is not None:  # the peak differed between the calls measured
+        entry["peak_memory_low_bytes"] = result.peak_memory_low_bytes
+    if result.unavailable:  # extras that could not be measured: left out above, with why
+        entry["unavailable"] = containment.to_dict(result.unavailable)
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
@@ -188,7 +195,7 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
 def _memory_text(r: BenchResult) -> str:
     if r.peak_memory_bytes is None:
         return "-"
-    text = format_bytes(r.peak_memory_bytes)
+    text = format_bytes(r.peak_memory_bytes) + (VARIES if r.peak_memory_low_bytes is not None else "")
     change = r.memory_comparison.change if r.memory_comparison is not None else None
     if change is not None and abs(change) >= 0.0005:
         text += f" ({format_pct(change)})"
@@ -218,15 +225,23 @@ def ops_text(r: BenchResult) -> str:
     k = r.counts
     if k is None:
         return "-"
-    text = f"{k.ops}{_count_change(r, 'ops')}"
+    text = f"{k.ops}{_varies(k, 'ops')}{_count_change(r, 'ops')}"
     if k.kernels is not None:
-        text += f"/{k.kernels}{_count_change(r, 'kernels')}"
+        text += f"/{k.kernels}{_varies(k, 'kernels')}{_count_change(r, 'kernels')}"
     return text
+
+
+#: Marks a count or peak that differed between the calls measured (gated beyond twice its spread).
+VARIES = "~"
+
+
+def _varies(counts: Any, name: str) -> str:
+    return VARIES if name in counts.varied else ""
 
 
 def syncs_text(r: BenchResult) -> str:
     """Host-device syncs per call, with the change when gated."""
-    return "-" if r.counts is None else f"{r.counts.syncs}{_count_change(r, 'syncs')}"
+    return "-" if r.counts is None else f"{r.counts.syncs}{_varies(r.counts, 'syncs')}{_count_change(r, 'syncs')}"
 
 
 def _rate_text(rates: dict[str, float] | None, key: str, unit: str) -> str:
@@ -535,6 +550,8 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         probe_ms=entry.get("probe_ms"),
         probe=entry.get("probe"),
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
+        unavailable=containment.from_dict(entry.get("unavailable")),
+        peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
         **{k: stats[k] for k in STAT_FIELDS},
     )
 

@@ -251,3 +251,20 @@ class ProgressLine:
 def cut_end(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, cut at the end with an ellipsis."""
     return text if len(text) <= width else text[:max(0, width - 1)] + "…"
+
+
+def whole_time_line(total_s: float, before_tests_s: float, *, ab: bool = False) -> str:
+    """The session's whole wall time (s), with the part spent measuring in worker processes (or the
+    A/B run) before the tests: pytest's closing ``in N s`` counts from its own session start, after
+    that measuring, so it leaves it out."""
+    what = "the A/B measurement" if ab else "worker processes"
+    return (f"gpuperf: the session took {total_s:.1f} s in all, {before_tests_s:.1f} s of it in {what} before the "
+            f"tests (pytest's closing time counts the tests only)")
+
+
+def more_processes_line(used: Mapping[str, int], processes: int) -> str:
+    """The benchmarks decided on more worker processes than the session's ``processes`` (their
+    evidence was thin: ``--gpuperf-max-processes``), each with the number its decision used."""
+    listed = ", ".join(f"{name} ({n})" for name, n in sorted(used.items()))
+    return (f"gpuperf: {len(used)} benchmark(s) were measured in more than {processes} worker processes, where "
+            f"the evidence was thin; processes each decision used: {listed}")

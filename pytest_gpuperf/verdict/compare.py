@@ -640,6 +640,7 @@ class MemoryComparison:
     baseline_file: str | None = None
     snapshot: str | None = None  # CUDA memory-snapshot text (path, largest blocks), when recorded
     max_memory_text: str | None = None  # the budget as its author wrote it ("100 kB"), for messages
+    spread_bytes: int | None = None  # how much the peak differed between calls (now or stored); None: it did not
 
     @property
     def over_budget(self) -> bool:
@@ -668,14 +669,21 @@ def decide_memory(
     baseline_file: str | None = None,
     slack_bytes: int = MEMORY_SLACK_BYTES,
     max_memory_text: str | None = None,
+    current_low_bytes: int | None = None,
+    baseline_low_bytes: int | None = None,
 ) -> MemoryComparison:
     """Compare a peak-memory figure (bytes) with the baseline's.
 
     Peak memory of a fixed program on a fixed allocator is deterministic, so no statistics are
     needed: **regressed** when ``current > baseline * (1 + threshold) + slack_bytes``, **improved**
-    when ``current < baseline * (1 - threshold) - slack_bytes``, else **unchanged**. Raises
-    ``ValueError`` for negative sizes or threshold. ``max_memory_text`` is the budget as written
-    (``"100 kB"``), used only to report it in that unit.
+    when ``current < baseline * (1 - threshold) - slack_bytes``, else **unchanged**. A peak that
+    differed between the calls measured (``current_low_bytes``/``baseline_low_bytes``: the lowest
+    peak seen when it did; ``current_bytes``/``baseline_bytes`` are the highest) is not
+    deterministic — a data collector, a buffer that grows — so it is gated with twice the widest
+    spread seen on top of that (the spread relative to its highest peak, applied to the baseline's
+    peak: ``spread_bytes``): regressed only when this run's *lowest* peak exceeds the limit,
+    improved only when its highest is below the baseline's lowest by as much. Raises ``ValueError`` for negative sizes or threshold. ``max_memory_text``
+    is the budget as written (``"100 kB"``), used only to report it in that unit.
     """
     if current_bytes < 0 or (baseline_bytes is not None and baseline_bytes < 0):
         raise ValueError("memory sizes must be >= 0 bytes")
@@ -683,11 +691,19 @@ def decide_memory(
         raise ValueError(f"memory threshold must be >= 0, got {threshold!r}")
     if max_memory_bytes is not None and max_memory_bytes < 0:
         raise ValueError(f"max_memory must be >= 0 bytes, got {max_memory_bytes!r}")
+    # relative spreads (so that ten times the data does not widen its own allowance), applied to the baseline
+    fractions = [(high - low) / high for high, low in ((current_bytes, current_low_bytes),
+                                                        (baseline_bytes, baseline_low_bytes))
+                 if high is not None and low is not None and high > low]
+    spread = int(max(fractions) * (baseline_bytes or current_bytes)) if fractions else 0
+    now_low = current_bytes if current_low_bytes is None else min(current_low_bytes, current_bytes)
+    base_low = baseline_bytes if baseline_low_bytes is None or baseline_bytes is None else \
+        min(baseline_low_bytes, baseline_bytes)
     if baseline_bytes is None:
         verdict = Verdict.NO_BASELINE
-    elif current_bytes > baseline_bytes * (1 + threshold) + slack_bytes:
+    elif now_low > baseline_bytes * (1 + threshold) + slack_bytes + 2 * spread:
         verdict = Verdict.REGRESSED
-    elif current_bytes < baseline_bytes * (1 - threshold) - slack_bytes:
+    elif current_bytes < base_low * (1 - threshold) - slack_bytes - 2 * spread:
         verdict = Verdict.IMPROVED
     else:
         verdict = Verdict.UNCHANGED
@@ -696,4 +712,5 @@ def decide_memory(
         baseline_bytes=None if baseline_bytes is None else int(baseline_bytes), threshold=threshold,
         max_memory_bytes=max_memory_bytes, device=device, baseline_file=baseline_file,
         max_memory_text=max_memory_text if isinstance(max_memory_text, str) else None,
+        spread_bytes=spread or None,
     )

@@ -65,7 +65,11 @@ class Counts:
     ``cudnn_benchmark``: the kernels were counted with ``torch.backends.cudnn.benchmark`` on, where
     cuDNN picks each convolution's algorithm by timing them in the process, so the kernel count can
     differ between processes on unchanged code: it is then reported, not gated (the
-    ``max_kernels`` budget still applies).
+    ``max_kernels`` budget still applies). ``note`` says how the counting call deviated from the
+    usual path (e.g. FLOPs counted without torch's ``FlopCounterMode``, which raised on this
+    function); stored, shown as a warning, never gated. ``varied``: the counts that differed between
+    the calls counted (a replay buffer's random sampling moves other bytes each call), each
+    ``(lowest, highest)``; the count itself is then the highest (:func:`combine_counts`).
     """
 
     ops: int = 0
@@ -83,6 +87,8 @@ class Counts:
     syncs_by_name: Mapping[str, int] = field(default_factory=dict)
     cost_ms: float | None = field(default=None, compare=False)
     cudnn_benchmark: bool = False
+    note: str | None = field(default=None, compare=False)
+    varied: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def totals(self) -> dict[str, int]:
         """The gated counts that were measured (``None`` ones left out), by field name."""
@@ -103,6 +109,10 @@ class Counts:
             d["cost_ms"] = float(self.cost_ms)
         if self.cudnn_benchmark:
             d["cudnn_benchmark"] = True
+        if self.note:
+            d["note"] = self.note
+        if self.varied:
+            d["varied"] = {f: [int(lo), int(hi)] for f, (lo, hi) in sorted(self.varied.items())}
         return d
 
     @classmethod
@@ -120,7 +130,51 @@ class Counts:
                 kw[f"{f}_by_name"] = {str(k): int(v) for k, v in names.items()}
         cost = d.get("cost_ms")
         return cls(**kw, cost_ms=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
-                   cudnn_benchmark=d.get("cudnn_benchmark") is True)
+                   cudnn_benchmark=d.get("cudnn_benchmark") is True,
+                   note=d["note"] if isinstance(d.get("note"), str) else None, varied=stored_varied(d))
+
+
+def stored_varied(d: Any) -> dict[str, tuple[int, int]]:
+    """The ``varied`` ranges of a stored ``counts`` record (``{"traffic_bytes": (lo, hi)}``;
+    anything malformed is left out)."""
+    v = d.get("varied") if isinstance(d, Mapping) else None
+    if not isinstance(v, Mapping):
+        return {}
+    out = {}
+    for f, pair in v.items():
+        if (f in COUNT_FIELDS and isinstance(pair, (list, tuple)) and len(pair) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
+            out[f] = (min(pair), max(pair))
+    return out
+
+
+def spread_fraction(low: float, high: float) -> float:
+    """How far apart two values seen between calls are, relative to the higher: ``(high - low) / high``
+    (0 for equal values or a zero high)."""
+    return (high - low) / high if high > 0 else 0.0
+
+
+def combine_counts(observed: Sequence[Counts]) -> Counts:
+    """One :class:`Counts` from several counted calls (of one process or several): each count is
+    the highest seen, and a count that differed between them (or was already ``varied`` in one)
+    gets its ``(lowest, highest)`` in ``varied``. The per-name breakdowns, note and cost are the
+    first call's. Raises ``ValueError`` for no counts."""
+    if not observed:
+        raise ValueError("combine_counts: no counts")
+    first = observed[0]
+    changes: dict[str, Any] = {}
+    varied: dict[str, tuple[int, int]] = {}
+    for f in COUNT_FIELDS:
+        values = [getattr(c, f) for c in observed if getattr(c, f) is not None]
+        lows = values + [c.varied[f][0] for c in observed if f in c.varied]
+        highs = values + [c.varied[f][1] for c in observed if f in c.varied]
+        if not values:
+            continue
+        changes[f] = max(highs)
+        if min(lows) != max(highs):
+            varied[f] = (min(lows), max(highs))
+    return dataclasses.replace(first, **changes, varied=varied,
+                               note=next((c.note for c in observed if c.note), None))
 
 
 def stored_totals(d: Any) -> dict[str, int]:
@@ -138,7 +192,9 @@ class CountChange:
     ``current``: this run's value; ``low``/``high``: the smallest and largest stored value (None:
     never stored); ``runs``: how many stored runs had it; ``variable``: the stored runs disagree
     (gated against ``high`` only); ``limit``: the value above which it fails (``high`` plus the
-    tolerance); ``status``: ``regressed``, ``improved``, ``unchanged`` or ``new``; ``names``: the
+    tolerance); ``status``: ``regressed``, ``improved``, ``unchanged``, ``new``, ``varies`` (it
+    differed between the calls counted, now or when stored: gated only beyond twice that spread,
+    see :func:`decide_counts`) or ``not gated``; ``names``: the
     per-name changes against the newest stored run (name, delta), largest increases first.
     """
 
@@ -258,7 +314,12 @@ def decide_counts(
 
     ``history``: the stored runs' ``counts`` records (oldest first; runs without counts are
     skipped; None: no baseline); ``newest``: the newest stored run's :class:`Counts` with its
-    per-name breakdowns (for the diff). Kernels counted with cuDNN benchmark mode on, now or in the
+    per-name breakdowns (for the diff). A count that differed between the calls counted, in this
+    run (``current.varied``) or a stored one (its record's ``varied``), is data-dependent, not
+    exact: its limit is the stored highest plus the tolerance plus twice the widest range seen
+    between calls (relative to the highest, :func:`spread_fraction`, so that ten times the data
+    does not widen its own allowance), this run's lowest value is held against it, and within it the status is
+    ``"varies"`` (reported, passes). Kernels counted with cuDNN benchmark mode on, now or in the
     newest stored run (:attr:`Counts.cudnn_benchmark`), get the status ``"not gated"``. ``tolerance``: relative slack (0.01 = 1%) above the stored
     value before a count fails. ``budgets``: ``max_ops``/``max_kernels``/``max_syncs``/
     ``max_recompiles`` -> limit (None: none). Raises ``ValueError`` for a negative tolerance or an
@@ -271,6 +332,7 @@ def decide_counts(
     changes = []
     # kernels counted with cuDNN benchmark mode (either side) depend on the algorithms the process picked
     algorithm_dependent = current.cudnn_benchmark or (newest is not None and newest.cudnn_benchmark)
+    stored_ranges = [stored_varied(r) for r in (history or ())]
     for name, value in current.totals().items():
         values = [s[name] for s in stored if name in s]
         if name == "kernels" and algorithm_dependent and values:
@@ -280,11 +342,21 @@ def decide_counts(
         if not values:
             changes.append(CountChange(name, value, None, None, 0, False, None, "new"))
             continue
-        low, high = min(values), max(values)
+        ranges = [r[name] for r in stored_ranges if name in r]
+        low = min(values + [lo for lo, _ in ranges])
+        high = max(values + [hi for _, hi in ranges])
         limit = high * (1 + tolerance)
-        status = "regressed" if value > limit else "improved" if value < low else "unchanged"
+        now_low = current.varied[name][0] if name in current.varied else value
+        if ranges or name in current.varied:
+            # differs between calls (data-dependent: random sampling, a buffer that fills): not exact.
+            # Gated with a tolerance of twice the widest relative range seen between calls, on this run's lowest
+            limit += 2 * high * max(spread_fraction(lo, hi) for lo, hi in ranges + [(now_low, value)])
+            status = "regressed" if now_low > limit else "improved" if value < low else "varies"
+            value = now_low if status == "regressed" else value
+        else:
+            status = "regressed" if value > limit else "improved" if value < low else "unchanged"
         names: tuple[tuple[str, int], ...] = ()
-        if newest is not None and name in BY_NAME_FIELDS and status != "unchanged":
+        if newest is not None and name in BY_NAME_FIELDS and status in ("regressed", "improved"):
             names = name_diff(current.by_name(name), newest.by_name(name))
         changes.append(CountChange(name, value, low, high, len(values), low != high, limit, status, names))
     over = []

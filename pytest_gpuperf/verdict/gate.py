@@ -336,7 +336,8 @@ class Evidence:
     both sides, :class:`~pytest_gpuperf.verdict.paired.Block`), else ``process_samples_ms`` (per-call times,
     ms, one tuple per worker process, in process order), else ``samples_ms`` (per-call times of one
     process, ms). ``peak_memory_bytes`` and ``counts`` (:class:`~pytest_gpuperf.verdict.counts.Counts`) are
-    the memory verdict's and the count gate's inputs (None: not measured, no verdict).
+    the memory verdict's and the count gate's inputs (None: not measured, no verdict);
+    ``peak_memory_low_bytes`` the lowest peak when the calls measured differed (None: they did not).
     ``throttle`` says why a regression measured now is not trusted (a throttled GPU, a busy host;
     None: nothing). ``device`` names the device in memory messages.
     """
@@ -348,6 +349,7 @@ class Evidence:
     counts: "Counts | None" = None
     throttle: str | None = None
     device: str = ""
+    peak_memory_low_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,11 +437,13 @@ def evaluate(
                                fixed_rounds=fixed_rounds, can_fail=can_fail, probe=probe,
                                machine_reference=machine_reference, normalize=normalize)
         base_peak = reference.baseline.peak_memory_bytes if reference.baseline is not None else None
+    base_low = reference.baseline.peak_memory_low_bytes if reference.baseline is not None else None
     memory = None
     if evidence.peak_memory_bytes is not None:
         memory = decide_memory(evidence.peak_memory_bytes, base_peak, threshold=options.memory_threshold,
                                max_memory_bytes=options.max_memory, benchmark_id=benchmark_id, device=evidence.device,
-                               baseline_file=label, max_memory_text=max_memory_text)
+                               baseline_file=label, max_memory_text=max_memory_text,
+                               current_low_bytes=evidence.peak_memory_low_bytes, baseline_low_bytes=base_low)
     counts = None
     if evidence.counts is not None:
         counts = judge_counts(evidence.counts, reference.baseline, options, benchmark_id=benchmark_id,

@@ -21,7 +21,8 @@ class RunRecord:
 
     ``iqr_ms`` in ms, ``peak_memory_bytes`` in bytes; ``environment`` is the fingerprint of the
     machine that recorded it (with the reference-workload medians under ``"reference"``).
-    ``counts``: the run's gated counts per call (``{"ops": 212, "syncs": 0, ...}``; see
+    ``counts``: the run's gated counts per call (``{"ops": 212, "syncs": 0, ...}``, with
+    ``"varied": {"traffic_bytes": [lo, hi]}`` for counts that differed between its calls; see
     :mod:`pytest_gpuperf.verdict.counts`), None when the run was recorded without them. ``probe_ms``: the
     median time (ms) of the interleaved machine-speed probe during the run, ``probe`` its name
     (``"compute: 256x256 float32 matmul"``); None when recorded without a probe.
@@ -43,15 +44,13 @@ class RunRecord:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
         """From a stored history record (unknown keys are ignored)."""
-        from pytest_gpuperf.verdict.counts import stored_totals
-
         kw = {f: d.get(f) for f in _RUN_FIELDS
               if f not in ("median_ms", "counts", "probe_ms", "probe", "process_medians_ms", "dirty")}
         probe_ms = d.get("probe_ms")
         probe_ms = float(probe_ms) if _positive_number(probe_ms) else None
         probe = d.get("probe") if isinstance(d.get("probe"), str) else None
         dirty = d.get("dirty") if isinstance(d.get("dirty"), bool) else None
-        return cls(**kw, median_ms=float(d["median_ms"]), counts=stored_totals(d.get("counts")) or None,
+        return cls(**kw, median_ms=float(d["median_ms"]), counts=_run_counts(d.get("counts")),
                    probe_ms=probe_ms, probe=probe, process_medians_ms=_process_medians(d), dirty=dirty)
 
 
@@ -98,6 +97,19 @@ class BaselineEntry:
     def count_history(self) -> tuple[Mapping[str, int], ...]:
         """The gated counts of the stored runs that have them, oldest first."""
         return tuple(r.counts for r in self.history if r.counts)
+
+    @property
+    def peak_memory_low_bytes(self) -> int | None:
+        """The lowest peak (bytes) the newest run saw when its calls' peaks differed, else None."""
+        v = self.data.get("peak_memory_low_bytes")
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    @property
+    def unavailable(self) -> dict[str, Any]:
+        """The extras the newest run could not measure (part -> :class:`~pytest_gpuperf.core.containment.Unavailable`)."""
+        from pytest_gpuperf.core.containment import from_dict
+
+        return from_dict(self.data.get("unavailable"))
 
     @property
     def run_medians_ms(self) -> tuple[float, ...]:
@@ -205,12 +217,16 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _run_counts(counts: Any) -> dict[str, int] | None:
-    """The gated totals of an entry's ``counts`` (no per-name breakdown: that is kept for the
-    newest run only), or None."""
-    from pytest_gpuperf.verdict.counts import stored_totals
+def _run_counts(counts: Any) -> dict[str, Any] | None:
+    """The gated totals of an entry's ``counts`` with their ``varied`` ranges (no per-name
+    breakdown: that is kept for the newest run only), or None."""
+    from pytest_gpuperf.verdict.counts import stored_totals, stored_varied
 
-    return stored_totals(counts) or None
+    totals: dict[str, Any] = stored_totals(counts)
+    varied = stored_varied(counts)
+    if totals and varied:
+        totals["varied"] = {f: list(r) for f, r in varied.items()}
+    return totals or None
 
 
 def history_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from pytest_gpuperf.core.containment import Unavailable, requested_parts
 from pytest_gpuperf.core.options import BenchOptions, options_from_dict
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict
 from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, summarize
@@ -60,7 +61,12 @@ class BenchResult:
     probe support); stored in reports and baselines. ``process_medians_ms`` holds the median (ms)
     of each worker process that measured the benchmark (``--gpuperf-processes`` >= 2; in process
     order, ``samples_ms`` is their samples concatenated in that order), None when one process
-    measured it; stored in reports and baselines.
+    measured it; stored in reports and baselines. ``unavailable`` maps an extra that could not be
+    measured (``"counts"``, ``"peak memory"``, ``"bottleneck"``, ``"trace"``, ``"memory snapshot"``)
+    to why (:class:`~pytest_gpuperf.core.containment.Unavailable`); the timing and the other checks
+    stand, and it is stored in reports and baselines. ``peak_memory_low_bytes``: the lowest peak
+    (bytes) when the calls measured for peak memory differed (``peak_memory_bytes`` is then the
+    highest); None when they agreed or one call was measured.
     """
 
     name: str
@@ -103,6 +109,8 @@ class BenchResult:
     probe: str | None = None
     process_medians_ms: tuple[float, ...] | None = None
     overrun: Overrun | None = field(default=None, repr=False, compare=False)
+    unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
+    peak_memory_low_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, BenchOptions):  # a mapping of option values (as a report stores them)
@@ -153,21 +161,31 @@ class BenchResult:
         regression (or, ``strict``, an inconclusive comparison), a memory regression, a peak over
         ``max_memory``, a count regression (the count gate), a count over a declared budget
         (``max_syncs``...), a misclassified bottleneck (on a busy host only with ``strict``, see
-        :attr:`misclassification_trusted`). While ``updating`` baselines only the hard
+        :attr:`misclassification_trusted`), and an extra the user asked for by an option
+        (``max_memory``, a count budget, ``expect_bottleneck``) that could not be measured
+        (:attr:`missing_requested`). While ``updating`` baselines only the hard
         checks count (``max_memory``, the count budgets, ``expect_bottleneck``): a new baseline
         may be slower than the old one, but never over its own budget.
         """
         out = []
         c, m, cc = self.comparison, self.memory_comparison, self.count_comparison
+        missing = self.missing_requested()
         if c is not None and c.fails(strict) and not updating:
             out.append("timing")
-        if m is not None and ((m.verdict is Verdict.REGRESSED and not updating) or m.over_budget):
+        if (m is not None and ((m.verdict is Verdict.REGRESSED and not updating) or m.over_budget)) or "peak memory" in missing:
             out.append("memory")
-        if cc is not None and ((cc.regressions() and not updating) or cc.over_budget):
+        if (cc is not None and ((cc.regressions() and not updating) or cc.over_budget)) or "counts" in missing:
             out.append("counts")
-        if self.misclassified and (strict or updating or self.misclassification_trusted):
+        if (self.misclassified and (strict or updating or self.misclassification_trusted)) or "bottleneck" in missing:
             out.append("bottleneck")
         return tuple(out)
+
+    def missing_requested(self) -> dict[str, str]:
+        """The extras this result's options ask for (``{"counts": "max_ops=12"}``, see
+        :func:`~pytest_gpuperf.core.containment.requested_parts`) that could not be measured; empty in smoke mode."""
+        if self.smoke or not self.unavailable:
+            return {}
+        return {part: option for part, option in requested_parts(self.options).items() if part in self.unavailable}
 
     @property
     def iqr_fraction(self) -> float:

@@ -161,3 +161,20 @@ def thin(samples_ms: Sequence[float], limit: int = MAX_STORED_SAMPLES) -> list[f
         return x
     idx = np.unique(np.round(np.linspace(0, len(x) - 1, limit)).astype(int))
     return [x[i] for i in idx]
+
+
+def geometric_mean_ci(values_ms: Sequence[float], alpha: float = 0.01) -> tuple[float, float, float] | None:
+    """``(geometric mean, low, high)`` (ms) of replicate values such as per-process medians: the
+    two-sided ``1 - alpha`` Student-t interval of the mean of their logs, exponentiated (the
+    interval the replicated timing gate uses for each side; Kalibera & Jones 2013 replicate at the
+    process level). None for fewer than 2 values; raises ``ValueError`` for non-positive values."""
+    if len(values_ms) < 2:
+        return None
+    if any(not v > 0 for v in values_ms):
+        raise ValueError("geometric_mean_ci: values must be > 0 ms")
+    from scipy import stats as sps
+
+    logs = np.log(np.asarray(values_ms, dtype=float))
+    mean = float(np.mean(logs))
+    half = float(sps.t.ppf(1 - alpha / 2, len(logs) - 1)) * float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)

@@ -198,3 +198,52 @@ def test_throughput_and_format_si() -> None:
                                "items_per_s": 32000.0})
     assert throughput(0.0, BASE) is None and throughput(1.0, Counts()) is None
     assert format_si(712e12, "FLOP/s") == "712 TFLOP/s" and format_si(5.0, "B/s") == "5 B/s"
+
+
+# ----------------------------------------------------------------- counts that vary between calls (issue 31)
+
+def test_combine_counts_keeps_the_highest_and_the_range_of_what_differed() -> None:
+    from pytest_gpuperf.verdict.counts import combine_counts
+
+    a = Counts(ops=10, traffic_bytes=5000, flops=100, ops_by_name={"aten::mm": 10})
+    b = Counts(ops=10, traffic_bytes=5060, flops=100)
+    c = combine_counts([a, b])
+    assert (c.ops, c.traffic_bytes, c.flops) == (10, 5060, 100)
+    assert c.varied == {"traffic_bytes": (5000, 5060)} and c.ops_by_name == {"aten::mm": 10}
+    # a range already seen in one process widens with the other's
+    d = combine_counts([c, Counts(ops=10, traffic_bytes=4990, flops=100)])
+    assert d.varied == {"traffic_bytes": (4990, 5060)}
+    assert Counts.from_dict(d.to_dict()).varied == d.varied
+    assert combine_counts([a, a]).varied == {}
+    with pytest.raises(ValueError):
+        combine_counts([])
+
+
+def test_a_count_that_varies_between_calls_is_reported_not_gated_exactly() -> None:
+    from pytest_gpuperf.verdict.counts import combine_counts
+
+    recorded = combine_counts([Counts(ops=10, traffic_bytes=5000), Counts(ops=10, traffic_bytes=5060)])
+    history = [dict(recorded.totals(), varied={"traffic_bytes": [5000, 5060]})]
+    # the issue's false alarm: a replay buffer's sampling moves slightly other bytes in the rerun
+    rerun = combine_counts([Counts(ops=10, traffic_bytes=5090), Counts(ops=10, traffic_bytes=5080)])
+    c = decide_counts(rerun, history, recorded)
+    assert c.verdict is Verdict.UNCHANGED and not c.failed
+    change = {ch.name: ch for ch in c.changes}
+    assert change["traffic_bytes"].status == "varies" and change["ops"].status == "unchanged"
+    # beyond twice the spread it is a regression (this run's lowest held against the limit)
+    big = combine_counts([Counts(ops=10, traffic_bytes=5300), Counts(ops=10, traffic_bytes=5400)])
+    c = decide_counts(big, history, recorded)
+    assert c.verdict is Verdict.REGRESSED and {ch.name for ch in c.regressions()} == {"traffic_bytes"}
+    # an exact count next to it stays exact: one more op fails
+    c = decide_counts(combine_counts([Counts(ops=11, traffic_bytes=5010), Counts(ops=11, traffic_bytes=5020)]),
+                      history, recorded)
+    assert {ch.name for ch in c.regressions()} == {"ops"}
+
+
+def test_a_count_that_varies_only_now_is_not_gated_exactly_either() -> None:
+    from pytest_gpuperf.verdict.counts import combine_counts
+
+    history = [Counts(ops=10, traffic_bytes=5000).totals()]  # a baseline recorded from one call
+    now = combine_counts([Counts(ops=10, traffic_bytes=5000), Counts(ops=10, traffic_bytes=5040)])
+    c = decide_counts(now, history, None)
+    assert not c.failed and {ch.name: ch.status for ch in c.changes}["traffic_bytes"] == "varies"

@@ -682,3 +682,27 @@ def test_cuda_tracker_empties_the_cache_first_so_fragmentation_is_the_blocks(mon
     r = t.report
     assert r.peak_bytes == 200 and r.reserved_peak_bytes == 400
     assert r.fragmentation == pytest.approx(400 / 300)
+
+
+def test_a_peak_that_varies_between_calls_is_gated_beyond_twice_its_spread():
+    # issue 31: a data collector whose peak varies (37.3 MiB -> 43.2 MiB on an unchanged rerun)
+    from pytest_gpuperf.verdict.compare import decide_memory as decide
+
+    mib = 1 << 20
+    base_low, base = 35 * mib, 40 * mib  # the update run saw 35..40 MiB between its calls
+    aa = decide(43 * mib, base, current_low_bytes=37 * mib, baseline_low_bytes=base_low)
+    # spreads relative to the highest: 37/43 now (14%), 35/40 stored (12.5%), applied to the baseline's 40 MiB
+    assert aa.verdict is Verdict.UNCHANGED and aa.spread_bytes == int((6 / 43) * 40 * mib) and not aa.failed
+    # exactly reproduced: never a spread
+    assert decide(40 * mib, 40 * mib).spread_bytes is None
+    # a real regression clears the limit with this run's lowest peak
+    big = decide(100 * mib, base, current_low_bytes=90 * mib, baseline_low_bytes=base_low)
+    assert big.verdict is Verdict.REGRESSED
+    # the limit: baseline high * (1 + threshold) + slack + 2 x spread
+    limit = 40 * mib * 1.02 + mib + 2 * 5 * mib  # 5/40 of 40 MiB
+    assert decide(int(limit) + 1, base, baseline_low_bytes=base_low).verdict is Verdict.REGRESSED
+    assert decide(int(limit) - 1, base, baseline_low_bytes=base_low).verdict is Verdict.UNCHANGED
+    assert decide(mib, base, current_low_bytes=mib, baseline_low_bytes=base_low).verdict is Verdict.IMPROVED
+    # a budget still applies to the highest peak
+    assert decide(43 * mib, base, current_low_bytes=37 * mib, baseline_low_bytes=base_low,
+                  max_memory_bytes=42 * mib).over_budget

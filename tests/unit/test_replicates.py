@@ -35,15 +35,20 @@ def test_worker_slot_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert replicates.worker_slot() is None
     monkeypatch.setenv("GPUPERF_REPLICATE", "1/3")
     assert replicates.worker_slot() == (1, 3)
-    for bad in ("3/3", "x", "1"):
+    for bad in ("x", "1", "-1/3", "1/0"):  # k >= P is a process added for inconclusive benchmarks
         monkeypatch.setenv("GPUPERF_REPLICATE", bad)
         with pytest.raises(ValueError, match="GPUPERF_REPLICATE"):
             replicates.worker_slot()
+    monkeypatch.setenv("GPUPERF_REPLICATE", "x/3")  # the extras process (issue 31)
+    assert replicates.worker_slot() == (replicates.EXTRAS, 3)
     o = BenchOptions(max_time=1.5, warmup_time=0.03, expect_bottleneck=("compute",))
     first, other = replicates.worker_options(o, (0, 3)), replicates.worker_options(o, (2, 3))
+    # every timed worker measures its share of max_time; none makes the extras (the extras process
+    # does, and keeps the options as they are): the options themselves are the test's
     assert first.max_time == pytest.approx(0.5) and first.counts and first.expect_bottleneck == ("compute",)
-    assert other.max_time == pytest.approx(0.5) and not other.counts and other.expect_bottleneck is None
+    assert other.max_time == pytest.approx(0.5) and other.counts and other.expect_bottleneck == ("compute",)
     assert first.threshold == o.threshold and first.alpha == o.alpha
+    assert replicates.worker_options(o, (replicates.EXTRAS, 3)) == o
 
 
 def _entry(median: float, *, telemetry: dict | None = None, peak: int | None = 100, probe_ms: float | None = None) -> dict:
@@ -95,9 +100,34 @@ def test_worker_results_survive_a_torn_last_line(tmp_path: Path, monkeypatch: py
     replicates.report_result("m::test_x", r, {"device_type": "cpu"})
     with open(out, "a") as f:
         f.write('{"key": "m::test_y", "entr')  # the worker died while writing
-    got = replicates.read_results(out)
-    assert list(got) == ["m::test_x"] and got["m::test_x"]["samples_ms"] == [1.0, 2.0]
-    assert replicates.read_results(tmp_path / "none.jsonl") == {}
+    got, failures = replicates.read_results(out)
+    assert list(got) == ["m::test_x"] and got["m::test_x"]["samples_ms"] == [1.0, 2.0] and failures == {}
+    assert replicates.read_results(tmp_path / "none.jsonl") == ({}, {})
+
+
+def test_a_worker_whose_test_raised_names_the_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "w.jsonl"
+    monkeypatch.setenv("GPUPERF_REPLICATE_OUT", str(out))
+
+    def user_code():
+        raise RuntimeError("Converting a tensordict to boolean value is not permitted")
+
+    try:
+        user_code()
+    except RuntimeError as exc:
+        replicates.report_failure("m.py::test_b", exc)
+    entries, failures = replicates.read_results(out)
+    assert entries == {} and failures["m.py::test_b"].startswith(
+        "RuntimeError: Converting a tensordict to boolean value is not permitted (at ")
+    assert "in user_code" in failures["m.py::test_b"]
+    log = tmp_path / "worker-1.log"
+    log.write_text("")
+    ok = replicates.WorkerRun(0, 0, tmp_path / "worker-0.log", {"m.py::test_b::fwd": {}})
+    raised = replicates.WorkerRun(1, 1, log, {}, failures=failures)
+    text = replicates.missing_message("m.py::test_b::fwd", [ok, raised])
+    assert text.startswith("m.py::test_b::fwd: measured by 1 of 2 worker processes (worker 2 did not report it: its "
+                           "test raised RuntimeError: Converting a tensordict to boolean value is not permitted (at ")
+    assert replicates.WorkerRun(1, 1, log, {}, failures=failures).failure_of("m.py::test_bc") is None
 
 
 def test_ab_confirmation_makes_the_ab_verdict_final_or_keeps_the_stored_one_with_a_note() -> None:
@@ -143,3 +173,34 @@ def test_one_process_on_each_side_is_decided_on_the_samples_with_a_note() -> Non
     assert c.verdict is Verdict.REGRESSED and "run-to-run spread not measured" in c.note
     with pytest.raises(ValueError, match="two processes"):
         decide_replicates(slower, [1.0])
+
+
+def test_needs_more_processes_where_the_evidence_is_thin() -> None:
+    from pytest_gpuperf.verdict.compare import Verdict
+
+    def result(verdict: Verdict, ci: tuple[float, float] | None, medians=(1.0, 1.0), **options) -> BenchResult:
+        c = Comparison(verdict=verdict, benchmark_id="b", current_median_ms=1.0, ratio_ci=ci)
+        return BenchResult.from_samples((1.0,) * 4, name="t", device="cpu", rounds=4, calls_per_round=1,
+                                        warmup_calls=0, comparison=c, process_medians_ms=medians,
+                                        options=BenchOptions(**options))
+    # comparing: an inconclusive CI that spans 1 and 1 + threshold gets more; decided ones do not
+    assert replicates.needs_more(result(Verdict.INCONCLUSIVE, (0.99, 1.25)), updating=False)
+    assert not replicates.needs_more(result(Verdict.INCONCLUSIVE, (1.06, 1.25)), updating=False)
+    assert not replicates.needs_more(result(Verdict.REGRESSED, (1.06, 1.25)), updating=False)
+    assert not replicates.needs_more(result(Verdict.UNCHANGED, (0.98, 1.03)), updating=False)
+    assert not replicates.needs_more(result(Verdict.INCONCLUSIVE, (0.99, 1.25), processes=3), updating=False)
+    assert not replicates.needs_more("why it has no result", updating=False)
+    # updating: while the baseline's 99% CI reaches beyond twice the threshold
+    noisy = result(Verdict.NO_BASELINE, None, medians=(1.0, 1.08, 0.93))
+    quiet = result(Verdict.NO_BASELINE, None, medians=(1.0, 1.005, 0.997))
+    assert replicates.needs_more(noisy, updating=True) and not replicates.needs_more(quiet, updating=True)
+
+
+def test_geometric_mean_ci_of_process_medians() -> None:
+    from pytest_gpuperf.verdict.stats import geometric_mean_ci
+
+    g, lo, hi = geometric_mean_ci([1.0, 1.1, 0.9, 1.05], alpha=0.01)
+    assert lo < g < hi and g == pytest.approx((1.0 * 1.1 * 0.9 * 1.05) ** 0.25)
+    assert geometric_mean_ci([1.0]) is None
+    with pytest.raises(ValueError):
+        geometric_mean_ci([1.0, 0.0])

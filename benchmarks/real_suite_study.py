@@ -1,0 +1,158 @@
+"""Real libraries' pytest-benchmark suites, unmodified, through the plugin (issue 31).
+
+For each suite: a copy of its folder without git history (so the stored stage decides alone, as in a
+shallow CI checkout), one smoke run (which benchmarks pass as tests), one update run, ``--aa`` unchanged
+reruns, and one rerun per injected slowdown (``benchmarks/inject_plugin.py``: every benchmarked call
+made ``level`` longer). Every run is the command users run, ``python -m pytest <args> --gpuperf ...``,
+with ``--gpuperf-no-ab-confirm``; the verdicts come from ``--gpuperf-json`` and JUnit XML.
+
+    python benchmarks/real_suite_study.py --python /work/study/venv/bin/python \\
+        --suite tensordict=/work/study/tensordict-src --args tensordict="benchmarks -k 'not cuda'" \\
+        --out /tmp/real-study --aa 2 --levels 0.2,0.5 [--plugin-path DIR] [--extra-args "-o gpuperf_max_time=0.2"]
+
+``--plugin-path DIR`` puts another checkout of the plugin first on ``PYTHONPATH`` (the "before"
+figures: e.g. a worktree of the commit before issue 31). Prints a table and writes ``summary.json``.
+Runs one process at a time; figures depend on the machine, so report them with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(python: str, tree: Path, args: list[str], env: dict[str, str], log: Path) -> tuple[int, float]:
+    """``python -m pytest <args>`` in ``tree``; its output to ``log``: ``(exit code, wall seconds)``."""
+    start = time.monotonic()
+    with open(log, "wb") as out:
+        rc = subprocess.call([python, "-m", "pytest", *args], cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+    return rc, time.monotonic() - start
+
+
+def junit_outcomes(path: Path) -> dict[str, str]:
+    """Test id -> passed/failed/skipped/error from a JUnit XML file (empty when it is missing)."""
+    if not path.exists():
+        return {}
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        out[name] = ("failed" if "failure" in kinds else "error" if "error" in kinds
+                     else "skipped" if "skipped" in kinds else "passed")
+    return out
+
+
+def verdicts(report: Path) -> dict[str, dict[str, Any]]:
+    """Benchmark -> what failed (timing/counts/memory), the timing verdict and its processes."""
+    if not report.exists():
+        return {}
+    out = {}
+    for name, b in json.loads(report.read_text())["benchmarks"].items():
+        cc, mc = b.get("count_comparison") or {}, b.get("memory_comparison") or {}
+        out[name] = {
+            "verdict": b.get("verdict"),
+            "timing_failed": b.get("verdict") == "regressed",
+            "counts_failed": bool(cc.get("failed")),
+            "memory_failed": bool(mc.get("verdict") == "regressed" or mc.get("over_budget")),
+            "processes": len(b.get("process_medians_ms") or []) or 1,
+            "unavailable": sorted((b.get("unavailable") or {}).keys()),
+        }
+    return out
+
+
+def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespace) -> dict[str, Any]:
+    work = Path(opts.out) / name
+    if work.exists():
+        shutil.rmtree(work)
+    tree = work / "tree"
+    shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".gpuperf", "baselines"))
+    env = dict(os.environ, GPUPERF_HOST_LOAD=os.environ.get("GPUPERF_HOST_LOAD", "1"))
+    paths = [str(HERE)] + ([opts.plugin_path] if opts.plugin_path else [])
+    env["PYTHONPATH"] = os.pathsep.join(list(reversed(paths)) + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("GPUPERF_STUDY_SLOWDOWN", None)
+    base = [*args, "-p", "no:cacheprovider", "-p", "inject_plugin", *shlex.split(opts.extra_args)]
+    result: dict[str, Any] = {"suite": name, "args": args}
+
+    rc, wall = run(opts.python, tree, [*base, f"--junitxml={work}/smoke.xml"], env, work / "smoke.log")
+    smoke = junit_outcomes(work / "smoke.xml")
+    result["smoke"] = {"passed": sum(v == "passed" for v in smoke.values()), "tests": len(smoke), "wall_s": wall}
+    print(f"[{name}] smoke: {result['smoke']}", flush=True)
+
+    rc, wall = run(opts.python, tree, [*base, "--gpuperf-update-baselines", f"--gpuperf-json={work}/update.json",
+                                       f"--junitxml={work}/update.xml"], env, work / "update.log")
+    recorded = verdicts(work / "update.json")
+    upd = junit_outcomes(work / "update.xml")
+    result["update"] = {"wall_s": wall, "recorded": len(recorded), "tests_passed": sum(v == "passed" for v in upd.values()),
+                        "tests_failed": sorted(k for k, v in upd.items() if v in ("failed", "error")),
+                        "unavailable": {k: v["unavailable"] for k, v in recorded.items() if v["unavailable"]},
+                        "processes": {k: v["processes"] for k, v in recorded.items()}}
+    print(f"[{name}] update: {wall:.0f} s, {len(recorded)} recorded, failed tests: {len(result['update']['tests_failed'])}",
+          flush=True)
+
+    runs = [("aa", 0.0, i) for i in range(opts.aa)] + [("slow", float(x), 0) for x in opts.levels.split(",") if x]
+    result["runs"] = []
+    for kind, level, i in runs:
+        tag = f"{kind}-{level:g}-{i}"
+        env_i = dict(env, GPUPERF_STUDY_SLOWDOWN=str(level)) if level else env
+        rc, wall = run(opts.python, tree, [*base, "--gpuperf", "--gpuperf-no-ab-confirm",
+                                           f"--gpuperf-json={work}/{tag}.json", f"--junitxml={work}/{tag}.xml"],
+                       env_i, work / f"{tag}.log")
+        v = verdicts(work / f"{tag}.json")
+        tests = junit_outcomes(work / f"{tag}.xml")
+        failed_tests = sorted(k for k, o in tests.items() if o in ("failed", "error"))
+        row = {
+            "kind": kind, "level": level, "wall_s": wall, "benchmarks": len(v),
+            "timing_failed": sum(x["timing_failed"] for x in v.values()),
+            "counts_failed": sum(x["counts_failed"] for x in v.values()),
+            "memory_failed": sum(x["memory_failed"] for x in v.values()),
+            "any_failed": sum(x["timing_failed"] or x["counts_failed"] or x["memory_failed"] for x in v.values()),
+            "failed_tests": len(failed_tests),
+            "verdicts": {k: sum(x["verdict"] == k for x in v.values())
+                         for k in ("regressed", "inconclusive", "unchanged", "improved", "no-baseline")},
+            "processes_mean": (sum(x["processes"] for x in v.values()) / len(v)) if v else None,
+            "failures": {k: [c for c in ("timing", "counts", "memory") if x[f"{c}_failed"]]
+                         for k, x in v.items() if x["timing_failed"] or x["counts_failed"] or x["memory_failed"]},
+        }
+        result["runs"].append(row)
+        print(f"[{name}] {tag}: {wall:.0f} s, {row['benchmarks']} benchmarks, verdicts {row['verdicts']}, "
+              f"failed: timing {row['timing_failed']} counts {row['counts_failed']} memory {row['memory_failed']}, "
+              f"tests failed {row['failed_tests']}, mean processes {row['processes_mean']}", flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--python", required=True, help="the interpreter of the study environment")
+    p.add_argument("--suite", action="append", required=True, help="NAME=DIR (a suite's folder; copied, no git)")
+    p.add_argument("--args", action="append", default=[], help="NAME=ARGS (pytest arguments of that suite)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--aa", type=int, default=2, help="unchanged reruns after the update run")
+    p.add_argument("--levels", default="0.2,0.5", help="injected slowdowns, comma-separated fractions")
+    p.add_argument("--plugin-path", default=None, help="another checkout of the plugin, first on PYTHONPATH")
+    p.add_argument("--extra-args", default="", help="pytest arguments for every run of every suite")
+    opts = p.parse_args(argv)
+    args = dict(a.split("=", 1) for a in opts.args)
+    Path(opts.out).mkdir(parents=True, exist_ok=True)
+    results = []
+    for spec in opts.suite:
+        name, source = spec.split("=", 1)
+        results.append(study_suite(name, Path(source), shlex.split(args.get(name, "")), opts))
+    Path(opts.out, "summary.json").write_text(json.dumps(results, indent=1))
+    print(f"summary: {Path(opts.out, 'summary.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

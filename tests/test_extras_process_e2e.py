@@ -1,0 +1,73 @@
+"""End-to-end: the extras in a process of their own, and what varies is not gated exactly (issue 31).
+
+With worker processes (``--gpuperf-processes`` >= 2) no timed process makes an extra call: an
+extras process measures peak memory and the counts, each from two calls, after all timing (an
+update run uses two such processes). A count or a peak that differs between those calls is
+stored with its range and gated only beyond twice it, so an unchanged rerun passes; a large
+change still fails. Timings are scripted (tests/scripted.py); the counts and peaks are real and
+deterministic (a call counter picks each call's size).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripted import script_timings
+
+pytest_plugins = ["pytester"]
+
+RUN = ("-p", "no:cacheprovider", "--gpuperf-processes=2", "--gpuperf-max-processes=1")
+STEADY = {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.01]}
+
+VARYING = """
+import itertools, pytest, torch
+
+calls = itertools.count()
+
+def sample(scale):
+    n = next(calls) % 3 + 1              # 1, 2 or 3 MiB, call after call (a buffer sampled at random)
+    buf = torch.ones(n * scale * (1 << 18))  # float32: n * scale MiB
+    return buf.sum()
+
+@pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, device="cpu")
+def test_sample(gpu_bench):
+    gpu_bench(sample, {scale})
+"""
+
+
+def _bench(pytester: pytest.Pytester, path: str) -> dict:
+    return next(iter(json.loads(pytester.path.joinpath(path).read_text())["benchmarks"].values()))
+
+
+def test_timed_workers_make_no_extra_call_and_variable_extras_are_not_gated_exactly(pytester: pytest.Pytester) -> None:
+    script_timings(pytester, STEADY)
+    pytester.makepyfile(test_sample=VARYING.format(scale=1))
+    rec = pytester.runpytest("--gpuperf-update-baselines", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*extras process 1/2 done*", "*extras process 2/2 done*"])
+    logs = pytester.path / ".gpuperf" / "replicates"
+    timed = [json.loads(line)["entry"] for k in (0, 1) for line in (logs / f"worker-{k}.jsonl").read_text().splitlines()]
+    assert all(e["counts"] is None and e["peak_memory_bytes"] is None for e in timed)  # nothing but timing
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    entry = json.loads(path.read_text())["benchmarks"]["test_sample"]
+    mib = 1 << 20
+    assert entry["peak_memory_low_bytes"] < entry["peak_memory_bytes"] <= 3 * mib + 4096
+    assert entry["counts"]["varied"]["traffic_bytes"][0] < entry["counts"]["varied"]["traffic_bytes"][1]
+    assert entry["history"][-1]["counts"]["varied"] == entry["counts"]["varied"]
+    # an unchanged rerun passes: the count and the peak vary, and say so
+    for _ in range(2):
+        rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
+        rec.assert_outcomes(passed=1)
+        bench = _bench(pytester, "r.json")
+        statuses = {c["name"]: c["status"] for c in bench["count_comparison"]["changes"]}
+        assert statuses["traffic_bytes"] == "varies" and statuses["ops"] == "unchanged"
+        assert bench["memory_comparison"]["verdict"] == "unchanged" and bench["memory_comparison"]["spread_bytes"]
+    # ten times the data: both fail
+    pytester.makepyfile(test_sample=VARYING.format(scale=10))
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", *RUN)
+    rec.assert_outcomes(failed=1)
+    out = rec.stdout.str()
+    assert "memory regressed" in out and "(the peak varies between calls)" in out
+    assert "byte counts regressed" in out
