@@ -64,6 +64,21 @@ def test_step(gpu_bench):
 """
 
 
+def broken(module: str, name: str, message: str) -> str:
+    """Inner conftest text: ``module.name`` raises ``RuntimeError(message)`` during each inner test
+    (a monkeypatch fixture, undone after it: the inner session shares this process's modules)."""
+    return f"""
+import importlib, pytest
+
+def _broken(*args, **kwargs):
+    raise RuntimeError({message!r})
+
+@pytest.fixture(autouse=True)
+def _break_it(monkeypatch):
+    monkeypatch.setattr(importlib.import_module({module!r}), {name!r}, _broken)
+"""
+
+
 def _entry(pytester: pytest.Pytester, name: str) -> dict:
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     return json.loads(path.read_text())["benchmarks"][name]
@@ -138,17 +153,7 @@ def test_an_asked_for_count_budget_fails_with_the_reason(pytester: pytest.Pytest
 
 
 def test_a_failing_classification_fails_only_an_expectation(pytester: pytest.Pytester) -> None:
-    conftest = """
-import pytest
-import pytest_gpuperf.measure.profiling as _profiling
-
-def _broken(*args, **kwargs):
-    raise RuntimeError("the profiler is not available here")
-
-@pytest.fixture(autouse=True)
-def _no_profiler(monkeypatch):  # undone after the test: the inner session shares this process's modules
-    monkeypatch.setattr(_profiling, "classify_call", _broken)
-"""
+    conftest = broken("pytest_gpuperf.measure.profiling", "classify_call", "the profiler is not available here")
     script_timings(pytester, STEADY, conftest=conftest)
     pytester.makepyfile(test_step=REFUSES_DISPATCH_MODES.format(marker="").replace(
         "raise RuntimeError", "pass  #"))
@@ -163,17 +168,7 @@ def _no_profiler(monkeypatch):  # undone after the test: the inner session share
 
 
 def test_a_failing_peak_memory_measurement_is_contained(pytester: pytest.Pytester) -> None:
-    conftest = """
-import pytest
-import pytest_gpuperf.measure.memory as _memory
-
-def _broken(*args, **kwargs):
-    raise RuntimeError("no allocator events")
-
-@pytest.fixture(autouse=True)
-def _no_memory_events(monkeypatch):  # undone after the test: the inner session shares this process's modules
-    monkeypatch.setattr(_memory, "measure_peak", _broken)
-"""
+    conftest = broken("pytest_gpuperf.measure.memory", "measure_peak", "no allocator events")
     script_timings(pytester, STEADY, conftest=conftest)
     pytester.makepyfile(test_step=REFUSES_DISPATCH_MODES.format(marker="").replace(
         "raise RuntimeError", "pass  #"))
