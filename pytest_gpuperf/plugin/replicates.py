@@ -30,6 +30,7 @@ the running worker (``subprocess.run`` does) and leaves nothing behind but the l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -38,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 #: Environment variable that makes a pytest process a replicate worker: ``"k/P"`` (0-based k).
 WORKER_ENV = "GPUPERF_REPLICATE"
@@ -235,13 +236,39 @@ def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, 
                                     stdin=subprocess.DEVNULL)
         except OSError as exc:
             raise ReplicateError(f"could not start a worker process ({cmd[0]} -m pytest): {exc}") from None
-        run.returncode = tick(report, proc) if tick is not None else _wait(proc, timeout_s, report, None, 0, 1, 0.0, None)
+        with _killed_with_us(proc):
+            run.returncode = tick(report, proc) if tick is not None else _wait(proc, timeout_s, report, None, 0, 1, 0.0,
+                                                                               None)
         if run.returncode is None:
             run.error = f"{name} timed out after {timeout_s:g} s and was stopped"
     if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
         run.error = f"{name} exited with code {run.returncode}"
     run.entries, run.failures = read_results(report)  # also from a worker that crashed: what it measured before
     return run
+
+
+@contextlib.contextmanager
+def _killed_with_us(proc: subprocess.Popen) -> Iterator[None]:
+    """While waiting for a worker: a SIGTERM to this process (a cancelled CI job, ``timeout``) ends it
+    as Ctrl-C does, and a worker still running when the wait ends that way is killed, so that no
+    worker outlives its coordinator. The previous SIGTERM handler is restored afterwards."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: no handler, only the cleanup below
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,

@@ -204,3 +204,40 @@ def test_geometric_mean_ci_of_process_medians() -> None:
     assert geometric_mean_ci([1.0]) is None
     with pytest.raises(ValueError):
         geometric_mean_ci([1.0, 0.0])
+
+
+def test_no_worker_outlives_a_coordinator_stopped_by_sigterm(tmp_path: Path) -> None:
+    # a cancelled CI job sends SIGTERM: the worker it was waiting for must go too (issue 31's study
+    # found a worker left running after its coordinator was stopped by `timeout`)
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    script = f"""
+import subprocess, sys
+from pytest_gpuperf.plugin.replicates import _killed_with_us
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+open({str(pid_file)!r}, "w").write(str(child.pid))
+with _killed_with_us(child):
+    child.wait()
+"""
+    coordinator = subprocess.Popen([sys.executable, "-c", script])
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    coordinator.send_signal(signal.SIGTERM)
+    assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the worker outlived its coordinator")
