@@ -10,6 +10,9 @@ with ``--gpuperf-no-ab-confirm``; the verdicts come from ``--gpuperf-json`` and 
         --suite tensordict=/work/study/tensordict-src --args tensordict="benchmarks -k 'not cuda'" \\
         --out /tmp/real-study --aa 2 --levels 0.2,0.5 [--plugin-path DIR] [--extra-args "-o gpuperf_max_time=0.2"]
 
+``python benchmarks/real_suite_study.py analyze OUT`` prints, from a finished study, the
+process-order effect and the between-process spread of each suite's update run with every run's row.
+
 ``--plugin-path DIR`` puts another checkout of the plugin first on ``PYTHONPATH`` (the "before"
 figures: e.g. a worktree of the commit before issue 31). Prints a table and writes ``summary.json``.
 Runs one process at a time; figures depend on the machine, so report them with the command.
@@ -132,7 +135,46 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
     return result
 
 
+def _quartiles(values: list[float]) -> tuple[float, float, float] | None:
+    import statistics
+
+    if len(values) < 2:
+        return None
+    q1, q2, q3 = statistics.quantiles(values, n=4)
+    return q1, q2, q3
+
+
+def analyze(out: Path) -> dict[str, Any]:
+    """From a finished study folder: per suite, the process-order effect of the update run (each
+    benchmark's median in process 1 against process 2, and 2 against 3: quartiles of the ratio - 1),
+    the between-process SD of the log medians (quartiles), and each run's row of ``summary.json``."""
+    import math
+    import statistics
+
+    report: dict[str, Any] = {}
+    for summary in json.loads((out / "summary.json").read_text()):
+        name = summary["suite"]
+        update = json.loads((out / name / "update.json").read_text())["benchmarks"]
+        first = [b["process_medians_ms"][:3] for b in update.values() if len(b.get("process_medians_ms") or []) >= 3]
+        sds = [statistics.stdev(math.log(v) for v in b["process_medians_ms"]) for b in update.values()
+               if len(b.get("process_medians_ms") or []) >= 2]
+        report[name] = {
+            "benchmarks_recorded": len(update),
+            "process1_vs_2": _quartiles([m[0] / m[1] - 1 for m in first]),
+            "process2_vs_3": _quartiles([m[1] / m[2] - 1 for m in first]),
+            "between_process_sd": _quartiles(sds),
+            "runs": summary["runs"], "update": {k: v for k, v in summary["update"].items() if k != "processes"},
+            "smoke": summary["smoke"],
+        }
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["analyze"]:  # python benchmarks/real_suite_study.py analyze OUT
+        print(json.dumps(analyze(Path(argv[1])), indent=1))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--python", required=True, help="the interpreter of the study environment")
     p.add_argument("--suite", action="append", required=True, help="NAME=DIR (a suite's folder; copied, no git)")

@@ -187,11 +187,6 @@ class WorkerRun:
                 return why
         return None
 
-    @property
-    def extras(self) -> bool:
-        """This is the extras process (it timed nothing)."""
-        return self.index < 0
-
     def tail(self, lines: int = 25) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -221,9 +216,10 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
 
 
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
-             tick: Callable[[Path, subprocess.Popen], int | None] | None) -> WorkerRun:
+             wait: Callable[[Path, subprocess.Popen], int | None] | None) -> WorkerRun:
     """One worker process (``python -m pytest <args>`` with ``GPUPERF_REPLICATE=<slot>``; results in
-    ``<stem>.jsonl``, output in ``<stem>.log``): its :class:`WorkerRun`, with what it reported."""
+    ``<stem>.jsonl``, output in ``<stem>.log``): its :class:`WorkerRun`, with what it reported.
+    ``wait(report, proc)`` waits for it (its exit code, None when it timed out); default :func:`_wait`."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     report.unlink(missing_ok=True)
     env = dict(os.environ, **{WORKER_ENV: slot, PROCESSES_ENV: "1", OUT_ENV: str(report)})
@@ -237,8 +233,8 @@ def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, 
         except OSError as exc:
             raise ReplicateError(f"could not start a worker process ({cmd[0]} -m pytest): {exc}") from None
         with _killed_with_us(proc):
-            run.returncode = tick(report, proc) if tick is not None else _wait(proc, timeout_s, report, None, 0, 1, 0.0,
-                                                                               None)
+            run.returncode = (wait(report, proc) if wait is not None
+                              else _wait(proc, timeout_s, report, None, 0, 1, 0.0, None))
         if run.returncode is None:
             run.error = f"{name} timed out after {timeout_s:g} s and was stopped"
     if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
