@@ -785,17 +785,19 @@ class GpuPerfSession:
             terminalreporter.write_sep("=", "gpuperf: bisection of the confirmed regressions")
             for line in self.bisect_lines:
                 terminalreporter.write_line(line)
+        from pytest_gpuperf.reporting.terminal import more_processes_line, whole_time_line, wrap
+
+        closing = []
         if self.more_processes:
-            from pytest_gpuperf.reporting.terminal import more_processes_line
-
-            terminalreporter.write_line(more_processes_line(self.more_processes, self.settings.processes))
+            closing.append(more_processes_line(self.more_processes, self.settings.processes))
         if self.before_tests_s is not None:
-            from pytest_gpuperf.reporting.terminal import whole_time_line
-
             import time
 
-            terminalreporter.write_line(whole_time_line(time.monotonic() - self.started, self.before_tests_s,
-                                                        ab=self.settings.ab is not None))
+            closing.append(whole_time_line(time.monotonic() - self.started, self.before_tests_s,
+                                           ab=self.settings.ab is not None))
+        for line in closing:  # wrapped to the terminal, as the notes and warnings are
+            for part in wrap(line, width):
+                terminalreporter.write_line(part)
 
     def _summary_input(self) -> Any:
         """What the terminal summary reports (a :class:`~pytest_gpuperf.reporting.terminal.SessionSummary`)."""

@@ -90,6 +90,11 @@ def _wrapped(lines: Sequence[Line], width: int | None) -> list[Line]:
     return out
 
 
+def wrap(text: str, width: int | None) -> list[str]:
+    """One summary line wrapped to ``width`` as notes and warnings are (:func:`_wrapped`)."""
+    return [part for _, part, _ in _wrapped([_line(text)], width)]
+
+
 def _line(text: str, **markup: bool) -> Line:
     return ("line", text, markup)
 

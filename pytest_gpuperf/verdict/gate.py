@@ -286,7 +286,7 @@ def judge_replicates(
         baseline_runs=len(baseline.history) if baseline is not None else 0)
     if c.verdict is Verdict.INCONCLUSIVE:
         c = dataclasses.replace(c, note=f"{c.note}; to decide, measure in more worker processes "
-                                        f"(--gpuperf-processes, now {len(groups_ms)})")
+                                        f"(--gpuperf-max-processes, now {len(groups_ms)})")
     return downgrade_throttled(c, throttle, strict_hint=can_fail)
 
 
