@@ -37,7 +37,7 @@ T = TypeVar("T")
 class Unavailable:
     """Why an extra could not be measured: ``part`` (one of :data:`PARTS`), ``error``
     (``"RuntimeError: Converting a tensordict to boolean value is not permitted"``) and ``where``
-    (the last frames outside torch and this plugin, ``"tensordict/base.py:412 in __bool__"``;
+    (the last frames outside torch and this plugin, ``"tensordict/base.py:407 in __bool__"``;
     empty when none)."""
 
     part: str
@@ -45,7 +45,7 @@ class Unavailable:
     where: str = ""
 
     def text(self) -> str:
-        """``RuntimeError: ... (at tensordict/base.py:412 in __bool__)``: the reason, one line."""
+        """``RuntimeError: ... (at tensordict/base.py:407 in __bool__)``: the reason, one line."""
         return self.error + (f" (at {self.where})" if self.where else "")
 
 
