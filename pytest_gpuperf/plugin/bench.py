@@ -573,17 +573,11 @@ class GpuBench:
         extra: dict[str, Any] = {}
         unavailable: dict[str, Any] = {}
         if extras:
-            from pytest_gpuperf.measure.memory import measure_peak
-
             a, k = prepare_call(fn, args, kwargs, setup)
-            report = contained(MEMORY, lambda: measure_peak(fn, a, k, self.context.device), unavailable)
-            extra["peak_memory_bytes"] = report[0].peak_bytes if report is not None else None
-            counted = None
-            if self.options.counts:
-                got = contained(COUNTS, lambda: self._count(fn, args, kwargs, setup), unavailable)
-                if got is not None:
-                    extra["counts"], flop_dtype = got
-                    counted = (extra["counts"].flops, extra["counts"].traffic_bytes, flop_dtype)
+            mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, None, bid, [], unavailable)
+            extra["peak_memory_bytes"] = mem.peak_bytes if mem is not None else None
+            extra["counts"] = counts
+            counted = (counts.flops, counts.traffic_bytes, flop_dtype) if counts is not None else None
             if classify and (self.options.expect_bottleneck or self.context.classify):
                 median = statistics.median(samples)
                 got = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, median, counted), unavailable)
