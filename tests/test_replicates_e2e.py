@@ -173,6 +173,29 @@ def test_an_inconclusive_benchmark_gets_more_processes_and_decides(pytester: pyt
     assert len(bench["process_medians_ms"]) == 5 and bench["verdict"] == "regressed"
 
 
+def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(pytester: pytest.Pytester) -> None:
+    # issue 31: with no A/B to confirm it (here --gpuperf-no-ab-confirm), a regression decided on the
+    # first processes is measured again in processes started after the decision. A slowdown of the
+    # host that covers only the first 3 processes then passes; one that holds in the later ones fails.
+    pytester.makepyfile(test_bench=BENCH)
+    script_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.0, 1.01, 0.99]})
+    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=3", *RUN).assert_outcomes(passed=1)
+    compare = ("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=3", "--gpuperf-json=r.json", *RUN)
+    set_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.25, 1.26, 1.24, 1.0, 1.01]})
+    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=3")  # no later process: the regression stands
+    rec.assert_outcomes(failed=1)
+    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=5")
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*gpuperf: 1 regressed with no A/B against the baselines' commit to confirm it after 3 "
+                              "worker processes: measuring them in 2 more*"])
+    bench = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
+    assert len(bench["process_medians_ms"]) == 5 and bench["verdict"] in ("inconclusive", "unchanged")
+    set_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.25, 1.26, 1.24, 1.25, 1.26]})
+    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=5")
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*regressed 1.2*(5 worker processes)*"])
+
+
 def test_a_single_process_baseline_counts_its_runs_as_replicates(pytester: pytest.Pytester) -> None:
     # A baseline recorded before --gpuperf-processes (one process per run, three runs) still loads:
     # its runs' medians are the replicates; a 30% slower run in two processes fails.

@@ -116,6 +116,7 @@ class GpuPerfSession:
         self.started = time.monotonic()  # configure time: the whole session's clock (issue 31)
         self.before_tests_s: float | None = None  # worker processes / A/B before the tests, when any
         self.more_processes: dict[str, int] = {}  # module::id -> processes its decision used, when more were added
+        self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
 
     def warn(self, message: str) -> None:
         """Add a line to the summary's warnings (each distinct line is printed once)."""
@@ -290,19 +291,23 @@ class GpuPerfSession:
                       runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> list[Any]:
         """Pyperf's answer to process-level spread is more processes; Pinpoint's is "measure more"
         until the comparison decides. Benchmarks whose evidence is thin after the first P processes
-        (:func:`~pytest_gpuperf.plugin.replicates.needs_more`) get :data:`~pytest_gpuperf.plugin.replicates.MORE_BATCH`
-        more worker processes at a time, running only their tests (hidden ``--gpuperf-select``), up
-        to ``max_processes`` in all and while ``more_processes_time_s`` lasts, and are decided again
-        on all their processes (``finished`` is updated). Returns the added runs."""
+        (:func:`~pytest_gpuperf.plugin.replicates.needs_more`), and regressions that no A/B will
+        confirm (:func:`~pytest_gpuperf.plugin.replicates.replicate_regression`), get
+        :data:`~pytest_gpuperf.plugin.replicates.MORE_BATCH` more worker processes at a time, running
+        only their tests (hidden ``--gpuperf-select``), up to ``max_processes`` in all and while
+        ``more_processes_time_s`` lasts, and are decided again on all their processes (``finished`` is
+        updated). Returns the added runs."""
         import time
 
-        from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, needs_more, run_workers
+        from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, needs_more, replicate_regression, run_workers
 
         s, progress = self.settings, self._progress()
         added: list[Any] = []
         k, start = s.processes, time.monotonic()
         while k < s.max_processes and time.monotonic() - start < s.more_processes_time_s:
-            thin = [key for key, r in finished.items() if needs_more(r, s.updating)]
+            thin = [key for key, r in finished.items()
+                    if needs_more(r, s.updating, replicate=not s.updating and replicate_regression(
+                        self._ab_will_confirm(key, commits), key in self.more_processes))]
             if not thin:
                 break
             nodeids = sorted({next(r.entries[key].get("nodeid") for r in runs + added if key in r.entries)
@@ -312,9 +317,16 @@ class GpuPerfSession:
             select = logs / "select.txt"
             select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
             batch = min(MORE_BATCH, s.max_processes - k)
-            why = "too imprecise a baseline" if s.updating else "inconclusive"
-            progress.line(f"gpuperf: {len(thin)} benchmark(s) {why} after {k} worker processes: measuring them in "
-                          f"{batch} more (--gpuperf-max-processes {s.max_processes})")
+            if s.updating:
+                why = f"{len(thin)} benchmark(s) too imprecise a baseline"
+            else:
+                regressed = sum(finished[key].comparison.verdict.value == "regressed" for key in thin)
+                why = ", ".join(x for x in (
+                    f"{len(thin) - regressed} benchmark(s) inconclusive" if len(thin) > regressed else "",
+                    f"{regressed} regressed with no A/B against the baselines' commit to confirm it" if regressed else "",
+                ) if x)
+            progress.line(f"gpuperf: {why} after {k} worker processes: measuring them in {batch} more "
+                          f"(--gpuperf-max-processes {s.max_processes})")
             added += run_workers([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
                                  s.processes, logs, progress=progress, first=k, count=batch,
                                  tick=progress.tick if progress.live else None)
@@ -324,6 +336,24 @@ class GpuPerfSession:
                 finished[key] = self._decide_replicated(key, entries, commits, *extras_for(key, extras))
                 self.more_processes[key] = len(entries)
         return added
+
+    def _ab_will_confirm(self, key: str, commits: dict[str, tuple[str | None, bool | None]]) -> bool:
+        """Whether a stored-stage regression of ``key`` will be confirmed by A/B against its baseline's
+        commit (``--gpuperf-ab-confirm`` on, a committed baseline, the commit in this clone)."""
+        commit, dirty = commits.get(key, (None, None))
+        if not self.settings.ab_confirm or self.settings.updating or commit is None or dirty:
+            return False
+        known = self._commit_known.get(commit)
+        if known is None:
+            from pytest_gpuperf.ab.run import ABError, resolve_revision
+
+            try:
+                resolve_revision(Path(self.config.invocation_params.dir), commit)
+                known = True
+            except ABError:
+                known = False
+            self._commit_known[commit] = known
+        return known
 
     def _confirm_by_ab(self, finished: dict[str, Any],
                        commits: dict[str, tuple[str | None, bool | None]]) -> None:

@@ -187,6 +187,11 @@ def test_needs_more_processes_where_the_evidence_is_thin() -> None:
     assert replicates.needs_more(result(Verdict.INCONCLUSIVE, (0.99, 1.25)), updating=False)
     assert not replicates.needs_more(result(Verdict.INCONCLUSIVE, (1.06, 1.25)), updating=False)
     assert not replicates.needs_more(result(Verdict.REGRESSED, (1.06, 1.25)), updating=False)
+    # a stored-stage regression that no A/B confirms is measured again in later processes, once
+    assert replicates.needs_more(result(Verdict.REGRESSED, (1.06, 1.25)), updating=False, replicate=True)
+    assert replicates.replicate_regression(ab_confirms=False, already_more=False)
+    assert not replicates.replicate_regression(ab_confirms=True, already_more=False)
+    assert not replicates.replicate_regression(ab_confirms=False, already_more=True)
     assert not replicates.needs_more(result(Verdict.UNCHANGED, (0.98, 1.03)), updating=False)
     assert not replicates.needs_more(result(Verdict.INCONCLUSIVE, (0.99, 1.25), processes=3), updating=False)
     assert not replicates.needs_more("why it has no result", updating=False)
