@@ -1,0 +1,119 @@
+"""The op profile of a benchmark, for the per-op diff of "why it got slower" (issue 32).
+
+:func:`profile_ops` profiles ``cycles`` cycles of ``calls`` calls each with ``torch.profiler``
+(the activities the bottleneck classification uses: CPU ops, and on CUDA kernels, copies and
+runtime calls), one profiler cycle per :class:`~pytest_gpuperf.verdict.opdiff.OpSample`, each
+after one discarded warm-up call (``torch.profiler.schedule(wait=0, warmup=1, active=1,
+repeat=cycles)``). Per cycle: every op's self CPU time and count from torch's own
+``key_averages()`` (public API; the profiler's parent/child tree, so ops on the autograd thread
+count right), on CUDA each kernel's device time by kernel and launching op
+(:func:`pytest_gpuperf.verdict.opdiff.kernel_times`) and the GPU's idle time between kernels
+(:func:`pytest_gpuperf.verdict.bottleneck.analyze`), the whole call's and each phase's time from
+the ``gpuperf::region`` and ``gpuperf::phase::*`` annotations. Runs outside the timed rounds;
+imports torch lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Callable
+
+from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME
+from pytest_gpuperf.verdict.opdiff import OpSample, kernel_times
+
+#: Cycles per process and the profiled time per cycle the A/B profile aims at (ms).
+CYCLES = 6
+CYCLE_MS = 20.0
+
+
+def calls_per_cycle(median_ms: float) -> int:
+    """Calls per profiled cycle: about :data:`CYCLE_MS` worth, between 1 and 20."""
+    if not median_ms or median_ms <= 0:
+        return 3
+    return max(1, min(20, int(CYCLE_MS / median_ms)))
+
+
+def _self_cpu_us(e: Any) -> float:
+    return float(getattr(e, "self_cpu_time_total", 0.0) or 0.0)
+
+
+def _cpu_us(e: Any) -> float:
+    return float(getattr(e, "cpu_time_total", 0.0) or 0.0)
+
+
+def sample_from(prof: Any, calls: int, cuda: bool, process: int = 0) -> OpSample:
+    """One :class:`OpSample` from a finished profiler cycle of ``calls`` calls (times per call, ms)."""
+    from pytest_gpuperf.measure.trace import to_trace_events
+    from pytest_gpuperf.verdict.bottleneck import analyze
+
+    calls = max(1, calls)
+    self_ms: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    phases: dict[str, float] = {}
+    total = 0.0
+    for e in prof.key_averages():
+        name = str(e.key)
+        if name == REGION_NAME:
+            total = _cpu_us(e) / 1e3 / calls
+        elif name.startswith(PHASE_PREFIX):
+            phases[name[len(PHASE_PREFIX):]] = _cpu_us(e) / 1e3 / calls
+        elif name.startswith("gpuperf::") or name.startswith("ProfilerStep") or name == FINAL_SYNC_NAME:
+            continue
+        elif _self_cpu_us(e) > 0 or int(getattr(e, "count", 0) or 0) > 0:
+            if getattr(getattr(e, "device_type", None), "name", "CPU") != "CPU":
+                continue  # kernels: by kernel_times below
+            self_ms[name] = self_ms.get(name, 0.0) + _self_cpu_us(e) / 1e3 / calls
+            counts[name] = counts.get(name, 0.0) + int(getattr(e, "count", 0) or 0) / calls
+    idle = None
+    if cuda:
+        events = to_trace_events(prof)
+        for key, ms in kernel_times(
+                [e for e in events if e.kind != "annotation"], calls).items():
+            self_ms[f"kernel: {key}"] = ms
+        evidence = analyze(events, device_type="cuda", calls=calls)
+        idle = evidence.idle_s * 1e3
+        total = total or evidence.wall_s * 1e3
+    return OpSample(self_ms, counts, total, idle, phases, process)
+
+
+def profile_ops(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, *, cycles: int = CYCLES,
+                calls: int = 3, process: int = 0) -> list[OpSample]:
+    """Profile ``cycles`` cycles of ``calls`` calls of ``fn`` (after the caller's warmup) and return
+    one :class:`OpSample` per cycle (see the module doc). ``process`` labels the samples with the
+    worker process that took them (the diff's CI groups by it). Raises what ``fn`` or the profiler raise."""
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    from pytest_gpuperf.measure.profiling import _sync
+    from pytest_gpuperf.measure.trace import cupti_guard, quiet_kineto, quietly
+
+    cuda = getattr(device, "type", "cpu") == "cuda"
+    activities = [ProfilerActivity.CPU]
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+        cupti_guard(device)
+    samples: list[OpSample] = []
+
+    def ready(p: Any) -> None:
+        samples.append(sample_from(p, calls, cuda, process))
+
+    _sync(device)
+    with contextlib.ExitStack() as stack:
+        # torch 2.11+ warns that a cycle "clears events at the end of each cycle": each cycle is read as it ends
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
+        prof = stack.enter_context(quietly(profile(
+            activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=cycles), on_trace_ready=ready)))
+        for _ in range(cycles):
+            fn(*args, **kwargs)  # the cycle's warm-up step: the profiler's start-up lands here
+            _sync(device)
+            with quiet_kineto():
+                prof.step()
+            with record_function(REGION_NAME):
+                for _ in range(calls):
+                    fn(*args, **kwargs)
+                with record_function(FINAL_SYNC_NAME):
+                    _sync(device)
+            with quiet_kineto():
+                prof.step()
+    return samples[:cycles]

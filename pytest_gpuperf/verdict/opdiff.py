@@ -1,0 +1,358 @@
+"""Why it got slower: the per-op diff of two sides' profiles, as a decision (pure).
+
+Each side (A: the old code, B: the new) is profiled in several *cycles* (a few calls each, in more
+than one process); a cycle is one :class:`OpSample`: per benchmark call, each op's self time (CPU:
+aten-level self time; CUDA: kernel device time keyed by kernel and launching op), each op's count,
+the whole call's time, on CUDA the GPU's idle time between kernels, and the time per phase
+(``gpu_bench.phase`` regions). :func:`diff_profiles` compares A and B op by op:
+
+* the change of an op is the **Hodges–Lehmann shift** B − A of its per-call times over the cycles,
+  with the distribution-free confidence interval that goes with the Mann–Whitney test (Hodges &
+  Lehmann 1963; Lehmann, *Nonparametrics*, 1975, §2.6; the normal approximation of the order
+  statistic's index as in Hollander, Wolfe & Chicken, *Nonparametric Statistical Methods*, 3rd ed.,
+  2014, §4.3) — :func:`hodges_lehmann_shift`; when each side was profiled in two or more processes
+  the CI is a two-stage bootstrap over processes and their cycles instead (:func:`shift_ci`), so
+  that a process's speed is not taken for a change;
+* nothing is named while the whole call's change is within its noise (its CI includes 0): there
+  is nothing to explain, and with some 30 ops a call one of them would pass a 99% test by chance;
+* an op is **named as a cause** only when its CI excludes 0 (its change is outside its noise),
+  the change is at least :data:`MIN_RELATIVE` of its own time, it goes the way the whole call
+  went, and it explains at least :data:`MIN_SHARE` of the whole change (:func:`op_status`);
+* an op present in every cycle of one side and in none of the other is **new** or **removed**;
+* the parts add up: named ops + new + removed + the **rest** (every other op, Python overhead
+  outside ops, profiler noise) = the change of the whole call, and the rest is shown, not hidden.
+
+Holistic Trace Analysis' ``TraceDiff`` compares op frequencies and durations between two sets of
+traces (with pandas, on trace files); it has no uncertainty, so it would name noise. The rule here
+is ours, with the sources above. A diagnosis never changes a verdict. No torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from pytest_gpuperf.core.units import format_ms, format_pct
+
+#: An op is named only if its change explains at least this share of the whole call's change.
+MIN_SHARE = 0.10
+#: ... and is at least this fraction of its own per-call time (a tiny but steady shift of a big op
+#: is not a cause).
+MIN_RELATIVE = 0.05
+#: Confidence of each op's Hodges–Lehmann CI (two-sided).
+CONFIDENCE = 0.99
+#: The name under which the GPU's idle time between kernels is diffed like an op (CUDA only).
+IDLE = "GPU idle between kernels"
+
+
+@dataclass(frozen=True)
+class OpSample:
+    """One profiled cycle of one side, per benchmark call (times in ms, counts per call).
+
+    ``self_ms``: op name -> self time per call (ms); ``counts``: op name -> occurrences per call;
+    ``total_ms``: the whole call's time per call under the profiler (ms); ``idle_ms``: on CUDA the
+    GPU's idle time between kernels per call (ms), None on the CPU; ``phase_ms``: phase name -> time
+    per call (ms) of each ``gpu_bench.phase`` region. ``process``: which worker process profiled it.
+    """
+
+    self_ms: Mapping[str, float]
+    counts: Mapping[str, float]
+    total_ms: float
+    idle_ms: float | None = None
+    phase_ms: Mapping[str, float] = field(default_factory=dict)
+    process: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"self_ms": dict(self.self_ms), "counts": dict(self.counts), "total_ms": self.total_ms,
+                "idle_ms": self.idle_ms, "phase_ms": dict(self.phase_ms), "process": self.process}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OpSample":
+        """Raises ``ValueError`` naming the field when ``d`` is not an op sample's dict."""
+        try:
+            return cls({str(k): float(v) for k, v in d["self_ms"].items()},
+                       {str(k): float(v) for k, v in (d.get("counts") or {}).items()},
+                       float(d["total_ms"]), None if d.get("idle_ms") is None else float(d["idle_ms"]),
+                       {str(k): float(v) for k, v in (d.get("phase_ms") or {}).items()}, int(d.get("process", 0)))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"not an op profile sample ({type(exc).__name__}: {exc}); expected self_ms, total_ms, "
+                             f"counts, idle_ms, phase_ms") from None
+
+
+@dataclass(frozen=True)
+class OpChange:
+    """One op's change from A to B, per call. Times in ms; ``shift_ms`` the Hodges–Lehmann shift
+    B − A with its ``ci_ms``; ``a_ms``/``b_ms`` the sides' medians; ``a_count``/``b_count`` the
+    median occurrences per call; ``share`` the shift as a fraction of the whole call's change;
+    ``status``: ``slower``/``faster`` (named as a cause), ``new``/``removed``, ``offset`` (a
+    decided change against the whole's direction), ``unchanged`` (within its noise or too small)."""
+
+    name: str
+    status: str
+    a_ms: float
+    b_ms: float
+    shift_ms: float
+    ci_ms: tuple[float, float] | None
+    share: float | None
+    a_count: float = 0.0
+    b_count: float = 0.0
+
+    @property
+    def named(self) -> bool:
+        return self.status in ("slower", "faster", "new", "removed")
+
+
+@dataclass(frozen=True)
+class OpDiff:
+    """The diff of two sides' profiles (:func:`diff_profiles`). Times in ms per call.
+
+    ``total_*``: the whole call (medians, Hodges–Lehmann shift and CI); ``ops``: every op's change,
+    largest first; ``phases``: the same per ``gpu_bench.phase`` region; ``named_ms``/``new_ms``/
+    ``removed_ms``/``rest_ms``: the accounting (they sum to ``total_shift_ms``); ``cycles``: the
+    profiled cycles per side; ``processes``: processes per side; ``source``: where side A's
+    profile came from (``"A/B"``, or a stored baseline's profile: another process, time and maybe machine).
+    """
+
+    total_a_ms: float
+    total_b_ms: float
+    total_shift_ms: float
+    total_ci_ms: tuple[float, float] | None
+    ops: tuple[OpChange, ...]
+    phases: tuple[OpChange, ...]
+    named_ms: float
+    new_ms: float
+    removed_ms: float
+    rest_ms: float
+    cycles: tuple[int, int]
+    processes: tuple[int, int]
+    source: str = "A/B"
+
+    @property
+    def named(self) -> tuple[OpChange, ...]:
+        return tuple(c for c in self.ops if c.named)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the report's ``op_diff``)."""
+        d = asdict(self)
+        d["ops"] = [asdict(c) for c in self.ops]
+        d["phases"] = [asdict(c) for c in self.phases]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OpDiff":
+        def change(c: Mapping[str, Any]) -> OpChange:
+            ci = c.get("ci_ms")
+            return OpChange(**{**c, "ci_ms": tuple(ci) if ci is not None else None})
+
+        ci = d.get("total_ci_ms")
+        return cls(**{**d, "ops": tuple(change(c) for c in d.get("ops", ())),
+                      "phases": tuple(change(c) for c in d.get("phases", ())),
+                      "total_ci_ms": tuple(ci) if ci is not None else None,
+                      "cycles": tuple(d.get("cycles", (0, 0))), "processes": tuple(d.get("processes", (0, 0)))})
+
+
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    if n == 0:
+        raise ValueError("no values")
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def hodges_lehmann_shift(a: Sequence[float], b: Sequence[float],
+                         confidence: float = CONFIDENCE) -> tuple[float, tuple[float, float] | None]:
+    """The Hodges–Lehmann shift of ``b`` against ``a`` (median of all differences b_j − a_i, in the
+    samples' unit) and its distribution-free ``confidence`` interval: the k-th smallest and k-th
+    largest of the n·m differences, k = ⌊nm/2 − z·√(nm(n+m+1)/12)⌋ (the Mann–Whitney critical value,
+    normal approximation; Hollander, Wolfe & Chicken 2014, §4.3). The CI is None when the samples
+    are too few for that confidence (k < 1). Raises ``ValueError`` on an empty side.
+    """
+    if not a or not b:
+        raise ValueError("each side needs at least one sample")
+    diffs = sorted(y - x for y in b for x in a)
+    n, m = len(a), len(b)
+    shift = _median(diffs)
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    k = math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12))
+    if k < 1:
+        return shift, None
+    return shift, (diffs[k - 1], diffs[n * m - k])
+
+
+def op_status(shift_ms: float, ci_ms: tuple[float, float] | None, own_ms: float, total_shift_ms: float) -> str:
+    """``slower``/``faster`` when an op's change is a cause of the whole's (see the module doc),
+    ``offset`` when it is decided but goes against the whole's direction, else ``unchanged``.
+    ``own_ms``: the op's larger per-call time of the two sides (ms)."""
+    if ci_ms is None or ci_ms[0] <= 0 <= ci_ms[1] or shift_ms == 0:
+        return "unchanged"
+    if abs(shift_ms) < MIN_RELATIVE * own_ms:
+        return "unchanged"
+    if total_shift_ms == 0:
+        return "unchanged"  # the whole did not change beyond its noise: nothing is a cause
+    if (shift_ms > 0) != (total_shift_ms > 0):
+        return "offset"
+    if abs(shift_ms) < MIN_SHARE * abs(total_shift_ms):
+        return "unchanged"
+    return "slower" if shift_ms > 0 else "faster"
+
+
+def shift_ci(a: Sequence[float], b: Sequence[float], a_process: Sequence[int], b_process: Sequence[int],
+             confidence: float = CONFIDENCE) -> tuple[float, tuple[float, float] | None]:
+    """The Hodges–Lehmann shift B − A (:func:`hodges_lehmann_shift`) and a CI that carries the
+    spread between processes: when each side was profiled in two or more processes, the seeded
+    two-stage bootstrap CI of median(B) − median(A) with the cycles grouped by process
+    (:func:`pytest_gpuperf.verdict.compare.hierarchical_log_ci`, applied to the values themselves:
+    cycles of one process share its speed, so their pooled CI would be too narrow); otherwise the
+    Hodges–Lehmann CI over the cycles. ``a_process``/``b_process``: each cycle's process."""
+    shift, ci = hodges_lehmann_shift(a, b, confidence)
+    if len(set(a_process)) >= 2 and len(set(b_process)) >= 2:
+        from pytest_gpuperf.verdict.compare import hierarchical_log_ci
+
+        def grouped(values: Sequence[float], procs: Sequence[int]) -> list[list[float]]:
+            return [[v for v, q in zip(values, procs) if q == p] for p in sorted(set(procs))]
+
+        ci = hierarchical_log_ci(grouped(b, b_process), grouped(a, a_process), confidence=confidence)
+    return shift, ci
+
+
+def _changes(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]],
+             a_counts: Sequence[Mapping[str, float]], b_counts: Sequence[Mapping[str, float]],
+             total_shift: float, a_process: Sequence[int], b_process: Sequence[int]) -> list[OpChange]:
+    names = sorted({k for s in (*a, *b) for k in s})
+    out = []
+    for name in names:
+        xa = [s.get(name, 0.0) for s in a]
+        xb = [s.get(name, 0.0) for s in b]
+        in_a = sum(name in s for s in a)
+        in_b = sum(name in s for s in b)
+        ca = _median([c.get(name, 0.0) for c in a_counts]) if a_counts else 0.0
+        cb = _median([c.get(name, 0.0) for c in b_counts]) if b_counts else 0.0
+        ma, mb = _median(xa), _median(xb)
+        shift, ci = shift_ci(xa, xb, a_process, b_process)
+        share = shift / total_shift if total_shift else None
+        if in_a == 0 and in_b == len(b):
+            status = "new" if share is not None and share >= MIN_SHARE else "unchanged"
+        elif in_b == 0 and in_a == len(a):
+            status = "removed" if share is not None and share >= MIN_SHARE else "unchanged"
+        else:
+            status = op_status(shift, ci, max(ma, mb), total_shift)
+        out.append(OpChange(name, status, ma, mb, shift, ci, share, ca, cb))
+    return out
+
+
+def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A/B") -> OpDiff:
+    """Diff side B's profiled cycles against side A's (see the module doc). ``a``, ``b``: the
+    cycles of each side (several per side, from more than one process where possible). On CUDA
+    (samples with ``idle_ms``) the GPU's idle time between kernels is diffed as the op
+    :data:`IDLE`. Pure and deterministic. Raises ``ValueError`` when a side has no cycle."""
+    if not a or not b:
+        raise ValueError("each side needs at least one profiled cycle")
+    ta, tb = [s.total_ms for s in a], [s.total_ms for s in b]
+    pa, pb = [s.process for s in a], [s.process for s in b]
+    total_shift, total_ci = shift_ci(ta, tb, pa, pb)
+    cuda = all(s.idle_ms is not None for s in (*a, *b))
+
+    def times(side: Sequence[OpSample]) -> list[dict[str, float]]:
+        return [dict(s.self_ms, **({IDLE: float(s.idle_ms)} if cuda and s.idle_ms is not None else {})) for s in side]
+
+    # nothing to explain while the whole call's own change is within its noise
+    decided = total_ci is not None and not total_ci[0] <= 0 <= total_ci[1]
+    ops = _changes(times(a), times(b), [s.counts for s in a], [s.counts for s in b], total_shift if decided else 0.0,
+                   pa, pb)
+    ops.sort(key=lambda c: (-abs(c.shift_ms), c.name))
+    phases = _changes([s.phase_ms for s in a], [s.phase_ms for s in b], [], [], total_shift if decided else 0.0,
+                      pa, pb)
+    phases.sort(key=lambda c: (-abs(c.shift_ms), c.name))
+    named = sum(c.shift_ms for c in ops if c.status in ("slower", "faster"))
+    new = sum(c.shift_ms for c in ops if c.status == "new")
+    removed = sum(c.shift_ms for c in ops if c.status == "removed")
+    return OpDiff(_median(ta), _median(tb), total_shift, total_ci, tuple(ops), tuple(phases), named, new, removed,
+                  total_shift - named - new - removed, (len(a), len(b)),
+                  (len({s.process for s in a}), len({s.process for s in b})), source)
+
+
+def _count(c: OpChange) -> str:
+    n = c.b_count if c.status != "removed" else c.a_count
+    return f" ×{n:g}" if n and n != 1 else ""
+
+
+def _signed_ms(ms: float) -> str:
+    return ("+" if ms >= 0 else "-") + format_ms(abs(ms))
+
+
+def why_line(d: OpDiff, unchanged: int = 3) -> str:
+    """The failure message's ``why:`` line, causes first: ``why: aten::sort +1.32 ms/call (+412%,
+    88% of the change); new: aten::clone ×3 (+0.10 ms); unchanged: aten::mm, aten::softmax; rest
+    +0.05 ms``. When nothing is named, it says so (the change is spread over many ops, or within noise)."""
+    parts = []
+    for c in d.named:
+        share = f", {c.share * 100:.0f}% of the change" if c.share is not None else ""
+        if c.status in ("slower", "faster"):
+            rel = f"{format_pct(c.shift_ms / c.a_ms)}" if c.a_ms > 0 else "new"
+            parts.append(f"{c.name}{_count(c)} {_signed_ms(c.shift_ms)}/call ({rel}{share})")
+        else:
+            parts.append(f"{c.status}: {c.name}{_count(c)} ({_signed_ms(c.shift_ms)}{share})")
+    if not parts:
+        parts.append("no single op explains the change (each op's change is within its noise or under "
+                     f"{MIN_SHARE * 100:.0f}% of the whole)")
+    same = [c.name for c in sorted(d.ops, key=lambda c: -max(c.a_ms, c.b_ms))
+            if c.status == "unchanged" and c.name != IDLE][:unchanged]
+    if same:
+        parts.append("unchanged: " + ", ".join(same))
+    parts.append(f"rest {_signed_ms(d.rest_ms)}")
+    where = "" if d.source == "A/B" else f" [against {d.source}]"
+    return "why: " + "; ".join(parts) + where
+
+
+def table(d: OpDiff, rows: int = 15) -> str:
+    """The diff as a plain-text table (Markdown-compatible), largest changes first: op, A and B per
+    call (ms), the shift with its 99% CI, the share of the whole change and the status."""
+    head = "| op | A ms/call | B ms/call | change (99% CI) | share | status |\n| --- | ---: | ---: | --- | ---: | --- |"
+    lines = [head]
+
+    def row(c: OpChange) -> str:
+        ci = (f" [{_signed_ms(c.ci_ms[0])}, {_signed_ms(c.ci_ms[1])}]" if c.ci_ms is not None else "")
+        share = f"{c.share * 100:.0f}%" if c.share is not None else ""
+        return (f"| {c.name}{_count(c)} | {format_ms(c.a_ms)} | {format_ms(c.b_ms)} | {_signed_ms(c.shift_ms)}{ci} "
+                f"| {share} | {c.status} |")
+
+    lines += [row(c) for c in d.ops[:rows]]
+    if len(d.ops) > rows:
+        lines.append(f"| … {len(d.ops) - rows} more | | | | | |")
+    lines.append(f"| whole call | {format_ms(d.total_a_ms)} | {format_ms(d.total_b_ms)} | "
+                 f"{_signed_ms(d.total_shift_ms)} | 100% | named {_signed_ms(d.named_ms)}, new {_signed_ms(d.new_ms)}, "
+                 f"removed {_signed_ms(d.removed_ms)}, rest {_signed_ms(d.rest_ms)} |")
+    return "\n".join(lines)
+
+
+def kernel_times(events: Sequence[Any], calls: int) -> dict[str, float]:
+    """CUDA: each kernel's (and device copy's) device time per call (ms), keyed ``<kernel> (<op>)``
+    by the kernel's name and the innermost CPU op whose runtime call launched it (linked by the
+    profiler's correlation id; ``<kernel>`` alone where no op encloses the launch). ``events``:
+    :class:`~pytest_gpuperf.verdict.bottleneck.TraceEvent` of ``calls`` calls (times in ns)."""
+    calls = max(1, calls)
+    ops = sorted((e for e in events if e.kind == "cpu_op"), key=lambda e: (e.start_ns, -e.end_ns))
+    launches = {e.correlation: e.start_ns for e in events if e.kind == "runtime" and e.correlation}
+
+    def launcher(at: int | None) -> str | None:
+        if at is None:
+            return None
+        inner = None
+        for op in ops:  # the innermost op that contains the launch
+            if op.start_ns > at:
+                break
+            if op.start_ns <= at < op.end_ns and (inner is None or op.start_ns >= inner.start_ns):
+                inner = op
+        return inner.name if inner is not None else None
+
+    out: dict[str, float] = {}
+    for e in events:
+        if e.kind not in ("kernel", "memcpy", "memset"):
+            continue
+        op = launcher(launches.get(e.correlation)) if e.correlation else None
+        key = f"{e.name} ({op})" if op else e.name
+        out[key] = out.get(key, 0.0) + e.duration_ns / 1e6 / calls
+    return out
