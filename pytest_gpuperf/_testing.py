@@ -100,6 +100,9 @@ class ScriptedMeasurer(Measurer):
         self.calls = 0
         self.probe_calls = 0
         self.events = 0
+        #: op name -> scripted self time per call (ms) of :meth:`profile_ops` (None: profile for real)
+        self.ops: dict[str, float] | None = None
+        self.ops_seed = 0
 
     def host_load_meter(self, device: Any, *, measure: bool = True) -> Any:
         """A fixed :class:`~pytest_gpuperf.measure.telemetry.HostLoadMeter` of the scripted
@@ -139,6 +142,27 @@ class ScriptedMeasurer(Measurer):
     def once(self, fn, args, kwargs, device):
         return time_once(self._timed(fn), args, kwargs, "cpu", clock=self.fake)
 
+    def profile_ops(self, fn, args, kwargs, device, *, cycles, calls, process=0):
+        """With scripted ``ops`` (``{"aten::mm": 0.5, ...}``, ms per call): ``cycles`` synthetic
+        :class:`~pytest_gpuperf.verdict.opdiff.OpSample` with 3% seeded noise per op and cycle, the
+        call's total the ops' sum plus 5%; otherwise the real profiler. The function is called once
+        (its test's own checks see a real call)."""
+        if self.ops is None:
+            from pytest_gpuperf.measure.opprofile import profile_ops
+
+            return profile_ops(fn, args, kwargs, device, cycles=cycles, calls=calls, process=process)
+        import random
+
+        from pytest_gpuperf.verdict.opdiff import OpSample
+
+        fn(*args, **kwargs)
+        rng = random.Random(self.ops_seed * 7919 + process)
+        out = []
+        for _ in range(cycles):
+            times = {k: v * max(0.5, 1 + rng.gauss(0, 0.03)) for k, v in self.ops.items()}
+            out.append(OpSample(times, {k: 1.0 for k in times}, sum(times.values()) * 1.05, None, {}, process))
+        return out
+
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> "ScriptedMeasurer":
         """From a dict: ``{"ms": 1.0, "cv": 0.02, "seed": 0, "slow_calls": 0, "slow_factor": 1.0,
@@ -149,7 +173,7 @@ class ScriptedMeasurer(Measurer):
         (cores used by other processes while it ran); ``"process_factors"``: ``[f0, f1, ...]``, in
         replicate worker process k (``GPUPERF_REPLICATE=k/P``) every time is f_k times longer (a
         process-level speed mode). In a worker, the noise seed is offset by 1000 k, so each process
-        draws its own noise."""
+        draws its own noise. ``"ops"``: scripted op profiles (:meth:`profile_ops`)."""
         probe = spec.get("probe")
         machine = _machine_of(spec.get("machine"))
         load = spec.get("host_load")
@@ -163,8 +187,12 @@ class ScriptedMeasurer(Measurer):
             spec = dict(spec, seed=k)  # each worker process its own noise
         elif slot and "seed" in spec:
             spec = dict(spec, seed=int(spec["seed"]) + 1000 * k)
-        return cls(_script_of(spec), None if probe is None else _script_of(probe), machine,
-                   None if load is None else float(load))
+        measurer = cls(_script_of(spec), None if probe is None else _script_of(probe), machine,
+                       None if load is None else float(load))
+        if spec.get("ops"):  # scripted op profiles (issue 32: why it got slower)
+            measurer.ops = {str(k): float(v) for k, v in spec["ops"].items()}
+            measurer.ops_seed = int(spec.get("seed", 0))
+        return measurer
 
     @classmethod
     def from_file(cls, path: str | Path, test_name: str) -> "ScriptedMeasurer":

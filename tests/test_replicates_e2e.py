@@ -283,6 +283,6 @@ def test_on_a_terminal_worker_progress_is_one_line_rewritten_in_place(pytester: 
     done = [line for line in rewritten if "done" in line]
     assert [line.split(" (")[0] for line in done] == ["gpuperf: worker process 1/2 done",
                                                       "gpuperf: worker process 2/2 done"]
-    rec.stdout.fnmatch_lines(["gpuperf: measuring in 2 worker processes, one after another (--gpuperf-processes)"])
+    rec.stdout.fnmatch_lines(["gpuperf: measuring in 2 worker processes in turn (--gpuperf-processes)"])
     # the finer steps, each benchmark a running worker finished (of the first worker's count, once known)
     assert "gpuperf: worker process 2/2: 1 of 1 benchmark(s) measured" in "\n".join(rewritten)

@@ -55,7 +55,7 @@ HELLO_TIMEOUT_S = 300.0
 #: Options of the user's command that the workers must not get: (name, takes a value).
 _DROP_OPTIONS = {
     "--gpuperf-ab": True, "--gpuperf-ab-processes": True, "--gpuperf-ab-pythonpath": True,
-    "--gpuperf-processes": True, "--gpuperf-no-ab-confirm": False,
+    "--gpuperf-processes": True, "--gpuperf-no-ab-confirm": False, "--gpuperf-no-why": False,
     "--gpuperf-json": True, "--gpuperf-markdown": True, "--gpuperf-plot": True, "--gpuperf-artifacts": True,
     "--gpuperf-memory-snapshot": True, "--junitxml": True, "--junit-xml": True, "--junit-prefix": True,
     "-n": True, "--numprocesses": True, "--maxprocesses": True, "--dist": True, "-d": False, "--tx": True,
@@ -357,6 +357,10 @@ class Measured:
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     max_time_s: float = DEFAULTS.max_time
+    #: side -> op profile samples (``OpSample.to_dict()``) of the profiling pairs (issue 32)
+    profiles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: side -> (error, where) of a profile that failed there
+    profile_errors: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def sides(self) -> set[str]:
         return {b.side for b in self.blocks}
@@ -427,6 +431,8 @@ class Coordinator:
         self.only: set[str] | None = None  # while confirming: the benchmarks to measure again
         self.confirm_from: int | None = None  # the first process pair of the confirmation
         self.confirmed_pairs = 0  # process pairs run by confirmations so far
+        self.profiling = False  # while profiling: the benchmarks in `only` are profiled, not timed
+        self.profiled_pairs = 0  # process pairs run to profile so far
         self._started = time.monotonic()
         self._done = 0  # benchmarks interleaved so far (all pairs), for the progress line
         self._planned: int | None = None  # benchmarks x pairs, known once the first pair ran
@@ -459,6 +465,44 @@ class Coordinator:
                 self.confirmed_pairs += 1
         finally:
             self.only = None
+
+    def profile(self, keys: set[str], pairs: int) -> None:
+        """Profile ``keys`` on both sides in ``pairs`` more process pairs (issue 32, "why it got
+        slower"): in each, after the usual warmup, each side runs :data:`~pytest_gpuperf.measure.opprofile.CYCLES`
+        profiler cycles of the same number of calls, A and B in turn; nothing is timed, and every other
+        benchmark passes through. The samples land in :attr:`Measured.profiles`."""
+        if not keys or pairs < 1:
+            return
+        start = self.processes + self.confirmed_pairs + self.profiled_pairs
+        self.only, self.profiling = set(keys), True
+        self._planned = self._done + len(keys) * pairs
+        self.announce(f"A/B: profiling {len(keys)} benchmark(s) on both sides in {pairs} more pair(s) of worker "
+                      f"processes (why it got slower)")
+        try:
+            for p in range(start, start + pairs):
+                self._run_pair(p)
+                self.profiled_pairs += 1
+        finally:
+            self.only, self.profiling = None, False
+
+    def _profile(self, p: int, key: str, workers: dict[str, "_Worker"], first: tuple[str, str]) -> None:
+        """Warm both sides up, then ask each for its op profile (the same calls per cycle on both)."""
+        from pytest_gpuperf.measure.opprofile import CYCLES, calls_per_cycle
+
+        m = self._record(key)
+        warm = {side: self._warm(workers[side], m) for side in first}
+        if not all(warm.values()):
+            return
+        call_ms = min(w[0] / max(1, w[1]) for w in warm.values() if w is not None)
+        calls = calls_per_cycle(call_ms)
+        for side in first:
+            reply = workers[side].ask("profile", cycles=CYCLES, calls=calls, process=p)
+            if reply is None or reply.get("op") != "profile":
+                m.profile_errors.setdefault(side, ((reply or {}).get("error", f"worker {workers[side].name} stopped"), ""))
+            elif reply.get("error"):
+                m.profile_errors.setdefault(side, (str(reply["error"]), str(reply.get("where") or "")))
+            else:
+                m.profiles.setdefault(side, []).extend(reply.get("samples") or [])
 
     def _elapsed(self) -> str:
         """``", 34 s elapsed, about 1 min left"`` for the progress line (the estimate once the first
@@ -496,7 +540,7 @@ class Coordinator:
         workers = {side: self._spawn(self.specs[side], p, address, token) for side in SIDES}
         try:
             self._accept(server, workers, token)
-            which = (f"{p + 1}/{self.processes}" if p < self.processes
+            which = (f"{p + 1}/{self.processes}" if p < self.processes else f"{p + 1} (profiling)" if self.profiling
                      else f"{p + 1} (confirmation {p + 1 - self.processes})")
             self.progress(f"A/B: worker pair {which} started "
                           f"(A pid {workers['A'].proc.pid}, B pid {workers['B'].proc.pid})")
@@ -641,6 +685,11 @@ class Coordinator:
         self.progress(f"A/B: {key} (worker pair {p + 1}){self._elapsed()}")
         workers = {"A": a, "B": b}
         first = ("A", "B") if p % 2 == 0 else ("B", "A")
+        if self.profiling:
+            self._profile(p, key, workers, first)
+            for side in first:
+                self._finish(workers[side], m, p)
+            return
         warm = {}
         for side in first:
             warm[side] = self._warm(workers[side], m)
@@ -679,7 +728,8 @@ class ABOutcome:
 
 def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path, label: str, *,
                only: set[str] | None = None, progress: Callable[[str], None] = lambda _s: None,
-               announce: Callable[[str], None] | None = None, max_pairs: int | None = None) -> ABOutcome:
+               announce: Callable[[str], None] | None = None, max_pairs: int | None = None,
+               why: bool = True) -> ABOutcome:
     """Measure side B against side A (``specs``, e.g. :func:`side_specs`) in ``processes`` pairs of
     worker processes running pytest with ``args`` (``only``: just these benchmark ids), then the
     sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by its
@@ -687,7 +737,9 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
     more"). ``max_pairs``: then, while a benchmark is still inconclusive with its CI straddling 1+T
     and fewer than this many pairs ran, one more pair at a time (``gpuperf bisect``: a step that cannot decide measures more before
     it decides; the CI is over process pairs, so each pair narrows it). ``label`` names side A in the
-    verdicts (``"origin/main (3f2a9c1)"``). The one A/B decision of the plugin (``--gpuperf-ab``, the
+    verdicts (``"origin/main (3f2a9c1)"``). With ``why``, the benchmarks that come out regressed or
+    improved are then profiled on both sides in :data:`PROFILE_PAIRS` more pairs and get their per-op
+    diff (:func:`with_op_diff`; issue 32). The one A/B decision of the plugin (``--gpuperf-ab``, the
     confirmation of stored-baseline regressions) and of ``gpuperf bisect``. Raises :class:`ABError`."""
     from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
 
@@ -708,7 +760,53 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
             break
         coordinator.confirm(set(suspects), 1)
         results, removed, notes = ab_results(coordinator, label)
+    if why:
+        moved = {k for k, r in results.items()
+                 if r.comparison is not None and r.comparison.verdict.value in ("regressed", "improved")}
+        if moved:
+            try:
+                coordinator.profile(moved, PROFILE_PAIRS)
+            except ABError as exc:  # a diagnosis never takes the verdicts down
+                for key in moved:
+                    coordinator.measured[key].profile_errors.setdefault("B", (f"the profiling workers failed: {exc}", ""))
+            results = {k: with_op_diff(r, coordinator.measured.get(k), label) if k in moved else r
+                       for k, r in results.items()}
     return ABOutcome(results, removed, coordinator.notes + notes)
+
+
+#: Process pairs that profile the benchmarks an A/B run found regressed or improved (the diff's CI
+#: groups their cycles by process, so it needs two or more per side).
+PROFILE_PAIRS = 2
+
+
+def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:
+    """``result`` with its per-op diff (:func:`pytest_gpuperf.verdict.opdiff.diff_profiles` of A's and
+    B's profiles), or with the part ``op diff`` unavailable and why (a side's profile failed or is
+    missing). Contained: never raises, never changes the verdict."""
+    import dataclasses
+
+    from pytest_gpuperf.core.containment import OP_DIFF, Unavailable, contained
+
+    if m is None:
+        return result
+    unavailable = dict(result.unavailable)
+    failed = next(iter(m.profile_errors.items()), None)
+    if failed is not None:
+        side, (error, where) = failed
+        unavailable[OP_DIFF] = Unavailable(OP_DIFF, f"side {side}: {error}", where)
+        return dataclasses.replace(result, unavailable=unavailable)
+    if not m.profiles.get("A") or not m.profiles.get("B"):
+        unavailable[OP_DIFF] = Unavailable(OP_DIFF, f"no profile of side {'A' if not m.profiles.get('A') else 'B'}")
+        return dataclasses.replace(result, unavailable=unavailable)
+
+    def diff() -> Any:
+        from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles
+
+        return diff_profiles([OpSample.from_dict(x) for x in m.profiles["A"]],
+                             [OpSample.from_dict(x) for x in m.profiles["B"]], source="A/B")
+
+    got = contained(OP_DIFF, diff, unavailable)
+    return dataclasses.replace(result, op_diff=got, unavailable=unavailable)
 
 
 def hash_seed(key: str, process: int) -> int:

@@ -261,7 +261,7 @@ class Bisector:
         try:
             specs = tree_specs(self.repo, a_tree, b_tree, self.invocation_dir, self.import_roots)
             outcome = measure_ab(specs, self.args, self.processes, logs, a_sha[:7], only=keys,
-                                 max_pairs=self.max_pairs, progress=self.step_progress)
+                                 max_pairs=self.max_pairs, progress=self.step_progress, why=False)
         except ABError as exc:
             if keys is None:  # the first step, BAD against GOOD: nothing to search without it
                 raise BisectError(f"bisect: measuring BAD ({b_sha[:7]}) against GOOD ({a_sha[:7]}) failed: {exc}") from None

@@ -24,7 +24,9 @@ from typing import Any, Callable, Mapping, MutableMapping, TypeVar
 
 #: The extras, by the names used in messages, reports and baselines (``"unavailable"`` keys).
 MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT = "peak memory", "counts", "bottleneck", "trace", "memory snapshot"
-PARTS = (MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT)
+#: The per-op diff of an A/B decision ("why it got slower": profiles of both sides).
+OP_DIFF = "op diff"
+PARTS = (MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT, OP_DIFF)
 #: How many frames of the traceback a reason names (innermost last).
 FRAMES = 3
 #: Frames from these packages are torch's or ours, not the user's: skipped when naming where it failed.

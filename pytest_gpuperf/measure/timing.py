@@ -428,7 +428,9 @@ class Measurer:
       machine-speed ``probe`` when :attr:`supports_probe`;
     * :meth:`once`: smoke mode, one synchronized call;
     * :meth:`host_load_meter`: how the CPU backend's busy-host guard measures other processes'
-      load while this backend times.
+      load while this backend times;
+    * optionally ``profile_ops(fn, args, kwargs, device, *, cycles, calls, process)``: the op profile
+      of "why it got slower" (without it, :func:`pytest_gpuperf.measure.opprofile.profile_ops`).
 
     This default times for real (``time.perf_counter_ns`` on the CPU, CUDA events on a GPU).
     """

@@ -88,6 +88,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-no-ab-confirm", action="store_true", default=False,
                     help="do not confirm a stored-baseline regression by A/B against the baseline's own git commit "
                          "on this machine (ini gpuperf_ab_confirm = false)")
+    group.addoption("--gpuperf-no-why", action="store_true", default=False,
+                    help="do not profile both sides of an A/B decision that comes out regressed or improved for its "
+                         "per-op diff ('why: ...'; ini gpuperf_why = false)")
     group.addoption("--gpuperf-ab", metavar="REF", default=None,
                     help="A/B: measure the benchmarks of the working tree (B) and of git revision REF (A, e.g. "
                          "origin/main) on this machine, interleaved, and decide on the paired evidence (no stored "
@@ -114,6 +117,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "top (space- or comma-separated), e.g. src", default="")
     parser.addini("gpuperf_ab_confirm", "confirm a stored-baseline regression by A/B against the baseline's git "
                   "commit on this machine (default true)", type="bool", default=True)
+    parser.addini("gpuperf_why", "profile both sides of an A/B decision that comes out regressed or improved and "
+                  "name the ops that changed (default true)", type="bool", default=True)
     parser.addini("gpuperf_bisect_on_regression", "after a confirmed regression, bisect from the baselines' commit "
                   "to HEAD for at most N regressed benchmarks (default 0: off)", default="")
     parser.addini("gpuperf_max_processes", "measure inconclusive benchmarks in more worker processes, up to N in "

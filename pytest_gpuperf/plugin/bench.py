@@ -542,6 +542,20 @@ class GpuBench:
                     samples.extend(t.samples_ms)
                     rounds += t.rounds
                     client.reply("samples", samples_ms=list(t.samples_ms))
+                elif cmd["op"] == "profile":  # why it got slower (issue 32): op profiles, outside the timed blocks
+                    from pytest_gpuperf.core.containment import describe
+
+                    try:
+                        a, k = prepare_call(fn, args, kwargs, setup)
+                        from pytest_gpuperf.measure.opprofile import profile_ops
+
+                        profile = getattr(ctx.measurer, "profile_ops", profile_ops)  # a scripted backend's own
+                        got = profile(fn, a, k, ctx.device, cycles=int(cmd["cycles"]), calls=int(cmd["calls"]),
+                                      process=int(cmd["process"]))
+                        client.reply("profile", samples=[x.to_dict() for x in got])
+                    except Exception as exc:  # noqa: BLE001 - a diagnosis never fails the benchmark
+                        error, where = describe(exc)
+                        client.reply("profile", error=error, where=where)
                 elif cmd["op"] == "finish":
                     load = host.summary() if host is not None else {}
                     result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,

@@ -527,8 +527,9 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
     result of :func:`pytest_gpuperf.ab.results.ab_result`), the verdict is the A/B one, its samples
     B's, and the message says what the stored comparison said; without one (``problem`` says why:
     the commit is missing, side A failed) the stored result, with that note. Memory, counts,
-    bottleneck and the process medians stay the stored run's. A confirmed regression's note ends
+    bottleneck and the process medians stay the stored run's; the per-op diff is the A/B run's. A confirmed regression's note ends
     with ``bisect_command``, the command that finds the commit (``gpuperf bisect <commit> HEAD -- <id>``)."""
+    from pytest_gpuperf.core.containment import OP_DIFF
     from pytest_gpuperf.verdict.compare import Verdict
     from pytest_gpuperf.core.units import format_ratio
 
@@ -549,4 +550,5 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
         ab, comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
         count_comparison=stored.count_comparison, counts=stored.counts, peak_memory_bytes=stored.peak_memory_bytes,
         bottleneck=stored.bottleneck, telemetry=stored.telemetry, process_medians_ms=stored.process_medians_ms,
-        options=stored.options, unavailable=stored.unavailable)
+        options=stored.options, unavailable={**stored.unavailable, **{k: v for k, v in ab.unavailable.items()
+                                                                       if k == OP_DIFF}})

@@ -252,7 +252,7 @@ class GpuPerfSession:
             ensure_output_dir(logs)
         except OSError:
             logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
-        progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes, one after another "
+        progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes in turn "
                       f"(--gpuperf-processes)")
         here = Path(self.config.invocation_params.dir)
         runs = run_workers(args, here, self.settings.processes, logs,
@@ -531,7 +531,7 @@ class GpuPerfSession:
             args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
         progress = self._progress()  # a line per benchmark measured, rewritten in place on a terminal (issue 24)
         outcome = measure_ab(specs, args, self.settings.ab_processes, logs, rev.label, only=only,
-                             progress=progress, announce=progress.line)
+                             progress=progress, announce=progress.line, why=self.settings.why)
         self.warnings.extend(outcome.notes)
         return outcome.results, outcome.removed
 
@@ -760,8 +760,10 @@ class GpuPerfSession:
                 report.longrepr = problem
             return
         if messages:
+            from pytest_gpuperf.reporting.terminal import wrap_message
+
             report.outcome = "failed"
-            report.longrepr = "\n".join(messages)
+            report.longrepr = wrap_message("\n".join(messages), self.config.get_terminal_writer().fullwidth)
 
     def _warn_if_measured_nothing(self, item: pytest.Item) -> None:
         """A test marked ``gpu_bench`` that passed without measuring anything gets a summary warning."""

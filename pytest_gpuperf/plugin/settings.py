@@ -39,7 +39,8 @@ class SessionSettings:
     count. Processes: ``worker_id`` (``"gw3"`` in a pytest-xdist worker), ``xdist_dir`` (the run's
     shared folder under pytest-xdist; ``owns_xdist_dir``: this process made it and removes it),
     ``processes`` (worker processes per benchmark), ``replicate_slot`` (``(k, P)`` in a replicate
-    worker), ``ab_confirm`` (confirm a stored regression by A/B). A/B: ``ab`` (the
+    worker), ``ab_confirm`` (confirm a stored regression by A/B), ``why`` (profile both sides of an
+    A/B decision that moved: the per-op diff). A/B: ``ab`` (the
     :class:`~pytest_gpuperf.ab.run.Revision` to compare with; in a pytest-xdist worker the REF
     string), ``ab_processes`` (pairs of worker processes), ``ab_roots`` (import roots),
     ``in_ab_worker`` (this process is an A/B worker that the coordinator drives). Bisection:
@@ -73,6 +74,7 @@ class SessionSettings:
     processes: int = 1
     replicate_slot: tuple[int, int] | None = None
     ab_confirm: bool = True
+    why: bool = True
     ab: Any = None
     ab_processes: int = 2
     ab_roots: tuple[str, ...] = ()
@@ -175,6 +177,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         replicate_slot=replicate_slot,
         select_file=Path(config.getoption("--gpuperf-select")) if config.getoption("--gpuperf-select") else None,
         ab_confirm=not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
+        why=not config.getoption("--gpuperf-no-why") and bool(config.getini("gpuperf_why")),
         **ab_fields,
         **bisect_fields,
     )

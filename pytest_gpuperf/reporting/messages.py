@@ -223,7 +223,7 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
             if not _also_failing(r, check, strict, updating):
                 continue
         if check == "timing":
-            out.append(comparison_message(r.comparison))
+            out.append(with_why(comparison_message(r.comparison), r))
             if r.trace_path and not r.misclassified:
                 out.append(f"{label}: trace of the profiled calls: {r.trace_path}")
         elif check == "memory":
@@ -233,6 +233,23 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
         elif check == "bottleneck":
             out.append(f"{label}: {bottleneck_message(r)}")
     return out
+
+
+def with_why(message: str, r: Any) -> str:
+    """A timing message with the per-op diagnosis (``why: …``, issue 32) as its first evidence line,
+    after the verdict line; when the profiles could not be taken, why the diagnosis is missing."""
+    from pytest_gpuperf.core.containment import OP_DIFF
+
+    if r.op_diff is not None:
+        from pytest_gpuperf.verdict.opdiff import why_line
+
+        line = why_line(r.op_diff)
+    elif OP_DIFF in (r.unavailable or {}):
+        line = f"why: no diagnosis (the op profiles failed: {r.unavailable[OP_DIFF].text()})"
+    else:
+        return message
+    head, sep, rest = message.partition("\n")
+    return f"{head}\n  {line}" + (f"\n{rest}" if sep else "")
 
 
 def _also_failing(r: Any, check: str, strict: bool, updating: bool) -> bool:

@@ -153,6 +153,8 @@ def result_entry(
         entry["peak_memory_low_bytes"] = result.peak_memory_low_bytes
     if result.unavailable:  # extras that could not be measured: left out above, with why
         entry["unavailable"] = containment.to_dict(result.unavailable)
+    if result.op_diff is not None:  # why an A/B verdict moved, op by op (verdict.opdiff)
+        entry["op_diff"] = result.op_diff.to_dict()
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
@@ -471,7 +473,24 @@ def fit_table(rows: Sequence[Sequence[str]], header: Sequence[str], numeric: Ite
     if excess > 0:
         longest = max(len(r[0]) for r in rows) if rows else 0
         lines = table(max(MIN_NAME_WIDTH, longest - excess))
+    if max(map(len, lines)) > width and "verdict" in header:
+        # still too wide: the verdict in its compact form ("regressed, counts regressed" -> "regressed+counts")
+        v = header.index("verdict")
+        rows = [tuple(compact_verdict(c) if i == v else c for i, c in enumerate(row)) for row in rows]
+        excess = max(map(len, table())) - width
+        longest = max(len(r[0]) for r in rows) if rows else 0
+        lines = table(max(MIN_NAME_WIDTH, longest - max(0, excess)))
     return lines
+
+
+def compact_verdict(text: str) -> str:
+    """A summary verdict cell in its compact form, for a terminal too narrow for the full one: a
+    regressed check after the first verdict becomes ``+<check>`` (``"regressed, counts regressed"``
+    -> ``"regressed+counts"``), and ``, over …`` / ``, misclassified`` lose their comma and space."""
+    import re
+
+    text = re.sub(r", (memory|counts) regressed", r"+\1", text)
+    return text.replace(", over ", "+over ").replace(", misclassified", "+misclassified")
 
 
 def result_from_entry(entry: dict[str, Any]) -> BenchResult:
@@ -552,8 +571,22 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
         unavailable=containment.from_dict(entry.get("unavailable")),
         peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
+        op_diff=_op_diff(entry.get("op_diff")),
         **{k: stats[k] for k in STAT_FIELDS},
     )
+
+
+def _op_diff(d: Any) -> Any:
+    """An entry's ``op_diff`` as an :class:`~pytest_gpuperf.verdict.opdiff.OpDiff` (None when absent or unreadable:
+    a diagnosis is never needed to read a result)."""
+    if not isinstance(d, dict):
+        return None
+    from pytest_gpuperf.verdict.opdiff import OpDiff
+
+    try:
+        return OpDiff.from_dict(d)
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def machine_differs_line(results: Iterable[BenchResult]) -> str | None:
@@ -700,6 +733,13 @@ def markdown(
                 if r.comparison is not None and ab_summary(r.comparison)]
     if ab_lines:
         lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
+    diffs = [(label, r) for label, r in ordered if r.op_diff is not None]
+    if diffs:  # why it got slower (issue 32): the per-op diff of each A/B decision that moved
+        from pytest_gpuperf.verdict.opdiff import table as op_table, why_line
+
+        lines += ["", "Why it moved, op by op (A/B profiles: per call, B - A, Hodges-Lehmann shift and 99% CI):"]
+        for label, r in diffs:
+            lines += ["", f"`{label}`: {why_line(r.op_diff)}", "", op_table(r.op_diff)]
     lines += ["", legend + " ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are "
               "the counted FLOPs and minimum-traffic bytes per call at the median time."]
     if warnings:

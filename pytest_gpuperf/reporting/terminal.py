@@ -95,6 +95,28 @@ def wrap(text: str, width: int | None) -> list[str]:
     return [part for _, part, _ in _wrapped([_line(text)], width)]
 
 
+def wrap_message(text: str, width: int | None) -> str:
+    """A failure message wrapped to ``width`` (issue 32): a line that starts a message (the verdict:
+    pytest's short summary shows it) stays whole; a longer evidence line is broken after each ``;``,
+    one clause per line, indented two spaces more than the line, and a clause still too long is
+    wrapped at spaces (a path or a node id is never split)."""
+    if not width:
+        return text
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= width or not line.startswith(" "):
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        more = lead + "  "
+        clauses = [c.strip() for c in line.strip().split("; ")]
+        for i, clause in enumerate(clauses):
+            clause += ";" if i < len(clauses) - 1 else ""
+            out.extend(textwrap.wrap(clause, width, initial_indent=lead if i == 0 else more, subsequent_indent=more,
+                                     break_long_words=False, break_on_hyphens=False) or [clause])
+    return "\n".join(out)
+
+
 def _line(text: str, **markup: bool) -> Line:
     return ("line", text, markup)
 

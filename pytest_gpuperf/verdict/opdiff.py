@@ -285,11 +285,12 @@ def _signed_ms(ms: float) -> str:
 
 def why_line(d: OpDiff, unchanged: int = 3) -> str:
     """The failure message's ``why:`` line, causes first: ``why: aten::sort +1.32 ms/call (+412%,
-    88% of the change); new: aten::clone ×3 (+0.10 ms); unchanged: aten::mm, aten::softmax; rest
+    88% of the slowdown); new: aten::clone ×3 (+0.10 ms); unchanged: aten::mm, aten::softmax; rest
     +0.05 ms``. When nothing is named, it says so (the change is spread over many ops, or within noise)."""
     parts = []
+    whole = "slowdown" if d.total_shift_ms > 0 else "speed-up"
     for c in d.named:
-        share = f", {c.share * 100:.0f}% of the change" if c.share is not None else ""
+        share = f", {c.share * 100:.0f}% of the {whole}" if c.share is not None else ""
         if c.status in ("slower", "faster"):
             rel = f"{format_pct(c.shift_ms / c.a_ms)}" if c.a_ms > 0 else "new"
             parts.append(f"{c.name}{_count(c)} {_signed_ms(c.shift_ms)}/call ({rel}{share})")

@@ -111,6 +111,7 @@ class BenchResult:
     overrun: Overrun | None = field(default=None, repr=False, compare=False)
     unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
     peak_memory_low_bytes: int | None = None
+    op_diff: Any = None  # pytest_gpuperf.verdict.opdiff.OpDiff: why an A/B verdict moved, op by op
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, BenchOptions):  # a mapping of option values (as a report stores them)

@@ -27,6 +27,11 @@ class FakeCoordinator:
         self.calls.append(("confirm", sorted(keys), pairs))
         self.confirmed_pairs += pairs
 
+    def profile(self, keys, pairs):
+        self.calls.append(("profile", sorted(keys), pairs))
+
+    measured: dict = {}
+
 
 def _install(monkeypatch: pytest.MonkeyPatch, decided_after_pairs: int) -> None:
     """Results that need more pairs until ``decided_after_pairs`` pairs ran in all."""
@@ -50,9 +55,12 @@ def test_a_regression_is_confirmed_once_not_measured_up_to_the_bound(monkeypatch
     monkeypatch.setattr(ab_results_module, "ab_results", lambda coordinator, label: (
         {"m.py::t": SimpleNamespace(comparison=regressed, options=SimpleNamespace(confirm=1))}, [], []))
     monkeypatch.setattr(ab_results_module, "needs_more_pairs", lambda c: True)  # regressed: confirm
-    ab_run.measure_ab({}, [], 1, tmp_path, "REF", max_pairs=6)
+    ab_run.measure_ab({}, [], 1, tmp_path, "REF", max_pairs=6, why=False)
     (c,) = FakeCoordinator.instances
     assert c.calls == [("run", 1), ("confirm", ["m.py::t"], 1)]  # the confirmation, then decided
+    # issue 32: with `why` (the default), a benchmark that comes out regressed is then profiled on both sides
+    ab_run.measure_ab({}, [], 1, tmp_path, "REF")
+    assert FakeCoordinator.instances[-1].calls[-1] == ("profile", ["m.py::t"], ab_run.PROFILE_PAIRS)
 
 
 @pytest.mark.parametrize("decided_after, max_pairs, pairs_run", [

@@ -49,7 +49,7 @@ def test_one_op_made_slower_is_named_first_and_the_others_unchanged() -> None:
     assert {c.status for c in d.ops if c.name != "aten::sort"} == {"unchanged"}
     assert d.named_ms + d.new_ms + d.removed_ms + d.rest_ms == pytest.approx(d.total_shift_ms)
     line = why_line(d)
-    assert line.startswith("why: aten::sort +") and "/call (+" in line and "of the change" in line
+    assert line.startswith("why: aten::sort +") and "/call (+" in line and "of the slowdown" in line
     assert "unchanged: aten::mm, aten::softmax" in line and "rest " in line
     assert d.processes == (2, 2) and d.cycles == (8, 8)
 
@@ -143,3 +143,23 @@ def test_profile_ops_on_the_cpu() -> None:
         assert s.counts["aten::sort"] == 1.0 and s.total_ms > 0
         assert not any(k.startswith(("gpuperf::", "ProfilerStep")) for k in s.self_ms)
     assert calls_per_cycle(0.5) == 20 and calls_per_cycle(100.0) == 1 and calls_per_cycle(0.0) == 3
+
+
+def test_failure_messages_wrap_one_clause_per_line_and_the_table_holds_its_width() -> None:
+    from pytest_gpuperf.reporting.report import compact_verdict, fit_table
+    from pytest_gpuperf.reporting.terminal import wrap_message
+
+    message = ("regressed 1.497x [1.470x, 1.521x]: median 998.5 µs -> 1.493 ms (A/B vs HEAD (b1b19dd)) and more words\n"
+               "  why: aten::sort +492.7 µs/call (+249.8%, 95% of the slowdown); unchanged: aten::mm, aten::softmax; "
+               "rest +26.1 µs\n  m.py::t: " + "; ".join(f"clause number {i} of the evidence" for i in range(8)))
+    lines = wrap_message(message, 80).splitlines()
+    assert lines[0] == message.splitlines()[0]  # the verdict line stays whole (pytest's short summary)
+    assert all(len(x) <= 80 for x in lines[1:])
+    assert lines[1] == "  why: aten::sort +492.7 µs/call (+249.8%, 95% of the slowdown);"
+    assert lines[2] == "    unchanged: aten::mm, aten::softmax;" and lines[3] == "    rest +26.1 µs"
+    assert wrap_message(message, None) == message
+    assert compact_verdict("regressed, counts regressed") == "regressed+counts"
+    header = ("name", "median", "verdict")
+    rows = [("test_x.py::test_a_rather_long_benchmark_name", "1.493 ms", "regressed, counts regressed (confirmed)")]
+    fitted = fit_table(rows, header, {"median"}, 70, [rows[0][0]])  # the name at its shortest is not enough
+    assert max(map(len, fitted)) <= 70 and "regressed+counts" in fitted[-1]

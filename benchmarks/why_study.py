@@ -1,0 +1,198 @@
+"""Study (issue 32): how often "why it got slower" names the right op, and what it costs.
+
+Part 1 — naming. A six-stage CPU function (matmul, softmax, sort, index_select, layer_norm, cumsum;
+each stage on its own input, so one stage can change alone). Each trial profiles side A and side B
+the way an A/B run does: ``PROFILE_PAIRS`` worker processes per side, A and B in turn, each a fresh
+interpreter calling :func:`pytest_gpuperf.measure.opprofile.profile_ops` (``CYCLES`` cycles of
+``calls_per_cycle`` calls, after a warmup), then :func:`pytest_gpuperf.verdict.opdiff.diff_profiles`.
+Changes injected into B: five stages made larger (the op ~1.5-2.5x slower) and one op added
+(a clone); plus A/A trials (B = A). Reported: per change, the trials whose first named op is the
+changed one, and the trials that named an unchanged op; for A/A, the trials that named anything.
+
+Part 2 — cost, through the command users run. A two-commit git repository holding the function as
+a ``gpu_bench`` test; B makes the sort stage larger. ``pytest --gpuperf-ab HEAD`` with and without
+``--gpuperf-no-why``: the wall time of each and the failure message's ``why:`` line.
+
+    python benchmarks/why_study.py --out /tmp/why --trials 10 --aa 20
+    python benchmarks/why_study.py --out /tmp/why --cost-only
+
+Not part of the plugin; its figures are in docs/why.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+#: stage -> (its size in A, the op the changed stage names first)
+STAGES = {
+    "mm": (160, "aten::mm"),
+    "softmax": (400_000, "aten::_softmax"),
+    "sort": (200_000, "aten::sort"),
+    "index_select": (300_000, "aten::index_select"),
+    "layer_norm": (300_000, "aten::native_layer_norm"),
+    "cumsum": (600_000, "aten::cumsum"),
+}
+#: injected changes: name -> (stage sizes of B relative to A, extra clone in B, the op expected first)
+CHANGES = {
+    "mm 1.5x size": ({"mm": 1.5}, False, "aten::mm"),
+    "softmax 2x": ({"softmax": 2.0}, False, "aten::_softmax"),
+    "sort 2x": ({"sort": 2.0}, False, "aten::sort"),
+    "index_select 2x": ({"index_select": 2.0}, False, "aten::index_select"),
+    "layer_norm 2x": ({"layer_norm": 2.0}, False, "aten::native_layer_norm"),
+    "new clone": ({}, True, "aten::clone"),
+}
+
+WORKER = textwrap.dedent('''
+    import json, sys
+    import torch
+    from pytest_gpuperf.measure.opprofile import CYCLES, calls_per_cycle, profile_ops
+    spec = json.loads(sys.argv[1])
+    torch.manual_seed(0)
+    s = spec["sizes"]
+    n = int(s["mm"])
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    sm = torch.randn(int(s["softmax"]) // 1000, 1000)
+    so = torch.randn(int(s["sort"]) // 100, 100)
+    src = torch.randn(int(s["index_select"]) // 100, 100)
+    idx = torch.randint(0, src.shape[0], (src.shape[0],))
+    ln = torch.randn(int(s["layer_norm"]) // 500, 500)
+    cs = torch.randn(int(s["cumsum"]))
+    big = torch.randn(400_000)
+    def f():
+        out = (a @ b).sum() + torch.softmax(sm, 1).sum() + torch.sort(so, 1)[0].sum()
+        out = out + src.index_select(0, idx).sum() + torch.nn.functional.layer_norm(ln, (500,)).sum()
+        out = out + cs.cumsum(0)[-1]
+        if spec["clone"]:
+            out = out + big.clone()[0]
+        return out
+    for _ in range(5):
+        f()
+    import time
+    t = time.perf_counter(); f(); call_ms = (time.perf_counter() - t) * 1e3
+    calls = calls_per_cycle(spec.get("call_ms") or call_ms)
+    got = profile_ops(f, (), {}, torch.device("cpu"), cycles=CYCLES, calls=calls, process=spec["process"])
+    print(json.dumps({"call_ms": call_ms, "samples": [x.to_dict() for x in got]}))
+''')
+
+
+def profile_side(sizes: dict[str, float], clone: bool, process: int, call_ms: float | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    spec = {"sizes": sizes, "clone": clone, "process": process, "call_ms": call_ms}
+    out = subprocess.run([sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True, env=env,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def trial(change: tuple[dict[str, float], bool, str] | None) -> dict:
+    """One trial: PROFILE_PAIRS processes per side, A and B in turn; the diff and what it named."""
+    sys.path.insert(0, str(ROOT))
+    from pytest_gpuperf.ab.run import PROFILE_PAIRS
+    from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles, why_line
+
+    base = {k: float(v[0]) for k, v in STAGES.items()}
+    factors, clone, expected = change if change is not None else ({}, False, None)
+    sizes_b = {k: base[k] * factors.get(k, 1.0) for k in base}
+    a, b = [], []
+    call_ms = None
+    for p in range(PROFILE_PAIRS):
+        first = ("A", "B") if p % 2 == 0 else ("B", "A")
+        for side in first:
+            got = profile_side(base if side == "A" else sizes_b, clone and side == "B", p, call_ms)
+            call_ms = call_ms or got["call_ms"]  # the same calls per cycle on both sides, as the A/B workers
+            (a if side == "A" else b).extend(OpSample.from_dict(x) for x in got["samples"])
+    d = diff_profiles(a, b)
+    named = [c.name for c in d.named]
+    return {"named": named, "first": named[0] if named else None, "expected": expected,
+            "unchanged_named": [n for n in named if n != expected], "why": why_line(d),
+            "total_shift_ms": d.total_shift_ms}
+
+
+def naming(opts: argparse.Namespace) -> dict:
+    out: dict = {}
+    for name, change in CHANGES.items():
+        rows = [trial(change) for _ in range(opts.trials)]
+        out[name] = {"trials": len(rows), "right_first": sum(r["first"] == change[2] for r in rows),
+                     "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows), "examples": rows[:2]}
+        print(f"{name}: right op first {out[name]['right_first']}/{len(rows)}, "
+              f"an unchanged op named {out[name]['unchanged_named']}/{len(rows)}", flush=True)
+    rows = [trial(None) for _ in range(opts.aa)]
+    out["A/A"] = {"trials": len(rows), "named_anything": sum(bool(r["named"]) for r in rows), "examples": rows[:2]}
+    print(f"A/A: named something in {out['A/A']['named_anything']}/{len(rows)}", flush=True)
+    return out
+
+
+TEST = '''
+import pytest
+import torch
+
+torch.manual_seed(0)
+a, b = torch.randn(160, 160), torch.randn(160, 160)
+sm = torch.randn(400, 1000)
+so = torch.randn(@SORT@, 100)
+
+@pytest.mark.gpu_bench(max_time=0.5)
+def test_stages(gpu_bench):
+    gpu_bench(lambda: (a @ b).sum() + torch.softmax(sm, 1).sum() + torch.sort(so, 1)[0].sum())
+'''
+
+
+def cost(opts: argparse.Namespace) -> dict:
+    """Two A/B runs of a real regression (the sort stage 2x larger) through pytest, with and without the profiles."""
+    repo = Path(tempfile.mkdtemp(prefix="why-study-"))
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "s@s")
+    git("config", "user.name", "s")
+    (repo / "test_stages.py").write_text(TEST.replace("@SORT@", "2000"))
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    (repo / "test_stages.py").write_text(TEST.replace("@SORT@", "4000"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = {}
+    for label, extra in (("with why", []), ("--gpuperf-no-why", ["--gpuperf-no-why"])):
+        start = time.perf_counter()
+        res = subprocess.run([sys.executable, "-m", "pytest", "--gpuperf-ab", "HEAD", "-p", "no:cacheprovider",
+                              f"--gpuperf-json={repo}/{label.strip('-')}.json", *extra], cwd=repo, env=env,
+                             capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        text = res.stdout
+        (Path(opts.out) / f"cost-{label.strip('-')}.log").write_text(text + res.stderr)
+        verdict = next((ln for ln in text.splitlines() if ln.startswith(("regressed", "improved", "unchanged",
+                                                                         "inconclusive"))), None)
+        why = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith("why:")), None)
+        out[label] = {"wall_s": wall, "rc": res.returncode, "verdict": verdict, "why": why}
+        print(f"{label}: {wall:.1f} s, rc {res.returncode}\n  {verdict}\n  {why}", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--trials", type=int, default=10, help="trials per injected change")
+    ap.add_argument("--aa", type=int, default=20, help="A/A trials")
+    ap.add_argument("--cost-only", action="store_true")
+    opts = ap.parse_args()
+    Path(opts.out).mkdir(parents=True, exist_ok=True)
+    result = {"cost": cost(opts)}
+    if not opts.cost_only:
+        result["naming"] = naming(opts)
+    (Path(opts.out) / "summary.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

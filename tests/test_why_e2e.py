@@ -1,0 +1,93 @@
+"""Why it got slower (issue 32), end to end: a real A/B run in a two-commit repository.
+
+The timing verdicts and the op profiles are scripted (``timings.json``: side B's benchmark 1.5x
+slower, its ``aten::sort`` 3.5x), so nothing here depends on the machine; the A/B machinery (worker
+pairs, the profiling pairs, the diff, the message and the report) is the real one. How often the
+real profiler names the right op is measured by ``benchmarks/why_study.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gitrepo import commit, init
+from pytest_gpuperf._testing import SCRIPTED_CONFTEST
+
+STAGES = '''
+import pytest
+import torch
+
+x = torch.randn(96, 96)
+WIDTH = @W@
+
+@pytest.mark.gpu_bench(max_time=0.1, counts=False)
+def test_stages(gpu_bench):
+    def f():
+        y = torch.softmax(x @ x, 1)
+        return torch.sort(y.unfold(1, WIDTH, 1), dim=-1)[0].sum()
+    gpu_bench(f)
+'''
+ONE_PAIR = ("--gpuperf-ab-processes", "1", "-p", "no:cacheprovider")
+
+
+OPS = {"aten::mm": 0.5, "aten::softmax": 0.2, "aten::sort": 0.2, "aten::sum": 0.05}
+
+
+def _timings(repo: Path, ms: float, **ops: float) -> None:
+    (repo / "timings.json").write_text(json.dumps({"*": {"ms": ms, "cv": 0.03, "ops": dict(OPS, **ops)}}))
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> Path:
+    top = pytester.path
+    init(top)
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(SCRIPTED_CONFTEST)
+    pytester.makepyfile(test_x=STAGES.replace("@W@", "4"))
+    _timings(top, 1.0)
+    commit(top, "A")
+    return top
+
+
+def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, repo: Path) -> None:
+    pytester.makepyfile(test_x=STAGES.replace("@W@", "64"))  # B: the sort's windows 16x as wide
+    _timings(repo, 1.5, **{"aten::sort": 0.7})
+    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json", "--gpuperf-markdown=out.md")
+    res.assert_outcomes(failed=1)
+    text = res.stdout.str()
+    md = (repo / "out.md").read_text()
+    assert "Why it moved, op by op" in md and "| aten::sort | " in md and "| slower |" in md
+    res.stdout.fnmatch_lines(["*A/B: profiling 1 benchmark(s) on both sides in 2 more pair(s) of worker processes*"])
+    # the verdict first, then the cause
+    res.stdout.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))", "  why: aten::sort +*/call (+*% of the slowdown)*"])
+    assert "unchanged: aten::mm, aten::softmax" in text and "rest " in text
+    bench = json.loads((repo / "out.json").read_text())["benchmarks"]["test_x.py::test_stages"]
+    diff = bench["op_diff"]
+    named = [c for c in diff["ops"] if c["status"] in ("slower", "faster", "new", "removed")]
+    assert named and named[0]["name"] == "aten::sort"
+    assert diff["processes"] == [2, 2] and diff["cycles"][0] >= 6
+    total = diff["named_ms"] + diff["new_ms"] + diff["removed_ms"] + diff["rest_ms"]
+    assert total == pytest.approx(diff["total_shift_ms"])
+
+
+def test_an_aa_run_profiles_nothing_and_names_nothing(pytester: pytest.Pytester, repo: Path) -> None:
+    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json")
+    res.assert_outcomes(passed=1)
+    assert "profiling" not in res.stdout.str() and "why:" not in res.stdout.str()
+    bench = json.loads((repo / "out.json").read_text())["benchmarks"]["test_x.py::test_stages"]
+    assert "op_diff" not in bench
+
+
+def test_a_profile_that_fails_leaves_the_verdict_and_says_why(pytester: pytest.Pytester, repo: Path) -> None:
+    # side B's code refuses to run under the profiler (real profiler: no scripted ops); the verdict stands
+    pytester.makepyfile(test_x=STAGES.replace("@W@", "8").replace(
+        "    def f():\n", "    def f():\n        if torch.autograd._profiler_enabled():\n"
+                         "            raise RuntimeError('not under a profiler')\n"))
+    (repo / "timings.json").write_text(json.dumps({"*": {"ms": 1.5, "cv": 0.03}}))
+    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR)
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))",
+                              "  why: no diagnosis (the op profiles failed: side B: RuntimeError: not under a profiler*"])
