@@ -6,7 +6,7 @@ the way an A/B run does: ``PROFILE_PAIRS`` worker processes per side, A and B in
 interpreter calling :func:`pytest_gpuperf.measure.opprofile.profile_ops` (``CYCLES`` cycles of
 ``calls_per_cycle`` calls, after a warmup), then :func:`pytest_gpuperf.verdict.opdiff.diff_profiles`.
 Changes injected into B: five stages made larger (the op ~1.5-2.5x slower) and one op added
-(a clone); plus A/A trials (B = A). Reported: per change, the trials whose first named op is the
+(an ``exp``); plus A/A trials (B = A). Reported: per change, the trials whose first named op is the
 changed one, and the trials that named an unchanged op; for A/A, the trials that named anything.
 
 Part 2 — cost, through the command users run. A two-commit git repository holding the function as
@@ -43,14 +43,14 @@ STAGES = {
     "layer_norm": (300_000, "aten::native_layer_norm"),
     "cumsum": (600_000, "aten::cumsum"),
 }
-#: injected changes: name -> (stage sizes of B relative to A, extra clone in B, the op expected first)
+#: injected changes: name -> (stage sizes of B relative to A, an added exp in B, the op expected first)
 CHANGES = {
     "mm 1.5x size": ({"mm": 1.5}, False, "aten::mm"),
     "softmax 2x": ({"softmax": 2.0}, False, "aten::_softmax"),
     "sort 2x": ({"sort": 2.0}, False, "aten::sort"),
     "index_select 2x": ({"index_select": 2.0}, False, "aten::index_select"),
     "layer_norm 2x": ({"layer_norm": 2.0}, False, "aten::native_layer_norm"),
-    "new clone": ({}, True, "aten::clone"),
+    "new exp": ({}, True, "aten::exp"),
 }
 
 WORKER = textwrap.dedent('''
@@ -69,12 +69,12 @@ WORKER = textwrap.dedent('''
     ln = torch.randn(int(s["layer_norm"]) // 500, 500)
     cs = torch.randn(int(s["cumsum"]))
     big = torch.randn(400_000)
-    def f():
-        out = (a @ b).sum() + torch.softmax(sm, 1).sum() + torch.sort(so, 1)[0].sum()
-        out = out + src.index_select(0, idx).sum() + torch.nn.functional.layer_norm(ln, (500,)).sum()
+    def f():  # each stage's result is read by indexing, so no op but the stage's own depends on its size
+        out = (a @ b)[0, 0] + torch.softmax(sm, 1)[0, 0] + torch.sort(so, 1)[0][0, 0]
+        out = out + src.index_select(0, idx)[0, 0] + torch.nn.functional.layer_norm(ln, (500,))[0, 0]
         out = out + cs.cumsum(0)[-1]
-        if spec["clone"]:
-            out = out + big.clone()[0]
+        if spec["added"]:
+            out = out + big.exp()[0]
         return out
     for _ in range(5):
         f()
@@ -86,9 +86,9 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def profile_side(sizes: dict[str, float], clone: bool, process: int, call_ms: float | None) -> dict:
+def profile_side(sizes: dict[str, float], added: bool, process: int, call_ms: float | None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    spec = {"sizes": sizes, "clone": clone, "process": process, "call_ms": call_ms}
+    spec = {"sizes": sizes, "added": added, "process": process, "call_ms": call_ms}
     out = subprocess.run([sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True, env=env,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -101,14 +101,14 @@ def trial(change: tuple[dict[str, float], bool, str] | None) -> dict:
     from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles, why_line
 
     base = {k: float(v[0]) for k, v in STAGES.items()}
-    factors, clone, expected = change if change is not None else ({}, False, None)
+    factors, added, expected = change if change is not None else ({}, False, None)
     sizes_b = {k: base[k] * factors.get(k, 1.0) for k in base}
     a, b = [], []
     call_ms = None
     for p in range(PROFILE_PAIRS):
         first = ("A", "B") if p % 2 == 0 else ("B", "A")
         for side in first:
-            got = profile_side(base if side == "A" else sizes_b, clone and side == "B", p, call_ms)
+            got = profile_side(base if side == "A" else sizes_b, added and side == "B", p, call_ms)
             call_ms = call_ms or got["call_ms"]  # the same calls per cycle on both sides, as the A/B workers
             (a if side == "A" else b).extend(OpSample.from_dict(x) for x in got["samples"])
     d = diff_profiles(a, b)
@@ -143,7 +143,7 @@ so = torch.randn(@SORT@, 100)
 
 @pytest.mark.gpu_bench(max_time=0.5)
 def test_stages(gpu_bench):
-    gpu_bench(lambda: (a @ b).sum() + torch.softmax(sm, 1).sum() + torch.sort(so, 1)[0].sum())
+    gpu_bench(lambda: (a @ b)[0, 0] + torch.softmax(sm, 1)[0, 0] + torch.sort(so, 1)[0][0, 0])
 '''
 
 
