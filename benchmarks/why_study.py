@@ -6,15 +6,18 @@ the way an A/B run does: ``PROFILE_PAIRS`` worker processes per side, A and B in
 interpreter calling :func:`pytest_gpuperf.measure.opprofile.profile_ops` (``CYCLES`` cycles of
 ``calls_per_cycle`` calls, after a warmup), then :func:`pytest_gpuperf.verdict.opdiff.diff_profiles`.
 Changes injected into B: five stages made larger (the op ~1.5-2.5x slower) and one op added
-(an ``exp``); plus A/A trials (B = A). Reported: per change, the trials whose first named op is the
-changed one, and the trials that named an unchanged op; for A/A, the trials that named anything.
+(an ``exp``); plus A/A trials (B = A). The whole change the ops must explain is each side's timed
+per-call median (100 calls outside the profiler, median over the processes), as an A/B verdict
+gives it. Reported: per change, the trials whose first named op is the changed one, and the trials
+that named an op outside the changed stage (each stage's ops are found by profiling it alone); for
+A/A, the trials that named anything.
 
 Part 2 — cost, through the command users run. A two-commit git repository holding the function as
 a ``gpu_bench`` test; B makes the sort stage larger. ``pytest --gpuperf-ab HEAD`` with and without
 ``--gpuperf-no-why``: the wall time of each and the failure message's ``why:`` line.
 
     python benchmarks/why_study.py --out /tmp/why --trials 10 --aa 20
-    python benchmarks/why_study.py --out /tmp/why --cost-only
+    python benchmarks/why_study.py --out /tmp/why --cost-only   # or --naming-only
 
 Not part of the plugin; its figures are in docs/why.md.
 """
@@ -76,13 +79,32 @@ WORKER = textwrap.dedent('''
         if spec["added"]:
             out = out + big.exp()[0]
         return out
+    import statistics, time
+    if spec.get("map"):  # which ops each stage runs (self time > 0), each stage alone
+        from torch.profiler import profile
+        stages = {"mm": lambda: (a @ b)[0, 0], "softmax": lambda: torch.softmax(sm, 1)[0, 0],
+                  "sort": lambda: torch.sort(so, 1)[0][0, 0], "index_select": lambda: src.index_select(0, idx)[0, 0],
+                  "layer_norm": lambda: torch.nn.functional.layer_norm(ln, (500,))[0, 0],
+                  "cumsum": lambda: cs.cumsum(0)[-1], "added": lambda: big.exp()[0]}
+        out = {}
+        for name, g in stages.items():
+            g()
+            with profile() as p:
+                g()
+            out[name] = sorted({e.key for e in p.key_averages() if e.self_cpu_time_total > 0})
+        print(json.dumps(out))
+        raise SystemExit(0)
     for _ in range(5):
         f()
-    import time
-    t = time.perf_counter(); f(); call_ms = (time.perf_counter() - t) * 1e3
+    def timed(n):  # the timing a verdict stands on: per-call medians outside the profiler
+        out = []
+        for _ in range(n):
+            t = time.perf_counter(); f(); out.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(out)
+    call_ms = timed(30)
     calls = calls_per_cycle(spec.get("call_ms") or call_ms)
     got = profile_ops(f, (), {}, torch.device("cpu"), cycles=CYCLES, calls=calls, process=spec["process"])
-    print(json.dumps({"call_ms": call_ms, "samples": [x.to_dict() for x in got]}))
+    print(json.dumps({"call_ms": call_ms, "median_ms": timed(100), "samples": [x.to_dict() for x in got]}))
 ''')
 
 
@@ -94,8 +116,21 @@ def profile_side(sizes: dict[str, float], added: bool, process: int, call_ms: fl
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def trial(change: tuple[dict[str, float], bool, str] | None) -> dict:
-    """One trial: PROFILE_PAIRS processes per side, A and B in turn; the diff and what it named."""
+def stage_ops() -> dict[str, list[str]]:
+    """Which ops each stage runs (each stage profiled alone): an op of the changed stage may change
+    with it (``aten::sort`` copies its values with ``aten::copy_``), any other op did not change."""
+    base = {k: float(v[0]) for k, v in STAGES.items()}
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    spec = {"sizes": base, "added": False, "process": 0, "map": True}
+    out = subprocess.run([sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True, env=env,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = frozenset()) -> dict:
+    """One trial: PROFILE_PAIRS processes per side, A and B in turn; the diff (the whole change from
+    each side's timed per-call medians, as the verdict gives it) and what it named. ``own``: the
+    ops of the changed stage (named, they are no false cause)."""
     sys.path.insert(0, str(ROOT))
     from pytest_gpuperf.ab.run import PROFILE_PAIRS
     from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles, why_line
@@ -104,6 +139,7 @@ def trial(change: tuple[dict[str, float], bool, str] | None) -> dict:
     factors, added, expected = change if change is not None else ({}, False, None)
     sizes_b = {k: base[k] * factors.get(k, 1.0) for k in base}
     a, b = [], []
+    medians: dict[str, list[float]] = {"A": [], "B": []}
     call_ms = None
     for p in range(PROFILE_PAIRS):
         first = ("A", "B") if p % 2 == 0 else ("B", "A")
@@ -111,17 +147,24 @@ def trial(change: tuple[dict[str, float], bool, str] | None) -> dict:
             got = profile_side(base if side == "A" else sizes_b, added and side == "B", p, call_ms)
             call_ms = call_ms or got["call_ms"]  # the same calls per cycle on both sides, as the A/B workers
             (a if side == "A" else b).extend(OpSample.from_dict(x) for x in got["samples"])
-    d = diff_profiles(a, b)
+            medians[side].append(got["median_ms"])
+    import statistics
+
+    whole = (statistics.median(medians["A"]), statistics.median(medians["B"]))
+    d = diff_profiles(a, b, whole_ms=whole)
     named = [c.name for c in d.named]
     return {"named": named, "first": named[0] if named else None, "expected": expected,
-            "unchanged_named": [n for n in named if n != expected], "why": why_line(d),
+            "unchanged_named": [n for n in named if n != expected and n not in own], "why": why_line(d),
             "total_shift_ms": d.total_shift_ms}
 
 
 def naming(opts: argparse.Namespace) -> dict:
-    out: dict = {}
+    ops = stage_ops()
+    out: dict = {"stage_ops": ops}
     for name, change in CHANGES.items():
-        rows = [trial(change) for _ in range(opts.trials)]
+        stages = [k for k in change[0]] or ["added"]
+        own = {op for k in stages for op in ops.get(k, [])}
+        rows = [trial(change, own) for _ in range(opts.trials)]
         out[name] = {"trials": len(rows), "right_first": sum(r["first"] == change[2] for r in rows),
                      "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows), "examples": rows[:2]}
         print(f"{name}: right op first {out[name]['right_first']}/{len(rows)}, "
@@ -186,9 +229,10 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=10, help="trials per injected change")
     ap.add_argument("--aa", type=int, default=20, help="A/A trials")
     ap.add_argument("--cost-only", action="store_true")
+    ap.add_argument("--naming-only", action="store_true")
     opts = ap.parse_args()
     Path(opts.out).mkdir(parents=True, exist_ok=True)
-    result = {"cost": cost(opts)}
+    result = {} if opts.naming_only else {"cost": cost(opts)}
     if not opts.cost_only:
         result["naming"] = naming(opts)
     (Path(opts.out) / "summary.json").write_text(json.dumps(result, indent=1))

@@ -802,8 +802,11 @@ def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:
     def diff() -> Any:
         from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles
 
+        c = result.comparison  # the verdict's medians per call of A and B: the change the ops must explain
+        whole = ((c.baseline_median_ms, c.current_median_ms)
+                 if c is not None and c.baseline_median_ms and c.current_median_ms else None)
         return diff_profiles([OpSample.from_dict(x) for x in m.profiles["A"]],
-                             [OpSample.from_dict(x) for x in m.profiles["B"]], source="A/B")
+                             [OpSample.from_dict(x) for x in m.profiles["B"]], source="A/B", whole_ms=whole)
 
     got = contained(OP_DIFF, diff, unavailable)
     return dataclasses.replace(result, op_diff=got, unavailable=unavailable)

@@ -13,8 +13,9 @@ the whole call's time, on CUDA the GPU's idle time between kernels, and the time
   2014, §4.3) — :func:`hodges_lehmann_shift`; when each side was profiled in two or more processes
   the CI is a two-stage bootstrap over processes and their cycles instead (:func:`shift_ci`), so
   that a process's speed is not taken for a change;
-* nothing is named while the whole call's change is within its noise (its CI includes 0): there
-  is nothing to explain, and with some 30 ops a call one of them would pass a 99% test by chance;
+* the change to explain is the whole call's as the timing verdict measured it (its medians of A and
+  B); without one, the profiles' own, and then nothing is named while its CI includes 0 (there is
+  nothing to explain, and with some 30 ops a call one of them would pass a 99% test by chance);
 * an op is **named as a cause** only when its CI excludes 0 (its change is outside its noise),
   the change is at least :data:`MIN_RELATIVE` of its own time, it goes the way the whole call
   went, and it explains at least :data:`MIN_SHARE` of the whole change (:func:`op_status`);
@@ -111,7 +112,9 @@ class OpDiff:
     largest first; ``phases``: the same per ``gpu_bench.phase`` region; ``named_ms``/``new_ms``/
     ``removed_ms``/``rest_ms``: the accounting (they sum to ``total_shift_ms``); ``cycles``: the
     profiled cycles per side; ``processes``: processes per side; ``source``: where side A's
-    profile came from (``"A/B"``, or a stored baseline's profile: another process, time and maybe machine).
+    profile came from (``"A/B"``, or a stored baseline's profile: another process, time and maybe machine);
+    ``whole_from``: where the whole call's change came from (``"timing"``: the verdict's medians;
+    ``"profile"``: the profiled cycles).
     """
 
     total_a_ms: float
@@ -127,6 +130,7 @@ class OpDiff:
     cycles: tuple[int, int]
     processes: tuple[int, int]
     source: str = "A/B"
+    whole_from: str = "profile"
 
     @property
     def named(self) -> tuple[OpChange, ...]:
@@ -243,23 +247,33 @@ def _changes(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]],
     return out
 
 
-def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A/B") -> OpDiff:
+def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A/B", *,
+                  whole_ms: tuple[float, float] | None = None) -> OpDiff:
     """Diff side B's profiled cycles against side A's (see the module doc). ``a``, ``b``: the
-    cycles of each side (several per side, from more than one process where possible). On CUDA
-    (samples with ``idle_ms``) the GPU's idle time between kernels is diffed as the op
-    :data:`IDLE`. Pure and deterministic. Raises ``ValueError`` when a side has no cycle."""
+    cycles of each side (several per side, from more than one process where possible).
+    ``whole_ms``: the whole call's per-call median of each side (A, B) as the timing verdict
+    measured it (ms; the A/B comparison's medians): when given, it is the change the ops must
+    explain (its direction, the shares and the rest), and it is taken as decided — the verdict
+    decided it, with the paired timing design, far more precisely than the profiled cycles can.
+    Without it the profiles' own whole-call change is used, and nothing is named while its CI
+    includes 0. On CUDA (samples with ``idle_ms``) the GPU's idle time between kernels is diffed
+    as the op :data:`IDLE`. Pure and deterministic. Raises ``ValueError`` when a side has no cycle."""
     if not a or not b:
         raise ValueError("each side needs at least one profiled cycle")
     ta, tb = [s.total_ms for s in a], [s.total_ms for s in b]
     pa, pb = [s.process for s in a], [s.process for s in b]
     total_shift, total_ci = shift_ci(ta, tb, pa, pb)
+    total_a, total_b = _median(ta), _median(tb)
+    if whole_ms is not None:
+        total_a, total_b = float(whole_ms[0]), float(whole_ms[1])
+        total_shift, total_ci, decided = total_b - total_a, None, True
+    else:  # nothing to explain while the whole call's own change is within its noise
+        decided = total_ci is not None and not total_ci[0] <= 0 <= total_ci[1]
     cuda = all(s.idle_ms is not None for s in (*a, *b))
 
     def times(side: Sequence[OpSample]) -> list[dict[str, float]]:
         return [dict(s.self_ms, **({IDLE: float(s.idle_ms)} if cuda and s.idle_ms is not None else {})) for s in side]
 
-    # nothing to explain while the whole call's own change is within its noise
-    decided = total_ci is not None and not total_ci[0] <= 0 <= total_ci[1]
     ops = _changes(times(a), times(b), [s.counts for s in a], [s.counts for s in b], total_shift if decided else 0.0,
                    pa, pb)
     ops.sort(key=lambda c: (-abs(c.shift_ms), c.name))
@@ -269,9 +283,10 @@ def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A
     named = sum(c.shift_ms for c in ops if c.status in ("slower", "faster"))
     new = sum(c.shift_ms for c in ops if c.status == "new")
     removed = sum(c.shift_ms for c in ops if c.status == "removed")
-    return OpDiff(_median(ta), _median(tb), total_shift, total_ci, tuple(ops), tuple(phases), named, new, removed,
+    return OpDiff(total_a, total_b, total_shift, total_ci, tuple(ops), tuple(phases), named, new, removed,
                   total_shift - named - new - removed, (len(a), len(b)),
-                  (len({s.process for s in a}), len({s.process for s in b})), source)
+                  (len({s.process for s in a}), len({s.process for s in b})), source,
+                  "timing" if whole_ms is not None else "profile")
 
 
 def _count(c: OpChange) -> str:

@@ -163,3 +163,25 @@ def test_failure_messages_wrap_one_clause_per_line_and_the_table_holds_its_width
     rows = [("test_x.py::test_a_rather_long_benchmark_name", "1.493 ms", "regressed, counts regressed (confirmed)")]
     fitted = fit_table(rows, header, {"median"}, 70, [rows[0][0]])  # the name at its shortest is not enough
     assert max(map(len, fitted)) <= 70 and "regressed+counts" in fitted[-1]
+
+
+def test_the_verdicts_whole_change_lets_a_small_stage_be_named_under_a_noisy_one() -> None:
+    # a noisy op (cumsum) hides a +0.25 ms softmax change in the profiles' own total; the timing
+    # verdict measured the whole change (+0.25 ms on 3 ms) precisely, so the softmax is named
+    ops = {"aten::sort": 2.0, "aten::_softmax": 0.25, "aten::cumsum": 0.6}
+    rng = random.Random(5)
+
+    def noisy(seed: int, softmax: float) -> list[OpSample]:
+        out = []
+        for i in range(12):
+            times = {k: v * (1 + random.Random(seed * 100 + i).gauss(0, 0.02)) for k, v in ops.items()}
+            times["aten::_softmax"] = softmax * (1 + rng.gauss(0, 0.03))
+            times["aten::cumsum"] = 0.6 * (1 + abs(rng.gauss(0, 0.8)))  # 0.6-1.6 ms: swamps the total
+            out.append(OpSample(times, {k: 1.0 for k in times}, sum(times.values()), process=i % 2))
+        return out
+
+    a, b = noisy(1, 0.25), noisy(2, 0.5)
+    d = diff_profiles(a, b, whole_ms=(3.0, 3.25))
+    assert [c.name for c in d.named] == ["aten::_softmax"] and d.whole_from == "timing"
+    assert d.total_shift_ms == pytest.approx(0.25) and d.total_ci_ms is None
+    assert d.named_ms + d.new_ms + d.removed_ms + d.rest_ms == pytest.approx(0.25)
