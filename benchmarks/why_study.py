@@ -37,14 +37,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-#: stage -> (its size in A, the op the changed stage names first)
+#: stage -> (its size in A, the op the changed stage names first); sizes chosen so that each stage
+#: takes about 0.2-0.7 ms on the study VM and each injected change moves the whole call by >= ~10%
+#: (an A/B verdict must say regressed for the diff to run at all)
 STAGES = {
-    "mm": (160, "aten::mm"),
-    "softmax": (400_000, "aten::_softmax"),
-    "sort": (200_000, "aten::sort"),
-    "index_select": (300_000, "aten::index_select"),
-    "layer_norm": (300_000, "aten::native_layer_norm"),
-    "cumsum": (600_000, "aten::cumsum"),
+    "mm": (256, "aten::mm"),
+    "softmax": (800_000, "aten::_softmax"),
+    "sort": (60_000, "aten::sort"),
+    "index_select": (1_200_000, "aten::index_select"),
+    "layer_norm": (600_000, "aten::native_layer_norm"),
+    "cumsum": (300_000, "aten::cumsum"),
 }
 #: injected changes: name -> (stage sizes of B relative to A, an added exp in B, the op expected first)
 CHANGES = {
@@ -71,7 +73,7 @@ WORKER = textwrap.dedent('''
     idx = torch.randint(0, src.shape[0], (src.shape[0],))
     ln = torch.randn(int(s["layer_norm"]) // 500, 500)
     cs = torch.randn(int(s["cumsum"]))
-    big = torch.randn(400_000)
+    big = torch.randn(1_600_000)
     def f():  # each stage's result is read by indexing, so no op but the stage's own depends on its size
         out = (a @ b)[0, 0] + torch.softmax(sm, 1)[0, 0] + torch.sort(so, 1)[0][0, 0]
         out = out + src.index_select(0, idx)[0, 0] + torch.nn.functional.layer_norm(ln, (500,))[0, 0]
@@ -155,7 +157,7 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     named = [c.name for c in d.named]
     return {"named": named, "first": named[0] if named else None, "expected": expected,
             "unchanged_named": [n for n in named if n != expected and n not in own], "why": why_line(d),
-            "total_shift_ms": d.total_shift_ms}
+            "total_shift_ms": d.total_shift_ms, "whole_ms": whole}
 
 
 def naming(opts: argparse.Namespace) -> dict:
@@ -166,11 +168,11 @@ def naming(opts: argparse.Namespace) -> dict:
         own = {op for k in stages for op in ops.get(k, [])}
         rows = [trial(change, own) for _ in range(opts.trials)]
         out[name] = {"trials": len(rows), "right_first": sum(r["first"] == change[2] for r in rows),
-                     "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows), "examples": rows[:2]}
+                     "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows), "rows": rows}
         print(f"{name}: right op first {out[name]['right_first']}/{len(rows)}, "
               f"an unchanged op named {out[name]['unchanged_named']}/{len(rows)}", flush=True)
     rows = [trial(None) for _ in range(opts.aa)]
-    out["A/A"] = {"trials": len(rows), "named_anything": sum(bool(r["named"]) for r in rows), "examples": rows[:2]}
+    out["A/A"] = {"trials": len(rows), "named_anything": sum(bool(r["named"]) for r in rows), "rows": rows}
     print(f"A/A: named something in {out['A/A']['named_anything']}/{len(rows)}", flush=True)
     return out
 

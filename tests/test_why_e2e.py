@@ -52,7 +52,8 @@ def repo(pytester: pytest.Pytester) -> Path:
     return top
 
 
-def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, repo: Path) -> None:
+def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, repo: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     pytester.makepyfile(test_x=STAGES.replace("@W@", "64"))  # B: the sort's windows 16x as wide
     _timings(repo, 1.5, **{"aten::sort": 0.7})
     res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json", "--gpuperf-markdown=out.md")
@@ -71,6 +72,14 @@ def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, re
     assert diff["processes"] == [2, 2] and diff["cycles"][0] >= 6
     total = diff["named_ms"] + diff["new_ms"] + diff["removed_ms"] + diff["rest_ms"]
     assert total == pytest.approx(diff["total_shift_ms"])
+    assert diff["whole_from"] == "timing"  # the verdict's own medians are the change to explain
+    # gpuperf compare shows the report's diff under the decision
+    from pytest_gpuperf.reporting.cli import main
+
+    capsys.readouterr()
+    main(["compare", str(repo / "out.json"), str(repo / "out.json")])
+    shown = capsys.readouterr().out
+    assert "  why: aten::sort +" in shown and "  | aten::sort | " in shown
 
 
 def test_an_aa_run_profiles_nothing_and_names_nothing(pytester: pytest.Pytester, repo: Path) -> None:

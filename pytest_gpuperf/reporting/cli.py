@@ -61,6 +61,7 @@ class ResultFile:
     report's benchmarks whose verdict came from an A/B run (``--gpuperf-ab``, or a stored alarm
     confirmed by A/B against the baseline's commit) to ``(REF, blocks)``: the report's paired
     blocks (:class:`~pytest_gpuperf.verdict.paired.Block`, one block median each), which decide them again.
+    ``op_diffs``: a report's per-op diffs (``op_diff``, "why it got slower") by the same names.
     """
 
     path: str
@@ -68,6 +69,7 @@ class ResultFile:
     entries: dict[str, BaselineEntry]
     test_ids: dict[str, str]
     ab: dict[str, tuple[str, tuple[Any, ...]]] = dataclasses.field(default_factory=dict)
+    op_diffs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def _ab_blocks(raw: Any) -> tuple[str, tuple[Any, ...]] | None:
@@ -150,7 +152,8 @@ def load_result_file(path: os.PathLike[str] | str) -> ResultFile:
         ids = {k: _test_id(k, v, None) for k, v in entries.items()}
         raw = data.get("benchmarks") if isinstance(data.get("benchmarks"), dict) else {}
         ab = {k: found for k in entries if (found := _ab_blocks(raw.get(k))) is not None}
-        return ResultFile(str(p), "report", entries, ids, ab)
+        diffs = {k: d for k in entries if isinstance(raw.get(k), dict) and isinstance(d := raw[k].get("op_diff"), dict)}
+        return ResultFile(str(p), "report", entries, ids, ab, diffs)
     module = parsed.module if isinstance(parsed.module, str) and parsed.module else None
     entries, ids = {}, {}
     for bid, entry in parsed.benchmarks.items():
@@ -282,6 +285,7 @@ class _Decided:
     counts: Any = None
     memory: Any = None
     ab_line: str | None = None
+    op_diff: Any = None  # the current report's per-op diff of this benchmark (verdict.opdiff.OpDiff)
 
 
 def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: str, cur: ResultFile,
@@ -301,8 +305,17 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
     ab = cur.ab.get(ckey)
     if ab is not None:  # the report's verdict came from its paired A/B blocks: decided on them again
         ev = evaluate(Evidence(ab_blocks=ab[1]), Reference.ab(ab[0], measured=True), options, benchmark_id=name)
+        diff = None
+        if ckey in cur.op_diffs:
+            from pytest_gpuperf.verdict.opdiff import OpDiff
+
+            try:
+                diff = OpDiff.from_dict(cur.op_diffs[ckey])
+            except (TypeError, ValueError, KeyError):
+                diff = None  # a diagnosis is never needed to compare
         return _Decided(ev.comparison, ab_line=f"{name}: decided on the report's A/B blocks against {ab[0]}, as "
-                                               f"the plugin did (the stored baseline's timing is not used)")
+                                               f"the plugin did (the stored baseline's timing is not used)",
+                        op_diff=diff)
     processes = c_entry.history[-1].process_medians_ms
     replicated = processes is not None and len(processes) >= 2  # measured by worker processes
     evidence = Evidence(
@@ -353,8 +366,15 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
     count_failures += [msg for d in decided if d.memory is not None for msg in gate_messages(d.memory)]
     if details or count_failures:
         print()
-        for c in details:
-            print(comparison_message(c))
+        for d in decided:
+            if not (args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)):
+                continue
+            print(comparison_message(d.comparison))
+            if d.op_diff is not None:  # why it moved, op by op (the report's A/B profiles)
+                from pytest_gpuperf.verdict.opdiff import table as op_table, why_line
+
+                print(f"  {why_line(d.op_diff)}")
+                print("\n".join(f"  {line}" for line in op_table(d.op_diff).splitlines()))
         for msg in count_failures:
             print(msg)
     if m.only_baseline or m.only_current or m.ambiguous:

@@ -16,9 +16,10 @@ the whole call's time, on CUDA the GPU's idle time between kernels, and the time
 * the change to explain is the whole call's as the timing verdict measured it (its medians of A and
   B); without one, the profiles' own, and then nothing is named while its CI includes 0 (there is
   nothing to explain, and with some 30 ops a call one of them would pass a 99% test by chance);
-* an op is **named as a cause** only when its CI excludes 0 (its change is outside its noise),
-  the change is at least :data:`MIN_RELATIVE` of its own time, it goes the way the whole call
-  went, and it explains at least :data:`MIN_SHARE` of the whole change (:func:`op_status`);
+* an op is **named as a cause** only when its CI excludes 0 (its change is outside its noise), the
+  change holds in every pair of profiling processes (:func:`holds_in_every_pair`: a process-level
+  fluke is no cause), it is at least :data:`MIN_RELATIVE` of its own time, it goes the way the
+  whole call went, and it explains at least :data:`MIN_SHARE` of the whole change (:func:`op_status`);
 * an op present in every cycle of one side and in none of the other is **new** or **removed**;
 * the parts add up: named ops + new + removed + the **rest** (every other op, Python overhead
   outside ops, profiler noise) = the change of the whole call, and the rest is shown, not hidden.
@@ -186,11 +187,13 @@ def hodges_lehmann_shift(a: Sequence[float], b: Sequence[float],
     return shift, (diffs[k - 1], diffs[n * m - k])
 
 
-def op_status(shift_ms: float, ci_ms: tuple[float, float] | None, own_ms: float, total_shift_ms: float) -> str:
+def op_status(shift_ms: float, ci_ms: tuple[float, float] | None, own_ms: float, total_shift_ms: float,
+              every_pair: bool = True) -> str:
     """``slower``/``faster`` when an op's change is a cause of the whole's (see the module doc),
     ``offset`` when it is decided but goes against the whole's direction, else ``unchanged``.
-    ``own_ms``: the op's larger per-call time of the two sides (ms)."""
-    if ci_ms is None or ci_ms[0] <= 0 <= ci_ms[1] or shift_ms == 0:
+    ``own_ms``: the op's larger per-call time of the two sides (ms); ``every_pair``: whether the
+    change holds in every pair of profiling processes (:func:`holds_in_every_pair`)."""
+    if ci_ms is None or ci_ms[0] <= 0 <= ci_ms[1] or shift_ms == 0 or not every_pair:
         return "unchanged"
     if abs(shift_ms) < MIN_RELATIVE * own_ms:
         return "unchanged"
@@ -222,6 +225,20 @@ def shift_ci(a: Sequence[float], b: Sequence[float], a_process: Sequence[int], b
     return shift, ci
 
 
+def holds_in_every_pair(a: Sequence[float], b: Sequence[float], a_process: Sequence[int], b_process: Sequence[int],
+                        shift: float, own: float) -> bool:
+    """Whether an op's change is replicated: in every pair of profiling processes (A's process p and
+    B's process p ran one after the other) the median of B's cycles minus the median of A's has the
+    sign of ``shift`` and is at least :data:`MIN_RELATIVE` of ``own`` (ms). A process-level fluke
+    (one process's op ran slow throughout) then cannot be named. True when no process is on both sides."""
+    pairs = sorted(set(a_process) & set(b_process))
+    for p in pairs:
+        d = (_median([v for v, q in zip(b, b_process) if q == p]) - _median([v for v, q in zip(a, a_process) if q == p]))
+        if (d > 0) != (shift > 0) or abs(d) < MIN_RELATIVE * own:
+            return False
+    return True
+
+
 def _changes(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]],
              a_counts: Sequence[Mapping[str, float]], b_counts: Sequence[Mapping[str, float]],
              total_shift: float, a_process: Sequence[int], b_process: Sequence[int]) -> list[OpChange]:
@@ -242,7 +259,8 @@ def _changes(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]],
         elif in_b == 0 and in_a == len(a):
             status = "removed" if share is not None and share >= MIN_SHARE else "unchanged"
         else:
-            status = op_status(shift, ci, max(ma, mb), total_shift)
+            status = op_status(shift, ci, max(ma, mb), total_shift,
+                               holds_in_every_pair(xa, xb, a_process, b_process, shift, max(ma, mb)))
         out.append(OpChange(name, status, ma, mb, shift, ci, share, ca, cb))
     return out
 

@@ -185,3 +185,14 @@ def test_the_verdicts_whole_change_lets_a_small_stage_be_named_under_a_noisy_one
     assert [c.name for c in d.named] == ["aten::_softmax"] and d.whole_from == "timing"
     assert d.total_shift_ms == pytest.approx(0.25) and d.total_ci_ms is None
     assert d.named_ms + d.new_ms + d.removed_ms + d.rest_ms == pytest.approx(0.25)
+
+
+def test_a_change_must_hold_in_every_pair_of_profiling_processes() -> None:
+    from pytest_gpuperf.verdict.opdiff import holds_in_every_pair
+
+    a = [1.0, 1.01, 0.99, 1.0]
+    procs = [0, 0, 1, 1]
+    assert holds_in_every_pair(a, [1.5, 1.52, 1.49, 1.51], procs, procs, shift=0.5, own=1.5)
+    # one process's op ran slow throughout (a fluke of that process): no cause
+    assert not holds_in_every_pair(a, [1.0, 1.01, 1.6, 1.61], procs, procs, shift=0.3, own=1.6)
+    assert op_status(0.3, (0.1, 0.5), own_ms=1.6, total_shift_ms=0.3, every_pair=False) == "unchanged"
