@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def git(repo: Path, *args: str) -> str:
@@ -24,3 +25,17 @@ def commit(repo: Path, message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", message)
     return git(repo, "rev-parse", "HEAD")
+
+
+def scripted_project(pytester: Any, test_x: str) -> Path:
+    """A git repository (:func:`init`) in ``pytester.path`` holding a scripted-timing test project:
+    an empty ini, the scripted measurer's conftest and ``test_x.py``; the caller writes
+    ``timings.json`` and commits."""
+    from pytest_gpuperf._testing import SCRIPTED_CONFTEST
+
+    top = pytester.path
+    init(top)
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(SCRIPTED_CONFTEST)
+    pytester.makepyfile(test_x=test_x)
+    return top

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrepo import commit, git, init
+from gitrepo import commit, git, scripted_project
 from pytest_gpuperf._testing import SCRIPTED_CONFTEST
 
 TESTS = '''
@@ -42,11 +42,7 @@ def timings(repo: Path, default_ms: float = 1.0, **per_test: float) -> None:
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
     """A git repository holding a scripted-timing test project (committed once)."""
-    top = pytester.path
-    init(top)
-    pytester.makeini("[pytest]\n")
-    pytester.makeconftest(SCRIPTED_CONFTEST)
-    pytester.makepyfile(test_x=TESTS)
+    top = scripted_project(pytester, TESTS)
     timings(top)
     commit(top, "A")
     return top

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrepo import commit, init
-from pytest_gpuperf._testing import SCRIPTED_CONFTEST
+from gitrepo import commit, scripted_project
 
 STAGES = '''
 import pytest
@@ -42,11 +41,7 @@ def _timings(repo: Path, ms: float, **ops: float) -> None:
 
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
-    top = pytester.path
-    init(top)
-    pytester.makeini("[pytest]\n")
-    pytester.makeconftest(SCRIPTED_CONFTEST)
-    pytester.makepyfile(test_x=STAGES.replace("@W@", "4"))
+    top = scripted_project(pytester, STAGES.replace("@W@", "4"))
     _timings(top, 1.0)
     commit(top, "A")
     return top

@@ -451,20 +451,13 @@ class Coordinator:
         without timing it (Chromium Pinpoint's "measure more", as the stored-baseline gate does)."""
         if not keys or pairs < 1:
             return
-        start = self.processes + self.confirmed_pairs  # after the pairs of earlier confirmations
-        self.only = set(keys)
         if self.confirm_from is None:
             self.confirm_from = self.processes
         self._planned = self._done + len(keys) * pairs
         again = " again" if self.confirmed_pairs else ""
         self.announce(f"A/B: measuring {len(keys)} benchmark(s){again} with {pairs} more pair(s) of worker processes "
                       f"(a regression to confirm, or a CI too wide to decide)")
-        try:
-            for p in range(start, start + pairs):
-                self._run_pair(p)
-                self.confirmed_pairs += 1
-        finally:
-            self.only = None
+        self._more_pairs(keys, pairs, profiling=False)
 
     def profile(self, keys: set[str], pairs: int) -> None:
         """Profile ``keys`` on both sides in ``pairs`` more process pairs (issue 32, "why it got
@@ -473,15 +466,23 @@ class Coordinator:
         benchmark passes through. The samples land in :attr:`Measured.profiles`."""
         if not keys or pairs < 1:
             return
-        start = self.processes + self.confirmed_pairs + self.profiled_pairs
-        self.only, self.profiling = set(keys), True
         self._planned = self._done + len(keys) * pairs
         self.announce(f"A/B: profiling {len(keys)} benchmark(s) on both sides in {pairs} more pair(s) of worker "
                       f"processes (why it got slower)")
+        self._more_pairs(keys, pairs, profiling=True)
+
+    def _more_pairs(self, keys: set[str], pairs: int, *, profiling: bool) -> None:
+        """Run ``pairs`` more process pairs for ``keys`` only (every other benchmark passes through),
+        numbered after every pair run so far; ``profiling``: profile them instead of timing them."""
+        start = self.processes + self.confirmed_pairs + self.profiled_pairs
+        self.only, self.profiling = set(keys), profiling
         try:
             for p in range(start, start + pairs):
                 self._run_pair(p)
-                self.profiled_pairs += 1
+                if profiling:
+                    self.profiled_pairs += 1
+                else:
+                    self.confirmed_pairs += 1
         finally:
             self.only, self.profiling = None, False
 

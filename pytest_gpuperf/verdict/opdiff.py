@@ -32,6 +32,7 @@ is ours, with the sources above. A diagnosis never changes a verdict. No torch, 
 from __future__ import annotations
 
 import math
+from statistics import median as _median
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -155,14 +156,6 @@ class OpDiff:
                       "phases": tuple(change(c) for c in d.get("phases", ())),
                       "total_ci_ms": tuple(ci) if ci is not None else None,
                       "cycles": tuple(d.get("cycles", (0, 0))), "processes": tuple(d.get("processes", (0, 0)))})
-
-
-def _median(values: Sequence[float]) -> float:
-    v = sorted(values)
-    n = len(v)
-    if n == 0:
-        raise ValueError("no values")
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def hodges_lehmann_shift(a: Sequence[float], b: Sequence[float],
