@@ -189,3 +189,27 @@ def test_ctrl_c_leaves_no_worktree(tmp_path: Path) -> None:
     assert len(steps) == 3
     assert ".gpuperf" not in git(tmp_path, "worktree", "list")
     assert not [p for p in (tmp_path / ".gpuperf" / "bisect").iterdir() if p.name != "logs"]
+
+
+def test_an_interrupt_during_git_worktree_add_leaves_no_part_of_it(tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM or Ctrl-C while ``git worktree add`` runs (the half-made worktree already has its
+    ``.git``; git is killed): closing the worktrees removes that part too (a CI run of the real
+    SIGTERM test hit this window)."""
+    import pytest_gpuperf.bisect.run as run_mod
+    from pytest_gpuperf.bisect.run import Worktrees
+
+    shas = history(tmp_path, [1.0, 1.0])
+    real_git = run_mod.git
+
+    def interrupted(repo, *args):
+        if args[:2] == ("worktree", "add"):
+            real_git(repo, *args)  # the worktree exists, as far as git got before the signal
+            raise KeyboardInterrupt
+        return real_git(repo, *args)
+
+    monkeypatch.setattr(run_mod, "git", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with Worktrees(tmp_path) as trees:
+            trees(shas[0])
+    assert ".gpuperf" not in git(tmp_path, "worktree", "list")
+    assert not [p for p in (tmp_path / ".gpuperf" / "bisect").iterdir() if p.name != "logs"]

@@ -128,12 +128,14 @@ class Worktrees:
             path = self.folder / sha[:12]
             if path.exists():  # left by a run that was killed: start clean
                 remove_worktree(self.repo, path)
+            self.made[sha] = path  # before it is made: a SIGTERM during `git worktree add` leaves a part
             git(self.repo, "worktree", "add", "--detach", "--force", str(path), sha)
-            self.made[sha] = path
         return self.made[sha]
 
     def close(self) -> None:
         for path in self.made.values():
+            if not path.exists():
+                continue
             try:
                 remove_worktree(self.repo, path)
             except ABError:
