@@ -142,15 +142,16 @@ class ScriptedMeasurer(Measurer):
     def once(self, fn, args, kwargs, device):
         return time_once(self._timed(fn), args, kwargs, "cpu", clock=self.fake)
 
-    def profile_ops(self, fn, args, kwargs, device, *, cycles, calls, process=0):
+    def profile_ops(self, fn, args, kwargs, device, *, cycles, calls, process=0, trace_path=None):
         """With scripted ``ops`` (``{"aten::mm": 0.5, ...}``, ms per call): ``cycles`` synthetic
         :class:`~pytest_gpuperf.verdict.opdiff.OpSample` with 3% seeded noise per op and cycle, the
-        call's total the ops' sum plus 5%; otherwise the real profiler. The function is called once
-        (its test's own checks see a real call)."""
+        call's total the ops' sum plus 5% (and no trace); otherwise the real profiler. The function
+        is called once (its test's own checks see a real call)."""
         if self.ops is None:
             from pytest_gpuperf.measure.opprofile import profile_ops
 
-            return profile_ops(fn, args, kwargs, device, cycles=cycles, calls=calls, process=process)
+            return profile_ops(fn, args, kwargs, device, cycles=cycles, calls=calls, process=process,
+                               trace_path=trace_path)
         import random
 
         from pytest_gpuperf.verdict.opdiff import OpSample

@@ -35,7 +35,8 @@ def history(repo: Path, times_ms: list[float], broken: frozenset[int] = frozense
     (repo / "conftest.py").write_text(SCRIPTED_CONFTEST)
     shas = []
     for k, ms in enumerate(times_ms):
-        (repo / "timings.json").write_text(json.dumps({"*": {"ms": ms, "cv": 0.03, "seed": k}}))
+        ops = {"aten::mm": 0.5, "aten::softmax": 0.3, "aten::sort": 0.2 + (ms - 1.0) * 1.5}  # the sort moved
+        (repo / "timings.json").write_text(json.dumps({"*": {"ms": ms, "cv": 0.03, "seed": k, "ops": ops}}))
         (repo / "test_x.py").write_text(("import no_such_module\n" if k in broken else "") + TESTS)
         (repo / "notes.txt").write_text(f"change {k}\n")
         shas.append(commit(repo, f"change {k}" + (" (breaks the import)" if k in broken else "")))
@@ -59,11 +60,17 @@ def test_bisect_finds_the_first_bad_commit_skips_a_broken_one_and_cleans_up(
     # the verdict, reason first, with the subject and the command that reproduces the pair
     assert re.search(rf"test_x\.py::test_a: first bad commit {shas[6][:7]} 'change 6': 1\.[23]\d+x \[", out)
     assert f"reproduce: git checkout {shas[6][:7]} && pytest --gpuperf --gpuperf-ab {shas[5][:7]} -k test_a" in out
+    # the culprit's own step was profiled on both sides: why it got slower, op by op
+    assert re.search(r"\n  why: aten::sort \+.*/call \(.*of the slowdown\); unchanged: aten::mm, aten::softmax", out), out
     report = json.loads((repo / "b.json").read_text())
     b = report["benchmarks"]["test_x.py::test_a"]
     assert b["status"] == "found" and b["culprits"][0]["first_bad"] == shas[6]
     assert b["culprits"][0]["last_good"] == shas[5] and b["culprits"][0]["single"] is True
     assert len(b["culprits"]) == 1  # BAD is not slower than the culprit: no further regression
+    diff = b["culprits"][0]["step"]["op_diff"]
+    assert [c["name"] for c in diff["ops"] if c["status"] == "slower"] == ["aten::sort"]
+    assert "op_diff" not in b["probes"][0]  # BAD against GOOD (not adjacent): not profiled
+    assert "Why `" in (repo / "b.md").read_text()
     skipped = [p for p in b["probes"] if p["call"] == "skip"]
     assert [p["b"] for p in skipped] == [shas[4]]
     assert "| 6 | `" in (repo / "b.md").read_text()

@@ -2,8 +2,10 @@
 
 The timing verdicts and the op profiles are scripted (``timings.json``: side B's benchmark 1.5x
 slower, its ``aten::sort`` 3.5x), so nothing here depends on the machine; the A/B machinery (worker
-pairs, the profiling pairs, the diff, the message and the report) is the real one. How often the
-real profiler names the right op is measured by ``benchmarks/why_study.py``.
+pairs, the profiling pairs, the diff, the message and the report) is the real one. One test times
+and profiles for real, with a change so large (one op's input 50x as large, the op then most of B's
+call) that what it asserts cannot flip. How often the real profiler names the right op is measured
+by ``benchmarks/why_study.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrepo import commit, scripted_project
+from gitrepo import commit, init, scripted_project
 
 STAGES = '''
 import pytest
@@ -95,3 +97,46 @@ def test_a_profile_that_fails_leaves_the_verdict_and_says_why(pytester: pytest.P
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))",
                               "  why: no diagnosis (the op profiles failed: side B: RuntimeError: not under a profiler*"])
+
+
+SORTS = '''
+import pytest
+import torch
+
+x = torch.randn(256, 256)
+s = torch.randn(@N@)
+
+@pytest.mark.gpu_bench(max_time=0.1, counts=False, memory_threshold=100)  # B's sort buffers: ~2 MiB more
+def test_sorts(gpu_bench):
+    def f():
+        y = torch.softmax(x @ x, 1)
+        return torch.sort(s)[0][0] + y.sum()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # no intra-op pool that waits for a thread a busy host took away
+    try:
+        gpu_bench(f)
+    finally:  # the in-process session shares torch with the rest of the suite
+        torch.set_num_threads(threads)
+'''
+
+
+def test_real_timing_names_an_op_made_fifty_times_slower(pytester: pytest.Pytester) -> None:
+    """Real timing and the real profiler (no scripted measurer). B sorts 50x as many elements
+    (100,000 instead of 2,000): ``aten::sort`` takes some 80x as long (about 6 ms against A's whole
+    0.3 ms call, in one thread), so it is most of B's call and ~90% of the slowdown, where the diff
+    names an op from 10% and ranks by the shift; no machine's speed or noise makes that a pass or
+    names another op first. Only such facts are asserted, no figures."""
+    top = pytester.path
+    init(top)
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_x=SORTS.replace("@N@", "2_000"))
+    commit(top, "A")
+    pytester.makepyfile(test_x=SORTS.replace("@N@", "100_000"))  # B: the sort 50x as large
+    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["regressed *(A/B vs HEAD (*))", "  why: aten::sort +*/call (*"])
+    why = next(line for line in res.stdout.lines if line.startswith("  why: "))
+    assert "unchanged: " in why and "aten::mm" in why.split("unchanged: ", 1)[1]
+    bench = json.loads((top / "out.json").read_text())["benchmarks"]["test_x.py::test_sorts"]
+    named = [c for c in bench["op_diff"]["ops"] if c["status"] in ("slower", "faster", "new", "removed")]
+    assert named and named[0]["name"] == "aten::sort" and named[0]["status"] == "slower"

@@ -361,6 +361,8 @@ class Measured:
     profiles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: side -> (error, where) of a profile that failed there
     profile_errors: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: side -> the chrome trace of its first profiling process's last cycle (written by the worker)
+    traces: dict[str, str] = field(default_factory=dict)
 
     def sides(self) -> set[str]:
         return {b.side for b in self.blocks}
@@ -416,13 +418,15 @@ class Coordinator:
     ``specs``: the two sides' :class:`WorkerSpec`; ``args``: the workers' pytest arguments;
     ``processes``: pairs of worker processes, run one pair after another; ``log_dir``: where each
     worker's output goes; ``progress``: a callable taking one line of text per step (a line rewritten in
-    place on a terminal); ``announce``: one for a line that starts a phase and stays (default ``progress``).
+    place on a terminal); ``announce``: one for a line that starts a phase and stays (default ``progress``);
+    ``traces_dir``: where the profiling pairs save each side's chrome trace (None: no traces).
     """
 
     def __init__(self, specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path,
                  progress: Callable[[str], None] = lambda _s: None,
-                 announce: Callable[[str], None] | None = None) -> None:
+                 announce: Callable[[str], None] | None = None, traces_dir: Path | None = None) -> None:
         self.specs, self.args, self.processes, self.log_dir = specs, list(args), processes, log_dir
+        self.traces_dir = traces_dir
         self.progress = progress
         self.announce = announce or progress
         self.measured: dict[str, Measured] = {}
@@ -497,13 +501,33 @@ class Coordinator:
         call_ms = min(w[0] / max(1, w[1]) for w in warm.values() if w is not None)
         calls = calls_per_cycle(call_ms)
         for side in first:
-            reply = workers[side].ask("profile", cycles=CYCLES, calls=calls, process=p)
+            trace = self._trace_path(key, side)
+            reply = workers[side].ask("profile", cycles=CYCLES, calls=calls, process=p,
+                                      **({"trace": str(trace)} if trace is not None else {}))
             if reply is None or reply.get("op") != "profile":
                 m.profile_errors.setdefault(side, ((reply or {}).get("error", f"worker {workers[side].name} stopped"), ""))
             elif reply.get("error"):
                 m.profile_errors.setdefault(side, (str(reply["error"]), str(reply.get("where") or "")))
             else:
                 m.profiles.setdefault(side, []).extend(reply.get("samples") or [])
+                if trace is not None and trace.is_file():
+                    m.traces[side] = str(trace)
+
+    def _trace_path(self, key: str, side: str) -> Path | None:
+        """Where side ``side`` of ``key`` saves its chrome trace: ``<traces_dir>/<key>.A.trace.json``
+        (``.B.``), in the first profiling pair only; None when traces are off or the folder cannot be made."""
+        if self.traces_dir is None or self.profiled_pairs:
+            return None
+        from pytest_gpuperf.core.files import ensure_output_dir
+        from pytest_gpuperf.reporting.plots import safe_filename
+
+        try:
+            ensure_output_dir(self.traces_dir)
+        except OSError:
+            return None
+        path = self.traces_dir / f"{safe_filename(key)}.{side}.trace.json"
+        path.unlink(missing_ok=True)  # a stale trace of an earlier run is never shown as this one's
+        return path
 
     def _elapsed(self) -> str:
         """``", 34 s elapsed, about 1 min left"`` for the progress line (the estimate once the first
@@ -730,7 +754,7 @@ class ABOutcome:
 def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path, label: str, *,
                only: set[str] | None = None, progress: Callable[[str], None] = lambda _s: None,
                announce: Callable[[str], None] | None = None, max_pairs: int | None = None,
-               why: bool = True) -> ABOutcome:
+               why: bool = True, traces_dir: Path | None = None) -> ABOutcome:
     """Measure side B against side A (``specs``, e.g. :func:`side_specs`) in ``processes`` pairs of
     worker processes running pytest with ``args`` (``only``: just these benchmark ids), then the
     sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by its
@@ -740,11 +764,13 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
     it decides; the CI is over process pairs, so each pair narrows it). ``label`` names side A in the
     verdicts (``"origin/main (3f2a9c1)"``). With ``why``, the benchmarks that come out regressed or
     improved are then profiled on both sides in :data:`PROFILE_PAIRS` more pairs and get their per-op
-    diff (:func:`with_op_diff`; issue 32). The one A/B decision of the plugin (``--gpuperf-ab``, the
+    diff (:func:`with_op_diff`; issue 32), and with ``traces_dir`` each side's chrome trace is saved
+    there, A's and B's next to each other. The one A/B decision of the plugin (``--gpuperf-ab``, the
     confirmation of stored-baseline regressions) and of ``gpuperf bisect``. Raises :class:`ABError`."""
     from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
 
-    coordinator = Coordinator(specs, args, processes, log_dir, progress=progress, announce=announce)
+    coordinator = Coordinator(specs, args, processes, log_dir, progress=progress, announce=announce,
+                              traces_dir=traces_dir if why else None)
     coordinator.only = only
     coordinator.run()
     results, removed, notes = ab_results(coordinator, label)
@@ -810,6 +836,8 @@ def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:
                              [OpSample.from_dict(x) for x in m.profiles["B"]], source="A/B", whole_ms=whole)
 
     got = contained(OP_DIFF, diff, unavailable)
+    if got is not None and m.traces.get("A") and m.traces.get("B"):
+        got = dataclasses.replace(got, traces=(m.traces["A"], m.traces["B"]))
     return dataclasses.replace(result, op_diff=got, unavailable=unavailable)
 
 

@@ -57,6 +57,9 @@ def register(sub: Any, prog: str, pytest_args: Sequence[str] = ()) -> None:
     b.add_argument("--pythonpath", default="", metavar="PATHS",
                    help="import roots of your code relative to the repository's top, comma-separated (as "
                         "gpuperf_ab_pythonpath), when an installed package would shadow each commit's code")
+    b.add_argument("--no-why", dest="why", action="store_false",
+                   help="do not profile a culprit's own step on both sides (why it got slower, op by op; "
+                        "2 more pairs of worker processes per culprit)")
     b.add_argument("--json", metavar="PATH", help="write the report as JSON")
     b.add_argument("--markdown", metavar="PATH", help="write the report as Markdown (a PR comment or job summary)")
     b.set_defaults(func=cmd_bisect, pytest_args=list(pytest_args))
@@ -111,7 +114,7 @@ def _bisect(args: argparse.Namespace, pytest_args: list[str], roots: list[str]) 
         here = Path.cwd()
         bisector = Bisector(repository(here), here, pytest_args, processes=args.processes, import_roots=roots,
                             progress=lambda line: print(line, flush=True), max_regressions=args.max_regressions,
-                            max_pairs=args.max_pairs)
+                            max_pairs=args.max_pairs, why=args.why)
         run = bisector.run(args.good, args.bad)
     except BisectError as exc:
         print(f"error: {exc}", file=sys.stderr)

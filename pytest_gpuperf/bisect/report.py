@@ -84,8 +84,21 @@ def _culprit_lines(key: str, c: Culprit, commits: Sequence[Commit], pytest_args:
     if c.skipped:
         lines.append("  could not be measured (the change may be in one of them): "
                      + ", ".join(commits[i].short for i in c.skipped))
+    lines += [f"  {line}" for line in why_lines(c.step)]
     lines.append(f"  reproduce: {reproduce_command(first, last, pytest_args)}")
     return lines
+
+
+def why_lines(p: Probe) -> list[str]:
+    """The ``why:`` line of a profiled step (why it moved, op by op) and where its traces are, or why
+    the diagnosis is missing; nothing for a step that was not profiled."""
+    if p.op_diff is not None:
+        from pytest_gpuperf.verdict.opdiff import traces_line, why_line
+
+        return [why_line(p.op_diff), *([traces_line(p.op_diff)] if traces_line(p.op_diff) else [])]
+    if p.why_missing:
+        return [f"why: no diagnosis (the op profiles failed: {p.why_missing})"]
+    return []
 
 
 def table_lines(run: BisectRun, key: str) -> list[str]:
@@ -123,6 +136,12 @@ def markdown(run: BisectRun, pytest_args: Sequence[str]) -> str:
         measured = sorted({p.b for s in run.steps if s.a == 0 for k, p in s.probes.items() if k == key})
         out += [_markdown_row(run, key, i) for i in [0, *measured]]
         out.append("")
+        for c in run.outcomes[key].culprits:
+            if c.step.op_diff is not None:  # why it moved, op by op
+                from pytest_gpuperf.verdict.opdiff import table as op_table
+
+                out += [f"Why `{run.commits[c.first_bad].short}` moved, op by op (its own step, per call, B - A):", "",
+                        op_table(c.step.op_diff), ""]
     out += [f"- note: {n}" for n in run.notes]
     return "\n".join(out).rstrip() + "\n"
 
@@ -144,8 +163,13 @@ def json_dict(run: BisectRun, pytest_args: Sequence[str]) -> dict[str, Any]:
     commits = run.commits
 
     def probe(p: Probe) -> dict[str, Any]:
-        return {"a": commits[p.a].sha, "b": commits[p.b].sha, "call": p.call.value, "ratio": p.ratio,
-                "ci": list(p.ci) if p.ci else None, "verdict": p.verdict, "note": p.note or None}
+        out = {"a": commits[p.a].sha, "b": commits[p.b].sha, "call": p.call.value, "ratio": p.ratio,
+               "ci": list(p.ci) if p.ci else None, "verdict": p.verdict, "note": p.note or None}
+        if p.op_diff is not None:
+            out["op_diff"] = p.op_diff.to_dict()
+        elif p.why_missing:
+            out["why_missing"] = p.why_missing
+        return out
 
     def culprit(c: Culprit) -> dict[str, Any]:
         return {"first_bad": commits[c.first_bad].sha, "subject": commits[c.first_bad].subject,

@@ -21,7 +21,7 @@ it measures, the benchmark does not exist there) is a skip, as ``git bisect skip
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -192,14 +192,16 @@ class Bisector:
     measures more, one pair at a time, up to this many pairs; ``step_progress``: the A/B run's own
     progress lines inside a step (each benchmark and pair); ``time_cap_s``: no step starts after this
     many seconds (the search then stops with the range it narrowed down to); ``measure``: replaces the
-    A/B run (tests).
+    A/B run (tests); ``why``: profile a culprit's own step on both sides (``--no-why`` turns it off).
     """
 
     def __init__(self, repo: Path, invocation_dir: Path, pytest_args: Sequence[str], *, processes: int = 1,
                  import_roots: Sequence[str] = (), progress: Callable[[str], None] = print,
                  max_regressions: int = 3, time_cap_s: float | None = None, max_pairs: int = 6,
-                 step_progress: Callable[[str], None] | None = None, measure: Measure | None = None) -> None:
+                 step_progress: Callable[[str], None] | None = None, measure: Measure | None = None,
+                 why: bool = True) -> None:
         self.repo, self.invocation_dir = repo, invocation_dir
+        self.why = why
         self.max_pairs = max(max_pairs, processes)
         self.step_progress = step_progress or (lambda _s: None)
         self.args = worker_args(pytest_args)
@@ -248,7 +250,7 @@ class Bisector:
             cache.setdefault((a, b), {}).update({k: Probe(a, b, Call.UNCLEAR, note=note) for k in keys})
             return cache[(a, b)]
         got = self._measure(commits[a].sha, commits[b].sha, keys)
-        probes = {k: Probe(a, b, p.call, p.ratio, p.ci, p.verdict, p.note) for k, p in got.items()}
+        probes = {k: replace(p, a=a, b=b) for k, p in got.items()}
         cache.setdefault((a, b), {}).update(probes)
         self.run_.steps.append(StepLog(a, b, probes, time.monotonic() - t0))
         self.progress(step_line(len(self.run_.steps), commits, a, b, probes, time.monotonic() - self._start))
@@ -256,14 +258,19 @@ class Bisector:
 
     def _measure_ab(self, a_sha: str, b_sha: str, keys: set[str] | None) -> dict[str, Probe]:
         """Commit ``b_sha`` against ``a_sha`` by the plugin's A/B run, for ``keys`` (None: every
-        selected benchmark); a commit whose workers cannot run gives skips."""
+        selected benchmark); a commit whose workers cannot run gives skips. A step between adjacent
+        commits (a culprit's own step) that moves is also profiled on both sides, as ``--gpuperf-ab``
+        does (why it got slower, op by op; the chrome traces under ``.gpuperf/bisect/traces``)."""
         a_tree, b_tree = self.worktrees(a_sha), self.worktrees(b_sha)
-        logs = self.worktrees.folder / "logs" / f"{a_sha[:12]}-{b_sha[:12]}"
+        step = f"{a_sha[:12]}-{b_sha[:12]}"
+        logs = self.worktrees.folder / "logs" / step
         logs.mkdir(parents=True, exist_ok=True)
+        why = self.why and self._adjacent(a_sha, b_sha)
         try:
             specs = tree_specs(self.repo, a_tree, b_tree, self.invocation_dir, self.import_roots)
             outcome = measure_ab(specs, self.args, self.processes, logs, a_sha[:7], only=keys,
-                                 max_pairs=self.max_pairs, progress=self.step_progress, why=False)
+                                 max_pairs=self.max_pairs, progress=self.step_progress, why=why,
+                                 traces_dir=self.worktrees.folder / "traces" / step)
         except ABError as exc:
             if keys is None:  # the first step, BAD against GOOD: nothing to search without it
                 raise BisectError(f"bisect: measuring BAD ({b_sha[:7]}) against GOOD ({a_sha[:7]}) failed: {exc}") from None
@@ -275,13 +282,23 @@ class Bisector:
             c = r.comparison
             verdict = c.verdict.value if c is not None else None
             note = c.note if c is not None and c.note else ""
-            out[key] = Probe(0, 0, call_of(verdict), c.ratio if c else None, c.ratio_ci if c else None, verdict, note)
+            from pytest_gpuperf.core.containment import OP_DIFF
+
+            missing = r.unavailable.get(OP_DIFF)
+            out[key] = Probe(0, 0, call_of(verdict), c.ratio if c else None, c.ratio_ci if c else None, verdict, note,
+                             op_diff=r.op_diff, why_missing=missing.text() if missing is not None else "")
         for key in keys or ():
             if key not in out:
                 why = next((n for n in outcome.notes if key in n),
                            f"{key} did not run at {b_sha[:7]}; its output: {logs / 'worker-B1.log'}")
                 out[key] = Probe(0, 0, Call.SKIP, note=_first_line(why))
         return out
+
+
+    def _adjacent(self, a_sha: str, b_sha: str) -> bool:
+        """Whether ``b_sha`` directly follows ``a_sha`` on the bisected line (a culprit's own step)."""
+        shas = [c.sha for c in self.run_.commits] if self.run_ is not None else []
+        return a_sha in shas and b_sha in shas and shas.index(b_sha) == shas.index(a_sha) + 1
 
 
 def _first_line(text: str) -> str:

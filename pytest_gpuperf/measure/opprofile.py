@@ -78,10 +78,12 @@ def sample_from(prof: Any, calls: int, cuda: bool, process: int = 0) -> OpSample
 
 
 def profile_ops(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, *, cycles: int = CYCLES,
-                calls: int = 3, process: int = 0) -> list[OpSample]:
+                calls: int = 3, process: int = 0, trace_path: str | None = None) -> list[OpSample]:
     """Profile ``cycles`` cycles of ``calls`` calls of ``fn`` (after the caller's warmup) and return
     one :class:`OpSample` per cycle (see the module doc). ``process`` labels the samples with the
-    worker process that took them (the diff's CI groups by it). Raises what ``fn`` or the profiler raise."""
+    worker process that took them (the diff's CI groups by it). ``trace_path``: the last cycle's
+    chrome trace is written there (Perfetto / chrome://tracing; a trace that cannot be written is
+    left out, the samples stand). Raises what ``fn`` or the profiler raise."""
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     from pytest_gpuperf.measure.profiling import _sync
@@ -96,6 +98,11 @@ def profile_ops(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, 
 
     def ready(p: Any) -> None:
         samples.append(sample_from(p, calls, cuda, process))
+        if trace_path and len(samples) == cycles:
+            from pytest_gpuperf.measure.profiling import export_trace
+
+            with contextlib.suppress(OSError):
+                export_trace(p, trace_path)
 
     _sync(device)
     with contextlib.ExitStack() as stack:

@@ -551,7 +551,7 @@ class GpuBench:
 
                         profile = getattr(ctx.measurer, "profile_ops", profile_ops)  # a scripted backend's own
                         got = profile(fn, a, k, ctx.device, cycles=int(cmd["cycles"]), calls=int(cmd["calls"]),
-                                      process=int(cmd["process"]))
+                                      process=int(cmd["process"]), trace_path=cmd.get("trace"))
                         client.reply("profile", samples=[x.to_dict() for x in got])
                     except Exception as exc:  # noqa: BLE001 - a diagnosis never fails the benchmark
                         error, where = describe(exc)

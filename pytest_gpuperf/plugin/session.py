@@ -531,7 +531,8 @@ class GpuPerfSession:
             args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
         progress = self._progress()  # a line per benchmark measured, rewritten in place on a terminal (issue 24)
         outcome = measure_ab(specs, args, self.settings.ab_processes, logs, rev.label, only=only,
-                             progress=progress, announce=progress.line, why=self.settings.why)
+                             progress=progress, announce=progress.line, why=self.settings.why,
+                             traces_dir=self.settings.artifacts_dir)
         self.warnings.extend(outcome.notes)
         return outcome.results, outcome.removed
 

@@ -237,13 +237,16 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
 
 def with_why(message: str, r: Any) -> str:
     """A timing message with the per-op diagnosis (``why: …``, issue 32) as its first evidence line,
-    after the verdict line; when the profiles could not be taken, why the diagnosis is missing."""
+    after the verdict line, then where A's and B's chrome traces were saved; when the profiles could
+    not be taken, why the diagnosis is missing."""
     from pytest_gpuperf.core.containment import OP_DIFF
 
     if r.op_diff is not None:
-        from pytest_gpuperf.verdict.opdiff import why_line
+        from pytest_gpuperf.verdict.opdiff import traces_line, why_line
 
         line = why_line(r.op_diff)
+        if r.op_diff.traces:
+            line += f"\n  {traces_line(r.op_diff)}"
     elif OP_DIFF in (r.unavailable or {}):
         line = f"why: no diagnosis (the op profiles failed: {r.unavailable[OP_DIFF].text()})"
     else:

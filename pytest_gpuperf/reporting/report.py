@@ -735,11 +735,13 @@ def markdown(
         lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
     diffs = [(label, r) for label, r in ordered if r.op_diff is not None]
     if diffs:  # why it got slower (issue 32): the per-op diff of each A/B decision that moved
-        from pytest_gpuperf.verdict.opdiff import table as op_table, why_line
+        from pytest_gpuperf.verdict.opdiff import table as op_table, traces_line, why_line
 
         lines += ["", "Why it moved, op by op (A/B profiles: per call, B - A, Hodges-Lehmann shift and 99% CI):"]
         for label, r in diffs:
-            lines += ["", f"`{label}`: {why_line(r.op_diff)}", "", op_table(r.op_diff)]
+            traces = traces_line(r.op_diff)
+            lines += ["", f"`{label}`: {why_line(r.op_diff)}", *(["", traces] if traces else []), "",
+                      op_table(r.op_diff)]
     lines += ["", legend + " ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are "
               "the counted FLOPs and minimum-traffic bytes per call at the median time."]
     if warnings:

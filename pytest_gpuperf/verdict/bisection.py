@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 
 class Call(enum.Enum):
@@ -57,7 +57,9 @@ def call_of(verdict: str | None) -> Call:
 @dataclass(frozen=True)
 class Probe:
     """Commit ``b`` measured against commit ``a`` (indices) for one benchmark: the :class:`Call`,
-    the A/B ratio b/a with its 99% CI, the A/B verdict, and a note (why a skip is a skip)."""
+    the A/B ratio b/a with its 99% CI, the A/B verdict, and a note (why a skip is a skip).
+    ``op_diff``: for a step between adjacent commits that moved, why, op by op
+    (:class:`~pytest_gpuperf.verdict.opdiff.OpDiff`); ``why_missing``: why that diagnosis is missing."""
 
     a: int
     b: int
@@ -66,6 +68,8 @@ class Probe:
     ci: tuple[float, float] | None = None
     verdict: str | None = None
     note: str = ""
+    op_diff: Any = None
+    why_missing: str = ""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from statistics import median as _median
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from pytest_gpuperf.core.units import format_ms, format_pct
@@ -116,7 +116,8 @@ class OpDiff:
     profiled cycles per side; ``processes``: processes per side; ``source``: where side A's
     profile came from (``"A/B"``, or a stored baseline's profile: another process, time and maybe machine);
     ``whole_from``: where the whole call's change came from (``"timing"``: the verdict's medians;
-    ``"profile"``: the profiled cycles).
+    ``"profile"``: the profiled cycles); ``traces``: the chrome traces of side A and side B (paths),
+    when they were saved.
     """
 
     total_a_ms: float
@@ -133,6 +134,7 @@ class OpDiff:
     processes: tuple[int, int]
     source: str = "A/B"
     whole_from: str = "profile"
+    traces: tuple[str, ...] = ()
 
     @property
     def named(self) -> tuple[OpChange, ...]:
@@ -155,7 +157,8 @@ class OpDiff:
         return cls(**{**d, "ops": tuple(change(c) for c in d.get("ops", ())),
                       "phases": tuple(change(c) for c in d.get("phases", ())),
                       "total_ci_ms": tuple(ci) if ci is not None else None,
-                      "cycles": tuple(d.get("cycles", (0, 0))), "processes": tuple(d.get("processes", (0, 0)))})
+                      "cycles": tuple(d.get("cycles", (0, 0))), "processes": tuple(d.get("processes", (0, 0))),
+                      "traces": tuple(d.get("traces") or ())})
 
 
 def hodges_lehmann_shift(a: Sequence[float], b: Sequence[float],
@@ -312,7 +315,8 @@ def _signed_ms(ms: float) -> str:
 def why_line(d: OpDiff, unchanged: int = 3) -> str:
     """The failure message's ``why:`` line, causes first: ``why: aten::sort +1.32 ms/call (+412%,
     88% of the slowdown); new: aten::clone ×3 (+0.10 ms); unchanged: aten::mm, aten::softmax; rest
-    +0.05 ms``. When nothing is named, it says so (the change is spread over many ops, or within noise)."""
+    +0.05 ms``. When nothing is named, it says so (the change is spread over many ops, or within noise).
+    With ``gpu_bench.phase`` regions, the phases that moved follow: ``in phase backward +1.2 ms/call (91%)``."""
     parts = []
     whole = "slowdown" if d.total_shift_ms > 0 else "speed-up"
     for c in d.named:
@@ -325,6 +329,11 @@ def why_line(d: OpDiff, unchanged: int = 3) -> str:
     if not parts:
         parts.append("no single op explains the change (each op's change is within its noise or under "
                      f"{MIN_SHARE * 100:.0f}% of the whole)")
+    moved = [c for c in d.phases if c.status in ("slower", "faster")]
+    if moved:  # gpu_bench.phase regions: where in the call it moved
+        parts.append("in phase " + ", ".join(
+            f"{c.name} {_signed_ms(c.shift_ms)}/call" + (f" ({c.share * 100:.0f}%)" if c.share is not None else "")
+            for c in moved))
     same = [c.name for c in sorted(d.ops, key=lambda c: -max(c.a_ms, c.b_ms))
             if c.status == "unchanged" and c.name != IDLE][:unchanged]
     if same:
@@ -334,9 +343,17 @@ def why_line(d: OpDiff, unchanged: int = 3) -> str:
     return "why: " + "; ".join(parts) + where
 
 
+def traces_line(d: OpDiff) -> str:
+    """``traces: A <path>; B <path>`` (the sides' chrome traces), or ``""`` when none were saved."""
+    if len(d.traces) != 2:
+        return ""
+    return f"traces: A {d.traces[0]}; B {d.traces[1]}"
+
+
 def table(d: OpDiff, rows: int = 15) -> str:
     """The diff as a plain-text table (Markdown-compatible), largest changes first: op, A and B per
-    call (ms), the shift with its 99% CI, the share of the whole change and the status."""
+    call (ms), the shift with its 99% CI, the share of the whole change and the status; then each
+    ``gpu_bench.phase`` region (``phase forward``) and the whole call."""
     head = "| op | A ms/call | B ms/call | change (99% CI) | share | status |\n| --- | ---: | ---: | --- | ---: | --- |"
     lines = [head]
 
@@ -349,6 +366,7 @@ def table(d: OpDiff, rows: int = 15) -> str:
     lines += [row(c) for c in d.ops[:rows]]
     if len(d.ops) > rows:
         lines.append(f"| … {len(d.ops) - rows} more | | | | | |")
+    lines += [row(replace(c, name=f"phase {c.name}", a_count=0.0, b_count=0.0)) for c in d.phases]
     lines.append(f"| whole call | {format_ms(d.total_a_ms)} | {format_ms(d.total_b_ms)} | "
                  f"{_signed_ms(d.total_shift_ms)} | 100% | named {_signed_ms(d.named_ms)}, new {_signed_ms(d.new_ms)}, "
                  f"removed {_signed_ms(d.removed_ms)}, rest {_signed_ms(d.rest_ms)} |")

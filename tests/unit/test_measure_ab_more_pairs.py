@@ -15,7 +15,7 @@ from pytest_gpuperf.ab import run as ab_run
 class FakeCoordinator:
     instances: list["FakeCoordinator"] = []
 
-    def __init__(self, specs, args, processes, log_dir, progress=None, announce=None):
+    def __init__(self, specs, args, processes, log_dir, progress=None, announce=None, traces_dir=None):
         self.processes, self.confirmed_pairs, self.notes, self.calls = processes, 0, [], []
         self.only = None
         FakeCoordinator.instances.append(self)

@@ -91,6 +91,8 @@ def test_phases_are_diffed_too() -> None:
     phases = {"forward": ["aten::mm", "aten::softmax"], "backward": ["aten::sort", "aten::add"]}
     d = diff_profiles(side(9, phases=phases), side(10, dict(OPS, **{"aten::sort": 0.9}), phases=phases))
     assert [(c.name, c.status) for c in d.phases] == [("backward", "slower"), ("forward", "unchanged")]
+    assert "; in phase backward +" in why_line(d) and "forward" not in why_line(d)
+    assert "| phase backward | " in table(d) and "| phase forward | " in table(d)
 
 
 def test_the_diff_round_trips_and_tabulates() -> None:
@@ -126,8 +128,10 @@ def test_kernel_times_group_by_kernel_and_launching_op() -> None:
                                    "sort_kernel (aten::sort)": 2.0, "orphan_kernel": 0.5})
 
 
-def test_profile_ops_on_the_cpu() -> None:
+def test_profile_ops_on_the_cpu(tmp_path) -> None:
     # real profiler, structure only (nothing here depends on the machine's speed)
+    import json
+
     torch = pytest.importorskip("torch")
     from pytest_gpuperf.measure.opprofile import calls_per_cycle, profile_ops
 
@@ -136,7 +140,10 @@ def test_profile_ops_on_the_cpu() -> None:
     def f() -> object:
         return torch.sort(torch.softmax(x @ x, 1), 1)[0].sum()
 
-    samples = profile_ops(f, (), {}, torch.device("cpu"), cycles=3, calls=2, process=1)
+    trace = tmp_path / "t.A.trace.json"
+    samples = profile_ops(f, (), {}, torch.device("cpu"), cycles=3, calls=2, process=1, trace_path=str(trace))
+    names = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}  # the last cycle's chrome trace
+    assert {"aten::sort", "gpuperf::region"} <= names
     assert len(samples) == 3 and all(s.process == 1 and s.idle_ms is None for s in samples)
     for s in samples:
         assert {"aten::mm", "aten::sort", "aten::sum"} <= set(s.self_ms)
@@ -196,3 +203,38 @@ def test_a_change_must_hold_in_every_pair_of_profiling_processes() -> None:
     # one process's op ran slow throughout (a fluke of that process): no cause
     assert not holds_in_every_pair(a, [1.0, 1.01, 1.6, 1.61], procs, procs, shift=0.3, own=1.6)
     assert op_status(0.3, (0.1, 0.5), own_ms=1.6, total_shift_ms=0.3, every_pair=False) == "unchanged"
+
+
+def test_profile_ops_on_the_simulated_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path of the op profile (kernels by name, device time, GPU idle between kernels) on
+    the simulated device: control flow, not numbers. A kernel made 3x slower is named first; host
+    work added between the kernels (a 20 ms wait per call against well under 1 ms of the rest) grows
+    the GPU's idle time, which is named, while the kernels stay unchanged."""
+    import time
+
+    torch = pytest.importorskip("torch")
+    from pytest_gpuperf.measure.opprofile import profile_ops
+    from pytest_gpuperf.testing import SimulatedCuda
+
+    sim = SimulatedCuda().install(monkeypatch)
+    cuda = torch.device("cuda")
+
+    def step(gemm_ms: float, host_wait_s: float = 0.0) -> None:
+        sim.kernel(ms=gemm_ms, name="gemm")
+        time.sleep(host_wait_s)
+        sim.kernel(ms=0.5, name="softmax_kernel")
+
+    def side(gemm_ms: float, host_wait_s: float = 0.0) -> list[OpSample]:
+        return [s for p in (0, 1) for s in profile_ops(step, (gemm_ms, host_wait_s), {}, cuda, cycles=3, calls=2,
+                                                      process=p)]
+
+    a = side(1.0)
+    assert len(a) == 6 and all(s.idle_ms is not None for s in a)
+    assert a[0].self_ms["kernel: gemm"] == pytest.approx(1.0) and a[0].self_ms["kernel: softmax_kernel"] == 0.5
+    slower = diff_profiles(a, side(3.0), whole_ms=(1.5, 3.5))  # the A/B verdict's medians on the device
+    assert [(c.name, c.status) for c in slower.named] == [("kernel: gemm", "slower")]
+    assert slower.named[0].shift_ms == pytest.approx(2.0)
+    waits = diff_profiles(a, side(1.0, host_wait_s=0.02))
+    assert waits.named and waits.named[0].name == IDLE and waits.named[0].status == "slower"
+    assert {c.name: c.status for c in waits.ops}["kernel: gemm"] == "unchanged"
+    assert IDLE in why_line(waits)
