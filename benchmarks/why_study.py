@@ -17,7 +17,9 @@ a ``gpu_bench`` test; B makes the sort stage larger. ``pytest --gpuperf-ab HEAD`
 ``--gpuperf-no-why``: the wall time of each and the failure message's ``why:`` line.
 
     python benchmarks/why_study.py --out /tmp/why --trials 10 --aa 20
-    python benchmarks/why_study.py --out /tmp/why --cost-only   # or --naming-only
+    python benchmarks/why_study.py --out /tmp/why --cost-only   # or --naming-only, --cuda-only
+
+Part 3 — CUDA control flow on the simulated device (see :func:`cuda_control_flow`).
 
 Not part of the plugin; its figures are in docs/why.md.
 """
@@ -225,6 +227,74 @@ def cost(opts: argparse.Namespace) -> dict:
     return out
 
 
+#: CUDA control flow (part 3): kernel -> device ms per call in A (simulated: exact, so 1.5x is enough)
+KERNELS = {"gemm": 0.8, "softmax_kernel": 0.3, "sort_kernel": 0.4, "gather_kernel": 0.25, "layer_norm_kernel": 0.3}
+CUDA_CHANGES = {f"{k} 1.5x": ({k: 1.5}, 0.0, f"kernel: {k}") for k in KERNELS}
+CUDA_CHANGES["host wait +5 ms (GPU idle)"] = ({}, 0.005, "GPU idle between kernels")
+
+
+def cuda_control_flow(opts: argparse.Namespace) -> dict:
+    """Part 3 — CUDA control flow on the simulated device (:class:`pytest_gpuperf.testing.SimulatedCuda`):
+    a five-kernel step; each change makes one kernel 1.5x longer, or adds a host wait between two
+    kernels (the GPU idles); side A and side B are profiled by
+    :func:`~pytest_gpuperf.measure.opprofile.profile_ops` with CUDA activities (the kernels' device
+    times and the idle time come from the simulated profiler events), ``PROFILE_PAIRS`` "processes"
+    per side in turn, and diffed with the whole change the simulated clock gives. It checks that the
+    CUDA path names the changed kernel (or the idle time) first, not how well a real GPU's noise is
+    handled (that needs a GPU run)."""
+    sys.path.insert(0, str(ROOT))
+    import statistics
+
+    import pytest
+    import torch
+
+    from pytest_gpuperf.ab.run import PROFILE_PAIRS
+    from pytest_gpuperf.measure.opprofile import CYCLES, profile_ops
+    from pytest_gpuperf.testing import SimulatedCuda
+    from pytest_gpuperf.verdict.opdiff import diff_profiles
+
+    mp = pytest.MonkeyPatch()
+    sim = SimulatedCuda().install(mp)
+    cuda = torch.device("cuda")
+
+    def step(kernels: dict[str, float], wait_s: float) -> None:
+        for i, (name, ms) in enumerate(kernels.items()):
+            sim.kernel(ms=ms, name=name)
+            if i == 1 and wait_s:
+                time.sleep(wait_s)
+
+    def whole(kernels: dict[str, float], wait_s: float) -> float:  # the per-call time on the simulated clock
+        t0 = sim.clock()
+        for _ in range(5):
+            step(kernels, wait_s)
+        sim.synchronize()
+        return (sim.clock() - t0) / 5e6 + wait_s * 1e3
+
+    out = {}
+    try:
+        for name, (factors, wait_s, expected) in {**CUDA_CHANGES, "A/A": ({}, 0.0, None)}.items():
+            b_kernels = {k: v * factors.get(k, 1.0) for k, v in KERNELS.items()}
+            rows = []
+            for _ in range(opts.trials if expected else opts.aa):
+                a, b = [], []
+                for p in range(PROFILE_PAIRS):
+                    a += profile_ops(step, (KERNELS, 0.0), {}, cuda, cycles=CYCLES, calls=5, process=p)
+                    b += profile_ops(step, (b_kernels, wait_s), {}, cuda, cycles=CYCLES, calls=5, process=p)
+                d = diff_profiles(a, b, whole_ms=(whole(KERNELS, 0.0), whole(b_kernels, wait_s)))
+                rows.append([c.name for c in d.named])
+            if expected:
+                out[name] = {"trials": len(rows), "right_first": sum(bool(r) and r[0] == expected for r in rows),
+                             "other_named": sum(any(n != expected for n in r) for r in rows)}
+                print(f"CUDA (simulated) {name}: right first {out[name]['right_first']}/{len(rows)}, "
+                      f"another named {out[name]['other_named']}/{len(rows)}", flush=True)
+            else:
+                out[name] = {"trials": len(rows), "named_anything": sum(bool(r) for r in rows)}
+                print(f"CUDA (simulated) A/A: named something in {out[name]['named_anything']}/{len(rows)}", flush=True)
+    finally:
+        mp.undo()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -232,12 +302,26 @@ def main() -> None:
     ap.add_argument("--aa", type=int, default=20, help="A/A trials")
     ap.add_argument("--cost-only", action="store_true")
     ap.add_argument("--naming-only", action="store_true")
+    ap.add_argument("--cuda-only", action="store_true", help="only part 3 (CUDA control flow, simulated device)")
+    ap.add_argument("--pairs", type=int, default=None,
+                    help="profiling processes per side in parts 1 and 3 (default: the plugin's PROFILE_PAIRS)")
     opts = ap.parse_args()
+    if opts.pairs is not None:  # a candidate default, studied before it is the plugin's
+        sys.path.insert(0, str(ROOT))
+        import pytest_gpuperf.ab.run as ab_run
+
+        ab_run.PROFILE_PAIRS = opts.pairs
     Path(opts.out).mkdir(parents=True, exist_ok=True)
+    if opts.cuda_only:
+        result = {"cuda_simulated": cuda_control_flow(opts)}
+        (Path(opts.out) / "summary-cuda.json").write_text(json.dumps(result, indent=1))
+        return
     result = {} if opts.naming_only else {"cost": cost(opts)}
     if not opts.cost_only:
         result["naming"] = naming(opts)
-    (Path(opts.out) / "summary.json").write_text(json.dumps(result, indent=1))
+        result["cuda_simulated"] = cuda_control_flow(opts)
+    name = "summary-cost.json" if opts.cost_only else "summary-naming.json" if opts.naming_only else "summary.json"
+    (Path(opts.out) / name).write_text(json.dumps(result, indent=1))  # one part's run never overwrites another's
 
 
 if __name__ == "__main__":

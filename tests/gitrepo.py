@@ -27,15 +27,15 @@ def commit(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def scripted_project(pytester: Any, test_x: str) -> Path:
+def scripted_project(pytester: Any, test_x: str, ini: str = "") -> Path:
     """A git repository (:func:`init`) in ``pytester.path`` holding a scripted-timing test project:
-    an empty ini, the scripted measurer's conftest and ``test_x.py``; the caller writes
-    ``timings.json`` and commits."""
+    an ini (``[pytest]`` and the lines of ``ini``), the scripted measurer's conftest and
+    ``test_x.py``; the caller writes ``timings.json`` and commits."""
     from pytest_gpuperf._testing import SCRIPTED_CONFTEST
 
     top = pytester.path
     init(top)
-    pytester.makeini("[pytest]\n")
+    pytester.makeini("[pytest]\n" + ini)
     pytester.makeconftest(SCRIPTED_CONFTEST)
     pytester.makepyfile(test_x=test_x)
     return top

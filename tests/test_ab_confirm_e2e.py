@@ -45,7 +45,9 @@ def repo(pytester: pytest.Pytester) -> Path:
     """A git repository with a scripted-timing project whose baselines were recorded at its first commit."""
     top = pytester.path
     init(top)
-    pytester.makeini("[pytest]\n")
+    # the verdicts are under test here; the op profiles of the moved ones (why it got slower) are
+    # tested in tests/test_why_e2e.py, and each costs worker processes
+    pytester.makeini("[pytest]\ngpuperf_why = false\n")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_x=TESTS.replace("@MS@", "1.0"))
     first = commit(top, "code")

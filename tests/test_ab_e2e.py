@@ -39,10 +39,15 @@ def timings(repo: Path, default_ms: float = 1.0, **per_test: float) -> None:
     (repo / "timings.json").write_text(json.dumps(data))
 
 
+NO_WHY = "gpuperf_why = false\n"
+
+
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
-    """A git repository holding a scripted-timing test project (committed once)."""
-    top = scripted_project(pytester, TESTS)
+    """A git repository holding a scripted-timing test project (committed once). The A/B verdicts
+    are under test here; the op profiles of the moved ones (why it got slower) are tested in
+    tests/test_why_e2e.py, and each costs worker processes."""
+    top = scripted_project(pytester, TESTS, ini=NO_WHY)
     timings(top)
     commit(top, "A")
     return top
@@ -129,7 +134,7 @@ def test_ab_import_roots_run_each_sides_own_package(pytester: pytest.Pytester, r
     pkg = repo / "src" / "mypkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("MS = 1.0\n")
-    pytester.makeini("[pytest]\ngpuperf_ab_pythonpath = src\n")
+    pytester.makeini("[pytest]\ngpuperf_ab_pythonpath = src\n" + NO_WHY)
     pytester.makeconftest('''
 import pytest
 from pytest_gpuperf._testing import ScriptedMeasurer, noisy

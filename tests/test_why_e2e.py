@@ -58,7 +58,7 @@ def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, re
     text = res.stdout.str()
     md = (repo / "out.md").read_text()
     assert "Why it moved, op by op" in md and "| aten::sort | " in md and "| slower |" in md
-    res.stdout.fnmatch_lines(["*A/B: profiling 1 benchmark(s) on both sides in 2 more pair(s) of worker processes*"])
+    res.stdout.fnmatch_lines(["*A/B: profiling 1 benchmark(s) on both sides in 3 more pair(s) of worker processes*"])
     # the verdict first, then the cause
     res.stdout.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))", "  why: aten::sort +*/call (+*% of the slowdown)*"])
     assert "unchanged: aten::mm, aten::softmax" in text and "rest " in text
@@ -66,7 +66,7 @@ def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, re
     diff = bench["op_diff"]
     named = [c for c in diff["ops"] if c["status"] in ("slower", "faster", "new", "removed")]
     assert named and named[0]["name"] == "aten::sort"
-    assert diff["processes"] == [2, 2] and diff["cycles"][0] >= 6
+    assert diff["processes"] == [3, 3] and diff["cycles"][0] >= 6
     total = diff["named_ms"] + diff["new_ms"] + diff["removed_ms"] + diff["rest_ms"]
     assert total == pytest.approx(diff["total_shift_ms"])
     assert diff["whole_from"] == "timing"  # the verdict's own medians are the change to explain
@@ -140,3 +140,33 @@ def test_real_timing_names_an_op_made_fifty_times_slower(pytester: pytest.Pytest
     bench = json.loads((top / "out.json").read_text())["benchmarks"]["test_x.py::test_sorts"]
     named = [c for c in bench["op_diff"]["ops"] if c["status"] in ("slower", "faster", "new", "removed")]
     assert named and named[0]["name"] == "aten::sort" and named[0]["status"] == "slower"
+
+
+def test_without_the_old_commit_a_stored_regression_is_diffed_against_the_baselines_profile(
+        pytester: pytest.Pytester) -> None:
+    """No git history (or a shallow clone): no A/B can confirm a stored regression, so the baseline's
+    compact op profile (recorded by the update run's extras processes) is side A. Scripted timings
+    and ops: the regression stands, the sort is named, and the why line says where A came from."""
+    from scripted import script_timings, set_timings
+
+    pytester.makepyfile(test_x=STAGES.replace("@W@", "4"))
+    run = ("-p", "no:cacheprovider", "--gpuperf-processes=2", "--gpuperf-max-processes=2")
+    script_timings(pytester, {"ms": 1.0, "cv": 0.02, "ops": OPS})
+    pytester.runpytest("--gpuperf-update-baselines", *run).assert_outcomes(passed=1)
+    stored = json.loads(next((pytester.path / "baselines").rglob("*.json")).read_text())
+    profile = stored["benchmarks"]["test_stages"]["op_profile"]
+    assert len(profile["cycles"]) == 12 and {"aten::mm", "aten::sort"} <= set(profile["cycles"][0]["self_ms"])
+    assert len({c["process"] for c in profile["cycles"]}) == 2  # both extras processes profiled
+    set_timings(pytester, {"ms": 1.5, "cv": 0.02, "ops": dict(OPS, **{"aten::sort": 0.7})})
+    res = pytester.runpytest("--gpuperf", *run, "--gpuperf-json=out.json")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*profiling the ops in 2 more processes to diff against the baselines' stored op profiles*",
+                              "regressed 1.*", "  why: aten::sort +*/call (*% of the slowdown)*"])
+    assert "[against the baseline's op profile (" in res.stdout.str()
+    bench = json.loads((pytester.path / "out.json").read_text())["benchmarks"]["test_x.py::test_stages"]
+    assert bench["op_diff"]["source"].startswith("the baseline's op profile (") and "op_profile" not in bench
+    # an unchanged run profiles nothing
+    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "ops": OPS})
+    res = pytester.runpytest("--gpuperf", *run)
+    res.assert_outcomes(passed=1)
+    assert "profiling the ops" not in res.stdout.str()

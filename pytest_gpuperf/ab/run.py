@@ -803,7 +803,7 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
 
 #: Process pairs that profile the benchmarks an A/B run found regressed or improved (the diff's CI
 #: groups their cycles by process, so it needs two or more per side).
-PROFILE_PAIRS = 2
+PROFILE_PAIRS = 3
 
 
 def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:

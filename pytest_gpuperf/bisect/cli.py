@@ -59,7 +59,7 @@ def register(sub: Any, prog: str, pytest_args: Sequence[str] = ()) -> None:
                         "gpuperf_ab_pythonpath), when an installed package would shadow each commit's code")
     b.add_argument("--no-why", dest="why", action="store_false",
                    help="do not profile a culprit's own step on both sides (why it got slower, op by op; "
-                        "2 more pairs of worker processes per culprit)")
+                        "a few more pairs of worker processes per culprit)")
     b.add_argument("--json", metavar="PATH", help="write the report as JSON")
     b.add_argument("--markdown", metavar="PATH", help="write the report as Markdown (a PR comment or job summary)")
     b.set_defaults(func=cmd_bisect, pytest_args=list(pytest_args))

@@ -84,21 +84,11 @@ def _culprit_lines(key: str, c: Culprit, commits: Sequence[Commit], pytest_args:
     if c.skipped:
         lines.append("  could not be measured (the change may be in one of them): "
                      + ", ".join(commits[i].short for i in c.skipped))
-    lines += [f"  {line}" for line in why_lines(c.step)]
+    from pytest_gpuperf.verdict.opdiff import why_lines
+
+    lines += [f"  {line}" for line in why_lines(c.step.op_diff, c.step.why_missing)]
     lines.append(f"  reproduce: {reproduce_command(first, last, pytest_args)}")
     return lines
-
-
-def why_lines(p: Probe) -> list[str]:
-    """The ``why:`` line of a profiled step (why it moved, op by op) and where its traces are, or why
-    the diagnosis is missing; nothing for a step that was not profiled."""
-    if p.op_diff is not None:
-        from pytest_gpuperf.verdict.opdiff import traces_line, why_line
-
-        return [why_line(p.op_diff), *([traces_line(p.op_diff)] if traces_line(p.op_diff) else [])]
-    if p.why_missing:
-        return [f"why: no diagnosis (the op profiles failed: {p.why_missing})"]
-    return []
 
 
 def table_lines(run: BisectRun, key: str) -> list[str]:

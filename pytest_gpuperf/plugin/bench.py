@@ -83,6 +83,8 @@ class BenchContext:
     counts, bottleneck) are made: ``"inline"`` after this benchmark's timed rounds (one process),
     ``"none"`` (a timed replicate worker: the extras process makes them), ``"only"`` (the extras
     process: nothing timed, each extra from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls).
+    ``op_profile``: where the extras are made, also profile the ops (why it got slower, issue 32):
+    for the baseline while updating, or to diff a stored regression against its baseline's profile.
     """
 
     test_id: str
@@ -110,6 +112,7 @@ class BenchContext:
     nodeid: str = ""
     fail: Callable[[str], Any] | None = None
     extras: str = "inline"
+    op_profile: bool = False
 
 
 class GpuBench:
@@ -349,13 +352,16 @@ class GpuBench:
                 SNAPSHOT, lambda: self._snapshot(fn, a, k, bid), unavailable))
         bottleneck, trace_path, top_ops = self._explain(fn, a, k, t, counts, flop_dtype, telemetry,
                                                         evaluation.comparison.failed, bid, notes, unavailable)
+        op_profile = (self._op_profile(fn, args, kwargs, setup, statistics.median(t.samples_ms), bid, notes)
+                      if inline and ctx.op_profile else None)
         return BenchResult.from_samples(
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
             warmup_calls=t.warmup_calls, comparison=evaluation.comparison,
             peak_memory_bytes=mem.peak_bytes if mem is not None else None,
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
-            count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, **probe_stored, **common
+            count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
+            **probe_stored, **common
         )
 
     def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
@@ -434,9 +440,34 @@ class GpuBench:
             bottleneck = got[1] if got is not None else None
         high = max(peaks) if peaks and MEMORY not in unavailable else None
         low = min(peaks) if high is not None and min(peaks) != high else None
+        notes: list[str] = []
+        op_profile = self._op_profile(fn, args, kwargs, setup, t.samples_ms[0], bid, notes) if ctx.op_profile else None
         return BenchResult.from_samples(t.samples_ms, rounds=1, calls_per_round=1, warmup_calls=0,
                                         peak_memory_bytes=high, peak_memory_low_bytes=low, counts=counts,
-                                        bottleneck=bottleneck, unavailable=unavailable, value=t.value, **common)
+                                        bottleneck=bottleneck, unavailable=unavailable, value=t.value,
+                                        op_profile=op_profile, notes=tuple(notes), **common)
+
+    def _op_profile(self, fn, args, kwargs, setup, call_ms: float, bid: str, notes: list[str]) -> Any:
+        """The op profile of this benchmark (:func:`pytest_gpuperf.measure.opprofile.profile_ops`, its
+        cycles labelled with this process's id) as ``{"floor_ms": 0, "cycles": [...]}`` (every op;
+        a baseline keeps the compact form). Contained: a profile that fails adds a note and gives None
+        (a diagnosis is never a check: nothing is marked unavailable)."""
+        import os
+
+        from pytest_gpuperf.core.containment import OP_DIFF
+        from pytest_gpuperf.measure.opprofile import CYCLES, calls_per_cycle, profile_ops
+        from pytest_gpuperf.verdict.opdiff import compact_profile
+
+        failed: dict[str, Any] = {}
+        a, k = prepare_call(fn, args, kwargs, setup)
+        profile = getattr(self.context.measurer, "profile_ops", profile_ops)  # a scripted backend's own
+        got = contained(OP_DIFF, lambda: compact_profile(
+            profile(fn, a, k, self.context.device, cycles=CYCLES, calls=calls_per_cycle(call_ms),
+                    process=os.getpid() % 1_000_000), floor_share=0.0, max_ops=10 ** 6), failed)
+        if OP_DIFF in failed:
+            notes.append(f"{self._full_id(bid)}: the op profile (why it got slower) could not be taken: "
+                         f"{failed[OP_DIFF].text()}")
+        return got
 
     def _count(self, fn, args, kwargs, setup) -> tuple[Any, Any]:
         """One counting call (:func:`pytest_gpuperf.measure.counting.count_call`) on fresh arguments."""

@@ -99,6 +99,9 @@ def worker_options(options: Any, slot: tuple[int, int]) -> Any:
 #: Environment variable naming the file a worker appends its results to, one JSON line per benchmark
 #: as soon as it is measured (so a worker that crashes later loses nothing it already measured).
 OUT_ENV = "GPUPERF_REPLICATE_OUT"
+#: Environment of an extras process started to profile the ops of stored regressions (why it got
+#: slower, against the baseline's stored op profile): ``1``.
+OP_PROFILE_ENV = "GPUPERF_OP_PROFILE"
 
 
 def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid: str = "") -> None:
@@ -195,34 +198,38 @@ class WorkerRun:
 
 
 def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, count: int = 1,
-               progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None) -> list[WorkerRun]:
+               progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
+               op_profile: bool = False, stem: str = "extras") -> list[WorkerRun]:
     """Run ``count`` extras processes one after another (``GPUPERF_REPLICATE=x/P``; logs
     ``<log_dir>/extras-j.log``): each times nothing and measures every benchmark's peak memory,
     counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
-    before or between its timed rounds. Their ``index`` is ``-1 - j``. Raises :class:`ReplicateError`
-    when one cannot be started."""
+    before or between its timed rounds. Their ``index`` is ``-1 - j``. ``op_profile``: they profile
+    the ops too (:data:`OP_PROFILE_ENV`); ``stem``: their logs' name (``<stem>-j.log``). Raises
+    :class:`ReplicateError` when one cannot be started."""
     timeout_s = timeout_s or float(os.environ.get("GPUPERF_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     start = time.monotonic()
+    what = "peak memory, counts, bottleneck" + (", op profile" if op_profile else "")
     for j in range(count):
-        run = _run_one(args, cwd, f"x/{processes}", log_dir / f"extras-{j}", -1 - j, timeout_s,
-                       f"extras process {j + 1}/{count}", None)
+        run = _run_one(args, cwd, f"x/{processes}", log_dir / f"{stem}-{j}", -1 - j, timeout_s,
+                       f"extras process {j + 1}/{count}", None, {OP_PROFILE_ENV: "1"} if op_profile else {})
         runs.append(run)
-        progress(f"gpuperf: extras process {j + 1}/{count} done (peak memory, counts, bottleneck of "
+        progress(f"gpuperf: extras process {j + 1}/{count} done ({what} of "
                  f"{len(run.entries)} benchmark(s), {time.monotonic() - start:.0f} s)"
                  + (f": {run.error}" if run.error else ""))
     return runs
 
 
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
-             wait: Callable[[Path, subprocess.Popen], int | None] | None) -> WorkerRun:
+             wait: Callable[[Path, subprocess.Popen], int | None] | None,
+             extra_env: Mapping[str, str] | None = None) -> WorkerRun:
     """One worker process (``python -m pytest <args>`` with ``GPUPERF_REPLICATE=<slot>``; results in
     ``<stem>.jsonl``, output in ``<stem>.log``): its :class:`WorkerRun`, with what it reported.
     ``wait(report, proc)`` waits for it (its exit code, None when it timed out); default :func:`_wait`."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     report.unlink(missing_ok=True)
-    env = dict(os.environ, **{WORKER_ENV: slot, PROCESSES_ENV: "1", OUT_ENV: str(report)})
+    env = dict(os.environ, **{WORKER_ENV: slot, PROCESSES_ENV: "1", OUT_ENV: str(report)}, **(extra_env or {}))
     env.pop("GPUPERF_XDIST_DIR", None)
     cmd = [sys.executable, "-m", "pytest", *args]
     run = WorkerRun(index, None, log)
@@ -484,10 +491,13 @@ def _extras_of(results: Sequence[Any], missing: str | None = None, options: Any 
     counts = [r.counts for r in results if r.counts is not None]
     high = max(peaks) if peaks and "peak memory" not in unavailable else None
     low = min(peaks) if high is not None else None
+    profiles = [r.op_profile for r in results if isinstance(r.op_profile, dict)]
     return dict(peak_memory_bytes=high, peak_memory_low_bytes=low if low != high else None,
                 counts=combine_counts(counts) if counts and "counts" not in unavailable else None,
                 bottleneck=next((r.bottleneck for r in results if r.bottleneck is not None), None),
-                unavailable=unavailable)
+                unavailable=unavailable,
+                op_profile={"floor_ms": max(float(p.get("floor_ms") or 0.0) for p in profiles),  # every process's cycles
+                            "cycles": [c for p in profiles for c in p.get("cycles") or ()]} if profiles else None)
 
 
 def groups_of(entries: Sequence[Mapping[str, Any]]) -> list[list[float]]:

@@ -116,6 +116,7 @@ class GpuPerfSession:
         self.started = time.monotonic()  # configure time: the whole session's clock (issue 31)
         self.before_tests_s: float | None = None  # worker processes / A/B before the tests, when any
         self.more_processes: dict[str, int] = {}  # module::id -> processes its decision used, when more were added
+        self.stored_entries: dict[str, Any] = {}  # module::id -> its BaselineEntry (replicated sessions)
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
 
     def warn(self, message: str) -> None:
@@ -260,7 +261,7 @@ class GpuPerfSession:
         # the extras (peak memory, counts, bottleneck) in processes of their own, after all timing: an
         # update run in two, so that what differs between processes is seen as variable
         extras = run_extras(args, here, self.settings.processes, logs, count=2 if self.settings.updating else 1,
-                            progress=progress.line)
+                            progress=progress.line, op_profile=self.settings.updating and self.settings.why)
         progress.close()
         finished: dict[str, Any] = {}
         commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
@@ -281,6 +282,8 @@ class GpuPerfSession:
             self._confirm_by_ab(finished, commits)
             if self.settings.bisect_on_regression:
                 self._bisect_regressions(finished, commits)
+        if self.settings.why and not self.settings.updating:
+            self._diff_stored(finished, runs, args, logs)
         self.ab_results = finished
         if self.settings.xdist_dir is not None:
             from pytest_gpuperf.ab.results import dump_results
@@ -336,6 +339,58 @@ class GpuPerfSession:
                 finished[key] = self._decide_replicated(key, entries, commits, *extras_for(key, extras))
                 self.more_processes[key] = len(entries)
         return added
+
+    def _diff_stored(self, finished: dict[str, Any], runs: list[Any], args: list[str], logs: Path) -> None:
+        """Why it got slower without the old commit (issue 32): every stored-baseline verdict that
+        moved (regressed or improved) and has no per-op diff from an A/B run (no commit to measure, a
+        shallow clone, ``--gpuperf-no-ab-confirm``, side A failed), but whose baseline stored an op
+        profile, is profiled in 2 extras processes of its own (after all timing) and diffed against
+        that profile (:func:`~pytest_gpuperf.verdict.opdiff.diff_against_stored`), marked as from
+        another process and time. Contained: a failure leaves the verdict, says why in the message."""
+        import dataclasses
+
+        from pytest_gpuperf.core.containment import OP_DIFF, Unavailable, contained
+        from pytest_gpuperf.plugin.replicates import ReplicateError, extras_for, run_extras
+        from pytest_gpuperf.verdict.opdiff import OpSample, diff_against_stored
+
+        keys = [k for k, r in finished.items()
+                if not isinstance(r, str) and r.comparison is not None and r.op_diff is None
+                and r.comparison.verdict.value in ("regressed", "improved") and k in self.stored_entries
+                and isinstance(self.stored_entries[k].data.get("op_profile"), dict)]
+        nodeids = sorted({n for k in keys for r in runs if k in r.entries and (n := r.entries[k].get("nodeid"))})
+        if not nodeids:
+            return
+        select = logs / "select-op-profile.txt"
+        select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
+        say = self._progress().line
+        say(f"gpuperf: {len(keys)} verdict(s) moved with no A/B to profile: profiling the ops in 2 more processes "
+            f"to diff against the baselines' stored op profiles (why it got slower; --gpuperf-no-why)")
+        try:
+            profiled = run_extras([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
+                                  self.settings.processes, logs, count=2, progress=say, op_profile=True,
+                                  stem="op-profile")
+        except ReplicateError as exc:
+            profiled, failed = [], str(exc)
+        else:
+            failed = next((f"{r.error} (output: {r.log})" for r in profiled if r.error), "")
+        for key in keys:
+            r, entry = finished[key], self.stored_entries[key]
+            entries, missing = extras_for(key, profiled)
+            cycles = [c for e in entries for c in ((e.get("op_profile") or {}).get("cycles") or ())]
+            unavailable = dict(r.unavailable)
+            if not cycles:
+                unavailable[OP_DIFF] = Unavailable(OP_DIFF, failed or missing or "no op profile of this run")
+                finished[key] = dataclasses.replace(r, unavailable=unavailable)
+                continue
+            c = r.comparison
+            whole = (c.baseline_median_ms, c.current_median_ms) if c.baseline_median_ms and c.current_median_ms else None
+            when = (entry.data.get("timestamp_utc") or "?")[:16]
+            source = (f"the baseline's op profile ({when}" + (f", {entry.git_commit[:7]}" if entry.git_commit else "")
+                      + "; other processes and time, maybe another machine)")
+            diff = contained(OP_DIFF, lambda: diff_against_stored(
+                entry.data["op_profile"], [OpSample.from_dict(x) for x in cycles], whole_ms=whole, source=source),
+                unavailable)
+            finished[key] = dataclasses.replace(r, op_diff=diff, unavailable=unavailable)
 
     def _ab_will_confirm(self, key: str, commits: dict[str, tuple[str | None, bool | None]]) -> bool:
         """Whether a stored-stage regression of ``key`` will be confirmed by A/B against its baseline's
@@ -415,7 +470,8 @@ class GpuPerfSession:
             args += ["-n", "0"]
         return Bisector(repository(here), here, args, processes=self.settings.bisect_processes,
                         import_roots=self.settings.ab_roots, progress=progress, time_cap_s=time_cap_s,
-                        step_progress=self._progress().tick)  # inside a step: on a terminal only
+                        step_progress=self._progress().tick,  # inside a step: on a terminal only
+                        why=self.settings.why)
 
     def _run_bisect(self) -> None:
         """``--gpuperf-bisect GOOD..BAD``: bisect instead of running the tests, print the report (and write
@@ -501,6 +557,7 @@ class GpuPerfSession:
             baseline = base_file.get(bid) if base_file is not None else None
         if baseline is not None:
             commits[key] = (baseline.git_commit, baseline.dirty)
+            self.stored_entries[key] = baseline
         return decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
                       can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing)
 
@@ -662,6 +719,7 @@ class GpuPerfSession:
             nodeid=item.nodeid,
             fail=lambda message: pytest.fail(message, pytrace=False),
             extras=_extras_mode(s.replicate_slot),
+            op_profile=_op_profile_mode(s),
         )
 
     def _record(self, item: pytest.Item, bench: Any, device: Any, stored: "_Stored", result: Any) -> None:
@@ -788,9 +846,9 @@ class GpuPerfSession:
             by_path.setdefault(rec.baseline_path or "", []).append(rec)
         for path, recs in by_path.items():
             entries = {
-                rec.result.benchmark_id: dict(result_entry(
+                rec.result.benchmark_id: _compact_op_profile(dict(result_entry(
                     rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
-                ), **({} if dirty is None else {"dirty": dirty}))
+                ), **({} if dirty is None else {"dirty": dirty})))
                 for rec in recs
             }
             try:
@@ -995,6 +1053,8 @@ class GpuPerfSession:
             },
             "warnings": self.session_warnings(),
         }
+        for entry in data["benchmarks"].values():
+            entry.pop("op_profile", None)  # the baselines keep it (compact); the report has the op diff
         write_atomic(self.settings.json_path, dumps(data))
 
 
@@ -1006,6 +1066,30 @@ def _split_nodeid(nodeid: str) -> tuple[str, str]:
 def _worker_count(options: opts.BenchOptions, session_processes: int) -> int:
     """How many worker processes measure a benchmark: its ``processes`` option, at most the session's."""
     return min(options.processes or session_processes, session_processes)
+
+
+def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:
+    """A baseline entry with its op profile in the compact form a baseline stores
+    (:func:`~pytest_gpuperf.verdict.opdiff.compact_profile`: a few KB), or without one that cannot be read."""
+    raw = entry.pop("op_profile", None)
+    if isinstance(raw, dict):
+        from pytest_gpuperf.verdict.opdiff import compact_profile, stored_samples
+
+        try:
+            entry["op_profile"] = compact_profile(stored_samples(raw)[0])
+        except ValueError:
+            pass  # nothing profiled: no profile stored
+    return entry
+
+
+def _op_profile_mode(s: SessionSettings) -> bool:
+    """Whether this process profiles the ops where it makes the extras (why it got slower): while
+    updating in one process (the baseline stores the profile), or as an extras process told so
+    (:data:`~pytest_gpuperf.plugin.replicates.OP_PROFILE_ENV`: an update's, or one started to diff a
+    stored regression); never with ``--gpuperf-no-why``."""
+    from pytest_gpuperf.plugin.replicates import OP_PROFILE_ENV
+
+    return s.why and s.measuring and (s.updating or os.environ.get(OP_PROFILE_ENV) == "1")
 
 
 def _extras_mode(slot: tuple[int, int] | None) -> str:

@@ -371,11 +371,9 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
                 continue
             print(comparison_message(d.comparison))
             if d.op_diff is not None:  # why it moved, op by op (the report's A/B profiles)
-                from pytest_gpuperf.verdict.opdiff import table as op_table, traces_line, why_line
+                from pytest_gpuperf.verdict.opdiff import table as op_table, why_lines
 
-                print(f"  {why_line(d.op_diff)}")
-                if traces_line(d.op_diff):
-                    print(f"  {traces_line(d.op_diff)}")
+                print("\n".join(f"  {line}" for line in why_lines(d.op_diff)))
                 print("\n".join(f"  {line}" for line in op_table(d.op_diff).splitlines()))
         for msg in count_failures:
             print(msg)

@@ -241,16 +241,13 @@ def with_why(message: str, r: Any) -> str:
     not be taken, why the diagnosis is missing."""
     from pytest_gpuperf.core.containment import OP_DIFF
 
-    if r.op_diff is not None:
-        from pytest_gpuperf.verdict.opdiff import traces_line, why_line
+    from pytest_gpuperf.verdict.opdiff import why_lines
 
-        line = why_line(r.op_diff)
-        if r.op_diff.traces:
-            line += f"\n  {traces_line(r.op_diff)}"
-    elif OP_DIFF in (r.unavailable or {}):
-        line = f"why: no diagnosis (the op profiles failed: {r.unavailable[OP_DIFF].text()})"
-    else:
+    missing = (r.unavailable or {}).get(OP_DIFF)
+    lines = why_lines(r.op_diff, missing.text() if missing is not None else "")
+    if not lines:
         return message
+    line = "\n  ".join(lines)
     head, sep, rest = message.partition("\n")
     return f"{head}\n  {line}" + (f"\n{rest}" if sep else "")
 

@@ -155,6 +155,8 @@ def result_entry(
         entry["unavailable"] = containment.to_dict(result.unavailable)
     if result.op_diff is not None:  # why an A/B verdict moved, op by op (verdict.opdiff)
         entry["op_diff"] = result.op_diff.to_dict()
+    if result.op_profile is not None:  # the op profile's cycles (a baseline keeps them compact)
+        entry["op_profile"] = result.op_profile
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
@@ -572,6 +574,7 @@ def result_from_entry(entry: dict[str, Any]) -> BenchResult:
         unavailable=containment.from_dict(entry.get("unavailable")),
         peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
         op_diff=_op_diff(entry.get("op_diff")),
+        op_profile=entry.get("op_profile") if isinstance(entry.get("op_profile"), dict) else None,
         **{k: stats[k] for k in STAT_FIELDS},
     )
 
@@ -735,13 +738,12 @@ def markdown(
         lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
     diffs = [(label, r) for label, r in ordered if r.op_diff is not None]
     if diffs:  # why it got slower (issue 32): the per-op diff of each A/B decision that moved
-        from pytest_gpuperf.verdict.opdiff import table as op_table, traces_line, why_line
+        from pytest_gpuperf.verdict.opdiff import table as op_table, why_lines
 
         lines += ["", "Why it moved, op by op (A/B profiles: per call, B - A, Hodges-Lehmann shift and 99% CI):"]
         for label, r in diffs:
-            traces = traces_line(r.op_diff)
-            lines += ["", f"`{label}`: {why_line(r.op_diff)}", *(["", traces] if traces else []), "",
-                      op_table(r.op_diff)]
+            why, *traces = why_lines(r.op_diff)
+            lines += ["", f"`{label}`: {why}", *[x for t in traces for x in ("", t)], "", op_table(r.op_diff)]
     lines += ["", legend + " ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are "
               "the counted FLOPs and minimum-traffic bytes per call at the median time."]
     if warnings:

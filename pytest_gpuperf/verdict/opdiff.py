@@ -303,6 +303,73 @@ def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A
                   "timing" if whole_ms is not None else "profile")
 
 
+#: A stored op profile keeps the ops whose median self time is at least this share of the call ...
+STORED_FLOOR_SHARE = 0.01
+#: ... and at most this many of them (the largest).
+STORED_MAX_OPS = 40
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def compact_profile(samples: Sequence[OpSample], floor_share: float = STORED_FLOOR_SHARE,
+                    max_ops: int = STORED_MAX_OPS) -> dict[str, Any]:
+    """The op profile a baseline stores (a few KB, JSON-ready): every cycle, with only the ops whose
+    median self time over the cycles is at least ``floor_share`` of the call's median time (at most
+    ``max_ops``, the largest), times to 4 significant digits, and ``floor_ms``: the smallest time
+    an op had to have to be kept (an op of a later run that is not stored and stays under it was
+    there, too small to keep). Raises ``ValueError`` when ``samples`` is empty."""
+    if not samples:
+        raise ValueError("no profiled cycle to store")
+    total = _median([s.total_ms for s in samples])
+    names = {k for s in samples for k in s.self_ms}
+    med = {k: _median([s.self_ms.get(k, 0.0) for s in samples]) for k in names}
+    floor = floor_share * total
+    kept = sorted((k for k in names if med[k] >= floor), key=lambda k: (-med[k], k))[:max_ops]
+    if len(kept) == max_ops and kept:
+        floor = max(floor, med[kept[-1]])
+    keep = set(kept)
+    cycles = [OpSample({k: _sig(v) for k, v in s.self_ms.items() if k in keep},
+                       {k: _sig(v) for k, v in s.counts.items() if k in keep}, _sig(s.total_ms),
+                       None if s.idle_ms is None else _sig(s.idle_ms), {k: _sig(v) for k, v in s.phase_ms.items()},
+                       s.process).to_dict() for s in samples]
+    return {"floor_ms": _sig(floor), "cycles": cycles}
+
+
+def stored_samples(d: Any) -> tuple[list[OpSample], float]:
+    """A stored op profile (:func:`compact_profile`) read back: ``(cycles, floor_ms)``. Raises
+    ``ValueError`` naming what is wrong when ``d`` is not one."""
+    if not isinstance(d, Mapping) or not isinstance(d.get("cycles"), list) or not d["cycles"]:
+        raise ValueError("not a stored op profile: expected {'floor_ms': ..., 'cycles': [...]} with cycles")
+    try:
+        floor = float(d.get("floor_ms") or 0.0)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a stored op profile: floor_ms {d.get('floor_ms')!r} is not a number") from None
+    return [OpSample.from_dict(c) for c in d["cycles"]], floor
+
+
+def diff_against_stored(stored: Any, b: Sequence[OpSample], *, whole_ms: tuple[float, float] | None,
+                        source: str) -> OpDiff:
+    """Diff side B's profiled cycles against a baseline's stored op profile (:func:`compact_profile`,
+    side A: recorded in other processes, at another time, maybe on another machine — ``source``
+    says which, and the why line shows it). B's ops that the stored profile lacks and that stay
+    under its ``floor_ms`` are dropped (A had them too, below what was kept); one above it is
+    ``new`` (new, or grown from under the floor). The CIs and the every-pair rule group by process
+    within each side only, as the stored side's processes never ran beside B's. Otherwise as
+    :func:`diff_profiles`. Raises ``ValueError`` for an unreadable stored profile or no cycles."""
+    a, floor = stored_samples(stored)
+    stored_names = {k for s in a for k in s.self_ms}
+    if a and all(s.idle_ms is not None for s in a):
+        stored_names.add(IDLE)
+
+    def kept(s: OpSample) -> OpSample:
+        return replace(s, self_ms={k: v for k, v in s.self_ms.items() if k in stored_names or v >= floor},
+                       counts={k: v for k, v in s.counts.items() if k in stored_names or s.self_ms.get(k, 0.0) >= floor},
+                       process=s.process + 1_000_000)  # never paired with a stored process
+    return diff_profiles(a, [kept(s) for s in b], source=source, whole_ms=whole_ms)
+
+
 def _count(c: OpChange) -> str:
     n = c.b_count if c.status != "removed" else c.a_count
     return f" ×{n:g}" if n and n != 1 else ""
@@ -343,11 +410,13 @@ def why_line(d: OpDiff, unchanged: int = 3) -> str:
     return "why: " + "; ".join(parts) + where
 
 
-def traces_line(d: OpDiff) -> str:
-    """``traces: A <path>; B <path>`` (the sides' chrome traces), or ``""`` when none were saved."""
-    if len(d.traces) != 2:
-        return ""
-    return f"traces: A {d.traces[0]}; B {d.traces[1]}"
+def why_lines(d: OpDiff | None, missing: str = "") -> list[str]:
+    """The lines a diagnosis adds under a verdict: :func:`why_line` and, when they were saved, the
+    sides' chrome traces (``trace A: <path>``, ``trace B: <path>``); without a diff but with
+    ``missing`` (why the profiles failed), ``why: no diagnosis (the op profiles failed: …)``; else none."""
+    if d is not None:
+        return [why_line(d), *(f"trace {side}: {path}" for side, path in zip("AB", d.traces))]
+    return [f"why: no diagnosis (the op profiles failed: {missing})"] if missing else []
 
 
 def table(d: OpDiff, rows: int = 15) -> str:

@@ -112,6 +112,9 @@ class BenchResult:
     unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
     peak_memory_low_bytes: int | None = None
     op_diff: Any = None  # pytest_gpuperf.verdict.opdiff.OpDiff: why an A/B verdict moved, op by op
+    #: the op profile's cycles ({"floor_ms", "cycles"}: verdict.opdiff.compact_profile), made for a
+    #: baseline while updating, or to diff a stored regression against its baseline's profile
+    op_profile: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, BenchOptions):  # a mapping of option values (as a report stores them)

@@ -238,3 +238,25 @@ def test_profile_ops_on_the_simulated_cuda_device(monkeypatch: pytest.MonkeyPatc
     assert waits.named and waits.named[0].name == IDLE and waits.named[0].status == "slower"
     assert {c.name: c.status for c in waits.ops}["kernel: gemm"] == "unchanged"
     assert IDLE in why_line(waits)
+
+
+def test_a_stored_profile_is_compact_and_a_run_diffs_against_it() -> None:
+    """Without the old commit (issue 32): the baseline keeps a compact profile (the ops over 1% of
+    the call); a later run's cycles are diffed against it. An op the stored profile lacks that stays
+    under its floor is no cause (it was there, too small to keep); one above it is new."""
+    from pytest_gpuperf.verdict.opdiff import compact_profile, diff_against_stored, stored_samples
+
+    tiny = dict(OPS, **{"aten::view": 0.001})  # 0.05% of the call: not stored
+    stored = compact_profile(side(21, tiny))
+    assert {k for c in stored["cycles"] for k in c["self_ms"]} == set(OPS)
+    assert 0 < stored["floor_ms"] < 0.05 and len(str(stored)) < 4000
+    b = side(22, dict(tiny, **{"aten::sort": 0.9, "aten::exp": 0.3, "aten::expand": 0.002}))
+    d = diff_against_stored(stored, b, whole_ms=(1.85, 2.75), source="the baseline's op profile (2026-11-20)")
+    named = {c.name: c.status for c in d.named}
+    assert named == {"aten::sort": "slower", "aten::exp": "new"}
+    assert {c.name for c in d.ops}.isdisjoint({"aten::view", "aten::expand"})  # under the floor: dropped
+    assert why_line(d).startswith("why: aten::sort +") and why_line(d).endswith("[against the baseline's op profile (2026-11-20)]")
+    with pytest.raises(ValueError, match="not a stored op profile"):
+        stored_samples({"cycles": []})
+    with pytest.raises(ValueError, match="floor_ms 'x' is not a number"):
+        stored_samples({"cycles": [stored["cycles"][0]], "floor_ms": "x"})
