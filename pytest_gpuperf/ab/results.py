@@ -43,20 +43,20 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
               errors: dict[str, str] | None = None, confirm_from: int | None = None) -> BenchResult | None:
     """The working tree's result for one benchmark (None when B has no entry: it was not measured
     there, or failed). ``blocks``: :class:`~pytest_gpuperf.verdict.paired.Block` of both sides; ``entries``:
-    side -> result entry (``report.result_entry``) of that side's first worker; ``confirm_from``:
+    side -> result entry (:func:`~pytest_gpuperf.storage.codec.encode_result`) of that side's first worker; ``confirm_from``:
     the first process pair of a confirmation re-measure (None: none ran)."""
     from pytest_gpuperf.verdict.counts import Counts
     from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
-    from pytest_gpuperf.reporting.report import result_from_entry
+    from pytest_gpuperf.storage.codec import decode_result
 
     if "B" not in entries:
         return None
     errors = errors or {}
-    b = result_from_entry(entries["B"])
+    b = decode_result(entries["B"])
     options = options_from_entry(entries["B"])
     b_samples = [v for blk in blocks if blk.side == "B" for v in blk.samples_ms] or list(b.samples_ms)
     a_measured = "A" in entries and any(blk.side == "A" for blk in blocks)
-    a = result_from_entry(entries["A"]) if a_measured else None
+    a = decode_result(entries["A"]) if a_measured else None
     b_blocks = tuple(blocks) if any(blk.side == "B" for blk in blocks) else (Block("B", 0, 0, tuple(b_samples)),)
     why = f"A failed: {errors['A']}" if "A" in errors else f"new: not in {ref}"
     reference = Reference.ab(ref, measured=a_measured, peak_memory_bytes=a.peak_memory_bytes if a else None,
@@ -100,9 +100,9 @@ def dump_results(path: Path, results: dict[str, Any]) -> None:
     """Write the results for pytest-xdist workers (report entries with their comparisons; a string,
     why a benchmark has no result, as it is)."""
     from pytest_gpuperf.core.files import write_atomic
-    from pytest_gpuperf.reporting.report import result_entry
+    from pytest_gpuperf.storage.codec import encode_result
 
-    data = {k: r if isinstance(r, str) else result_entry(r, environment={}, git_commit=None, timestamp_utc="",
+    data = {k: r if isinstance(r, str) else encode_result(r, environment={}, git_commit=None, timestamp_utc="",
                                                            with_comparison=True)
             for k, r in results.items()}
     write_atomic(path, json.dumps(data))
@@ -110,10 +110,10 @@ def dump_results(path: Path, results: dict[str, Any]) -> None:
 
 def load_results(path: Path) -> dict[str, BenchResult]:
     """Read what :func:`dump_results` wrote ({} when there is no file)."""
-    from pytest_gpuperf.reporting.report import result_from_entry
+    from pytest_gpuperf.storage.codec import decode_result
 
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
-    return {k: v if isinstance(v, str) else result_from_entry(v) for k, v in data.items()}
+    return {k: v if isinstance(v, str) else decode_result(v) for k, v in data.items()}

@@ -73,20 +73,16 @@ class ABError(RuntimeError):
 # ----------------------------------------------------------------------------- git
 
 
-def _git(repo: Path, *args: str) -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ABError(f"git {' '.join(args)} failed: {exc}") from None
-    if out.returncode != 0:
-        raise ABError(f"git {' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
-    return out.stdout.strip()
-
-
 def git(repo: Path, *args: str) -> str:
-    """``git -C repo <args>``: its output, stripped. Raises :class:`ABError` (with git's message)
-    when git fails or cannot run."""
-    return _git(repo, *args)
+    """``git -C repo <args>`` (:func:`pytest_gpuperf.core.git.run`): its output, stripped. Raises
+    :class:`ABError` (with git's message) when git fails or cannot run."""
+    from pytest_gpuperf.core.git import GitError, run
+
+    try:
+        return run(repo, *args)
+    except GitError as exc:
+        raise ABError(str(exc)) from None
+
 
 
 @dataclass(frozen=True)
@@ -109,11 +105,11 @@ def resolve_revision(start: Path, ref: str) -> Revision:
     Raises :class:`ABError` when ``start`` is not in a git repository or ``ref`` names no commit.
     """
     try:
-        top = Path(_git(start, "rev-parse", "--show-toplevel")).resolve()
+        top = Path(git(start, "rev-parse", "--show-toplevel")).resolve()
     except ABError as exc:
         raise ABError(f"--gpuperf-ab {ref}: {start} is not inside a git repository ({exc})") from None
     try:
-        sha = _git(top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        sha = git(top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except ABError:
         raise ABError(f"--gpuperf-ab {ref}: no such commit in {top} (try a branch, tag or sha, e.g. origin/main "
                       f"or HEAD~1)") from None
@@ -136,8 +132,8 @@ def prepare_worktree(rev: Revision) -> Path:
     path = folder / rev.sha[:12]
     if path.is_dir():
         try:
-            head = _git(path, "rev-parse", "HEAD")
-            dirty = _git(path, "status", "--porcelain", "--untracked-files=no")
+            head = git(path, "rev-parse", "HEAD")
+            dirty = git(path, "status", "--porcelain", "--untracked-files=no")
         except ABError:
             head, dirty = "", "?"
         if head == rev.sha and not dirty:
@@ -145,8 +141,8 @@ def prepare_worktree(rev: Revision) -> Path:
             _prune(folder, keep=path)
             return path
         remove_worktree(rev.repo, path)
-    _git(rev.repo, "worktree", "prune")
-    _git(rev.repo, "worktree", "add", "--detach", "--force", str(path), rev.sha)
+    git(rev.repo, "worktree", "prune")
+    git(rev.repo, "worktree", "add", "--detach", "--force", str(path), rev.sha)
     _prune(folder, keep=path)
     return path
 
@@ -157,12 +153,12 @@ def remove_worktree(repo: Path, path: Path) -> None:
     if path.parent.name not in ("ab", "bisect") or path.parent.parent.name != ".gpuperf":
         raise ABError(f"refusing to remove {path}: not a worktree of ours under .gpuperf/ab or .gpuperf/bisect")
     try:
-        _git(repo, "worktree", "remove", "--force", str(path))
+        git(repo, "worktree", "remove", "--force", str(path))
     except ABError:
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
-        _git(repo, "worktree", "prune")
+        git(repo, "worktree", "prune")
 
 
 def _prune(folder: Path, keep: Path) -> None:

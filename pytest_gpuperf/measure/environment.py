@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import platform
 import re
-import subprocess
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -103,42 +102,19 @@ def differences(baseline_env: dict[str, Any] | None, current_env: dict[str, Any]
 
 
 def git_commit(root: str) -> str | None:
-    """``git rev-parse HEAD`` in ``root``, or None when not a git checkout (or git is missing).
-    Not cached: a session asks once (``GpuPerfSession.git_state``), and a commit can change between
-    two sessions of one process (pytester)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    """``git rev-parse HEAD`` in ``root``, or None when not a git checkout (or git is missing):
+    :func:`pytest_gpuperf.core.git.head_commit`."""
+    from pytest_gpuperf.core.git import head_commit
+
+    return head_commit(root)
 
 
 def git_dirty(root: str, ignore: str | None = None) -> bool | None:
-    """Whether the checkout at ``root`` has uncommitted changes to tracked files, leaving out those
-    under the folder ``ignore`` (the baseline folder, which an update run writes); None when not a
-    git checkout (or git is missing)."""
-    import os
+    """Whether the checkout at ``root`` has uncommitted changes to tracked files outside ``ignore``
+    (None: not a git checkout): :func:`pytest_gpuperf.core.git.is_dirty`."""
+    from pytest_gpuperf.core.git import is_dirty
 
-    try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
-                             timeout=5)
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if top.returncode != 0 or out.returncode != 0:
-        return None
-    skip = None
-    if ignore:
-        skip = os.path.relpath(os.path.realpath(ignore), os.path.realpath(top.stdout.strip())).replace(os.sep, "/")
-    for line in out.stdout.splitlines():
-        path = line[3:].split(" -> ")[-1].strip('"')
-        if skip and not skip.startswith("..") and (path == skip or path.startswith(skip.rstrip("/") + "/")):
-            continue
-        return True
-    return False
+    return is_dirty(root, ignore)
 
 
 def utc_now() -> str:

@@ -39,6 +39,14 @@ def _help(name: str) -> str:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
+    _measuring_options(group)
+    _process_options(group)
+    _ab_and_bisect_options(group)
+    _ini_values(parser)
+
+
+def _measuring_options(group: Any) -> None:
+    """What is measured and compared, where its files go, and how strict the gate is."""
     group.addoption("--gpuperf", action="store_true", default=False,
                     help="measure gpu_bench tests and compare them with the stored baselines")
     group.addoption("--gpuperf-update-baselines", action="store_true", default=False,
@@ -73,6 +81,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-no-counts", action="store_true", default=False,
                     help="do not count ops/kernels/syncs/copies/FLOPs/bytes per call, so no count gate "
                          "(same as ini gpuperf_counts = false)")
+
+
+def _process_options(group: Any) -> None:
+    """The worker processes a session measures in (and the hidden options the coordinator passes them)."""
     group.addoption("--gpuperf-processes", metavar="N", default=None,
                     help="measure every benchmark in N fresh worker processes, one after another, and decide on "
                          "the spread between them (ini gpuperf_processes, env GPUPERF_PROCESSES; default 3; 1: in "
@@ -85,12 +97,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="start no more worker processes for inconclusive benchmarks after this many seconds of "
                          "them (ini gpuperf_more_processes_time; default 600)")
     group.addoption("--gpuperf-select", metavar="FILE", default=None, help=argparse.SUPPRESS)  # a worker's node ids
+    group.addoption("--gpuperf-op-profile", action="store_true", default=False,
+                    help=argparse.SUPPRESS)  # an extras process that profiles the ops too (why it got slower)
     group.addoption("--gpuperf-no-ab-confirm", action="store_true", default=False,
                     help="do not confirm a stored-baseline regression by A/B against the baseline's own git commit "
                          "on this machine (ini gpuperf_ab_confirm = false)")
     group.addoption("--gpuperf-no-why", action="store_true", default=False,
                     help="do not profile both sides of an A/B decision that comes out regressed or improved for its "
                          "per-op diff ('why: ...'; ini gpuperf_why = false)")
+
+
+def _ab_and_bisect_options(group: Any) -> None:
+    """A/B against a git revision on this machine, and bisection."""
     group.addoption("--gpuperf-ab", metavar="REF", default=None,
                     help="A/B: measure the benchmarks of the working tree (B) and of git revision REF (A, e.g. "
                          "origin/main) on this machine, interleaved, and decide on the paired evidence (no stored "
@@ -112,6 +130,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpuperf-bisect-timeout", metavar="SECONDS", default=None,
                     help="bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default 1800)")
     benchmark_compat.add_gpuperf_options(group)  # --gpuperf-only/-skip/-columns/-sort
+
+
+def _ini_values(parser: pytest.Parser) -> None:
+    """The ini values (each option's ``gpuperf_*`` twin, and the ``gpu_bench`` defaults)."""
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
     parser.addini("gpuperf_ab_pythonpath", "A/B: import roots of the code under test, relative to the repository's "
                   "top (space- or comma-separated), e.g. src", default="")

@@ -592,9 +592,9 @@ class GpuBench:
                     result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,
                                              extras=bool(cmd.get("extras")), classify=bool(cmd.get("classify")),
                                              telemetry=load or None)
-                    from pytest_gpuperf.reporting.report import result_entry
+                    from pytest_gpuperf.storage.codec import encode_result
 
-                    client.reply("result", entry=result_entry(result, environment={}, git_commit=None,
+                    client.reply("result", entry=encode_result(result, environment={}, git_commit=None,
                                                               timestamp_utc="") if cmd.get("extras") else None)
                     return result
                 else:

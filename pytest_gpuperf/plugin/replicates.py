@@ -99,9 +99,6 @@ def worker_options(options: Any, slot: tuple[int, int]) -> Any:
 #: Environment variable naming the file a worker appends its results to, one JSON line per benchmark
 #: as soon as it is measured (so a worker that crashes later loses nothing it already measured).
 OUT_ENV = "GPUPERF_REPLICATE_OUT"
-#: Environment of an extras process started to profile the ops of stored regressions (why it got
-#: slower, against the baseline's stored op profile): ``1``.
-OP_PROFILE_ENV = "GPUPERF_OP_PROFILE"
 
 
 def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid: str = "") -> None:
@@ -110,9 +107,9 @@ def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid:
     path = os.environ.get(OUT_ENV)
     if not path:
         return
-    from pytest_gpuperf.reporting.report import result_entry
+    from pytest_gpuperf.storage.codec import encode_result
 
-    entry = result_entry(result, environment=dict(environment), git_commit=None, timestamp_utc="")
+    entry = encode_result(result, environment=dict(environment), git_commit=None, timestamp_utc="")
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps({"key": key, "entry": entry, "nodeid": nodeid}) + "\n")
         out.flush()
@@ -204,16 +201,17 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     ``<log_dir>/extras-j.log``): each times nothing and measures every benchmark's peak memory,
     counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
     before or between its timed rounds. Their ``index`` is ``-1 - j``. ``op_profile``: they profile
-    the ops too (:data:`OP_PROFILE_ENV`); ``stem``: their logs' name (``<stem>-j.log``). Raises
-    :class:`ReplicateError` when one cannot be started."""
+    the ops too (hidden ``--gpuperf-op-profile``); ``stem``: their logs' name (``<stem>-j.log``).
+    Raises :class:`ReplicateError` when one cannot be started."""
     timeout_s = timeout_s or float(os.environ.get("GPUPERF_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     start = time.monotonic()
     what = "peak memory, counts, bottleneck" + (", op profile" if op_profile else "")
+    args = [*args, "--gpuperf-op-profile"] if op_profile else list(args)
     for j in range(count):
         run = _run_one(args, cwd, f"x/{processes}", log_dir / f"{stem}-{j}", -1 - j, timeout_s,
-                       f"extras process {j + 1}/{count}", None, {OP_PROFILE_ENV: "1"} if op_profile else {})
+                       f"extras process {j + 1}/{count}", None)
         runs.append(run)
         progress(f"gpuperf: extras process {j + 1}/{count} done ({what} of "
                  f"{len(run.entries)} benchmark(s), {time.monotonic() - start:.0f} s)"
@@ -222,14 +220,13 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
 
 
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
-             wait: Callable[[Path, subprocess.Popen], int | None] | None,
-             extra_env: Mapping[str, str] | None = None) -> WorkerRun:
+             wait: Callable[[Path, subprocess.Popen], int | None] | None) -> WorkerRun:
     """One worker process (``python -m pytest <args>`` with ``GPUPERF_REPLICATE=<slot>``; results in
     ``<stem>.jsonl``, output in ``<stem>.log``): its :class:`WorkerRun`, with what it reported.
     ``wait(report, proc)`` waits for it (its exit code, None when it timed out); default :func:`_wait`."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     report.unlink(missing_ok=True)
-    env = dict(os.environ, **{WORKER_ENV: slot, PROCESSES_ENV: "1", OUT_ENV: str(report)}, **(extra_env or {}))
+    env = dict(os.environ, **{WORKER_ENV: slot, PROCESSES_ENV: "1", OUT_ENV: str(report)})
     env.pop("GPUPERF_XDIST_DIR", None)
     cmd = [sys.executable, "-m", "pytest", *args]
     run = WorkerRun(index, None, log)
@@ -444,12 +441,12 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
     not measure. With ``extras`` empty and ``extras_missing`` (why the extras processes have no
     entry for it) the extras are unavailable for that reason; with ``extras`` None (workers that
     measured their own extras, before issue 31) they are worker 0's. Raises ``ValueError`` for no entries."""
-    from pytest_gpuperf.reporting.report import result_from_entry
+    from pytest_gpuperf.storage.codec import decode_result
     from pytest_gpuperf.verdict.result import BenchResult
 
     if not entries:
         raise ValueError(f"{key}: no worker measured it")
-    results = [result_from_entry(dict(e)) for e in entries]
+    results = [decode_result(dict(e)) for e in entries]
     first = results[0]
     samples = tuple(v for r in results for v in r.samples_ms)
     from pytest_gpuperf.measure.telemetry import pooled_host_load
@@ -467,7 +464,7 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
         group=first.group, options=first.options, telemetry=telemetry, extra_info=first.extra_info,
         process_medians_ms=tuple(r.median_ms for r in results),
         probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
-        **(_extras_of([first]) if extras is None else _extras_of([result_from_entry(dict(e)) for e in extras],
+        **(_extras_of([first]) if extras is None else _extras_of([decode_result(dict(e)) for e in extras],
                                                                  extras_missing, first.options)),
     )
 

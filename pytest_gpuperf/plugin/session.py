@@ -835,7 +835,7 @@ class GpuPerfSession:
         """Write the item's measurements into its baseline file; returns an error message or None."""
         from pytest_gpuperf.storage.baseline import BaselineError, update
         from pytest_gpuperf.measure.environment import utc_now
-        from pytest_gpuperf.reporting.report import result_entry
+        from pytest_gpuperf.storage.codec import encode_result
 
         mine = [r for r in self.recorded if r.nodeid == item.nodeid and not r.result.smoke]
         if not mine:
@@ -846,7 +846,7 @@ class GpuPerfSession:
             by_path.setdefault(rec.baseline_path or "", []).append(rec)
         for path, recs in by_path.items():
             entries = {
-                rec.result.benchmark_id: _compact_op_profile(dict(result_entry(
+                rec.result.benchmark_id: _compact_op_profile(dict(encode_result(
                     rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
                 ), **({} if dirty is None else {"dirty": dirty})))
                 for rec in recs
@@ -911,7 +911,7 @@ class GpuPerfSession:
 
     def _worker_payload(self) -> dict[str, Any]:
         from pytest_gpuperf.measure.environment import utc_now
-        from pytest_gpuperf.reporting.report import result_entry
+        from pytest_gpuperf.storage.codec import encode_result
 
         stamp = utc_now()
         return {
@@ -919,7 +919,7 @@ class GpuPerfSession:
                 {
                     "nodeid": rec.nodeid, "module": rec.module, "baseline_path": rec.baseline_path,
                     "device_key": rec.device_key, "environment": rec.environment, "updated": rec.updated,
-                    "entry": dict(result_entry(rec.result, environment=rec.environment or {}, git_commit=None,
+                    "entry": dict(encode_result(rec.result, environment=rec.environment or {}, git_commit=None,
                                                timestamp_utc=stamp, with_comparison=True), smoke=rec.result.smoke),
                 }
                 for rec in self.recorded
@@ -936,7 +936,7 @@ class GpuPerfSession:
             return
         import json
 
-        from pytest_gpuperf.reporting.report import result_from_entry
+        from pytest_gpuperf.storage.codec import decode_result
         for path in sorted(self.settings.xdist_dir.glob("worker-*.json")):
             self.workers_seen += 1
             try:
@@ -946,7 +946,7 @@ class GpuPerfSession:
                 continue
             for r in payload.get("records", []):
                 self.recorded.append(Recorded(
-                    r["nodeid"], r["module"], result_from_entry(r["entry"]), r.get("baseline_path"),
+                    r["nodeid"], r["module"], decode_result(r["entry"]), r.get("baseline_path"),
                     r.get("device_key"), r.get("environment"), bool(r.get("updated")),
                 ))
             self.warnings.extend(payload.get("warnings", []))
@@ -1085,11 +1085,9 @@ def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:
 def _op_profile_mode(s: SessionSettings) -> bool:
     """Whether this process profiles the ops where it makes the extras (why it got slower): while
     updating in one process (the baseline stores the profile), or as an extras process told so
-    (:data:`~pytest_gpuperf.plugin.replicates.OP_PROFILE_ENV`: an update's, or one started to diff a
-    stored regression); never with ``--gpuperf-no-why``."""
-    from pytest_gpuperf.plugin.replicates import OP_PROFILE_ENV
-
-    return s.why and s.measuring and (s.updating or os.environ.get(OP_PROFILE_ENV) == "1")
+    (hidden ``--gpuperf-op-profile``: an update's, or one started to diff a stored regression);
+    never with ``--gpuperf-no-why``."""
+    return s.why and s.measuring and (s.updating or s.op_profile)
 
 
 def _extras_mode(slot: tuple[int, int] | None) -> str:

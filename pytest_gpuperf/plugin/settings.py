@@ -48,7 +48,8 @@ class SessionSettings:
     ``bisect_on_regression`` (bisect at most N confirmed regressions; 0: off), ``bisect_timeout_s``.
     More processes where the evidence is thin: ``max_processes`` (worker processes a benchmark may
     get in all), ``more_processes_time_s`` (seconds after which no more are started);
-    ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``).
+    ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``);
+    ``op_profile`` (an extras process: profile the ops too; hidden ``--gpuperf-op-profile``).
     """
 
     measuring: bool
@@ -86,6 +87,7 @@ class SessionSettings:
     max_processes: int = 10
     more_processes_time_s: float = 600.0
     select_file: Path | None = None
+    op_profile: bool = False
 
     @property
     def replicated(self) -> bool:
@@ -176,6 +178,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         processes=processes,
         replicate_slot=replicate_slot,
         select_file=Path(config.getoption("--gpuperf-select")) if config.getoption("--gpuperf-select") else None,
+        op_profile=bool(config.getoption("--gpuperf-op-profile")),
         ab_confirm=not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
         why=not config.getoption("--gpuperf-no-why") and bool(config.getini("gpuperf_why")),
         **ab_fields,

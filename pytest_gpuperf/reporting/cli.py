@@ -328,22 +328,11 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
     return _Decided(ev.comparison, ev.counts, ev.memory)
 
 
-def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFile, m: Matching,
-                      decided: list[_Decided]) -> None:
-    """The files, the table (one row per pair), the details of what failed or is unsure (all with
-    ``-v``), the benchmarks only one file has, and the totals."""
+def _print_pairs_table(decided: list[_Decided]) -> None:
+    """One row per compared pair: medians, ratio and 99% CI, and the timing, memory and count verdicts."""
     from pytest_gpuperf.core.units import format_ms, format_ratio
-    from pytest_gpuperf.reporting.messages import comparison_message, gate_messages
     from pytest_gpuperf.verdict.compare import Verdict
 
-    print(f"baseline: {base.path} ({base.kind})")
-    print(f"current:  {cur.path} ({cur.kind})")
-    if m.by_test_id:
-        print("no '<module>::<test id>' name in common: matched by test id")
-    for d in decided:
-        if d.ab_line:
-            print(d.ab_line)
-    print()
     rows, starred = [], False
     for d in decided:
         c, cc, mc = d.comparison, d.counts, d.memory
@@ -360,6 +349,24 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
         print(line)
     if starred:
         print("* unchanged, with a note (significant but inside the effect floor or the prediction limit; -v says)")
+
+
+def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFile, m: Matching,
+                      decided: list[_Decided]) -> None:
+    """The files, the table (one row per pair), the details of what failed or is unsure (all with
+    ``-v``), the benchmarks only one file has, and the totals."""
+    from pytest_gpuperf.reporting.messages import comparison_message, gate_messages
+    from pytest_gpuperf.verdict.compare import Verdict
+
+    print(f"baseline: {base.path} ({base.kind})")
+    print(f"current:  {cur.path} ({cur.kind})")
+    if m.by_test_id:
+        print("no '<module>::<test id>' name in common: matched by test id")
+    for d in decided:
+        if d.ab_line:
+            print(d.ab_line)
+    print()
+    _print_pairs_table(decided)
     details = [d.comparison for d in decided
                if args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
     count_failures = [msg for d in decided if d.counts is not None for msg in gate_messages(d.counts)]

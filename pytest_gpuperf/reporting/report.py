@@ -1,18 +1,19 @@
-"""Reports: the terminal summary table and JSON entries (pure: no torch, no pytest)."""
+"""Reports: the terminal summary table, the Markdown summary and the JSON report's entries (the
+result codec, :mod:`pytest_gpuperf.storage.codec`, with the verdicts' messages added); pure: no
+torch, no pytest."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
-from pytest_gpuperf.core import containment
 from pytest_gpuperf.reporting.messages import comparison_message, gate_messages
-from pytest_gpuperf.storage.baseline import SCHEMA_VERSION
+from pytest_gpuperf.storage.codec import (  # noqa: F401 - decode_result, json_safe: read here by older callers
+    comparison_to_dict, count_comparison_to_dict, decode_result as result_from_entry, encode_result, json_safe,
+    memory_comparison_to_dict)
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.verdict.gate import MACHINE_DIFFERS_HINT
-from pytest_gpuperf.verdict.stats import thin
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
 
 COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs",
@@ -49,30 +50,19 @@ REPLICATES_LEGEND = (
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
-    """A :class:`Comparison` as JSON-ready dict (verdict as a string, CI as a 2-list)."""
-    if c is None:
-        return None
-    d = dataclasses.asdict(c)
-    d["verdict"] = c.verdict.value
-    d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
-    del d["ab"], d["normalization"]  # stored flat, under the keys of report schema 2
-    ab, norm = c.ab, c.normalization
-    d.update(ab_ref=ab.ref if ab else None, ab_pairs=ab.pairs if ab else None,
-             ab_process_ratios=list(ab.process_ratios) if ab and ab.process_ratios is not None else None,
-             ab_blocks=[list(b) for b in ab.blocks] if ab and ab.blocks is not None else None,
-             raw_ratio=norm.raw_ratio if norm else None, normalized_by=norm.by if norm else None)
-    d["message"] = comparison_message(c)
+    """A :class:`Comparison` as a JSON-ready dict (:func:`~pytest_gpuperf.storage.codec.comparison_to_dict`)
+    with its ``message``, as reports carry it."""
+    d = comparison_to_dict(c)
+    if d is not None:
+        d["message"] = comparison_message(c)
     return d
 
 
 def memory_comparison_dict(m: MemoryComparison | None) -> dict[str, Any] | None:
-    """A :class:`MemoryComparison` as a JSON-ready dict."""
-    if m is None:
-        return None
-    d = dataclasses.asdict(m)
-    d["verdict"] = m.verdict.value
-    d["over_budget"] = m.over_budget
-    d["messages"] = gate_messages(m)
+    """A :class:`MemoryComparison` as a JSON-ready dict with its failure ``messages``."""
+    d = memory_comparison_to_dict(m)
+    if d is not None:
+        d["messages"] = gate_messages(m)
     return d
 
 
@@ -81,35 +71,7 @@ def count_comparison_dict(cc: Any) -> dict[str, Any] | None:
     failure messages."""
     if cc is None:
         return None
-    return dict(cc.to_dict(), messages=gate_messages(cc))
-
-
-def _json_options(options: Any) -> dict[str, Any]:
-    out = options.to_dict()  # BenchResult.options is always a BenchOptions
-    if isinstance(out.get("expect_bottleneck"), tuple):
-        out["expect_bottleneck"] = list(out["expect_bottleneck"])
-    return out
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` made JSON-ready for ``extra_info``: dicts (string keys), lists, strings, booleans,
-    integers and finite floats pass; other numbers become int/float, a non-finite float its text, and
-    anything else ``"UNSERIALIZABLE[<repr>]"`` (as pytest-benchmark writes it)."""
-    import math
-    import numbers
-
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        f = float(value)
-        return f if math.isfinite(f) else str(f)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return f"UNSERIALIZABLE[{value!r}]"
+    return dict(count_comparison_to_dict(cc), messages=gate_messages(cc))
 
 
 def result_entry(
@@ -120,50 +82,14 @@ def result_entry(
     timestamp_utc: str,
     with_comparison: bool = False,
 ) -> dict[str, Any]:
-    """The JSON entry of one benchmark, as stored in baselines (and, with the verdict, in reports)."""
-    entry: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "id": result.benchmark_id,
-        "name": result.name,
-        "group": result.group,
-        "device": result.device,
-        "stats": result.stats_dict(),
-        "samples_ms": thin(result.samples_ms),
-        "rounds": result.rounds,
-        "calls_per_round": result.calls_per_round,
-        "warmup_rounds": result.warmup_calls,
-        "peak_memory_bytes": result.peak_memory_bytes,
-        "bottleneck": result.bottleneck.to_dict() if result.bottleneck is not None else None,
-        "telemetry": result.telemetry,
-        "counts": result.counts.to_dict() if result.counts is not None else None,
-        "throughput": result.rates(),
-        "options": _json_options(result.options),
-        "environment": environment,
-        "git_commit": git_commit,
-        "timestamp_utc": timestamp_utc,
-    }
-    if result.extra_info:
-        entry["extra_info"] = json_safe(dict(result.extra_info))
-    if result.probe_ms is not None:
-        entry["probe_ms"] = result.probe_ms
-        entry["probe"] = result.probe
-    if result.process_medians_ms is not None:
-        entry["process_medians_ms"] = list(result.process_medians_ms)
-    if result.peak_memory_low_bytes is not None:  # the peak differed between the calls measured
-        entry["peak_memory_low_bytes"] = result.peak_memory_low_bytes
-    if result.unavailable:  # extras that could not be measured: left out above, with why
-        entry["unavailable"] = containment.to_dict(result.unavailable)
-    if result.op_diff is not None:  # why an A/B verdict moved, op by op (verdict.opdiff)
-        entry["op_diff"] = result.op_diff.to_dict()
-    if result.op_profile is not None:  # the op profile's cycles (a baseline keeps them compact)
-        entry["op_profile"] = result.op_profile
+    """The JSON entry of one benchmark (:func:`~pytest_gpuperf.storage.codec.encode_result`), with
+    ``with_comparison`` the verdicts' messages added, as the JSON report carries them."""
+    entry = encode_result(result, environment=environment, git_commit=git_commit, timestamp_utc=timestamp_utc,
+                          with_comparison=with_comparison)
     if with_comparison:
         entry["comparison"] = comparison_dict(result.comparison)
-        entry["verdict"] = result.comparison.verdict.value if result.comparison else None
         entry["memory_comparison"] = memory_comparison_dict(result.memory_comparison)
-        cc = result.count_comparison
-        entry["count_comparison"] = count_comparison_dict(cc)
-        entry["trace_path"] = result.trace_path
+        entry["count_comparison"] = count_comparison_dict(result.count_comparison)
     return entry
 
 
@@ -495,103 +421,6 @@ def compact_verdict(text: str) -> str:
     return text.replace(", over ", "+over ").replace(", misclassified", "+misclassified")
 
 
-def result_from_entry(entry: dict[str, Any]) -> BenchResult:
-    """Rebuild a :class:`BenchResult` from a report entry (as :func:`result_entry` wrote it).
-
-    Used to merge pytest-xdist workers' results on the controller and by the command line. The
-    return value of ``fn`` and the top-ops table are not stored, so they come back as None.
-    Raises ``KeyError``/``TypeError`` for entries that are not report entries.
-    """
-    from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence
-    from pytest_gpuperf.verdict.compare import ABEvidence, Comparison, MemoryComparison, Normalization, Verdict
-    from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers
-
-    def comparison(d: dict[str, Any] | None) -> Comparison | None:
-        if not d:
-            return None
-        fields = {f.name for f in dataclasses.fields(Comparison)} - {"ab", "normalization"}
-        kw = {k: v for k, v in d.items() if k in fields}
-        kw["verdict"] = Verdict(d["verdict"])
-        kw["ratio_ci"] = tuple(d["ratio_ci"]) if d.get("ratio_ci") else None
-        if d.get("ab_ref") is not None:  # the A/B record, stored flat
-            kw["ab"] = ABEvidence(
-                d["ab_ref"], pairs=d.get("ab_pairs"),
-                process_ratios=tuple(d["ab_process_ratios"]) if d.get("ab_process_ratios") is not None else None,
-                blocks=tuple(tuple(b) for b in d["ab_blocks"]) if d.get("ab_blocks") is not None else None)
-        if d.get("normalized_by") is not None and d.get("raw_ratio") is not None:
-            kw["normalization"] = Normalization(d["normalized_by"], d["raw_ratio"])
-        return Comparison(**kw)
-
-    def memory(d: dict[str, Any] | None) -> MemoryComparison | None:
-        if not d:
-            return None
-        fields = {f.name for f in dataclasses.fields(MemoryComparison)}
-        kw = {k: v for k, v in d.items() if k in fields}
-        kw["verdict"] = Verdict(d["verdict"])
-        return MemoryComparison(**kw)
-
-    def bottleneck(d: dict[str, Any] | None) -> Bottleneck | None:
-        if not d:
-            return None
-        fields = {f.name for f in dataclasses.fields(Evidence)}
-        ev = Evidence(**{k: v for k, v in d["evidence"].items() if k in fields})
-        return Bottleneck(d["kind"], ev, d.get("reason", ""))
-
-    from pytest_gpuperf.verdict.counts import CountComparison, Counts
-
-    stats = dict(entry["stats"])
-    ci = stats.pop("median_ci_ms", None)
-    out = stats.pop("outliers", None) or {}
-    from pytest_gpuperf.core.options import options_from_dict
-
-    options = options_from_dict(entry.get("options"))
-    return BenchResult(
-        name=entry.get("name") or entry["id"],
-        device=entry["device"],
-        samples_ms=tuple(entry["samples_ms"]),
-        rounds=entry["rounds"],
-        calls_per_round=entry.get("calls_per_round", 1),
-        warmup_calls=entry.get("warmup_rounds", 0),
-        median_ci_ms=tuple(ci) if ci else None,
-        outliers=Outliers(**out),
-        comparison=comparison(entry.get("comparison")),
-        peak_memory_bytes=entry.get("peak_memory_bytes"),
-        memory_comparison=memory(entry.get("memory_comparison")),
-        bottleneck=bottleneck(entry.get("bottleneck")),
-        trace_path=entry.get("trace_path"),
-        telemetry=entry.get("telemetry"),
-        benchmark_id=entry["id"],
-        group=entry.get("group"),
-        smoke=bool(entry.get("smoke", False)),
-        options=options,
-        counts=Counts.from_dict(entry["counts"]) if isinstance(entry.get("counts"), dict) else None,
-        count_comparison=(CountComparison.from_dict(entry["count_comparison"])
-                          if isinstance(entry.get("count_comparison"), dict) else None),
-        extra_info=dict(entry.get("extra_info") or {}),
-        probe_ms=entry.get("probe_ms"),
-        probe=entry.get("probe"),
-        process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
-        unavailable=containment.from_dict(entry.get("unavailable")),
-        peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
-        op_diff=_op_diff(entry.get("op_diff")),
-        op_profile=entry.get("op_profile") if isinstance(entry.get("op_profile"), dict) else None,
-        **{k: stats[k] for k in STAT_FIELDS},
-    )
-
-
-def _op_diff(d: Any) -> Any:
-    """An entry's ``op_diff`` as an :class:`~pytest_gpuperf.verdict.opdiff.OpDiff` (None when absent or unreadable:
-    a diagnosis is never needed to read a result)."""
-    if not isinstance(d, dict):
-        return None
-    from pytest_gpuperf.verdict.opdiff import OpDiff
-
-    try:
-        return OpDiff.from_dict(d)
-    except (TypeError, ValueError, KeyError):
-        return None
-
-
 def machine_differs_line(results: Iterable[BenchResult]) -> str | None:
     """The summary line when any benchmark was inconclusive because the machine differs (its
     interleaved probe, or for a baseline without one the reference workload, ran slower than when
@@ -676,6 +505,26 @@ _MARKDOWN_MODES = {
 }
 
 
+def _ab_and_why_markdown(ordered: Sequence[tuple[str, BenchResult]]) -> list[str]:
+    """The Markdown summary's A/B lines and, for each decision that moved, why, op by op (issue 32)."""
+    from pytest_gpuperf.reporting.messages import ab_summary
+
+    lines: list[str] = []
+    ab_lines = [f"- `{label}`: {ab_summary(r.comparison)} ({r.comparison.verdict.value})" for label, r in ordered
+                if r.comparison is not None and ab_summary(r.comparison)]
+    if ab_lines:
+        lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
+    diffs = [(label, r) for label, r in ordered if r.op_diff is not None]
+    if diffs:
+        from pytest_gpuperf.verdict.opdiff import table as op_table, why_lines
+
+        lines += ["", "Why it moved, op by op (profiles of both sides: per call, B - A, Hodges-Lehmann shift and 99% CI):"]
+        for label, r in diffs:
+            why, *traces = why_lines(r.op_diff)
+            lines += ["", f"`{label}`: {why}", *[x for t in traces for x in ("", t)], "", op_table(r.op_diff)]
+    return lines
+
+
 def markdown(
     items: Sequence[tuple[str, BenchResult]],
     *,
@@ -696,8 +545,6 @@ def markdown(
     current median, the median ratio with its 99% CI, the Hodges-Lehmann ratio, verdict, peak memory
     and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
     """
-    from pytest_gpuperf.reporting.messages import ab_summary
-
     if mode not in _MARKDOWN_MODES:
         raise ValueError(f"mode={mode!r}: expected one of {', '.join(_MARKDOWN_MODES)}")
     column, ratio_name, legend = _MARKDOWN_MODES[mode]
@@ -732,18 +579,7 @@ def markdown(
             f"{_rate_text(r.rates(), 'flops_per_s', 'FLOP/s')} | {_rate_text(r.rates(), 'bytes_per_s', 'B/s')} | "
             f"{_bottleneck_text(r)} |"
         )
-    ab_lines = [f"- `{label}`: {ab_summary(r.comparison)} ({r.comparison.verdict.value})" for label, r in ordered
-                if r.comparison is not None and ab_summary(r.comparison)]
-    if ab_lines:
-        lines += ["", "A/B (B = the working tree, A = the revision; ratio B/A with its 99% CI):", ""] + ab_lines
-    diffs = [(label, r) for label, r in ordered if r.op_diff is not None]
-    if diffs:  # why it got slower (issue 32): the per-op diff of each A/B decision that moved
-        from pytest_gpuperf.verdict.opdiff import table as op_table, why_lines
-
-        lines += ["", "Why it moved, op by op (A/B profiles: per call, B - A, Hodges-Lehmann shift and 99% CI):"]
-        for label, r in diffs:
-            why, *traces = why_lines(r.op_diff)
-            lines += ["", f"`{label}`: {why}", *[x for t in traces for x in ("", t)], "", op_table(r.op_diff)]
+    lines += _ab_and_why_markdown(ordered)
     lines += ["", legend + " ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are "
               "the counted FLOPs and minimum-traffic bytes per call at the median time."]
     if warnings:

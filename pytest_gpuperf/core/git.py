@@ -1,0 +1,62 @@
+"""Git, the one place the plugin runs it: the baselines' commit and dirty state, the A/B worktrees'
+revisions, and ``gpuperf bisect``'s first-parent line all call :func:`run` (stdlib only).
+
+:func:`run` raises :class:`GitError` with git's own message; :func:`head_commit` and
+:func:`is_dirty` answer None where there is no git checkout (or no git), as a session that only
+records its commit must not fail outside a repository.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+#: Seconds one git command may take (a ``git worktree add`` of a large repository included).
+TIMEOUT_S = 120
+
+
+class GitError(RuntimeError):
+    """A git command failed or could not run; the message is ``git <args>: <git's message>``."""
+
+
+def run(repo: str | Path, *args: str, timeout: float = TIMEOUT_S, strip: bool = True) -> str:
+    """``git -C repo <args>``: its standard output, stripped (``strip=False``: as git wrote it, e.g.
+    ``status --porcelain``, whose lines start with a space). Raises :class:`GitError` (with git's
+    message) when git fails, times out or is missing."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GitError(f"git {' '.join(args)} failed: {exc}") from None
+    if out.returncode != 0:
+        raise GitError(f"git {' '.join(args)}: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout.strip() if strip else out.stdout
+
+
+def head_commit(root: str | Path) -> str | None:
+    """``git rev-parse HEAD`` in ``root``, or None when not a git checkout (or git is missing).
+    Not cached: a commit can change between two sessions of one process (pytester)."""
+    try:
+        return run(root, "rev-parse", "HEAD", timeout=5) or None
+    except GitError:
+        return None
+
+
+def is_dirty(root: str | Path, ignore: str | Path | None = None) -> bool | None:
+    """Whether the checkout at ``root`` has uncommitted changes to tracked files, leaving out those
+    under the folder ``ignore`` (the baseline folder, which an update run writes); None when not a
+    git checkout (or git is missing)."""
+    try:
+        top = run(root, "rev-parse", "--show-toplevel", timeout=5)
+        status = run(root, "status", "--porcelain", "--untracked-files=no", timeout=30, strip=False)
+    except GitError:
+        return None
+    skip = None
+    if ignore:
+        skip = os.path.relpath(os.path.realpath(ignore), os.path.realpath(top)).replace(os.sep, "/")
+    for line in status.splitlines():
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if skip and not skip.startswith("..") and (path == skip or path.startswith(skip.rstrip("/") + "/")):
+            continue
+        return True
+    return False
