@@ -212,8 +212,8 @@ def map_path(path: str, working_tree: Path, worktree: Path) -> str:
 #: Python run by a worker before pytest: import the measuring plugin from where the coordinator
 #: runs it (never from the worktree, which may hold another version of it), then run pytest.
 _BOOT = (
-    "import sys, os; sys.path.insert(0, os.environ['GPUPERF_AB_PLUGIN_PATH']); import pytest_gpuperf.plugin; "
-    "sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    "import sys, os, json; sys.path.insert(0, json.loads(os.environ['GPUPERF_AB_WORKER'])['plugin_path']); "
+    "import pytest_gpuperf.plugin; sys.path.pop(0); import pytest; sys.exit(pytest.main(sys.argv[1:]))"
 )
 
 
@@ -303,12 +303,14 @@ class Channel:
 
 
 def connect_worker() -> "Channel | None":
-    """In a worker process (``GPUPERF_AB_ADDRESS`` set): connect to the coordinator and
-    authenticate; None outside a worker."""
-    address = os.environ.pop("GPUPERF_AB_ADDRESS", None)  # popped: nested pytest runs (pytester) are no workers
-    token = os.environ.pop("GPUPERF_AB_TOKEN", "")
-    if not address:
+    """In a worker process (:data:`~pytest_gpuperf.core.environ.AB_CONNECT` set): connect to the
+    coordinator and authenticate; None outside a worker."""
+    from pytest_gpuperf.core.environ import AB_CONNECT
+
+    connect = os.environ.pop(AB_CONNECT, None)  # popped: nested pytest runs (pytester) are no workers
+    if not connect:
         return None
+    address, _, token = connect.partition(" ")
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=60)
     ch = Channel(sock)
@@ -538,13 +540,16 @@ class Coordinator:
     def _spawn(self, spec: WorkerSpec, process: int, address: str, token: str) -> _Worker:
         import pytest_gpuperf
 
+        from pytest_gpuperf.core.environ import AB_CONNECT, AB_WORKER
+
         env = dict(os.environ)
-        env.update(
-            GPUPERF_AB_ADDRESS=address, GPUPERF_AB_TOKEN=token, GPUPERF_AB_SIDE=spec.side,
-            GPUPERF_AB_PROCESS=str(process), GPUPERF_AB_ROOT=str(spec.root), GPUPERF_AB_OTHER_ROOT=str(spec.other_root),
-            GPUPERF_AB_PLUGIN_PATH=str(Path(pytest_gpuperf.__file__).resolve().parent.parent),
-            PYTHONPATH=os.pathsep.join(spec.pythonpath),
-        )
+        env.update({
+            AB_CONNECT: f"{address} {token}",
+            AB_WORKER: json.dumps({"side": spec.side, "process": process, "root": str(spec.root),
+                                   "other_root": str(spec.other_root),
+                                   "plugin_path": str(Path(pytest_gpuperf.__file__).resolve().parent.parent)}),
+            "PYTHONPATH": os.pathsep.join(spec.pythonpath),
+        })
         env.pop("GPUPERF_XDIST_DIR", None)
         if not spec.pythonpath:
             env.pop("PYTHONPATH")
@@ -848,14 +853,18 @@ def hash_seed(key: str, process: int) -> int:
 
 
 class WorkerClient:
-    """A worker's end of the protocol (``GPUPERF_AB_*`` in its environment): say hello with the
-    collected node ids, then for every benchmark ``ready`` and obey commands until ``finish``."""
+    """A worker's end of the protocol (:data:`~pytest_gpuperf.core.environ.AB_WORKER` in its
+    environment): say hello with the collected node ids, then for every benchmark ``ready`` and obey
+    commands until ``finish``."""
 
     def __init__(self, ch: Channel) -> None:
+        from pytest_gpuperf.core.environ import ab_worker
+
+        me = ab_worker()
         self.ch = ch
-        self.side = os.environ.get("GPUPERF_AB_SIDE", "?")
-        self.root = os.environ.get("GPUPERF_AB_ROOT", "")
-        self.other_root = os.environ.get("GPUPERF_AB_OTHER_ROOT", "")
+        self.side = str(me.get("side", "?"))
+        self.root = str(me.get("root", ""))
+        self.other_root = str(me.get("other_root", ""))
         self.said_hello = False
 
     @classmethod

@@ -163,7 +163,7 @@ def own_pids(status: str | None = None) -> set[int]:
 
 #: Environment variables that mark a worker process of this test session (pytest-xdist, an A/B
 #: side, a process replicate): its parent and siblings are the same session, not other users.
-WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_SIDE", "GPUPERF_REPLICATE")
+WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_WORKER", "GPUPERF_REPLICATE")
 
 
 def _ppid(pid: int, proc: str = "/proc") -> int | None:

@@ -287,8 +287,11 @@ def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, tuple
 
 def _ab(config: pytest.Config, worker_id: str | None, updating: bool) -> dict[str, Any]:
     """The A/B fields of :class:`SessionSettings`: ``--gpuperf-ab REF`` checked (usage errors) and
-    resolved to a revision; in an A/B worker process (``GPUPERF_AB_ADDRESS``) ``in_ab_worker``."""
-    if os.environ.get("GPUPERF_AB_ADDRESS") and worker_id is None:
+    resolved to a revision; in an A/B worker process (its coordinator's address in
+    :data:`~pytest_gpuperf.core.environ.AB_CONNECT`) ``in_ab_worker``."""
+    from pytest_gpuperf.core.environ import AB_CONNECT
+
+    if os.environ.get(AB_CONNECT) and worker_id is None:
         return {"in_ab_worker": True}
     ref = config.getoption("--gpuperf-ab")
     roots = config.getoption("--gpuperf-ab-pythonpath") or config.getini("gpuperf_ab_pythonpath") or ""

@@ -5,7 +5,7 @@ Fault injection for the studies under ``benchmarks/`` (off unless the variable i
 benchmarks whose test id contains ``test_gemm``; ``GPUPERF_INJECT="slowdown:0.2:test_gemm"`` makes
 each of their calls 20% slower (a busy wait of 0.2x the call's own duration, after a device sync).
 Several injections are separated by ``,``. Under ``--gpuperf-ab`` they apply to the working tree's
-side (B) only: a worker of side A (``GPUPERF_AB_SIDE=A``) ignores them, so an A/B run with the
+side (B) only: a worker of side A (``side`` "A" in ``GPUPERF_AB_WORKER``) ignores them, so an A/B run with the
 variable set compares unchanged code (A) with injected code (B).
 """
 
@@ -27,7 +27,9 @@ def on_cuda(gpu_bench) -> bool:
 def _injections(test_id: str) -> list[tuple[str, float]]:
     """(kind, amount) of the injections in ``GPUPERF_INJECT`` that match ``test_id``."""
     out = []
-    if os.environ.get("GPUPERF_AB_SIDE") == "A":
+    from pytest_gpuperf.core.environ import ab_worker
+
+    if ab_worker().get("side") == "A":
         return out
     for spec in filter(None, (s.strip() for s in os.environ.get("GPUPERF_INJECT", "").split(","))):
         parts = spec.split(":")
