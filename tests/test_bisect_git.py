@@ -203,7 +203,8 @@ def test_an_interrupt_during_git_worktree_add_leaves_no_part_of_it(tmp_path: Pat
 
     def interrupted(repo, *args):
         if args[:2] == ("worktree", "add"):
-            real_git(repo, *args)  # the worktree exists, as far as git got before the signal
+            real_git(repo, *args)  # the worktree exists, as far as git got before the signal,
+            real_git(repo, "worktree", "lock", args[-2])  # and git still holds it locked (CI saw that)
             raise KeyboardInterrupt
         return real_git(repo, *args)
 

@@ -152,12 +152,16 @@ def remove_worktree(repo: Path, path: Path) -> None:
     bisect``, ``.gpuperf/bisect``); raises :class:`ABError` for any other path."""
     if path.parent.name not in ("ab", "bisect") or path.parent.parent.name != ".gpuperf":
         raise ABError(f"refusing to remove {path}: not a worktree of ours under .gpuperf/ab or .gpuperf/bisect")
-    try:
-        git(repo, "worktree", "remove", "--force", str(path))
+    try:  # twice --force: also a worktree git still holds locked (one whose `git worktree add` was killed)
+        git(repo, "worktree", "remove", "--force", "--force", str(path))
     except ABError:
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
+        try:
+            git(repo, "worktree", "unlock", str(path))  # prune keeps a locked worktree's record
+        except ABError:
+            pass  # not locked
         git(repo, "worktree", "prune")
 
 
