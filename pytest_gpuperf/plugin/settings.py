@@ -126,24 +126,13 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
     updating = bool(config.getoption("--gpuperf-update-baselines"))
     baseline_dir = _baseline_dir(config).resolve()
     thresholds = _thresholds(config)
-    plot_opt = config.getoption("--gpuperf-plot")
-    if plot_opt:
-        from pytest_gpuperf.reporting.plots import require_matplotlib
-
-        try:
-            require_matplotlib()
-        except ImportError as exc:
-            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
-    md_opt = config.getoption("--gpuperf-markdown")
-    json_opt = config.getoption("--gpuperf-json") or compat.json_path
-    snap_opt = config.getoption("--gpuperf-memory-snapshot")
-    art_opt = config.getoption("--gpuperf-artifacts")
+    paths = _output_paths(config, compat, invocation_dir)
     worker_id = getattr(config, "workerinput", {}).get("workerid")
     _check_device_option(config, session_options)
     if worker_id is None:  # the controller writes the reports: fail now, not after every benchmark ran
-        for option, value in (("--gpuperf-json", json_opt), ("--gpuperf-markdown", md_opt)):
+        for option, value in (("--gpuperf-json", paths["json_path"]), ("--gpuperf-markdown", paths["markdown_path"])):
             if value:
-                _check_output_path(option, invocation_dir / value)
+                _check_output_path(option, value)
     processes, replicate_slot = _processes(config, worker_id)
     measuring = (bool(config.getoption("--gpuperf")) or updating) and not compat.disabled
     if replicate_slot is not None:
@@ -161,29 +150,59 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         rootpath=config.rootpath,
         options=session_options,
         invocation_dir=invocation_dir,
-        json_path=invocation_dir / json_opt if json_opt else None,
-        markdown_path=invocation_dir / md_opt if md_opt else None,
-        plot_dir=invocation_dir / plot_opt if plot_opt else None,
-        snapshot_dir=invocation_dir / snap_opt if snap_opt else None,
-        artifacts_dir=invocation_dir / art_opt if art_opt else config.rootpath / ".gpuperf" / "artifacts",
-        classify=bool(config.getoption("--gpuperf-classify")),
-        strict=bool(config.getoption("--gpuperf-strict")),
-        normalize=bool(config.getoption("--gpuperf-normalize")),
-        host_load=host_load_enabled(config),
         thresholds=thresholds,
-        verbose=config.getoption("verbose", 0) or 0,
         worker_id=worker_id,
         xdist_dir=xdist_dir,
         owns_xdist_dir=owns,
         processes=processes,
         replicate_slot=replicate_slot,
-        select_file=Path(config.getoption("--gpuperf-select")) if config.getoption("--gpuperf-select") else None,
-        op_profile=bool(config.getoption("--gpuperf-op-profile")),
-        ab_confirm=not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
-        why=not config.getoption("--gpuperf-no-why") and bool(config.getini("gpuperf_why")),
+        **paths,
+        **_switches(config),
         **ab_fields,
         **bisect_fields,
     )
+
+
+def _output_paths(config: pytest.Config, compat: Any, invocation_dir: Path) -> dict[str, Path | None]:
+    """The report, plot, snapshot and artifact locations of :class:`SessionSettings` (relative to
+    ``invocation_dir``; the artifacts default to ``<rootdir>/.gpuperf/artifacts``). Raises
+    ``pytest.UsageError`` for ``--gpuperf-plot`` without matplotlib."""
+    plot_opt = config.getoption("--gpuperf-plot")
+    if plot_opt:
+        from pytest_gpuperf.reporting.plots import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ImportError as exc:
+            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    md_opt = config.getoption("--gpuperf-markdown")
+    json_opt = config.getoption("--gpuperf-json") or compat.json_path
+    snap_opt = config.getoption("--gpuperf-memory-snapshot")
+    art_opt = config.getoption("--gpuperf-artifacts")
+    return {
+        "json_path": invocation_dir / json_opt if json_opt else None,
+        "markdown_path": invocation_dir / md_opt if md_opt else None,
+        "plot_dir": invocation_dir / plot_opt if plot_opt else None,
+        "snapshot_dir": invocation_dir / snap_opt if snap_opt else None,
+        "artifacts_dir": invocation_dir / art_opt if art_opt else config.rootpath / ".gpuperf" / "artifacts",
+    }
+
+
+def _switches(config: pytest.Config) -> dict[str, Any]:
+    """The on/off fields of :class:`SessionSettings` (and the hidden worker options), from the command
+    line and the ini file."""
+    select = config.getoption("--gpuperf-select")
+    return {
+        "classify": bool(config.getoption("--gpuperf-classify")),
+        "strict": bool(config.getoption("--gpuperf-strict")),
+        "normalize": bool(config.getoption("--gpuperf-normalize")),
+        "host_load": host_load_enabled(config),
+        "verbose": config.getoption("verbose", 0) or 0,
+        "select_file": Path(select) if select else None,
+        "op_profile": bool(config.getoption("--gpuperf-op-profile")),
+        "ab_confirm": not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
+        "why": not config.getoption("--gpuperf-no-why") and bool(config.getini("gpuperf_why")),
+    }
 
 
 def cli_values(config: pytest.Config) -> dict[str, Any]:
