@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pytest_gpuperf.core.git import GitError, run as run_git
 from pytest_gpuperf.verdict.paired import Block, SIDES, abba_schedule
 from pytest_gpuperf.core.options import DEFAULTS
 
@@ -76,13 +77,10 @@ class ABError(RuntimeError):
 def git(repo: Path, *args: str) -> str:
     """``git -C repo <args>`` (:func:`pytest_gpuperf.core.git.run`): its output, stripped. Raises
     :class:`ABError` (with git's message) when git fails or cannot run."""
-    from pytest_gpuperf.core.git import GitError, run
-
     try:
-        return run(repo, *args)
+        return run_git(repo, *args)
     except GitError as exc:
         raise ABError(str(exc)) from None
-
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,8 @@ def summary_lines(run: BisectRun, pytest_args: Sequence[str]) -> list[str]:
 
 def markdown(run: BisectRun, pytest_args: Sequence[str]) -> str:
     """The report as Markdown (a PR comment or ``$GITHUB_STEP_SUMMARY``)."""
+    from pytest_gpuperf.verdict.opdiff import table as op_table
+
     out = [f"## pytest-gpuperf bisect: `{run.commits[0].short}..{run.commits[-1].short}`", "",
            f"{len(run.commits)} commits on the first-parent line; {len(run.steps)} A/B step(s) in {run.seconds:.0f} s.", ""]
     for key in run.keys:
@@ -128,8 +130,6 @@ def markdown(run: BisectRun, pytest_args: Sequence[str]) -> str:
         out.append("")
         for c in run.outcomes[key].culprits:
             if c.step.op_diff is not None:  # why it moved, op by op
-                from pytest_gpuperf.verdict.opdiff import table as op_table
-
                 out += [f"Why `{run.commits[c.first_bad].short}` moved, op by op (its own step, per call, B - A):", "",
                         op_table(c.step.op_diff), ""]
     out += [f"- note: {n}" for n in run.notes]

@@ -134,8 +134,6 @@ class Worktrees:
 
     def close(self) -> None:
         for path in self.made.values():
-            if not path.exists():
-                continue
             try:
                 remove_worktree(self.repo, path)
             except ABError:
@@ -275,6 +273,8 @@ class Bisector:
             if keys is None:  # the first step, BAD against GOOD: nothing to search without it
                 raise BisectError(f"bisect: measuring BAD ({b_sha[:7]}) against GOOD ({a_sha[:7]}) failed: {exc}") from None
             return {k: Probe(0, 0, Call.SKIP, note=_first_line(str(exc))) for k in keys}
+        from pytest_gpuperf.core.containment import OP_DIFF
+
         out = {}
         for key, r in outcome.results.items():
             if keys is not None and key not in keys:
@@ -282,8 +282,6 @@ class Bisector:
             c = r.comparison
             verdict = c.verdict.value if c is not None else None
             note = c.note if c is not None and c.note else ""
-            from pytest_gpuperf.core.containment import OP_DIFF
-
             missing = r.unavailable.get(OP_DIFF)
             out[key] = Probe(0, 0, call_of(verdict), c.ratio if c else None, c.ratio_ci if c else None, verdict, note,
                              op_diff=r.op_diff, why_missing=missing.text() if missing is not None else "")
@@ -293,7 +291,6 @@ class Bisector:
                            f"{key} did not run at {b_sha[:7]}; its output: {logs / 'worker-B1.log'}")
                 out[key] = Probe(0, 0, Call.SKIP, note=_first_line(why))
         return out
-
 
     def _adjacent(self, a_sha: str, b_sha: str) -> bool:
         """Whether ``b_sha`` directly follows ``a_sha`` on the bisected line (a culprit's own step)."""

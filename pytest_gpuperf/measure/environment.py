@@ -101,22 +101,6 @@ def differences(baseline_env: dict[str, Any] | None, current_env: dict[str, Any]
     return out
 
 
-def git_commit(root: str) -> str | None:
-    """``git rev-parse HEAD`` in ``root``, or None when not a git checkout (or git is missing):
-    :func:`pytest_gpuperf.core.git.head_commit`."""
-    from pytest_gpuperf.core.git import head_commit
-
-    return head_commit(root)
-
-
-def git_dirty(root: str, ignore: str | None = None) -> bool | None:
-    """Whether the checkout at ``root`` has uncommitted changes to tracked files outside ``ignore``
-    (None: not a git checkout): :func:`pytest_gpuperf.core.git.is_dirty`."""
-    from pytest_gpuperf.core.git import is_dirty
-
-    return is_dirty(root, ignore)
-
-
 def utc_now() -> str:
     """Current UTC time as ISO 8601 with a ``Z`` suffix, to the second."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -103,8 +103,9 @@ def _process_options(group: Any) -> None:
                     help="do not confirm a stored-baseline regression by A/B against the baseline's own git commit "
                          "on this machine (ini gpuperf_ab_confirm = false)")
     group.addoption("--gpuperf-no-why", action="store_true", default=False,
-                    help="do not profile both sides of an A/B decision that comes out regressed or improved for its "
-                         "per-op diff ('why: ...'; ini gpuperf_why = false)")
+                    help="do not profile the ops of a verdict that moves (both sides of an A/B decision, a "
+                         "bisect culprit's step, or against the baseline's stored op profile) for its per-op diff "
+                         "('why: ...'), nor store an op profile with the baselines (ini gpuperf_why = false)")
 
 
 def _ab_and_bisect_options(group: Any) -> None:

@@ -168,9 +168,9 @@ class GpuPerfSession:
         """``(commit, dirty)`` of the checkout, once per session (before any baseline is written; the
         baseline folder's own changes do not make it dirty)."""
         if self._git is None:
-            from pytest_gpuperf.measure.environment import git_commit, git_dirty
+            from pytest_gpuperf.core.git import head_commit, is_dirty
 
-            self._git = (git_commit(str(self.settings.rootpath)), git_dirty(str(self.settings.rootpath), ignore=str(self.settings.baseline_dir)))
+            self._git = (head_commit(self.settings.rootpath), is_dirty(self.settings.rootpath, ignore=self.settings.baseline_dir))
         return self._git
 
 

@@ -305,14 +305,9 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
     ab = cur.ab.get(ckey)
     if ab is not None:  # the report's verdict came from its paired A/B blocks: decided on them again
         ev = evaluate(Evidence(ab_blocks=ab[1]), Reference.ab(ab[0], measured=True), options, benchmark_id=name)
-        diff = None
-        if ckey in cur.op_diffs:
-            from pytest_gpuperf.verdict.opdiff import OpDiff
+        from pytest_gpuperf.storage.codec import decode_op_diff
 
-            try:
-                diff = OpDiff.from_dict(cur.op_diffs[ckey])
-            except (TypeError, ValueError, KeyError):
-                diff = None  # a diagnosis is never needed to compare
+        diff = decode_op_diff(cur.op_diffs.get(ckey))  # None when absent or unreadable: never needed to compare
         return _Decided(ev.comparison, ab_line=f"{name}: decided on the report's A/B blocks against {ab[0]}, as "
                                                f"the plugin did (the stored baseline's timing is not used)",
                         op_diff=diff)
@@ -367,15 +362,12 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
             print(d.ab_line)
     print()
     _print_pairs_table(decided)
-    details = [d.comparison for d in decided
-               if args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
+    details = [d for d in decided if args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
     count_failures = [msg for d in decided if d.counts is not None for msg in gate_messages(d.counts)]
     count_failures += [msg for d in decided if d.memory is not None for msg in gate_messages(d.memory)]
     if details or count_failures:
         print()
-        for d in decided:
-            if not (args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)):
-                continue
+        for d in details:
             print(comparison_message(d.comparison))
             if d.op_diff is not None:  # why it moved, op by op (the report's A/B profiles)
                 from pytest_gpuperf.verdict.opdiff import table as op_table, why_lines

@@ -240,7 +240,6 @@ def with_why(message: str, r: Any) -> str:
     after the verdict line, then where A's and B's chrome traces were saved; when the profiles could
     not be taken, why the diagnosis is missing."""
     from pytest_gpuperf.core.containment import OP_DIFF
-
     from pytest_gpuperf.verdict.opdiff import why_lines
 
     missing = (r.unavailable or {}).get(OP_DIFF)

@@ -74,22 +74,16 @@ def count_comparison_dict(cc: Any) -> dict[str, Any] | None:
     return dict(count_comparison_to_dict(cc), messages=gate_messages(cc))
 
 
-def result_entry(
-    result: BenchResult,
-    *,
-    environment: dict[str, Any],
-    git_commit: str | None,
-    timestamp_utc: str,
-    with_comparison: bool = False,
-) -> dict[str, Any]:
-    """The JSON entry of one benchmark (:func:`~pytest_gpuperf.storage.codec.encode_result`), with
-    ``with_comparison`` the verdicts' messages added, as the JSON report carries them."""
-    entry = encode_result(result, environment=environment, git_commit=git_commit, timestamp_utc=timestamp_utc,
-                          with_comparison=with_comparison)
-    if with_comparison:
-        entry["comparison"] = comparison_dict(result.comparison)
-        entry["memory_comparison"] = memory_comparison_dict(result.memory_comparison)
-        entry["count_comparison"] = count_comparison_dict(result.count_comparison)
+def result_entry(result: BenchResult, **fields: Any) -> dict[str, Any]:
+    """The JSON entry of one benchmark (:func:`~pytest_gpuperf.storage.codec.encode_result`, with its
+    keywords: ``environment``, ``git_commit``, ``timestamp_utc``, ``with_comparison``) with the
+    verdicts' messages added to its comparisons, as the JSON report carries them."""
+    entry = encode_result(result, **fields)
+    if entry.get("comparison") is not None:
+        entry["comparison"]["message"] = comparison_message(result.comparison)
+    for key, gate in (("memory_comparison", result.memory_comparison), ("count_comparison", result.count_comparison)):
+        if entry.get(key) is not None:
+            entry[key]["messages"] = gate_messages(gate)
     return entry
 
 

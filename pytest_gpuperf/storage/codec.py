@@ -222,13 +222,13 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
         unavailable=containment.from_dict(entry.get("unavailable")),
         peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
-        op_diff=_op_diff(entry.get("op_diff")),
+        op_diff=decode_op_diff(entry.get("op_diff")),
         op_profile=entry.get("op_profile") if isinstance(entry.get("op_profile"), dict) else None,
         **{k: stats[k] for k in STAT_FIELDS},
     )
 
 
-def _op_diff(d: Any) -> Any:
+def decode_op_diff(d: Any) -> Any:
     """An entry's ``op_diff`` as an :class:`~pytest_gpuperf.verdict.opdiff.OpDiff` (None when absent or unreadable:
     a diagnosis is never needed to read a result)."""
     if not isinstance(d, dict):

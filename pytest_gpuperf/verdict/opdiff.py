@@ -314,10 +314,10 @@ def _sig(x: float) -> float:
 
 
 def compact_profile(samples: Sequence[OpSample], floor_share: float = STORED_FLOOR_SHARE,
-                    max_ops: int = STORED_MAX_OPS) -> dict[str, Any]:
+                    max_ops: int | None = STORED_MAX_OPS) -> dict[str, Any]:
     """The op profile a baseline stores (a few KB, JSON-ready): every cycle, with only the ops whose
     median self time over the cycles is at least ``floor_share`` of the call's median time (at most
-    ``max_ops``, the largest), times to 4 significant digits, and ``floor_ms``: the smallest time
+    ``max_ops``, the largest; None: no limit), times to 4 significant digits, and ``floor_ms``: the smallest time
     an op had to have to be kept (an op of a later run that is not stored and stays under it was
     there, too small to keep). Raises ``ValueError`` when ``samples`` is empty."""
     if not samples:
@@ -327,7 +327,7 @@ def compact_profile(samples: Sequence[OpSample], floor_share: float = STORED_FLO
     med = {k: _median([s.self_ms.get(k, 0.0) for s in samples]) for k in names}
     floor = floor_share * total
     kept = sorted((k for k in names if med[k] >= floor), key=lambda k: (-med[k], k))[:max_ops]
-    if len(kept) == max_ops and kept:
+    if max_ops is not None and len(kept) == max_ops and kept:
         floor = max(floor, med[kept[-1]])
     keep = set(kept)
     cycles = [OpSample({k: _sig(v) for k, v in s.self_ms.items() if k in keep},

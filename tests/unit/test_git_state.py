@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gitrepo import commit, init
-from pytest_gpuperf.measure.environment import git_commit, git_dirty
+from pytest_gpuperf.core.git import head_commit as git_commit, is_dirty as git_dirty
 
 
 def test_dirty_means_uncommitted_changes_to_tracked_files_outside_the_baselines(tmp_path: Path) -> None:
