@@ -22,7 +22,7 @@ Sections (a table on stdout, every number in the JSON):
 * **cuda_graph** — 200 tiny kernels per call, eager vs ``cuda_graph=True``, against the kernels'
   own device time from the profiler: graph mode should be near it.
 * **classification** — the six classes on canonical workloads (bf16 GEMM -> compute, large
-  elementwise -> memory, many tiny kernels -> overhead, ``.item()`` per layer -> sync, large
+  elementwise -> memory, many tiny kernels -> overhead, ``.item()`` per step -> sync, large
   pageable H2D copies -> transfer, a DataLoader whose dataset sleeps -> data), through the
   plugin's own path (:func:`pytest_gpuperf.measure.profiling.classify_call`).
 * **counts** — kernels, syncs and copies per call of those workloads
@@ -279,7 +279,6 @@ def cuda_graphs(device: Any, quick: bool) -> dict[str, Any]:
 def canonical_workloads(device: Any, quick: bool) -> dict[str, tuple[str, Callable[[], Any]]]:
     """name -> (expected class, fn). CUDA: all six classes; CPU: those a CPU can show."""
     import torch
-    from torch import nn
 
     cuda = device.type == "cuda"
     out: dict[str, tuple[str, Callable[[], Any]]] = {}
@@ -291,17 +290,18 @@ def canonical_workloads(device: Any, quick: bool) -> dict[str, tuple[str, Callab
     small = torch.zeros(16, device=device)
     out["many tiny kernels"] = ("overhead", lambda: [small.add_(1) for _ in range(200)])
     if cuda:
-        layers = [nn.Linear(1024, 1024, device=device) for _ in range(8)]
-        h0 = torch.randn(64, 1024, device=device)
+        # one kernel, then .item(), 64 times: every device-idle gap follows a sync. (A .item() after
+        # each of 8 small Linear+ReLU layers measured overhead-bound on an H200, 2026-11-26: the
+        # host's launches between the syncs, not the syncs, kept the device idle.)
+        h0 = torch.randn(1 << 20, device=device)
 
-        def item_per_layer() -> float:
-            h, total = h0, 0.0
-            for layer in layers:
-                h = layer(h).relu()
-                total += h.sum().item()  # a host-device sync per layer
+        def item_per_step() -> float:
+            total = 0.0
+            for _ in range(64):
+                total += h0.sum().item()  # a host-device sync per step, as a logged loss
             return total
 
-        out[".item() per layer"] = ("sync", item_per_layer)
+        out[".item() per step"] = ("sync", item_per_step)
         host = torch.randn(1 << 26 if not quick else 1 << 22)  # pageable
         out["pageable H2D copies"] = ("transfer", lambda: host.to(device))
 
@@ -480,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # one failing section must not lose the others' figures
             result[name] = {"error": f"{type(exc).__name__}: {exc}"}
         print(f"gpu_validate: {name} done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        if args.out:  # after every section: a run cut short by a time limit keeps what it measured
+            Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(table(result))
     for k, v in result.items():
         if isinstance(v, dict) and "error" in v:

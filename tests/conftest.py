@@ -6,10 +6,20 @@ outer session, keeps them loaded across inner sessions. (The plugin itself impor
 ``test_plain_session_does_not_import_torch`` checks that in a subprocess.)
 """
 
-import numpy  # noqa: F401
-import scipy.stats  # noqa: F401
-import torch  # noqa: F401
-import torch.profiler
+import os
+
+# On a machine with a GPU the suite runs as on CI's CPU-only machines: its tests that mean the CPU
+# leave the device out (the plugin then picks cuda:0 where there is one), so the GPU is hidden
+# before torch loads. `GPUPERF_TEST_CUDA=1 pytest tests` runs the CUDA-only tests instead (those
+# marked needs_cuda, on the real GPU; the rest are deselected). docs/development.md.
+CUDA_RUN = os.environ.get("GPUPERF_TEST_CUDA") == "1"
+if not CUDA_RUN:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import numpy  # noqa: F401,E402
+import scipy.stats  # noqa: F401,E402
+import torch  # noqa: F401,E402
+import torch.profiler  # noqa: E402
 
 # The CPU memory measurement runs torch.profiler, which imports more of torch on first use
 # (some modules register operator libraries that must not be registered twice): run it once here.
@@ -45,3 +55,19 @@ def _inner_session_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     # sessions get a very wide one, so tests that read table cells see every column and tests that
     # match a warning see it on one line; the width tests set COLUMNS themselves
     monkeypatch.setenv("COLUMNS", "1000")
+    # inner sessions load this plugin and pytest-xdist only, not whatever else the machine has
+    # installed (pytest-benchmark would own the benchmark marker in smoke mode; other plugins
+    # import numpy at start-up, which the start-up tests check is not this plugin's doing)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("PYTEST_PLUGINS", "pytest_gpuperf.plugin,xdist.plugin,xdist.looponfail")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``GPUPERF_TEST_CUDA=1``: keep only the tests that need a CUDA GPU."""
+    if not CUDA_RUN:
+        return
+    def needs_cuda(item: pytest.Item) -> bool:
+        return any("CUDA GPU" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
+    keep = [i for i in items if needs_cuda(i)]
+    config.hook.pytest_deselected(items=[i for i in items if not needs_cuda(i)])
+    items[:] = keep

@@ -635,7 +635,9 @@ def test_gb(gpu_bench):
 """
 
 
-def _stand_in(pytester: pytest.Pytester) -> None:
+def _stand_in(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "pytest_benchmark" or m.startswith("pytest_benchmark.")]:
+        monkeypatch.delitem(sys.modules, name)  # a real one loaded here: the inner session imports the stand-in
     pkg = pytester.mkpydir("pytest_benchmark")
     pkg.joinpath("__init__.py").write_text('__version__ = "5.3.1-stand-in"\n')
     pkg.joinpath("plugin.py").write_text(STAND_IN)
@@ -644,8 +646,9 @@ def _stand_in(pytester: pytest.Pytester) -> None:
     script_timings(pytester, STEADY)
 
 
-def test_with_pytest_benchmark_loaded_a_plain_run_leaves_it_alone(pytester: pytest.Pytester) -> None:
-    _stand_in(pytester)
+def test_with_pytest_benchmark_loaded_a_plain_run_leaves_it_alone(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    _stand_in(pytester, monkeypatch)
     rec = pytester.runpytest("-p", "pytest_benchmark.plugin", "-s", "--benchmark-columns=min", *RUN)
     rec.assert_outcomes(passed=2)
     out = rec.stdout.str()
@@ -656,8 +659,9 @@ def test_with_pytest_benchmark_loaded_a_plain_run_leaves_it_alone(pytester: pyte
 
 @pytest.mark.parametrize("mode", ["--gpuperf", "--gpuperf-update-baselines"])
 def test_with_pytest_benchmark_loaded_gpuperf_takes_over_for_the_session(pytester: pytest.Pytester,
+                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                          mode: str) -> None:
-    _stand_in(pytester)
+    _stand_in(pytester, monkeypatch)
     rec = pytester.runpytest("-p", "pytest_benchmark.plugin", mode, "-s", "--benchmark-columns=min,max",
                              "--benchmark-max-time=0.2", "--benchmark-timer=x", *RUN)
     rec.assert_outcomes(passed=2)
@@ -699,6 +703,10 @@ def test_real_pytest_benchmark_coexists(pytester: pytest.Pytester, monkeypatch: 
     env, args = real
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")  # the real pytest-benchmark loads as users have it
+    monkeypatch.delenv("PYTEST_PLUGINS")
+    for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(key, raising=False)  # this suite's own xdist worker: pytest-benchmark would switch off
     pytester.makepyfile(test_coexist=COEXIST)
     script_timings(pytester, STEADY)
     plain = pytester.runpytest_subprocess(*args, "-s", "--benchmark-max-time=0.01", *RUN)

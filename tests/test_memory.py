@@ -246,3 +246,34 @@ def test_cuda_budget_oom_and_snapshot(pytester: pytest.Pytester) -> None:
         "*largest live allocations at the recorded peak*",
     ])
     assert list(pytester.path.joinpath("snaps").glob("*.pickle"))
+
+
+RETURNS_A_TENSOR = """
+import gc, weakref, torch
+import pytest
+
+REFS = []
+
+def make():
+    t = torch.ones(1 << 16)
+    REFS.append(weakref.ref(t))
+    return t
+
+@pytest.mark.gpu_bench(max_time=0.02, warmup_time=0.0, device="cpu")
+def test_returns_a_tensor(gpu_bench):
+    r = gpu_bench(make)
+    assert r.value is not None and r.value.numel() == 1 << 16  # the test still gets its value
+
+def test_after():
+    gc.collect()
+    assert REFS and not [ref for ref in REFS if ref() is not None], "a benchmark's return value outlived its test"
+"""
+
+
+@pytest.mark.parametrize("mode", [(), ("--gpuperf-update-baselines", "--gpuperf-processes", "1")])
+def test_the_session_keeps_no_benchmark_return_value_after_its_test(pytester: pytest.Pytester, mode) -> None:
+    # Found on a real GPU (H200, 2026-11-26): the session kept every result with its value, so each
+    # benchmark's output tensor stayed allocated for the rest of the session (1.7 GiB before the
+    # next test's memory_budget block).
+    pytester.makepyfile(test_values=RETURNS_A_TENSOR)
+    pytester.runpytest(*mode, *RUN).assert_outcomes(passed=2)

@@ -51,8 +51,14 @@ MIN_WARMUP_CALLS = 3
 #: CPU: a timed round lasts at least this long (s). Reading perf_counter_ns took ~61 ns here
 #: (2-core EPYC VM, 20 x 200,000 reads); two reads per round are ~0.12% of 100 µs.
 CPU_MIN_ROUND_S = 100e-6
-#: CUDA: calls shorter than this (s) are batched per event pair (events resolve ~0.5 µs).
-CUDA_MIN_ROUND_S = 20e-6
+#: CUDA: calls shorter than this (s) are batched per event pair (events resolve ~0.5 µs). Each
+#: round costs the host an event pair and the loop around it: measured on an H200 (torch 2.11,
+#: 2026-11-26), a 2^10-element add timed 10.1 µs per call with 20 µs rounds, 6.8 µs with 2 ms
+#: rounds, against 6.4 µs from torch.utils.benchmark's Timer (docs/timing.md, "Accuracy").
+CUDA_MIN_ROUND_S = 2e-3
+#: CUDA: calls at least this long (s) are timed one per event pair: the host runs ahead of them, so
+#: the round's own cost is hidden, and more rounds give more samples.
+CUDA_BATCH_BELOW_S = 100e-6
 #: CUDA: rounds are recorded in blocks of about this many seconds between synchronizations.
 CUDA_BLOCK_S = 0.05
 #: CUDA: a call whose synchronized wall time is over this (s) while CUDA events on the current stream
@@ -674,12 +680,12 @@ def cuda_calls_per_round(est_s: float, *, setup_given: bool, flush_l2: bool,
                          calls_per_round: int | None = None) -> int:
     """Calls per timed CUDA round (eager: between one event pair; graph mode: captured per
     replay). Enough calls to fill :data:`CUDA_MIN_ROUND_S` given a per-call estimate ``est_s``
-    (s); exactly 1 with a ``setup`` function or with ``flush_l2`` — the flush runs once per
+    (s); exactly 1 for calls of :data:`CUDA_BATCH_BELOW_S` or more, with a ``setup`` function or with ``flush_l2`` — the flush runs once per
     round, so a round of several calls would time all but the first with a warm L2. An explicit
     ``calls_per_round`` wins."""
     if calls_per_round:
         return calls_per_round
-    if setup_given or flush_l2:
+    if setup_given or flush_l2 or est_s >= CUDA_BATCH_BELOW_S:
         return 1
     return max(1, math.ceil(CUDA_MIN_ROUND_S / max(est_s, 1e-12)))
 

@@ -726,8 +726,10 @@ class GpuPerfSession:
         """One result of the test's ``gpu_bench``: recorded for the summary and the reports (and, in a
         replicate worker, handed to the coordinator at once), its JUnit properties, its warnings."""
         module, test_id = _split_nodeid(item.nodeid)
-        self.recorded.append(Recorded(item.nodeid, module, result, str(stored.path) if stored.path else None,
-                                      stored.key, stored.env))
+        # the session keeps the result for the summary and the reports, not the benchmark's return
+        # value: a GPU tensor per benchmark would stay allocated for the rest of the session
+        self.recorded.append(Recorded(item.nodeid, module, dataclasses.replace(result, value=None),
+                                      str(stored.path) if stored.path else None, stored.key, stored.env))
         if self.settings.replicate_slot is not None and not result.smoke:
             from pytest_gpuperf.plugin.replicates import report_result
 
@@ -791,6 +793,9 @@ class GpuPerfSession:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
         outcome = yield
         report = outcome.get_result()
+        bench = item.stash.get(BENCH_KEY, None)
+        if bench is not None and call.when == "teardown":  # the test is over: let its return values go
+            bench.results[:] = [dataclasses.replace(r, value=None) for r in bench.results]
         if (self.settings.replicate_slot is not None and report.failed and call.excinfo is not None
                 and report.when in ("setup", "call")):  # the coordinator says why this worker has no result
             from pytest_gpuperf.plugin.replicates import report_failure
@@ -799,7 +804,6 @@ class GpuPerfSession:
         details = getattr(call.excinfo.value, "details", None) if call.excinfo is not None else None
         if details and isinstance(details, str):
             report.sections.append(("gpuperf memory", details))
-        bench = item.stash.get(BENCH_KEY, None)
         if report.when == "call" and report.passed and (bench is None or not bench.results):
             self._warn_if_measured_nothing(item)
         if bench is None or report.when != "call" or not report.passed or not bench.results:

@@ -421,11 +421,12 @@ def test_from_spec_and_from_file(tmp_path):
 def test_graph_mode_with_l2_flush_captures_one_call_per_replay():
     """One flush per round (eager) or replay (graph mode): with several calls per round all but
     the first would run with a warm L2 (issue 11, item 6). Without a flush, short calls are
-    batched to fill the minimum round."""
-    from pytest_gpuperf.measure.timing import CUDA_MIN_ROUND_S, cuda_calls_per_round
+    batched to fill the minimum round; calls of CUDA_BATCH_BELOW_S or more are timed one per round."""
+    from pytest_gpuperf.measure.timing import CUDA_BATCH_BELOW_S, CUDA_MIN_ROUND_S, cuda_calls_per_round
 
-    short = CUDA_MIN_ROUND_S / 10
-    assert cuda_calls_per_round(short, setup_given=False, flush_l2=False) == 10
+    short = CUDA_BATCH_BELOW_S / 10
+    assert cuda_calls_per_round(short, setup_given=False, flush_l2=False) == math.ceil(CUDA_MIN_ROUND_S / short)
+    assert cuda_calls_per_round(CUDA_BATCH_BELOW_S, setup_given=False, flush_l2=False) == 1
     assert cuda_calls_per_round(short, setup_given=False, flush_l2=True) == 1
     assert cuda_calls_per_round(short, setup_given=True, flush_l2=False) == 1
     assert cuda_calls_per_round(CUDA_MIN_ROUND_S * 3, setup_given=False, flush_l2=False) == 1
