@@ -11,10 +11,12 @@ fixture in its conftest::
 
     import pytest
     from pytest_gpuperf._testing import ScriptedMeasurer
+    from pytest_gpuperf.plugin.replicates import slot_of
 
     @pytest.fixture
     def _gpuperf_measurer(request):
-        return ScriptedMeasurer.from_file(request.config.rootpath / "timings.json", request.node.name)
+        return ScriptedMeasurer.from_file(request.config.rootpath / "timings.json", request.node.name,
+                                          slot_of(request.config))
 
 ``timings.json`` maps a test name (or ``"*"``) to a spec, see :meth:`ScriptedMeasurer.from_spec`.
 
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -165,21 +166,20 @@ class ScriptedMeasurer(Measurer):
         return out
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> "ScriptedMeasurer":
+    def from_spec(cls, spec: Mapping[str, Any], slot: tuple[int, int] | None = None) -> "ScriptedMeasurer":
         """From a dict: ``{"ms": 1.0, "cv": 0.02, "seed": 0, "slow_calls": 0, "slow_factor": 1.0,
         "stall_every": 0, "stall_factor": 1.0}`` (see :func:`noisy`), or ``{"sequence": [...]}``;
         optionally ``"probe": <a spec of the same form>`` (the probe's times, ms) and ``"machine"``:
         a factor, or ``{"every": k, "factors": [f0, f1, ...]}`` (events 0..k-1 take f0 times longer,
         the next k f1 times..., cycled) applied to both; ``"host_load"``: the CPU sampler's host load
         (cores used by other processes while it ran); ``"process_factors"``: ``[f0, f1, ...]``, in
-        replicate worker process k (``GPUPERF_REPLICATE=k/P``) every time is f_k times longer (a
+        replicate worker process k (``slot`` ``(k, P)``, the process's role) every time is f_k times longer (a
         process-level speed mode). In a worker, the noise seed is offset by 1000 k, so each process
         draws its own noise. ``"ops"``: scripted op profiles (:meth:`profile_ops`)."""
         probe = spec.get("probe")
         machine = _machine_of(spec.get("machine"))
         load = spec.get("host_load")
-        slot = os.environ.get("GPUPERF_REPLICATE")  # "k/P" in a replicate worker process
-        k = int(slot.split("/")[0]) if slot and slot[0] != "x" else 0  # "x/P": the extras process (times nothing)
+        k = slot[0] if slot and slot[0] >= 0 else 0  # the extras process (k < 0) times nothing
         factors = spec.get("process_factors")
         if factors:  # worker process k runs factors[k] times slower (a process-level speed mode)
             f, inner = float(factors[k % len(factors)]), machine
@@ -196,14 +196,14 @@ class ScriptedMeasurer(Measurer):
         return measurer
 
     @classmethod
-    def from_file(cls, path: str | Path, test_name: str) -> "ScriptedMeasurer":
+    def from_file(cls, path: str | Path, test_name: str, slot: tuple[int, int] | None = None) -> "ScriptedMeasurer":
         """The spec for ``test_name`` (else its name without parameters, else ``"*"``) in the JSON
-        file at ``path``."""
+        file at ``path``; ``slot``: the replicate worker's ``(k, P)`` (see :meth:`from_spec`)."""
         specs = json.loads(Path(path).read_text())
         spec = specs.get(test_name, specs.get(test_name.split("[")[0], specs.get("*")))
         if spec is None:
             raise KeyError(f"{path}: no timing spec for {test_name!r} and no '*' entry")
-        return cls.from_spec(spec)
+        return cls.from_spec(spec, slot)
 
 
 def _as_script(script: Script | Sequence[float] | float) -> Script:
@@ -237,8 +237,9 @@ def _machine_of(machine: Any) -> Script | None:
 SCRIPTED_CONFTEST = '''
 import pytest
 from pytest_gpuperf._testing import ScriptedMeasurer
+from pytest_gpuperf.plugin.replicates import slot_of
 
 @pytest.fixture
 def _gpuperf_measurer(request):
-    return ScriptedMeasurer.from_file(request.config.rootpath / "timings.json", request.node.name)
+    return ScriptedMeasurer.from_file(request.config.rootpath / "timings.json", request.node.name, slot_of(request.config))
 '''

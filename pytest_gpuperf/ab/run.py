@@ -552,7 +552,6 @@ class Coordinator:
                                    "plugin_path": str(Path(pytest_gpuperf.__file__).resolve().parent.parent)}),
             "PYTHONPATH": os.pathsep.join(spec.pythonpath),
         })
-        env.pop("GPUPERF_XDIST_DIR", None)
         if not spec.pythonpath:
             env.pop("PYTHONPATH")
         log = self.log_dir / f"worker-{spec.side}{process + 1}.log"

@@ -25,11 +25,12 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from pytest_gpuperf.verdict.machine import GPU_IDLE, LOW_CLOCK_FRACTION, REASONS, THROTTLE_REASONS
 
@@ -162,8 +163,10 @@ def own_pids(status: str | None = None) -> set[int]:
 
 
 #: Environment variables that mark a worker process of this test session (pytest-xdist, an A/B
-#: side, a process replicate): its parent and siblings are the same session, not other users.
-WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_WORKER", "GPUPERF_REPLICATE")
+#: side): its parent and siblings are the same session, not other users.
+WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_WORKER")
+#: The argument that marks a process replicate (``plugin.replicates.ROLE_OPTION``; named here, below the plugin layer).
+WORKER_ARG = "--gpuperf-role"
 
 
 def _ppid(pid: int, proc: str = "/proc") -> int | None:
@@ -174,15 +177,17 @@ def _ppid(pid: int, proc: str = "/proc") -> int | None:
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
-def session_pids(environ: Any = None, proc: str = "/proc") -> set[int]:
+def session_pids(environ: Any = None, proc: str = "/proc", argv: Sequence[str] | None = None) -> set[int]:
     """The PIDs of this test session as seen from this process: its own (:func:`own_pids`), its
-    children (A/B and replicate workers) and, in a worker process (:data:`WORKER_ENV`), its parent
+    children (A/B and replicate workers) and, in a worker process (:data:`WORKER_ENV`, or ``argv``
+    holding :data:`WORKER_ARG`), its parent
     and the parent's other children (sibling pytest-xdist or A/B workers). Their use of the GPU is
     the session's own, not a disturbance (Linux ``/proc``; elsewhere only :func:`own_pids`)."""
     env = os.environ if environ is None else environ
     pids = own_pids()
     me = os.getpid()
-    worker = any(env.get(k) for k in WORKER_ENV)
+    worker = any(env.get(k) for k in WORKER_ENV) or any(
+        a.startswith(WORKER_ARG) for a in (sys.argv if argv is None else argv))
     parent = _ppid(me, proc) if worker else None
     try:
         entries = [int(p.name) for p in Path(proc).iterdir() if p.name.isdigit()]

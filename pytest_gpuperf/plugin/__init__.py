@@ -97,6 +97,7 @@ def _process_options(group: Any) -> None:
                     help="start no more worker processes for inconclusive benchmarks after this many seconds of "
                          "them (ini gpuperf_more_processes_time; default 600)")
     group.addoption("--gpuperf-select", metavar="FILE", default=None, help=argparse.SUPPRESS)  # a worker's node ids
+    group.addoption("--gpuperf-role", metavar="JSON", default=None, help=argparse.SUPPRESS)  # a replicate worker's role
     group.addoption("--gpuperf-op-profile", action="store_true", default=False,
                     help=argparse.SUPPRESS)  # an extras process that profiles the ops too (why it got slower)
     group.addoption("--gpuperf-no-ab-confirm", action="store_true", default=False,

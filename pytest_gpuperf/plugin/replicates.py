@@ -9,7 +9,7 @@ not reproduce (pseudo-replication). So, as pyperf runs 20 worker processes and J
 
 1. **Workers.** At session start the user's session (the coordinator) runs P pytest processes one
    after another, each the user's own selection (reports, xdist and baseline updates removed, see
-   :func:`pytest_gpuperf.ab.run.worker_args`) with ``GPUPERF_REPLICATE=k/P`` set: a worker measures
+   :func:`pytest_gpuperf.ab.run.worker_args`) with the hidden ``--gpuperf-role`` (slot k/P): a worker measures
    every benchmark with ``max_time / P`` (so the measuring time stays about what one process
    took), compares nothing, and appends each result to a JSON-lines file as soon as it is measured. The benchmarks are
    interleaved across processes: the import and collection cost is paid P times per session, not
@@ -24,7 +24,7 @@ not reproduce (pseudo-replication). So, as pyperf runs 20 worker processes and J
    timed out fails with that worker's output; an update run never writes a baseline from a partial
    set of replicates.
 
-The module also holds the worker side (:func:`worker_slot`, :func:`worker_options`). Ctrl-C kills
+The module also holds the worker side (:func:`worker_role`, :func:`worker_options`). Ctrl-C kills
 the running worker (``subprocess.run`` does) and leaves nothing behind but the log folder.
 """
 
@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-#: Environment variable that makes a pytest process a replicate worker: ``"k/P"`` (0-based k).
-WORKER_ENV = "GPUPERF_REPLICATE"
+#: Hidden option that makes a pytest process a replicate worker, given by its coordinator (the
+#: process's role comes once, on its command line; issue 33): ``--gpuperf-role={"replicate": "k/P",
+#: "out": "<file>"}`` (0-based k; ``x/P`` the extras process).
+ROLE_OPTION = "--gpuperf-role"
 #: Environment variable with the default number of worker processes (under the ini option and the
 #: command line): the plugin's own test suite sets 1.
 PROCESSES_ENV = "GPUPERF_PROCESSES"
@@ -59,7 +61,7 @@ class ReplicateError(RuntimeError):
     """The worker processes could not be run at all (the message says why)."""
 
 
-#: ``k`` of the extras process's slot (``GPUPERF_REPLICATE=x/P``): it times nothing and measures
+#: ``k`` of the extras process's slot (``x/P``): it times nothing and measures
 #: every benchmark's extras (peak memory, counts, bottleneck), each from more than one call.
 EXTRAS = -1
 #: Calls an extras process makes for each extra (peak memory, counts): a count or peak that
@@ -67,22 +69,53 @@ EXTRAS = -1
 EXTRA_CALLS = 2
 
 
-def worker_slot() -> tuple[int, int] | None:
-    """``(k, P)`` in a replicate worker (``GPUPERF_REPLICATE=k/P``; k >= P in the processes added for
-    inconclusive benchmarks, :func:`needs_more`), ``(EXTRAS, P)`` in the extras
-    process (``GPUPERF_REPLICATE=x/P``), else None. Raises ``ValueError`` for a malformed value."""
-    raw = os.environ.get(WORKER_ENV)
-    if not raw:
-        return None
+@dataclass(frozen=True)
+class WorkerRole:
+    """A replicate worker's role, from its coordinator: ``slot`` ``(k, P)`` (k >= P in the processes
+    added for inconclusive benchmarks, :func:`needs_more`; k = :data:`EXTRAS` in the extras process)
+    and ``out``, the file it appends its results to, one JSON line per benchmark as soon as it is
+    measured (so a worker that crashes later loses nothing it already measured)."""
+
+    slot: tuple[int, int]
+    out: str | None = None
+
+    def argument(self) -> str:
+        """The worker's ``--gpuperf-role=<JSON>`` argument."""
+        k, p = self.slot
+        return f"{ROLE_OPTION}=" + json.dumps({"replicate": f"{'x' if k == EXTRAS else k}/{p}", "out": self.out})
+
+
+def parse_slot(raw: str, what: str = ROLE_OPTION) -> tuple[int, int]:
+    """``"k/P"`` -> ``(k, P)``, ``"x/P"`` -> ``(EXTRAS, P)``. Raises ``ValueError`` naming ``what``
+    for a malformed value."""
     try:
         k_text, p_text = raw.split("/")
         k, p = (EXTRAS if k_text == "x" else int(k_text)), int(p_text)
     except ValueError:
-        raise ValueError(f"{WORKER_ENV}={raw!r}: expected k/P or x/P, e.g. 0/3") from None
+        raise ValueError(f"{what} {raw!r}: expected k/P or x/P, e.g. 0/3") from None
     if (k < 0 and k_text != "x") or p < 1:
-        raise ValueError(f"{WORKER_ENV}={raw!r}: expected 0 <= k and P >= 1 (k >= P: a process added for "
+        raise ValueError(f"{what} {raw!r}: expected 0 <= k and P >= 1 (k >= P: a process added for "
                          f"inconclusive benchmarks)")
     return k, p
+
+
+def worker_role(value: str | None) -> WorkerRole | None:
+    """The role a ``--gpuperf-role`` value gives (None: this process is no replicate worker).
+    Raises ``ValueError`` naming the option for a value that is not ``{"replicate": "k/P", "out": ...}``."""
+    if not value:
+        return None
+    try:
+        data = json.loads(value)
+        raw, out = data["replicate"], data.get("out")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError(f'{ROLE_OPTION} {value!r}: expected {{"replicate": "k/P", "out": "<file>"}}') from None
+    return WorkerRole(parse_slot(str(raw)), None if out is None else str(out))
+
+
+def slot_of(config: Any) -> tuple[int, int] | None:
+    """This pytest process's replicate slot (``config``: a ``pytest.Config``), None outside a worker."""
+    role = worker_role(config.getoption(ROLE_OPTION, None))
+    return None if role is None else role.slot
 
 
 def worker_options(options: Any, slot: tuple[int, int]) -> Any:
@@ -96,15 +129,11 @@ def worker_options(options: Any, slot: tuple[int, int]) -> Any:
     return dataclasses.replace(options, max_time=options.max_time / n, warmup_time=options.warmup_time / n)
 
 
-#: Environment variable naming the file a worker appends its results to, one JSON line per benchmark
-#: as soon as it is measured (so a worker that crashes later loses nothing it already measured).
-OUT_ENV = "GPUPERF_REPLICATE_OUT"
-
-
-def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid: str = "") -> None:
-    """In a worker: append ``{"key": ..., "entry": <report entry>, "nodeid": <its test>}`` to the file named by
-    ``GPUPERF_REPLICATE_OUT`` (nothing when it is not set) and flush it."""
-    path = os.environ.get(OUT_ENV)
+def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid: str = "",
+                  out: str | None = None) -> None:
+    """In a worker: append ``{"key": ..., "entry": <report entry>, "nodeid": <its test>}`` to ``out``
+    (its role's file; nothing when None) and flush it."""
+    path = out
     if not path:
         return
     from pytest_gpuperf.storage.codec import encode_result
@@ -115,11 +144,11 @@ def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid:
         out.flush()
 
 
-def report_failure(nodeid: str, exc: BaseException) -> None:
-    """In a worker: append ``{"failed": nodeid, "error": "Type: message", "where": frames}`` for a
-    test that raised (:func:`pytest_gpuperf.core.containment.describe`), so that the coordinator can
-    say why the benchmark has no result from this worker (nothing when ``GPUPERF_REPLICATE_OUT`` is unset)."""
-    path = os.environ.get(OUT_ENV)
+def report_failure(nodeid: str, exc: BaseException, out: str | None = None) -> None:
+    """In a worker: append ``{"failed": nodeid, "error": "Type: message", "where": frames}`` to ``out``
+    for a test that raised (:func:`pytest_gpuperf.core.containment.describe`), so that the coordinator
+    can say why the benchmark has no result from this worker (nothing when ``out`` is None)."""
+    path = out
     if not path:
         return
     from pytest_gpuperf.core.containment import describe
@@ -197,7 +226,7 @@ class WorkerRun:
 def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, count: int = 1,
                progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
                op_profile: bool = False, stem: str = "extras") -> list[WorkerRun]:
-    """Run ``count`` extras processes one after another (``GPUPERF_REPLICATE=x/P``; logs
+    """Run ``count`` extras processes one after another (role slot ``x/P``; logs
     ``<log_dir>/extras-j.log``): each times nothing and measures every benchmark's peak memory,
     counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
     before or between its timed rounds. Their ``index`` is ``-1 - j``. ``op_profile``: they profile
@@ -221,14 +250,13 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
 
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
              wait: Callable[[Path, subprocess.Popen], int | None] | None) -> WorkerRun:
-    """One worker process (``python -m pytest <args>`` with ``GPUPERF_REPLICATE=<slot>``; results in
+    """One worker process (``python -m pytest <args> --gpuperf-role=...`` with ``<slot>``; results in
     ``<stem>.jsonl``, output in ``<stem>.log``): its :class:`WorkerRun`, with what it reported.
     ``wait(report, proc)`` waits for it (its exit code, None when it timed out); default :func:`_wait`."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     report.unlink(missing_ok=True)
-    env = dict(os.environ, **{WORKER_ENV: slot, PROCESSES_ENV: "1", OUT_ENV: str(report)})
-    env.pop("GPUPERF_XDIST_DIR", None)
-    cmd = [sys.executable, "-m", "pytest", *args]
+    env = dict(os.environ, **{PROCESSES_ENV: "1"})
+    cmd = [sys.executable, "-m", "pytest", *args, WorkerRole(parse_slot(slot), str(report)).argument()]
     run = WorkerRun(index, None, log)
     with open(log, "wb") as out:
         try:
@@ -275,7 +303,7 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
                 progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
                 tick: Callable[[str], None] | None = None, first: int = 0, count: int | None = None) -> list[WorkerRun]:
     """Run ``processes`` replicate workers one after another (``python -m pytest <args>`` in ``cwd``
-    with ``GPUPERF_REPLICATE=k/P``; with ``first``/``count``, workers ``first`` .. ``first + count - 1``
+    with the role slot ``k/P``; with ``first``/``count``, workers ``first`` .. ``first + count - 1``
     of a session of P = ``processes``: the processes added for inconclusive benchmarks; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
     measures them); their output goes to ``<log_dir>/worker-k.log``. A worker that exits with
     another code than 0, 1 or 5 (pytest's "passed", "tests failed", "none collected"), or times out,

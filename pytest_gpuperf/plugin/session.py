@@ -12,7 +12,6 @@ of environments and baseline files.
 
 from __future__ import annotations
 
-import os
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -616,8 +615,6 @@ class GpuPerfSession:
             import shutil
 
             shutil.rmtree(self.settings.xdist_dir, ignore_errors=True)
-            if os.environ.get("GPUPERF_XDIST_DIR") == str(self.settings.xdist_dir):
-                del os.environ["GPUPERF_XDIST_DIR"]
 
     def options_for(self, item: pytest.Item) -> opts.BenchOptions:
         """The item's options: its markers over the session's; merged once per item (raises OptionError)."""
@@ -733,7 +730,8 @@ class GpuPerfSession:
         if self.settings.replicate_slot is not None and not result.smoke:
             from pytest_gpuperf.plugin.replicates import report_result
 
-            report_result(f"{module}::{result.benchmark_id}", result, stored.env or {}, item.nodeid)
+            report_result(f"{module}::{result.benchmark_id}", result, stored.env or {}, item.nodeid,
+                          out=self.settings.replicate.out)
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         self.warnings.extend(result.notes)
         name = f"{module}::{result.benchmark_id}"
@@ -789,6 +787,14 @@ class GpuPerfSession:
             self.ab_results = load_results(self.settings.xdist_dir / "ab-results.json")
         return self.ab_results if self.ab_results is not None else {}
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """pytest-xdist, in the controller: each worker it starts gets the run's shared folder."""
+        from pytest_gpuperf.plugin.settings import XDIST_DIR_KEY
+
+        if self.settings.xdist_dir is not None:
+            node.workerinput[XDIST_DIR_KEY] = str(self.settings.xdist_dir)
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
         outcome = yield
@@ -800,7 +806,7 @@ class GpuPerfSession:
                 and report.when in ("setup", "call")):  # the coordinator says why this worker has no result
             from pytest_gpuperf.plugin.replicates import report_failure
 
-            report_failure(item.nodeid, call.excinfo.value)
+            report_failure(item.nodeid, call.excinfo.value, out=self.settings.replicate.out)
         details = getattr(call.excinfo.value, "details", None) if call.excinfo is not None else None
         if details and isinstance(details, str):
             report.sections.append(("gpuperf memory", details))

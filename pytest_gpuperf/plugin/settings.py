@@ -73,7 +73,7 @@ class SessionSettings:
     xdist_dir: Path | None = None
     owns_xdist_dir: bool = False
     processes: int = 1
-    replicate_slot: tuple[int, int] | None = None
+    replicate: Any = None
     ab_confirm: bool = True
     why: bool = True
     ab: Any = None
@@ -88,6 +88,11 @@ class SessionSettings:
     more_processes_time_s: float = 600.0
     select_file: Path | None = None
     op_profile: bool = False
+
+    @property
+    def replicate_slot(self) -> tuple[int, int] | None:
+        """``(k, P)`` in a replicate worker (its :class:`~pytest_gpuperf.plugin.replicates.WorkerRole`), else None."""
+        return None if self.replicate is None else self.replicate.slot
 
     @property
     def replicated(self) -> bool:
@@ -115,7 +120,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
     and whether it disables benchmarks). Raises ``pytest.UsageError`` naming the option for a bad
     value, a device that does not exist here, a report path that cannot be written, or a bad
     combination. Under pytest-xdist the controller creates the run's shared folder (and exports
-    ``GPUPERF_XDIST_DIR`` to its workers).
+    it to its workers through pytest-xdist's ``workerinput``).
     """
     try:
         session_options = opts.resolve_session({**compat.cli_options, **{
@@ -133,14 +138,14 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         for option, value in (("--gpuperf-json", paths["json_path"]), ("--gpuperf-markdown", paths["markdown_path"])):
             if value:
                 _check_output_path(option, value)
-    processes, replicate_slot = _processes(config, worker_id)
+    processes, replicate = _processes(config, worker_id)
     measuring = (bool(config.getoption("--gpuperf")) or updating) and not compat.disabled
-    if replicate_slot is not None:
+    if replicate is not None:
         measuring, updating = True, False
     ab_fields = _ab(config, worker_id, updating)
     if ab_fields.get("in_ab_worker") or ab_fields.get("ab") is not None:
         measuring = True
-    in_worker = worker_id is not None or replicate_slot is not None or bool(ab_fields.get("in_ab_worker"))
+    in_worker = worker_id is not None or replicate is not None or bool(ab_fields.get("in_ab_worker"))
     bisect_fields = _bisect(config, in_worker, updating, ab_fields)
     xdist_dir, owns = _xdist_dir(config, worker_id)  # last: nothing after it raises
     return SessionSettings(
@@ -155,7 +160,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         xdist_dir=xdist_dir,
         owns_xdist_dir=owns,
         processes=processes,
-        replicate_slot=replicate_slot,
+        replicate=replicate,
         **paths,
         **_switches(config),
         **ab_fields,
@@ -278,28 +283,31 @@ def _thresholds(config: pytest.Config) -> Any:
         raise pytest.UsageError(f"pytest-gpuperf: ini gpuperf_bottleneck_thresholds: {exc}") from None
 
 
+#: pytest-xdist ``workerinput`` key with the run's shared folder (the controller sets it per worker).
+XDIST_DIR_KEY = "gpuperf_xdist_dir"
+
+
 def _xdist_dir(config: pytest.Config, worker_id: str | None) -> tuple[Path | None, bool]:
     """The run's shared folder under pytest-xdist and whether this process made it: a worker reads
-    ``GPUPERF_XDIST_DIR``; the controller makes it and exports the variable to its workers."""
+    it from its ``workerinput`` (:data:`XDIST_DIR_KEY`); the controller makes it and hands it to each
+    worker it starts (``pytest_configure_node``)."""
     if worker_id is not None:
-        env = os.environ.get("GPUPERF_XDIST_DIR")
-        return (Path(env) if env else None), False
+        folder = getattr(config, "workerinput", {}).get(XDIST_DIR_KEY)
+        return (Path(folder) if folder else None), False
     if getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
         import tempfile
 
-        folder = Path(tempfile.mkdtemp(prefix="gpuperf-xdist-"))
-        os.environ["GPUPERF_XDIST_DIR"] = str(folder)  # inherited by the workers it spawns
-        return folder, True
+        return Path(tempfile.mkdtemp(prefix="gpuperf-xdist-")), True
     return None, False
 
 
-def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, tuple[int, int] | None]:
-    """``--gpuperf-processes`` (ini, env) resolved, and in a replicate worker its ``(k, P)`` slot."""
-    from pytest_gpuperf.plugin.replicates import default_processes, worker_slot
+def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, Any]:
+    """``--gpuperf-processes`` (ini, env) resolved, and in a replicate worker its role (hidden ``--gpuperf-role``)."""
+    from pytest_gpuperf.plugin.replicates import ROLE_OPTION, default_processes, worker_role
 
     try:
         processes = default_processes(config.getoption("--gpuperf-processes"), config.getini("gpuperf_processes") or None)
-        return processes, (worker_slot() if worker_id is None else None)
+        return processes, (worker_role(config.getoption(ROLE_OPTION)) if worker_id is None else None)
     except ValueError as exc:
         raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
 

@@ -31,16 +31,16 @@ def test_processes_come_from_cli_then_ini_then_environment(monkeypatch: pytest.M
 
 
 def test_worker_slot_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GPUPERF_REPLICATE", raising=False)
-    assert replicates.worker_slot() is None
-    monkeypatch.setenv("GPUPERF_REPLICATE", "1/3")
-    assert replicates.worker_slot() == (1, 3)
+    assert replicates.worker_role(None) is None
+    role = replicates.WorkerRole((1, 3), "/tmp/w.jsonl")
+    assert replicates.worker_role(role.argument().partition("=")[2]) == role
+    assert replicates.worker_role('{"replicate": "1/3"}').slot == (1, 3)
     for bad in ("x", "1", "-1/3", "1/0"):  # k >= P is a process added for inconclusive benchmarks
-        monkeypatch.setenv("GPUPERF_REPLICATE", bad)
-        with pytest.raises(ValueError, match="GPUPERF_REPLICATE"):
-            replicates.worker_slot()
-    monkeypatch.setenv("GPUPERF_REPLICATE", "x/3")  # the extras process (issue 31)
-    assert replicates.worker_slot() == (replicates.EXTRAS, 3)
+        with pytest.raises(ValueError, match="--gpuperf-role"):
+            replicates.worker_role(json.dumps({"replicate": bad}))
+    with pytest.raises(ValueError, match="--gpuperf-role"):
+        replicates.worker_role("1/3")  # not the JSON the coordinator passes
+    assert replicates.worker_role('{"replicate": "x/3"}').slot == (replicates.EXTRAS, 3)  # the extras process (issue 31)
     o = BenchOptions(max_time=1.5, warmup_time=0.03, expect_bottleneck=("compute",))
     first, other = replicates.worker_options(o, (0, 3)), replicates.worker_options(o, (2, 3))
     # every timed worker measures its share of max_time; none makes the extras (the extras process
@@ -94,10 +94,9 @@ def test_missing_replicates_name_the_worker_and_its_output(tmp_path: Path) -> No
 
 def test_worker_results_survive_a_torn_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "w.jsonl"
-    monkeypatch.setenv("GPUPERF_REPLICATE_OUT", str(out))
     r = BenchResult.from_samples((1.0, 2.0), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_calls=0,
                                  benchmark_id="test_x")
-    replicates.report_result("m::test_x", r, {"device_type": "cpu"})
+    replicates.report_result("m::test_x", r, {"device_type": "cpu"}, out=str(out))
     with open(out, "a") as f:
         f.write('{"key": "m::test_y", "entr')  # the worker died while writing
     got, failures = replicates.read_results(out)
@@ -107,7 +106,6 @@ def test_worker_results_survive_a_torn_last_line(tmp_path: Path, monkeypatch: py
 
 def test_a_worker_whose_test_raised_names_the_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "w.jsonl"
-    monkeypatch.setenv("GPUPERF_REPLICATE_OUT", str(out))
 
     def user_code():
         raise RuntimeError("Converting a tensordict to boolean value is not permitted")
@@ -115,7 +113,7 @@ def test_a_worker_whose_test_raised_names_the_exception(tmp_path: Path, monkeypa
     try:
         user_code()
     except RuntimeError as exc:
-        replicates.report_failure("m.py::test_b", exc)
+        replicates.report_failure("m.py::test_b", exc, out=str(out))
     entries, failures = replicates.read_results(out)
     assert entries == {} and failures["m.py::test_b"].startswith(
         "RuntimeError: Converting a tensordict to boolean value is not permitted (at ")
