@@ -231,6 +231,67 @@ def _warmup(value: Any) -> bool:
     raise _bad("--benchmark-warmup", value, ("on", "off", "auto"))
 
 
+def _selection(config: pytest.Config, value: Callable[[str], Any]) -> tuple[str | None, str | None, bool]:
+    """``(only, skip, disabled)``: the flag that selects only benchmarks or skips them (ours or
+    pytest-benchmark's; ``value`` reads a --benchmark-* flag) and whether --benchmark-disable holds.
+    Raises ``pytest.UsageError`` for flags that exclude each other."""
+    only = "--gpuperf-only" if config.getoption("--gpuperf-only") else None
+    skip = "--gpuperf-skip" if config.getoption("--gpuperf-skip") else None
+    if only and skip:
+        raise pytest.UsageError("pytest-gpuperf: --gpuperf-only and --gpuperf-skip exclude each other; give one")
+    only = only or ("--benchmark-only" if value("benchmark_only") else None)
+    skip = None if only else skip or ("--benchmark-skip" if value("benchmark_skip") else None)  # only wins, as there
+    disabled = bool(value("benchmark_disable")) and not value("benchmark_enable")
+    if disabled and only:
+        raise pytest.UsageError("pytest-gpuperf: --benchmark-disable and --benchmark-only exclude each other "
+                                "(as in pytest-benchmark); give one")
+    if disabled and config.getoption("--gpuperf-update-baselines", False):
+        raise pytest.UsageError("pytest-gpuperf: --benchmark-disable (run each benchmark once) contradicts "
+                                "--gpuperf-update-baselines (measure and record); give one")
+    return only, skip, disabled
+
+
+def _cli_options(value: Callable[[str], Any]) -> dict[str, Any]:
+    """The benchmark options that pytest-benchmark's flags set (``min_rounds``, ``max_time``,
+    ``warmup_time``). Raises ``pytest.UsageError`` naming a bad flag's value."""
+    cli: dict[str, Any] = {}
+    for dest, flag, name in (("benchmark_min_rounds", "--benchmark-min-rounds", "min_rounds"),
+                             ("benchmark_max_time", "--benchmark-max-time", "max_time")):
+        v = value(dest)
+        if v is not None:
+            try:
+                cli[name] = opts.convert(name, v, flag)
+            except opts.OptionError as exc:
+                raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    if "min_rounds" in cli:
+        cli["max_rounds"] = max(cli["min_rounds"], opts.DEFAULTS.max_rounds)  # pytest-benchmark has no cap
+    warm = value("benchmark_warmup")
+    if warm is not None and not _warmup(warm):
+        cli["warmup_time"] = 0.0
+    return cli
+
+
+def _sort_and_columns(config: pytest.Config, value: Callable[[str], Any]) -> tuple[str | None, tuple[str, ...] | None]:
+    """The summary table's sort key and columns (``--gpuperf-*`` win over ``--benchmark-*``).
+    Raises ``pytest.UsageError`` naming a bad value and what is accepted."""
+    sort = config.getoption("--gpuperf-sort")
+    if sort is not None:
+        if sort.strip().lower() not in SORT_KEYS:
+            raise _bad("--gpuperf-sort", sort, SORT_KEYS)
+        sort = sort.strip().lower()
+    elif value("benchmark_sort") is not None:
+        pb_sort = str(value("benchmark_sort")).strip().lower()
+        if pb_sort not in PB_SORT_KEYS:
+            raise _bad("--benchmark-sort", pb_sort, PB_SORT_KEYS)
+        sort = "name" if pb_sort == "fullname" else pb_sort
+    columns = None
+    if config.getoption("--gpuperf-columns") is not None:
+        columns = _columns("--gpuperf-columns", config.getoption("--gpuperf-columns"), TABLE_COLUMNS)
+    elif value("benchmark_columns") is not None:
+        columns = _columns("--benchmark-columns", value("benchmark_columns"), PB_COLUMNS)
+    return sort, columns
+
+
 def configure(config: pytest.Config) -> CompatSettings:
     """Resolve the session's :class:`CompatSettings` (raises ``pytest.UsageError`` naming a bad
     flag and what it accepts) and, when the ``benchmark`` fixture is served here, register it."""
@@ -250,34 +311,8 @@ def configure(config: pytest.Config) -> CompatSettings:
             return None
         return v
 
-    only = "--gpuperf-only" if config.getoption("--gpuperf-only") else None
-    skip = "--gpuperf-skip" if config.getoption("--gpuperf-skip") else None
-    if only and skip:
-        raise pytest.UsageError("pytest-gpuperf: --gpuperf-only and --gpuperf-skip exclude each other; give one")
-    only = only or ("--benchmark-only" if value("benchmark_only") else None)
-    skip = None if only else skip or ("--benchmark-skip" if value("benchmark_skip") else None)  # only wins, as there
-    disabled = bool(value("benchmark_disable")) and not value("benchmark_enable")
-    if disabled and only:
-        raise pytest.UsageError("pytest-gpuperf: --benchmark-disable and --benchmark-only exclude each other "
-                                "(as in pytest-benchmark); give one")
-    if disabled and config.getoption("--gpuperf-update-baselines", False):
-        raise pytest.UsageError("pytest-gpuperf: --benchmark-disable (run each benchmark once) contradicts "
-                                "--gpuperf-update-baselines (measure and record); give one")
-
-    cli: dict[str, Any] = {}
-    for dest, flag, name in (("benchmark_min_rounds", "--benchmark-min-rounds", "min_rounds"),
-                             ("benchmark_max_time", "--benchmark-max-time", "max_time")):
-        v = value(dest)
-        if v is not None:
-            try:
-                cli[name] = opts.convert(name, v, flag)
-            except opts.OptionError as exc:
-                raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
-    if "min_rounds" in cli:
-        cli["max_rounds"] = max(cli["min_rounds"], opts.DEFAULTS.max_rounds)  # pytest-benchmark has no cap
-    warm = value("benchmark_warmup")
-    if warm is not None and not _warmup(warm):
-        cli["warmup_time"] = 0.0
+    only, skip, disabled = _selection(config, value)
+    cli = _cli_options(value)
 
     json_path = value("benchmark_json")
     ours = config.getoption("--gpuperf-json")
@@ -286,21 +321,7 @@ def configure(config: pytest.Config) -> CompatSettings:
                                 f"different files; give one")
     group_by = _group_by(value("benchmark_group_by")) if value("benchmark_group_by") is not None else None
 
-    sort = config.getoption("--gpuperf-sort")
-    if sort is not None:
-        if sort.strip().lower() not in SORT_KEYS:
-            raise _bad("--gpuperf-sort", sort, SORT_KEYS)
-        sort = sort.strip().lower()
-    elif value("benchmark_sort") is not None:
-        pb_sort = str(value("benchmark_sort")).strip().lower()
-        if pb_sort not in PB_SORT_KEYS:
-            raise _bad("--benchmark-sort", pb_sort, PB_SORT_KEYS)
-        sort = "name" if pb_sort == "fullname" else pb_sort
-    columns = None
-    if config.getoption("--gpuperf-columns") is not None:
-        columns = _columns("--gpuperf-columns", config.getoption("--gpuperf-columns"), TABLE_COLUMNS)
-    elif value("benchmark_columns") is not None:
-        columns = _columns("--benchmark-columns", value("benchmark_columns"), PB_COLUMNS)
+    sort, columns = _sort_and_columns(config, value)
 
     notes = tuple(f"{flag} is accepted and ignored: {why}" for flag, (_, why) in IGNORED_FLAGS.items()
                   if value(flag[2:].replace("-", "_")) is not None)

@@ -191,6 +191,51 @@ def _comparison_line(comparison: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def _draw_side(ax_hist: Any, ax_strip: Any, row: int, side: tuple[str, Any, str, str], span: tuple[float, float],
+               edges: Any, rng: Any) -> None:
+    """One side (``(label, samples_ms, color, linestyle)``) of :func:`plot_benchmark`: its histogram,
+    median and median CI in the top panel, its jittered samples and median bar in row ``row`` below."""
+    import numpy as np
+
+    from pytest_gpuperf.verdict.stats import median_ci
+
+    label, x, color, style = side
+    lo, hi = span
+    med = float(np.median(x))
+    ci = median_ci(x) if x.size >= 2 else None
+    ci_text = f", 95% CI {ci[0]:.4g}-{ci[1]:.4g} ms" if ci else ", no 95% CI (n < 6)"
+    weights = np.full(x.size, 1.0 / x.size)
+    ax_hist.hist(np.clip(x, lo, hi), bins=edges, weights=weights, histtype="stepfilled",
+                 color=color, alpha=0.18)
+    ax_hist.hist(np.clip(x, lo, hi), bins=edges, weights=weights, histtype="step", color=color,
+                 linestyle=style, linewidth=1.6, label=f"{label}: n={x.size}, median {med:.4g} ms{ci_text}")
+    ax_hist.axvline(med, color=color, linestyle=style, linewidth=2.0)
+    if ci:
+        ax_hist.axvspan(ci[0], ci[1], color=color, alpha=0.22, linewidth=0)
+    y = row + rng.uniform(-0.22, 0.22, x.size)
+    ax_strip.scatter(x, y, s=7 if x.size > 200 else 16, color=color, alpha=0.35 if x.size > 200 else 0.6, linewidths=0,
+                     marker="o" if label == "current" else "s")
+    xerr = None if ci is None else [[med - ci[0]], [ci[1] - med]]
+    ax_strip.errorbar([med], [row], xerr=xerr, fmt="|", markersize=22, markeredgewidth=2.5,
+                      color="black", ecolor="black", elinewidth=3, capsize=5, zorder=3)
+
+
+def _benchmark_axes(ax_hist: Any, ax_strip: Any, xlim: tuple[float, float], labels: list[str]) -> None:
+    """:func:`plot_benchmark`'s axes: the log time axis over ``xlim`` (ms), labels, legend and grids."""
+    xlo, xhi = xlim
+    ax_hist.set_xscale("log")
+    ax_hist.set_xlim(xlo, xhi)
+    ax_hist.set_ylabel("fraction of samples per bin")
+    ax_hist.legend(loc="upper right", fontsize=8, frameon=True)
+    ax_hist.grid(True, axis="y", alpha=0.3)
+    _log_ticks(ax_strip, xlo, xhi)
+    ax_hist.tick_params(labelbottom=False)
+    ax_strip.set_yticks(range(len(labels)), labels)
+    ax_strip.set_ylim(-0.6, len(labels) - 0.4)
+    ax_strip.set_xlabel("time per call (ms, log scale); bar: median and its 95% CI")
+    ax_strip.grid(True, axis="x", alpha=0.3)
+
+
 def plot_benchmark(
     name: str,
     current_ms: Sequence[float],
@@ -217,8 +262,6 @@ def plot_benchmark(
     """
     import numpy as np
 
-    from pytest_gpuperf.verdict.stats import median_ci
-
     cur = _positive_samples(current_ms, "current")
     base = _positive_samples(baseline_ms, "baseline")
     if cur.size == 0:
@@ -244,39 +287,13 @@ def plot_benchmark(
     fig = _new_figure(8.0, 5.6)
     ax_hist, ax_strip = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1.6))
     rng = np.random.default_rng(0)  # jitter only; fixed so the same input gives the same image
-    for row, (label, x, color, style) in enumerate(sides):
-        med = float(np.median(x))
-        ci = median_ci(x) if x.size >= 2 else None
-        ci_text = f", 95% CI {ci[0]:.4g}-{ci[1]:.4g} ms" if ci else ", no 95% CI (n < 6)"
-        weights = np.full(x.size, 1.0 / x.size)
-        ax_hist.hist(np.clip(x, lo, hi), bins=edges, weights=weights, histtype="stepfilled",
-                     color=color, alpha=0.18)
-        ax_hist.hist(np.clip(x, lo, hi), bins=edges, weights=weights, histtype="step", color=color,
-                     linestyle=style, linewidth=1.6, label=f"{label}: n={x.size}, median {med:.4g} ms{ci_text}")
-        ax_hist.axvline(med, color=color, linestyle=style, linewidth=2.0)
-        if ci:
-            ax_hist.axvspan(ci[0], ci[1], color=color, alpha=0.22, linewidth=0)
-        y = row + rng.uniform(-0.22, 0.22, x.size)
-        ax_strip.scatter(x, y, s=7 if x.size > 200 else 16, color=color, alpha=0.35 if x.size > 200 else 0.6, linewidths=0,
-                         marker="o" if label == "current" else "s")
-        xerr = None if ci is None else [[med - ci[0]], [ci[1] - med]]
-        ax_strip.errorbar([med], [row], xerr=xerr, fmt="|", markersize=22, markeredgewidth=2.5,
-                          color="black", ecolor="black", elinewidth=3, capsize=5, zorder=3)
+    for row, side in enumerate(sides):
+        _draw_side(ax_hist, ax_strip, row, side, (lo, hi), edges, rng)
     if _ratio_ok(base_level) and base.size and abs(math.log(base_level / float(np.median(base)))) > 1e-3:
         ax_hist.axvline(base_level, color=_BASELINE_COLOR, linestyle=":", linewidth=2.0,
                         label=f"baseline level from the stored history: {base_level:.4g} ms")
 
-    ax_hist.set_xscale("log")
-    ax_hist.set_xlim(xlo, xhi)
-    ax_hist.set_ylabel("fraction of samples per bin")
-    ax_hist.legend(loc="upper right", fontsize=8, frameon=True)
-    ax_hist.grid(True, axis="y", alpha=0.3)
-    _log_ticks(ax_strip, xlo, xhi)
-    ax_hist.tick_params(labelbottom=False)
-    ax_strip.set_yticks(range(len(sides)), [s[0] for s in sides])
-    ax_strip.set_ylim(-0.6, len(sides) - 0.4)
-    ax_strip.set_xlabel("time per call (ms, log scale); bar: median and its 95% CI")
-    ax_strip.grid(True, axis="x", alpha=0.3)
+    _benchmark_axes(ax_hist, ax_strip, (xlo, xhi), [s[0] for s in sides])
     fig.suptitle(_wrap(name, 90) + "\n" + _comparison_line(comparison), fontsize=10)
     return _save(fig, path)
 
@@ -290,6 +307,58 @@ def _row_floor(row: dict[str, Any], threshold: float) -> float:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
             return float(v)
     return threshold
+
+
+def _forest_row(ax: Any, i: int, row: dict[str, Any], threshold: float, values: list[float],
+                seen: dict[str, tuple[str, str, str]]) -> tuple[bool, bool]:
+    """Row ``i`` of :func:`plot_forest`: the ratio's marker, its CI bar, the row's own effect floor
+    when it differs from ``threshold`` and the label at the right edge. Appends the x values drawn
+    to ``values`` and the verdict's style to ``seen``; returns (a CI was drawn, an own floor was drawn)."""
+    ratio = float(row["ratio"])
+    values.append(ratio)
+    verdict = str(row.get("verdict") or "")
+    color, marker, label = VERDICT_STYLES.get(verdict, _OTHER_STYLE)
+    seen.setdefault(verdict if verdict in VERDICT_STYLES else "other", (color, marker, label))
+    ci = row.get("ratio_ci")
+    has_ci = _ci_ok(ci)
+    if has_ci:
+        lo, hi = float(ci[0]), float(ci[1])
+        values += [lo, hi]
+        ax.errorbar([ratio], [i], xerr=[[max(ratio - lo, 0.0)], [max(hi - ratio, 0.0)]], fmt="none",
+                    ecolor=color, elinewidth=1.6, capsize=3, zorder=2)
+    ax.plot([ratio], [i], linestyle="none", marker=marker, markersize=8, color=color,
+            markeredgecolor="black", markeredgewidth=0.6, zorder=3)
+    t_row = _row_floor(row, threshold)
+    note = ""
+    own_floor = not math.isclose(t_row, threshold, rel_tol=1e-9, abs_tol=1e-12)
+    if own_floor:
+        values += [1.0 / (1.0 + t_row), 1.0 + t_row]
+        ax.plot([1.0 / (1.0 + t_row), 1.0 + t_row], [i, i], linestyle="none", marker="|",
+                markersize=12, markeredgewidth=2.0, color="#555555", zorder=2)
+        note = f"  T={t_row * 100:.1f}%"
+    ax.annotate(f"{_fmt_ratio(ratio)} {verdict or '-'}{note}", xy=(1.0, i), xycoords=("axes fraction", "data"),
+                xytext=(6, 0), textcoords="offset points", va="center", ha="left", fontsize=8)
+    return has_ci, own_floor
+
+
+def _forest_legend(fig: Any, seen: dict[str, tuple[str, str, str]], any_ci: bool, any_floor: bool,
+                   threshold: float) -> None:
+    """The forest plot's legend: the verdicts drawn, the CI bar, the band and the rows' own floors."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], linestyle="none", marker=m, color=c, markeredgecolor="black",
+                      markeredgewidth=0.6, markersize=8, label=lab)
+               for key, (c, m, lab) in sorted(seen.items(), key=lambda kv: list(VERDICT_STYLES).index(kv[0])
+                                               if kv[0] in VERDICT_STYLES else 99)]
+    if any_ci:
+        handles.append(Line2D([], [], color="#444444", linewidth=1.6, label="|--| 99% CI of the ratio"))
+    handles.append(Line2D([], [], color="#BBBBBB", linewidth=8, alpha=0.7,
+                          label=f"band: effect floor +-{threshold * 100:g}%"))
+    if any_floor:
+        handles.append(Line2D([], [], linestyle="none", marker="|", markersize=12, markeredgewidth=2.0,
+                              color="#555555", label="| | this row's own effect floor T"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)), fontsize=8,
+               frameon=False)
 
 
 def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], threshold: float | None = None) -> str:
@@ -312,8 +381,6 @@ def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], th
     taller per row (width grows with the longest name, which is cut from the left beyond 70
     characters). Parent folders of ``path`` are created.
     """
-    from matplotlib.lines import Line2D
-
     kept = [r for r in rows if _ratio_ok(r.get("ratio"))]
     n = len(kept)
     names = [_shorten(str(r.get("name") or r.get("id") or "?"), 70) for r in kept]
@@ -335,30 +402,8 @@ def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], th
     seen: dict[str, tuple[str, str, str]] = {}
     any_ci = any_floor = False
     for i, row in enumerate(kept):
-        ratio = float(row["ratio"])
-        values.append(ratio)
-        verdict = str(row.get("verdict") or "")
-        color, marker, label = VERDICT_STYLES.get(verdict, _OTHER_STYLE)
-        seen.setdefault(verdict if verdict in VERDICT_STYLES else "other", (color, marker, label))
-        ci = row.get("ratio_ci")
-        if _ci_ok(ci):
-            any_ci = True
-            lo, hi = float(ci[0]), float(ci[1])
-            values += [lo, hi]
-            ax.errorbar([ratio], [i], xerr=[[max(ratio - lo, 0.0)], [max(hi - ratio, 0.0)]], fmt="none",
-                        ecolor=color, elinewidth=1.6, capsize=3, zorder=2)
-        ax.plot([ratio], [i], linestyle="none", marker=marker, markersize=8, color=color,
-                markeredgecolor="black", markeredgewidth=0.6, zorder=3)
-        t_row = _row_floor(row, threshold)
-        note = ""
-        if not math.isclose(t_row, threshold, rel_tol=1e-9, abs_tol=1e-12):
-            any_floor = True
-            values += [1.0 / (1.0 + t_row), 1.0 + t_row]
-            ax.plot([1.0 / (1.0 + t_row), 1.0 + t_row], [i, i], linestyle="none", marker="|",
-                    markersize=12, markeredgewidth=2.0, color="#555555", zorder=2)
-            note = f"  T={t_row * 100:.1f}%"
-        ax.annotate(f"{_fmt_ratio(ratio)} {verdict or '-'}{note}", xy=(1.0, i), xycoords=("axes fraction", "data"),
-                    xytext=(6, 0), textcoords="offset points", va="center", ha="left", fontsize=8)
+        has_ci, own_floor = _forest_row(ax, i, row, threshold, values, seen)
+        any_ci, any_floor = any_ci or has_ci, any_floor or own_floor
 
     lo, hi = min(values), max(values)
     pad = (hi / lo) ** 0.06 if hi > lo else 1.05
@@ -373,18 +418,6 @@ def plot_forest(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], th
         ax.text(0.5, 0.5, "no benchmark has a baseline comparison", transform=ax.transAxes,
                 ha="center", va="center")
 
-    handles = [Line2D([], [], linestyle="none", marker=m, color=c, markeredgecolor="black",
-                      markeredgewidth=0.6, markersize=8, label=lab)
-               for key, (c, m, lab) in sorted(seen.items(), key=lambda kv: list(VERDICT_STYLES).index(kv[0])
-                                               if kv[0] in VERDICT_STYLES else 99)]
-    if any_ci:
-        handles.append(Line2D([], [], color="#444444", linewidth=1.6, label="|--| 99% CI of the ratio"))
-    handles.append(Line2D([], [], color="#BBBBBB", linewidth=8, alpha=0.7,
-                          label=f"band: effect floor +-{threshold * 100:g}%"))
-    if any_floor:
-        handles.append(Line2D([], [], linestyle="none", marker="|", markersize=12, markeredgewidth=2.0,
-                              color="#555555", label="| | this row's own effect floor T"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)), fontsize=8,
-               frameon=False)
+    _forest_legend(fig, seen, any_ci, any_floor, threshold)
     fig.suptitle(f"current / baseline ratio per benchmark ({n} with a baseline)", fontsize=10)
     return _save(fig, path)
