@@ -1,5 +1,5 @@
-"""``python -m pytest_gpuperf``: the ``gpuperf`` command line (see :mod:`pytest_gpuperf.command`)."""
+"""``python -m pytest_gpuperf``: the ``gpuperf`` command line (see :mod:`pytest_gpuperf.cli`)."""
 
-from pytest_gpuperf.command import main
+from pytest_gpuperf.cli import main
 
 raise SystemExit(main())

@@ -16,7 +16,7 @@ import pytest
 
 from gitrepo import commit, git, init
 from pytest_gpuperf._testing import SCRIPTED_CONFTEST
-from pytest_gpuperf.command import main
+from pytest_gpuperf.cli import main
 
 TESTS = '''
 import pytest

@@ -1,4 +1,4 @@
-"""The ``gpuperf`` command line (``pytest_gpuperf.reporting.cli``): compare and show.
+"""The ``gpuperf`` command line (``pytest_gpuperf.cli.reports``): compare and show.
 
 Inputs are written to ``tmp_path`` from seeded log-normal samples, so every verdict is
 deterministic; ``main([...])`` is called in-process (one subprocess test checks
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_gpuperf.reporting.cli import main
+from pytest_gpuperf.cli.reports import main
 
 MODULE = "tests/perf/test_demo.py"
 ROOT = Path(__file__).resolve().parents[1]

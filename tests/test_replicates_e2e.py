@@ -70,7 +70,7 @@ def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester
                               "medians*Student t over process medians*"])
     # One verdict wherever it is shown (issue 21, item 5): the JSON, the Markdown, the terminal
     # table and `gpuperf compare` on the same baseline and report, with the same ratio.
-    from pytest_gpuperf.reporting.cli import main
+    from pytest_gpuperf.cli.reports import main
     from pytest_gpuperf.core.units import format_ratio
 
     c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]

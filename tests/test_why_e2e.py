@@ -71,7 +71,7 @@ def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, re
     assert total == pytest.approx(diff["total_shift_ms"])
     assert diff["whole_from"] == "timing"  # the verdict's own medians are the change to explain
     # gpuperf compare shows the report's diff under the decision
-    from pytest_gpuperf.reporting.cli import main
+    from pytest_gpuperf.cli.reports import main
 
     capsys.readouterr()
     main(["compare", str(repo / "out.json"), str(repo / "out.json")])

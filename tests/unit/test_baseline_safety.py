@@ -32,7 +32,7 @@ from pytest_gpuperf.storage.baseline import (
     module_file_name,
     update,
 )
-from pytest_gpuperf.reporting.cli import EXIT_BROKEN_PIPE, main
+from pytest_gpuperf.cli.reports import EXIT_BROKEN_PIPE, main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_KEY = "cpu-test-device"
@@ -290,7 +290,7 @@ def test_jsonschema_is_imported_only_when_a_file_is_loaded(tmp_path):
     write_file(path, file_data())
     code = (
         "import sys\n"
-        "import pytest_gpuperf.storage.baseline as bl, pytest_gpuperf.reporting.cli\n"
+        "import pytest_gpuperf.storage.baseline as bl, pytest_gpuperf.cli.reports\n"
         "assert 'jsonschema' not in sys.modules\n"
         f"bl.load({str(path)!r})\n"
         "assert 'jsonschema' in sys.modules\n"

@@ -307,7 +307,7 @@ def test_scripted_machine_factor_slows_benchmark_and_probe_together():
 
 
 def test_gpuperf_compare_reports_the_machine_ratio_of_stored_probes(tmp_path, capsys):
-    from pytest_gpuperf.reporting.cli import main
+    from pytest_gpuperf.cli.reports import main
 
     def stored(median: float, probe_ms: float | None) -> dict:
         e = _entry(samples_ms=[float(v) for v in lognormal(21 if median == 1.0 else 22, 200, median)],

@@ -1,5 +1,5 @@
 """``gpuperf bisect GOOD BAD -- <pytest args>``: the command line of :mod:`pytest_gpuperf.bisect.run`
-(registered as a subcommand of the ``gpuperf`` command by :mod:`pytest_gpuperf.command`)."""
+(registered as a subcommand of the ``gpuperf`` command by :mod:`pytest_gpuperf.cli`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Run as ``gpuperf ...`` (the console script) or ``python -m pytest_gpuperf ...``:
 
     gpuperf compare BASELINE CURRENT [--threshold F] [--alpha A] [--fail-on regressed|inconclusive]
     gpuperf show [DIR]
-    gpuperf bisect GOOD BAD -- PYTEST_ARGS   (added by pytest_gpuperf.command; see pytest_gpuperf.bisect)
+    gpuperf bisect GOOD BAD -- PYTEST_ARGS   (added by pytest_gpuperf.cli; see pytest_gpuperf.bisect)
 
 ``compare`` accepts, on either side, a baseline file (``baselines/<device key>/<module>.json``)
 or a JSON report written by ``pytest --gpuperf-json PATH``; the kind is detected from the
@@ -591,8 +591,8 @@ under DIR. exit codes: 0 ok, 2 missing DIR or an unreadable baseline file (still
 
 def build_parser(prog: str = "gpuperf", extra: Sequence[Callable[[Any, str], None]] = ()) -> argparse.ArgumentParser:
     """The ``argparse`` parser of the command line (subcommands ``compare`` and ``show``, plus those
-    that each ``extra`` callable adds with ``extra(subparsers, prog)``: ``bisect``, which lives in a
-    higher layer, :mod:`pytest_gpuperf.bisect.cli`, and is added by :mod:`pytest_gpuperf.command`)."""
+    that each ``extra`` callable adds with ``extra(subparsers, prog)``: ``bisect``, from
+    :mod:`pytest_gpuperf.cli.bisect`, added by :mod:`pytest_gpuperf.cli`)."""
     parser = argparse.ArgumentParser(
         prog=prog, description="pytest-gpuperf's command line: see each command's --help.",
     )
