@@ -8,13 +8,16 @@ outer session, keeps them loaded across inner sessions. (The plugin itself impor
 
 import os
 
+from pathlib import Path
+
 # On a machine with a GPU the suite runs as on CI's CPU-only machines: its tests that mean the CPU
-# leave the device out (the plugin then picks cuda:0 where there is one), so the GPU is hidden
-# before torch loads. `GPUPERF_TEST_CUDA=1 pytest tests` runs the CUDA-only tests instead (those
-# marked needs_cuda, on the real GPU; the rest are deselected). docs/development.md.
+# leave the device out (the plugin then picks cuda:0 where there is one), so the GPU is hidden at
+# configure time, before anything initializes CUDA. `GPUPERF_TEST_CUDA=1 pytest tests` runs the
+# CUDA-only tests instead (those marked needs_cuda, on the real GPU; the rest are deselected), and
+# the bundled perf suite (`pytest --gpuperf tests/perf`, the main job) keeps the GPU.
+# docs/development.md.
 CUDA_RUN = os.environ.get("GPUPERF_TEST_CUDA") == "1"
-if not CUDA_RUN:
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+PERF_SUITE = Path(__file__).resolve().parent / "perf"
 
 import numpy  # noqa: F401,E402
 import scipy.stats  # noqa: F401,E402
@@ -60,6 +63,14 @@ def _inner_session_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     # import numpy at start-up, which the start-up tests check is not this plugin's doing)
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("PYTEST_PLUGINS", "pytest_gpuperf.plugin,xdist.plugin,xdist.looponfail")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hide the GPU from the suite (see the top of this file), not from the perf suite alone."""
+    targets = [Path(config.invocation_params.dir, str(a).split("::")[0]).resolve() for a in config.args]
+    perf_only = bool(targets) and all(t == PERF_SUITE or PERF_SUITE in t.parents for t in targets)
+    if not CUDA_RUN and not perf_only:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
