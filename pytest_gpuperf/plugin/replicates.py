@@ -133,30 +133,28 @@ def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid:
                   out: str | None = None) -> None:
     """In a worker: append ``{"key": ..., "entry": <report entry>, "nodeid": <its test>}`` to ``out``
     (its role's file; nothing when None) and flush it."""
-    path = out
-    if not path:
+    if not out:
         return
     from pytest_gpuperf.storage.codec import encode_result
 
     entry = encode_result(result, environment=dict(environment), git_commit=None, timestamp_utc="")
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps({"key": key, "entry": entry, "nodeid": nodeid}) + "\n")
-        out.flush()
+    with open(out, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"key": key, "entry": entry, "nodeid": nodeid}) + "\n")
+        f.flush()
 
 
 def report_failure(nodeid: str, exc: BaseException, out: str | None = None) -> None:
     """In a worker: append ``{"failed": nodeid, "error": "Type: message", "where": frames}`` to ``out``
     for a test that raised (:func:`pytest_gpuperf.core.containment.describe`), so that the coordinator
     can say why the benchmark has no result from this worker (nothing when ``out`` is None)."""
-    path = out
-    if not path:
+    if not out:
         return
     from pytest_gpuperf.core.containment import describe
 
     error, where = describe(exc)
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps({"failed": nodeid, "error": error, "where": where}) + "\n")
-        out.flush()
+    with open(out, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"failed": nodeid, "error": error, "where": where}) + "\n")
+        f.flush()
 
 
 def read_results(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:

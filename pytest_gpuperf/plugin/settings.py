@@ -38,8 +38,9 @@ class SessionSettings:
     ``rootpath``/``invocation_dir``: pytest's rootdir and where it was invoked; ``verbose``: ``-v``
     count. Processes: ``worker_id`` (``"gw3"`` in a pytest-xdist worker), ``xdist_dir`` (the run's
     shared folder under pytest-xdist; ``owns_xdist_dir``: this process made it and removes it),
-    ``processes`` (worker processes per benchmark), ``replicate_slot`` (``(k, P)`` in a replicate
-    worker), ``ab_confirm`` (confirm a stored regression by A/B), ``why`` (profile both sides of an
+    ``processes`` (worker processes per benchmark), ``replicate`` (a replicate worker's
+    :class:`~pytest_gpuperf.plugin.replicates.WorkerRole`, from the hidden ``--gpuperf-role``; its
+    ``(k, P)`` as ``replicate_slot``), ``ab_confirm`` (confirm a stored regression by A/B), ``why`` (profile both sides of an
     A/B decision that moved: the per-op diff). A/B: ``ab`` (the
     :class:`~pytest_gpuperf.ab.run.Revision` to compare with; in a pytest-xdist worker the REF
     string), ``ab_processes`` (pairs of worker processes), ``ab_roots`` (import roots),
