@@ -96,6 +96,11 @@ def _process_options(group: Any) -> None:
     group.addoption("--gpuperf-more-processes-time", metavar="SECONDS", default=None,
                     help="start no more worker processes for inconclusive benchmarks after this many seconds of "
                          "them (ini gpuperf_more_processes_time; default 600)")
+    from pytest_gpuperf.plugin.replicates import WORKER_TIMEOUT_S
+
+    group.addoption("--gpuperf-worker-timeout", metavar="SECONDS", default=None,
+                    help="stop a worker process still running after this many seconds; the benchmarks it had not "
+                         f"reported fail with its output (ini gpuperf_worker_timeout; default {WORKER_TIMEOUT_S:g})")
     group.addoption("--gpuperf-select", metavar="FILE", default=None, help=argparse.SUPPRESS)  # a worker's node ids
     group.addoption("--gpuperf-role", metavar="JSON", default=None, help=argparse.SUPPRESS)  # a replicate worker's role
     group.addoption("--gpuperf-op-profile", action="store_true", default=False,
@@ -149,6 +154,8 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "all (default 10)", default="")
     parser.addini("gpuperf_more_processes_time", "start no more worker processes for inconclusive benchmarks after "
                   "this many seconds of them (default 600)", default="")
+    parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
+                  "(default 3600)", default="")
     parser.addini("gpuperf_bisect_timeout", "bisection: start no step after this many seconds (default 1800)",
                   default="")
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "

@@ -15,6 +15,7 @@ from pytest_gpuperf.storage.baseline import BaselineEntry, BaselineFile
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.result import BenchResult, Overrun
 from pytest_gpuperf.measure.timing import Measurer, Progress, Timing, prepare_call
+from pytest_gpuperf.plugin.replicates import UNREPORTED
 
 
 def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
@@ -283,6 +284,8 @@ class GpuBench:
         ctx = self.context
         if ctx.measuring and ctx.ab_results is not None:
             done = ctx.ab_results.get(self._full_id(bid))
+            if done is None and UNREPORTED in ctx.ab_results:  # no worker reported it, and one failed
+                done = f"{self._full_id(bid)}: {ctx.ab_results[UNREPORTED]}"
             if isinstance(done, str):  # the workers could not measure it (crashed, partial replicates)
                 if ctx.fail is not None:
                     ctx.fail(done)

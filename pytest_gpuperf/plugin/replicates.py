@@ -50,8 +50,9 @@ ROLE_OPTION = "--gpuperf-role"
 PROCESSES_ENV = "GPUPERF_PROCESSES"
 #: Worker processes per benchmark when nothing says otherwise.
 DEFAULT_PROCESSES = 3
-#: Seconds a worker may run before it is stopped (its benchmarks then fail with its output);
-#: ``GPUPERF_WORKER_TIMEOUT`` overrides it.
+#: Seconds a worker may run before it is stopped (its benchmarks then fail with its output) when
+#: the caller gives no ``timeout_s``; a session's is ``--gpuperf-worker-timeout`` (ini
+#: ``gpuperf_worker_timeout``, :class:`~pytest_gpuperf.plugin.settings.ProcessLimits`).
 WORKER_TIMEOUT_S = 3600.0
 #: How often a running worker's progress is polled for the terminal's progress line (s).
 POLL_S = 0.5
@@ -230,7 +231,7 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     before or between its timed rounds. Their ``index`` is ``-1 - j``. ``op_profile``: they profile
     the ops too (hidden ``--gpuperf-op-profile``); ``stem``: their logs' name (``<stem>-j.log``).
     Raises :class:`ReplicateError` when one cannot be started."""
-    timeout_s = timeout_s or float(os.environ.get("GPUPERF_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
+    timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     start = time.monotonic()
@@ -310,7 +311,7 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
     ``progress`` gets one line per worker process when it is done (the time elapsed and about how
     long is left); ``tick``, when given, one line each time the running worker finished another
     benchmark (polled every :data:`POLL_S`; for a line rewritten in place on a terminal)."""
-    timeout_s = timeout_s or float(os.environ.get("GPUPERF_WORKER_TIMEOUT") or WORKER_TIMEOUT_S)
+    timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     start = time.monotonic()
@@ -363,6 +364,24 @@ def _lines(path: Path) -> int:
         return path.read_bytes().count(b"\n")
     except OSError:
         return 0
+
+
+#: The key of a replicated session's results under which :func:`unreported_message` says why a
+#: benchmark that no worker process reported has no result.
+UNREPORTED = "*"
+
+
+def unreported_message(runs: Sequence[WorkerRun]) -> str | None:
+    """Why a benchmark that none of the worker processes ``runs`` reported has no result, when one of
+    them crashed or timed out (it may have stopped before it): a test then fails with this, prefixed
+    with its id, rather than passing unmeasured. None when none failed: the benchmark did not run in
+    the workers, and its test decides."""
+    failed = [r for r in runs if r.error]
+    if not failed:
+        return None
+    r = failed[0]
+    return (f"measured by none of {len(runs)} worker processes: {r.error}; nothing is compared or stored. "
+            f"Its output ({r.log}):\n{r.tail()}")
 
 
 def missing_message(key: str, runs: Sequence[WorkerRun]) -> str | None:

@@ -232,19 +232,10 @@ class GpuPerfSession:
         except ABError as exc:
             pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
-    def _run_replicates(self) -> None:
-        """Measure every selected benchmark in ``self.settings.processes`` worker processes, decide each against
-        its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.plugin.replicates`)."""
+    def _replicate_logs(self) -> Path:
+        """The worker processes' folder (``<rootdir>/.gpuperf/replicates``; a temporary one where that cannot be made)."""
         import tempfile
 
-        from pytest_gpuperf.ab.results import options_from_entry
-        from pytest_gpuperf.ab.run import worker_args
-        from pytest_gpuperf.plugin.replicates import extras_for, missing_message, run_extras, run_workers
-
-        progress = self._progress()
-        args = worker_args(self.config.invocation_params.args)
-        if self.config.pluginmanager.hasplugin("xdist"):
-            args += ["-n", "0"]
         from pytest_gpuperf.core.files import ensure_output_dir
 
         logs = self.settings.rootpath / ".gpuperf" / "replicates"
@@ -252,15 +243,32 @@ class GpuPerfSession:
             ensure_output_dir(logs)
         except OSError:
             logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
+        return logs
+
+    def _run_replicates(self) -> None:
+        """Measure every selected benchmark in ``self.settings.processes`` worker processes, decide each against
+        its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.plugin.replicates`)."""
+        from pytest_gpuperf.ab.results import options_from_entry
+        from pytest_gpuperf.ab.run import worker_args
+        from pytest_gpuperf.plugin.replicates import (UNREPORTED, extras_for, missing_message, run_extras, run_workers,
+                                                      unreported_message)
+
+        progress = self._progress()
+        args = worker_args(self.config.invocation_params.args)
+        if self.config.pluginmanager.hasplugin("xdist"):
+            args += ["-n", "0"]
+        logs = self._replicate_logs()
         progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes in turn "
                       f"(--gpuperf-processes)")
         here = Path(self.config.invocation_params.dir)
-        runs = run_workers(args, here, self.settings.processes, logs,
+        timeout_s = self.settings.limits.worker_timeout_s
+        runs = run_workers(args, here, self.settings.processes, logs, timeout_s=timeout_s,
                            progress=progress, tick=progress.tick if progress.live else None)
+        unreported = unreported_message(runs)  # for the benchmarks no worker reported
         # the extras (peak memory, counts, bottleneck) in processes of their own, after all timing: an
         # update run in two, so that what differs between processes is seen as variable
         extras = run_extras(args, here, self.settings.processes, logs, count=2 if self.settings.updating else 1,
-                            progress=progress.line, op_profile=self.settings.updating and self.settings.why)
+                            progress=progress.line, timeout_s=timeout_s, op_profile=self.settings.updating and self.settings.why)
         progress.close()
         finished: dict[str, Any] = {}
         commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
@@ -283,6 +291,8 @@ class GpuPerfSession:
                 self._bisect_regressions(finished, commits)
         if self.settings.why and not self.settings.updating:
             self._diff_stored(finished, runs, args, logs)
+        if unreported is not None:
+            finished[UNREPORTED] = unreported
         self.ab_results = finished
         if self.settings.xdist_dir is not None:
             from pytest_gpuperf.ab.results import dump_results
@@ -296,17 +306,17 @@ class GpuPerfSession:
         (:func:`~pytest_gpuperf.plugin.replicates.needs_more`), and regressions that no A/B will
         confirm (:func:`~pytest_gpuperf.plugin.replicates.replicate_regression`), get
         :data:`~pytest_gpuperf.plugin.replicates.MORE_BATCH` more worker processes at a time, running
-        only their tests (hidden ``--gpuperf-select``), up to ``max_processes`` in all and while
-        ``more_processes_time_s`` lasts, and are decided again on all their processes (``finished`` is
+        only their tests (hidden ``--gpuperf-select``), up to ``limits.max_processes`` in all and while
+        ``limits.more_time_s`` lasts, and are decided again on all their processes (``finished`` is
         updated). Returns the added runs."""
         import time
 
         from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, needs_more, replicate_regression, run_workers
 
-        s, progress = self.settings, self._progress()
+        s, limits, progress = self.settings, self.settings.limits, self._progress()
         added: list[Any] = []
         k, start = s.processes, time.monotonic()
-        while k < s.max_processes and time.monotonic() - start < s.more_processes_time_s:
+        while k < limits.max_processes and time.monotonic() - start < limits.more_time_s:
             thin = [key for key, r in finished.items()
                     if needs_more(r, s.updating, replicate=not s.updating and replicate_regression(
                         self._ab_will_confirm(key, commits), key in self.more_processes))]
@@ -318,7 +328,7 @@ class GpuPerfSession:
                 break
             select = logs / "select.txt"
             select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
-            batch = min(MORE_BATCH, s.max_processes - k)
+            batch = min(MORE_BATCH, limits.max_processes - k)
             if s.updating:
                 why = f"{len(thin)} benchmark(s) too imprecise a baseline"
             else:
@@ -328,9 +338,10 @@ class GpuPerfSession:
                     f"{regressed} regressed with no A/B against the baselines' commit to confirm it" if regressed else "",
                 ) if x)
             progress.line(f"gpuperf: {why} after {k} worker processes: measuring them in {batch} more "
-                          f"(--gpuperf-max-processes {s.max_processes})")
+                          f"(--gpuperf-max-processes {limits.max_processes})")
             added += run_workers([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
                                  s.processes, logs, progress=progress, first=k, count=batch,
+                                 timeout_s=limits.worker_timeout_s,
                                  tick=progress.tick if progress.live else None)
             k += batch
             for key in thin:
@@ -367,6 +378,7 @@ class GpuPerfSession:
         try:
             profiled = run_extras([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
                                   self.settings.processes, logs, count=2, progress=say, op_profile=True,
+                                  timeout_s=self.settings.limits.worker_timeout_s,
                                   stem="op-profile")
         except ReplicateError as exc:
             profiled, failed = [], str(exc)

@@ -12,16 +12,34 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_gpuperf.core import options as opts
+from pytest_gpuperf.plugin.replicates import WORKER_TIMEOUT_S
 
 #: ``GPUPERF_HOST_LOAD`` values that turn the busy-host guard off.
 _OFF = ("0", "false", "no", "off")
+#: The :class:`ProcessLimits` fields among the options :func:`_bisect` reads.
+_LIMITS = ("max_processes", "more_time_s", "worker_timeout_s")
+
+
+@dataclass(frozen=True)
+class ProcessLimits:
+    """Limits on the worker processes a session starts (command line, else ini, else these defaults).
+
+    ``max_processes``: worker processes a benchmark may get in all when its evidence is thin
+    (``--gpuperf-max-processes``); ``more_time_s``: seconds after which no more of them are started
+    (``--gpuperf-more-processes-time``); ``worker_timeout_s``: seconds a replicate or extras worker
+    process may run before it is stopped, its unfinished benchmarks then failing with its output
+    (``--gpuperf-worker-timeout``)."""
+
+    max_processes: int = 10
+    more_time_s: float = 600.0
+    worker_timeout_s: float = WORKER_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -47,8 +65,8 @@ class SessionSettings:
     ``in_ab_worker`` (this process is an A/B worker that the coordinator drives). Bisection:
     ``bisect`` (``(GOOD, BAD)`` of ``--gpuperf-bisect``: the session bisects instead of testing),
     ``bisect_on_regression`` (bisect at most N confirmed regressions; 0: off), ``bisect_timeout_s``.
-    More processes where the evidence is thin: ``max_processes`` (worker processes a benchmark may
-    get in all), ``more_processes_time_s`` (seconds after which no more are started);
+    ``limits``: how many worker processes a benchmark may get in all and for how long
+    (:class:`ProcessLimits`);
     ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``);
     ``op_profile`` (an extras process: profile the ops too; hidden ``--gpuperf-op-profile``).
     """
@@ -85,8 +103,7 @@ class SessionSettings:
     bisect_on_regression: int = 0
     bisect_timeout_s: float = 1800.0
     bisect_processes: int = 1
-    max_processes: int = 10
-    more_processes_time_s: float = 600.0
+    limits: ProcessLimits = field(default_factory=ProcessLimits)
     select_file: Path | None = None
     op_profile: bool = False
 
@@ -352,17 +369,18 @@ def _ab(config: pytest.Config, worker_id: str | None, updating: bool) -> dict[st
 
 
 def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: dict[str, Any]) -> dict[str, Any]:
-    """The bisection fields of :class:`SessionSettings` and the limits of measuring more processes
-    (``max_processes``, ``more_processes_time_s``); usage errors name the option and what it accepts."""
+    """The bisection fields of :class:`SessionSettings` and the limits of its worker processes
+    (``limits``, a :class:`ProcessLimits`); usage errors name the option and what it accepts."""
     out: dict[str, Any] = {}
     if in_worker:
         return out  # a worker process (xdist, replicate, A/B) measures; only the session the user started bisects
+    limits: dict[str, Any] = {}
     for option, ini, key, kind in (("--gpuperf-bisect-on-regression", "gpuperf_bisect_on_regression",
                                     "bisect_on_regression", int),
                                    ("--gpuperf-bisect-timeout", "gpuperf_bisect_timeout", "bisect_timeout_s", float),
                                    ("--gpuperf-max-processes", "gpuperf_max_processes", "max_processes", int),
-                                   ("--gpuperf-more-processes-time", "gpuperf_more_processes_time",
-                                    "more_processes_time_s", float)):
+                                   ("--gpuperf-more-processes-time", "gpuperf_more_processes_time", "more_time_s", float),
+                                   ("--gpuperf-worker-timeout", "gpuperf_worker_timeout", "worker_timeout_s", float)):
         raw = config.getoption(option)
         source = option
         if raw is None:
@@ -376,7 +394,8 @@ def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: d
         if value < 0 or (kind is float and value == 0):
             raise pytest.UsageError(f"pytest-gpuperf: {source} {raw}: expected "
                                     + ("a whole number >= 0" if kind is int else "a number of seconds > 0"))
-        out[key] = value
+        (limits if key in _LIMITS else out)[key] = value
+    out["limits"] = ProcessLimits(**limits)
     n = config.getoption("--gpuperf-ab-processes")
     if n is not None and str(n).isdigit() and int(n) >= 1:
         out["bisect_processes"] = int(n)  # pairs of worker processes per step (default 1)
