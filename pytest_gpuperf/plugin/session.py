@@ -98,7 +98,6 @@ class GpuPerfSession:
         self.inconclusive: list[str] = []  # module::id of inconclusive verdicts that pass: one line for all
         self.errors: dict[str, str] = {}
         self._progress_line: Any = None  # ProgressLine, made when long work starts
-        self.bisect_lines: list[str] = []  # reports of --gpuperf-bisect-on-regression, for the summary
         self.workers_seen = 0
         self.ab_worker: Any = None
         if settings.in_ab_worker:
@@ -114,9 +113,7 @@ class GpuPerfSession:
 
         self.started = time.monotonic()  # configure time: the whole session's clock (issue 31)
         self.before_tests_s: float | None = None  # worker processes / A/B before the tests, when any
-        self.more_processes: dict[str, int] = {}  # module::id -> processes its decision used, when more were added
-        self.stored_entries: dict[str, Any] = {}  # module::id -> its BaselineEntry (replicated sessions)
-        self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
+        self.coordinator: Any = None  # the Coordinator, in the session that measures before the tests
 
     def warn(self, message: str) -> None:
         """Add a line to the summary's warnings (each distinct line is printed once)."""
@@ -185,18 +182,26 @@ class GpuPerfSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """``--gpuperf-ab``: run the whole A/B measurement before the tests (and before pytest-xdist
-        starts its workers); the tests then pick up their finished results."""
-        if self.settings.worker_id is not None or self.ab_worker is not None:
+        """In the coordinator role (replicate worker processes, ``--gpuperf-ab``, ``--gpuperf-bisect``):
+        measure before the tests (and before pytest-xdist starts its workers) with a
+        :class:`~pytest_gpuperf.plugin.coordinator.Coordinator`; the tests then pick up their finished results."""
+        s = self.settings
+        if s.worker_id is not None or self.ab_worker is not None:
+            return
+        if s.bisect is None and not s.replicated and s.ab is None:
             return
         import time
 
+        from pytest_gpuperf.plugin.coordinator import Coordinator
+
         start = time.monotonic()
+        self.coordinator = Coordinator(self.config, s, self._progress, self.baseline, self.warn)
         try:
-            self._measure_before_tests()
+            self.coordinator.run()
         finally:
             self._progress().close()
-            if self.settings.replicated or self.settings.ab is not None:
+            self.ab_results, self.ab_removed = self.coordinator.results, self.coordinator.removed
+            if s.replicated or s.ab is not None:
                 self.before_tests_s = time.monotonic() - start
 
     def _progress(self) -> Any:
@@ -208,401 +213,6 @@ class GpuPerfSession:
             self._progress_line = ProgressLine(self.config.pluginmanager.getplugin("terminalreporter"),
                                                self.config.get_terminal_writer().fullwidth)
         return self._progress_line
-
-    def _measure_before_tests(self) -> None:
-        """Replicate worker processes (the default) or the A/B measurement, before the tests run; or,
-        with ``--gpuperf-bisect``, the bisection instead of the tests."""
-        if self.settings.bisect is not None:
-            self._run_bisect()
-            return
-        if self.settings.replicated:
-            from pytest_gpuperf.plugin.replicates import ReplicateError
-
-            try:
-                self._run_replicates()
-            except ReplicateError as exc:
-                pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.INTERNAL_ERROR)
-            return
-        if self.settings.ab is None:
-            return
-        from pytest_gpuperf.ab.run import ABError
-
-        try:
-            self._run_ab()
-        except ABError as exc:
-            pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
-
-    def _replicate_logs(self) -> Path:
-        """The worker processes' folder (``<rootdir>/.gpuperf/replicates``; a temporary one where that cannot be made)."""
-        import tempfile
-
-        from pytest_gpuperf.core.files import ensure_output_dir
-
-        logs = self.settings.rootpath / ".gpuperf" / "replicates"
-        try:
-            ensure_output_dir(logs)
-        except OSError:
-            logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
-        return logs
-
-    def _run_replicates(self) -> None:
-        """Measure every selected benchmark in ``self.settings.processes`` worker processes, decide each against
-        its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.plugin.replicates`)."""
-        from pytest_gpuperf.ab.results import options_from_entry
-        from pytest_gpuperf.ab.run import worker_args
-        from pytest_gpuperf.plugin.replicates import (UNREPORTED, extras_for, missing_message, run_extras, run_workers,
-                                                      unreported_message)
-
-        progress = self._progress()
-        args = worker_args(self.config.invocation_params.args)
-        if self.config.pluginmanager.hasplugin("xdist"):
-            args += ["-n", "0"]
-        logs = self._replicate_logs()
-        progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes in turn "
-                      f"(--gpuperf-processes)")
-        here = Path(self.config.invocation_params.dir)
-        timeout_s = self.settings.limits.worker_timeout_s
-        runs = run_workers(args, here, self.settings.processes, logs, timeout_s=timeout_s,
-                           progress=progress, tick=progress.tick if progress.live else None)
-        unreported = unreported_message(runs)  # for the benchmarks no worker reported
-        # the extras (peak memory, counts, bottleneck) in processes of their own, after all timing: an
-        # update run in two, so that what differs between processes is seen as variable
-        extras = run_extras(args, here, self.settings.processes, logs, count=2 if self.settings.updating else 1,
-                            progress=progress.line, timeout_s=timeout_s, op_profile=self.settings.updating and self.settings.why)
-        progress.close()
-        finished: dict[str, Any] = {}
-        commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
-        for key in dict.fromkeys(k for r in runs for k in r.entries):
-            first = next(r.entries[key] for r in runs if key in r.entries)
-            mine = runs[:_worker_count(options_from_entry(first), len(runs))]  # marker processes=N: the first N
-            problem = missing_message(key, mine)
-            if problem is not None:
-                finished[key] = problem
-                continue
-            finished[key] = self._decide_replicated(key, [r.entries[key] for r in mine], commits,
-                                                    *extras_for(key, extras))
-        runs += self._measure_more(finished, commits, runs, extras, args, logs)
-        for r in runs + extras:
-            if r.error:
-                self.warnings.append(f"{r.error}; its output: {r.log}")
-        if self.settings.ab_confirm and not self.settings.updating:
-            self._confirm_by_ab(finished, commits)
-            if self.settings.bisect_on_regression:
-                self._bisect_regressions(finished, commits)
-        if self.settings.why and not self.settings.updating:
-            self._diff_stored(finished, runs, args, logs)
-        if unreported is not None:
-            finished[UNREPORTED] = unreported
-        self.ab_results = finished
-        if self.settings.xdist_dir is not None:
-            from pytest_gpuperf.ab.results import dump_results
-
-            dump_results(self.settings.xdist_dir / "ab-results.json", finished)
-
-    def _measure_more(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]],
-                      runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> list[Any]:
-        """Pyperf's answer to process-level spread is more processes; Pinpoint's is "measure more"
-        until the comparison decides. Benchmarks whose evidence is thin after the first P processes
-        (:func:`~pytest_gpuperf.plugin.replicates.needs_more`), and regressions that no A/B will
-        confirm (:func:`~pytest_gpuperf.plugin.replicates.replicate_regression`), get
-        :data:`~pytest_gpuperf.plugin.replicates.MORE_BATCH` more worker processes at a time, running
-        only their tests (hidden ``--gpuperf-select``), up to ``limits.max_processes`` in all and while
-        ``limits.more_time_s`` lasts, and are decided again on all their processes (``finished`` is
-        updated). Returns the added runs."""
-        import time
-
-        from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, needs_more, replicate_regression, run_workers
-
-        s, limits, progress = self.settings, self.settings.limits, self._progress()
-        added: list[Any] = []
-        k, start = s.processes, time.monotonic()
-        while k < limits.max_processes and time.monotonic() - start < limits.more_time_s:
-            thin = [key for key, r in finished.items()
-                    if needs_more(r, s.updating, replicate=not s.updating and replicate_regression(
-                        self._ab_will_confirm(key, commits), key in self.more_processes))]
-            if not thin:
-                break
-            nodeids = sorted({next(r.entries[key].get("nodeid") for r in runs + added if key in r.entries)
-                              for key in thin} - {""})
-            if not nodeids:
-                break
-            select = logs / "select.txt"
-            select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
-            batch = min(MORE_BATCH, limits.max_processes - k)
-            if s.updating:
-                why = f"{len(thin)} benchmark(s) too imprecise a baseline"
-            else:
-                regressed = sum(finished[key].comparison.verdict.value == "regressed" for key in thin)
-                why = ", ".join(x for x in (
-                    f"{len(thin) - regressed} benchmark(s) inconclusive" if len(thin) > regressed else "",
-                    f"{regressed} regressed with no A/B against the baselines' commit to confirm it" if regressed else "",
-                ) if x)
-            progress.line(f"gpuperf: {why} after {k} worker processes: measuring them in {batch} more "
-                          f"(--gpuperf-max-processes {limits.max_processes})")
-            added += run_workers([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
-                                 s.processes, logs, progress=progress, first=k, count=batch,
-                                 timeout_s=limits.worker_timeout_s,
-                                 tick=progress.tick if progress.live else None)
-            k += batch
-            for key in thin:
-                entries = [r.entries[key] for r in runs + added if key in r.entries]
-                finished[key] = self._decide_replicated(key, entries, commits, *extras_for(key, extras))
-                self.more_processes[key] = len(entries)
-        return added
-
-    def _diff_stored(self, finished: dict[str, Any], runs: list[Any], args: list[str], logs: Path) -> None:
-        """Why it got slower without the old commit (issue 32): every stored-baseline verdict that
-        moved (regressed or improved) and has no per-op diff from an A/B run (no commit to measure, a
-        shallow clone, ``--gpuperf-no-ab-confirm``, side A failed), but whose baseline stored an op
-        profile, is profiled in 2 extras processes of its own (after all timing) and diffed against
-        that profile (:func:`~pytest_gpuperf.verdict.opdiff.diff_against_stored`), marked as from
-        another process and time. Contained: a failure leaves the verdict, says why in the message."""
-        import dataclasses
-
-        from pytest_gpuperf.core.containment import OP_DIFF, Unavailable, contained
-        from pytest_gpuperf.plugin.replicates import ReplicateError, extras_for, run_extras
-        from pytest_gpuperf.verdict.opdiff import OpSample, diff_against_stored
-
-        keys = [k for k, r in finished.items()
-                if not isinstance(r, str) and r.comparison is not None and r.op_diff is None
-                and r.comparison.verdict.value in ("regressed", "improved") and k in self.stored_entries
-                and isinstance(self.stored_entries[k].data.get("op_profile"), dict)]
-        nodeids = sorted({n for k in keys for r in runs if k in r.entries and (n := r.entries[k].get("nodeid"))})
-        if not nodeids:
-            return
-        select = logs / "select-op-profile.txt"
-        select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
-        say = self._progress().line
-        say(f"gpuperf: {len(keys)} verdict(s) moved with no A/B to profile: profiling the ops in 2 more processes "
-            f"to diff against the baselines' stored op profiles (why it got slower; --gpuperf-no-why)")
-        try:
-            profiled = run_extras([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
-                                  self.settings.processes, logs, count=2, progress=say, op_profile=True,
-                                  timeout_s=self.settings.limits.worker_timeout_s,
-                                  stem="op-profile")
-        except ReplicateError as exc:
-            profiled, failed = [], str(exc)
-        else:
-            failed = next((f"{r.error} (output: {r.log})" for r in profiled if r.error), "")
-        for key in keys:
-            r, entry = finished[key], self.stored_entries[key]
-            entries, missing = extras_for(key, profiled)
-            cycles = [c for e in entries for c in ((e.get("op_profile") or {}).get("cycles") or ())]
-            unavailable = dict(r.unavailable)
-            if not cycles:
-                unavailable[OP_DIFF] = Unavailable(OP_DIFF, failed or missing or "no op profile of this run")
-                finished[key] = dataclasses.replace(r, unavailable=unavailable)
-                continue
-            c = r.comparison
-            whole = (c.baseline_median_ms, c.current_median_ms) if c.baseline_median_ms and c.current_median_ms else None
-            when = (entry.data.get("timestamp_utc") or "?")[:16]
-            source = (f"the baseline's op profile ({when}" + (f", {entry.git_commit[:7]}" if entry.git_commit else "")
-                      + "; other processes and time, maybe another machine)")
-            diff = contained(OP_DIFF, lambda: diff_against_stored(
-                entry.data["op_profile"], [OpSample.from_dict(x) for x in cycles], whole_ms=whole, source=source),
-                unavailable)
-            finished[key] = dataclasses.replace(r, op_diff=diff, unavailable=unavailable)
-
-    def _ab_will_confirm(self, key: str, commits: dict[str, tuple[str | None, bool | None]]) -> bool:
-        """Whether a stored-stage regression of ``key`` will be confirmed by A/B against its baseline's
-        commit (``--gpuperf-ab-confirm`` on, a committed baseline, the commit in this clone)."""
-        commit, dirty = commits.get(key, (None, None))
-        if not self.settings.ab_confirm or self.settings.updating or commit is None or dirty:
-            return False
-        known = self._commit_known.get(commit)
-        if known is None:
-            from pytest_gpuperf.ab.run import ABError, resolve_revision
-
-            try:
-                resolve_revision(Path(self.config.invocation_params.dir), commit)
-                known = True
-            except ABError:
-                known = False
-            self._commit_known[commit] = known
-        return known
-
-    def _confirm_by_ab(self, finished: dict[str, Any],
-                       commits: dict[str, tuple[str | None, bool | None]]) -> None:
-        """Re-measure every stored-baseline regression in ``finished`` by A/B against the commit its
-        baseline was recorded at, on this machine (a worktree of that commit is side A, the working tree
-        side B; :mod:`pytest_gpuperf.ab.run`), and make the A/B verdict the final one (Chromium Pinpoint
-        confirms a dashboard alert the same way). A baseline recorded from uncommitted changes, a commit
-        that is not in this clone, or a side A that cannot run keeps the stored verdict, with a note."""
-        import dataclasses
-        import shlex
-
-        from pytest_gpuperf.ab.run import ABError, resolve_revision
-        from pytest_gpuperf.bisect.run import uncommitted
-        from pytest_gpuperf.plugin.replicates import with_ab_confirmation
-
-        suspects = [k for k, r in finished.items()
-                    if not isinstance(r, str) and r.comparison is not None and r.comparison.verdict.value == "regressed"]
-        by_commit: dict[str, list[str]] = {}
-        for key in suspects:
-            commit, dirty = commits.get(key, (None, None))
-            if commit is None or dirty:
-                why = ("the baseline was recorded from uncommitted changes" if dirty else
-                       "the baseline records no git commit")
-                finished[key] = with_ab_confirmation(finished[key], None, "its commit", why)
-                continue
-            by_commit.setdefault(commit, []).append(key)
-        say = self._progress().line
-        for commit, keys in by_commit.items():
-            label = commit[:7]
-            try:
-                rev = dataclasses.replace(resolve_revision(Path(self.config.invocation_params.dir), commit),
-                                          ref="the baselines' commit")
-                label = rev.label
-                say(f"gpuperf: {len(keys)} regression(s): confirming by A/B against {label} on this machine")
-                results, _ = self._measure_ab(rev, only=set(keys))
-            except ABError as exc:
-                why = str(exc)
-                if "no such commit" in why:
-                    why = (f"the baselines' commit {commit[:7]} is not in this repository (a shallow clone? fetch the "
-                           f"history, e.g. actions/checkout with fetch-depth: 0)")
-                for key in keys:
-                    finished[key] = with_ab_confirmation(finished[key], None, label, why)
-                continue
-            after = (" (after committing your changes: bisect measures commits, and the working tree has "
-                     "uncommitted changes)" if uncommitted(rev.repo) else "")
-            for key in keys:
-                finished[key] = with_ab_confirmation(finished[key], results.get(key), label,
-                                                     bisect_command=f"gpuperf bisect {commit[:12]} HEAD -- "
-                                                                    f"{shlex.quote(key)}{after}")
-
-    def _bisector(self, progress: Any, time_cap_s: float) -> Any:
-        """A :class:`~pytest_gpuperf.bisect.run.Bisector` for this session's selection (raises its
-        ``BisectError`` outside a git repository)."""
-        from pytest_gpuperf.bisect.run import Bisector, repository
-
-        here = Path(self.config.invocation_params.dir)
-        args = list(self.config.invocation_params.args)
-        if self.config.pluginmanager.hasplugin("xdist"):
-            args += ["-n", "0"]
-        return Bisector(repository(here), here, args, processes=self.settings.bisect_processes,
-                        import_roots=self.settings.ab_roots, progress=progress, time_cap_s=time_cap_s,
-                        step_progress=self._progress().tick,  # inside a step: on a terminal only
-                        why=self.settings.why)
-
-    def _run_bisect(self) -> None:
-        """``--gpuperf-bisect GOOD..BAD``: bisect instead of running the tests, print the report (and write
-        it to ``--gpuperf-json``/``--gpuperf-markdown``), then end the session with the command's exit code
-        (0: a first bad commit found; 1: none; a usage error for bad revisions)."""
-        import json
-
-        from pytest_gpuperf.bisect.report import exit_code, json_dict, markdown, summary_lines
-        from pytest_gpuperf.bisect.run import BisectError
-        from pytest_gpuperf.core.files import write_atomic
-
-        good, bad = self.settings.bisect
-        progress = self._progress()
-        try:
-            run = self._bisector(progress.line, self.settings.bisect_timeout_s).run(good, bad)
-        except BisectError as exc:
-            pytest.exit(f"pytest-gpuperf: --gpuperf-bisect: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
-        from pytest_gpuperf.ab.run import selection_args
-
-        args = selection_args(self.config.invocation_params.args)  # for the reproduce command
-        for line in summary_lines(run, args):
-            progress.line(line)
-        for path, text in ((self.settings.json_path, lambda: json.dumps(json_dict(run, args), indent=1)),
-                           (self.settings.markdown_path, lambda: markdown(run, args))):
-            if path is not None:
-                write_atomic(path, text())
-                progress.line(f"bisect report written to {path}")
-        code = exit_code(run)
-        pytest.exit("gpuperf: bisection " + ("found the first bad commit" if code == 0 else "found no single commit"),
-                    returncode=code)
-
-    def _bisect_regressions(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]]) -> None:
-        """``--gpuperf-bisect-on-regression N``: bisect from the baseline's commit to HEAD for at most N
-        benchmarks whose regression the A/B confirmation confirmed (largest ratio first), within the time
-        cap; the reports go to the terminal summary (:attr:`bisect_lines`)."""
-        import time
-
-        from pytest_gpuperf.bisect.report import summary_lines
-        from pytest_gpuperf.bisect.run import BisectError
-
-        confirmed = sorted(((r.comparison.ratio or 0.0, k) for k, r in finished.items()
-                            if not isinstance(r, str) and r.comparison is not None and r.comparison.ab is not None
-                            and r.comparison.verdict.value == "regressed" and commits.get(k, (None,))[0]),
-                           reverse=True)[:self.settings.bisect_on_regression]
-        by_commit: dict[str, set[str]] = {}
-        for _, key in confirmed:
-            by_commit.setdefault(commits[key][0], set()).add(key)
-        progress = self._progress()
-        start = time.monotonic()
-        for commit, keys in by_commit.items():
-            progress.line(f"gpuperf: bisecting {len(keys)} confirmed regression(s) from the baselines' commit "
-                          f"{commit[:7]} to HEAD (--gpuperf-bisect-on-regression)")
-            left_s = max(1e-9, self.settings.bisect_timeout_s - (time.monotonic() - start))  # one cap for all
-            try:
-                run = self._bisector(progress.line, left_s).run(commit, "HEAD", keys=keys)
-            except BisectError as exc:
-                self.bisect_lines.append(f"bisect {commit[:7]}..HEAD: {exc}")
-                continue
-            self.bisect_lines += summary_lines(run, sorted(keys))
-
-    def _decide_replicated(self, key: str, entries: list[dict[str, Any]],
-                           commits: dict[str, tuple[str | None, bool | None]],
-                           extras: list[dict[str, Any]] | None = None, extras_missing: str | None = None) -> Any:
-        """The finished result of benchmark ``key`` (``module::id``) from its workers' entries, decided
-        against its stored baseline; a string when the baseline file is unusable. ``commits`` gets the
-        baseline's ``(git commit, dirty)``."""
-        from pytest_gpuperf.ab.results import options_from_entry
-        from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
-        from pytest_gpuperf.measure.environment import device_key
-        from pytest_gpuperf.plugin.replicates import decide
-
-        module, _, bid = key.partition("::")
-        options = options_from_entry(entries[0])  # worker 0's: the test's own options, with max_time split over the workers
-        baseline = path = None
-        env = entries[0].get("environment") or {}
-        if env.get("device_type"):
-            path = baseline_path(self.settings.baseline_dir, device_key(env), module)
-            try:
-                base_file = self.baseline(path)
-                check_module(base_file, module)
-            except BaselineError as exc:
-                return str(exc)
-            baseline = base_file.get(bid) if base_file is not None else None
-        if baseline is not None:
-            commits[key] = (baseline.git_commit, baseline.dirty)
-            self.stored_entries[key] = baseline
-        return decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
-                      can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing)
-
-    def _run_ab(self) -> None:
-        rev = self.settings.ab
-        self._progress().line(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
-        self.ab_results, self.ab_removed = self._measure_ab(rev)
-        if self.settings.xdist_dir is not None:
-            from pytest_gpuperf.ab.results import dump_results
-
-            dump_results(self.settings.xdist_dir / "ab-results.json", self.ab_results)
-
-    def _measure_ab(self, rev: Any,
-                    only: set[str] | None = None) -> tuple[dict[str, Any], list[str]]:
-        """Measure the working tree (B) against a worktree of ``rev`` (A) in ``self.settings.ab_processes`` pairs
-        of worker processes (``only``: just these benchmarks), then the sequential step: a benchmark that
-        says regressed, or whose CI straddles 1+T, is measured by ``confirm`` more pairs and decided again
-        on all pairs together. Returns ``(results by full id, ids removed since REF)``; notes go to the
-        session's warnings. Raises :class:`~pytest_gpuperf.ab.run.ABError`."""
-        from pytest_gpuperf.ab.run import ab_folder, measure_ab, prepare_worktree, side_specs, worker_args
-
-        worktree = prepare_worktree(rev)
-        logs = ab_folder(rev.repo) / "logs"
-        logs.mkdir(exist_ok=True)
-        specs = side_specs(rev, worktree, Path(self.config.invocation_params.dir), self.settings.ab_roots)
-        args = worker_args(self.config.invocation_params.args)
-        if self.config.pluginmanager.hasplugin("xdist"):
-            args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
-        progress = self._progress()  # a line per benchmark measured, rewritten in place on a terminal (issue 24)
-        outcome = measure_ab(specs, args, self.settings.ab_processes, logs, rev.label, only=only,
-                             progress=progress, announce=progress.line, why=self.settings.why,
-                             traces_dir=self.settings.artifacts_dir)
-        self.warnings.extend(outcome.notes)
-        return outcome.results, outcome.removed
 
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
@@ -894,15 +504,16 @@ class GpuPerfSession:
                 terminalreporter.write_sep("=", text)
             else:
                 terminalreporter.write_line(text, **markup)
-        if self.bisect_lines:
+        coordinator = self.coordinator
+        if coordinator is not None and coordinator.bisect_lines:
             terminalreporter.write_sep("=", "gpuperf: bisection of the confirmed regressions")
-            for line in self.bisect_lines:
+            for line in coordinator.bisect_lines:
                 terminalreporter.write_line(line)
         from pytest_gpuperf.reporting.terminal import more_processes_line, whole_time_line, wrap
 
         closing = []
-        if self.more_processes:
-            closing.append(more_processes_line(self.more_processes, self.settings.processes))
+        if coordinator is not None and coordinator.more_processes:
+            closing.append(more_processes_line(coordinator.more_processes, self.settings.processes))
         if self.before_tests_s is not None:
             import time
 
@@ -1083,11 +694,6 @@ class GpuPerfSession:
 def _split_nodeid(nodeid: str) -> tuple[str, str]:
     module, _, rest = nodeid.partition("::")
     return module, rest or module
-
-
-def _worker_count(options: opts.BenchOptions, session_processes: int) -> int:
-    """How many worker processes measure a benchmark: its ``processes`` option, at most the session's."""
-    return min(options.processes or session_processes, session_processes)
 
 
 def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:
