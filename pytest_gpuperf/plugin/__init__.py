@@ -199,6 +199,12 @@ def pytest_configure(config: pytest.Config) -> None:
     session = GpuPerfSession(config, resolve_settings(config, compat))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpuperf-session")
+    from pytest_gpuperf.plugin.reports import ReportWriter, TerminalSummary
+
+    if session.settings.worker_id is None:
+        config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
+    if ReportWriter.wanted(session.settings):
+        config.pluginmanager.register(ReportWriter(session), "gpuperf-reports")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

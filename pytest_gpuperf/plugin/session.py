@@ -3,11 +3,18 @@
 In the style of pytest-memray's ``Manager``: :func:`pytest_gpuperf.plugin.pytest_configure`
 resolves the :class:`~pytest_gpuperf.plugin.settings.SessionSettings` once, makes one
 :class:`GpuPerfSession`, registers it as a plugin (its methods are the session's hooks: session
-start, collection, reports, the terminal summary, session finish) and puts it in ``config.stash``
-under :data:`~pytest_gpuperf.plugin.keys.SESSION_KEY`, where the fixtures and the pytest-benchmark
+start, collection, test reports, session finish) and puts it in ``config.stash`` under
+:data:`~pytest_gpuperf.plugin.keys.SESSION_KEY`, where the fixtures and the pytest-benchmark
 adapter find it. Everything mutable of the session lives here: the recorded measurements,
 warnings, telemetry notes, report errors, the finished A/B or replicate results, and the caches
 of environments and baseline files.
+
+Each role and feature beyond that is a small object of its own (issue 33), present only where it
+is active: the :class:`~pytest_gpuperf.plugin.coordinator.Coordinator` (the session that measures
+before the tests), the :class:`~pytest_gpuperf.plugin.reports.TerminalSummary` (not in a
+pytest-xdist worker), the :class:`~pytest_gpuperf.plugin.reports.ReportWriter` (when a report is
+asked for); the xdist hand-off (:mod:`~pytest_gpuperf.plugin.handoff`) and the baseline writing
+(:mod:`~pytest_gpuperf.plugin.updating`) are modules of their own.
 """
 
 from __future__ import annotations
@@ -21,24 +28,13 @@ import pytest
 
 from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin import benchmark_compat
+from pytest_gpuperf.plugin.handoff import Recorded, merge_workers, worker_payload
 from pytest_gpuperf.plugin.keys import BENCH_KEY
 from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
+from pytest_gpuperf.plugin.updating import write_baselines
 
 if TYPE_CHECKING:
     from pytest_gpuperf.storage.baseline import BaselineFile
-
-
-@dataclass
-class Recorded:
-    """One measurement of the session, with where it came from."""
-
-    nodeid: str
-    module: str
-    result: Any  # BenchResult
-    baseline_path: str | None
-    device_key: str | None
-    environment: dict[str, Any] | None
-    updated: bool = False
 
 
 
@@ -159,6 +155,10 @@ class GpuPerfSession:
             self._baselines[key] = load(path)
         return self._baselines[key]
 
+
+    def forget_baseline(self, path: str | Path) -> None:
+        """Drop the cached baseline file at ``path`` (after it was written)."""
+        self._baselines.pop(str(path), None)
 
     def git_state(self) -> tuple[str | None, bool | None]:
         """``(commit, dirty)`` of the checkout, once per session (before any baseline is written; the
@@ -365,38 +365,7 @@ class GpuPerfSession:
                 and c.verdict.value == "inconclusive" and not s.strict and not s.updating
                 and not c.machine_differs):  # one summary line for all (machine differs has its own)
             self.inconclusive.append(name)
-        self.warnings.extend(self._result_warnings(name, device, stored, result))
-
-    def _result_warnings(self, name: str, device: Any, stored: "_Stored", result: Any) -> list[str]:
-        """Summary warnings about one result: a noisy new baseline, the machine's drift since the
-        baseline, an environment that differs from the baseline's."""
-        s, out = self.settings, []
-        if s.updating and not result.smoke:
-            from pytest_gpuperf.reporting.report import noisy_baseline_warning
-
-            noisy = noisy_baseline_warning(name, result)
-            if noisy:
-                out.append(noisy)
-        if stored.baseline is None or stored.env is None:
-            return out
-        entry = stored.baseline.get(result.benchmark_id)
-        if entry is not None:
-            from pytest_gpuperf.measure.environment import differences
-            from pytest_gpuperf.verdict.machine import drift_agrees, drift_ratios, drift_warning
-
-            ratios = drift_ratios(stored.env.get("reference"), entry.reference)
-            drift = drift_warning(ratios)
-            if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
-                offer = not s.normalize and drift_agrees(ratios)  # no correction to offer for workloads that disagree
-                out.append(f"{device}: {drift}" + (" (--gpuperf-normalize corrects for it)" if offer else ""))
-            for part, why in entry.unavailable.items():
-                if part not in result.unavailable:
-                    out.append(f"{name}: {part} not compared: unavailable when its baseline was recorded "
-                               f"({why.text()})")
-            diffs = differences(entry.environment, stored.env)
-            if diffs:
-                out.append(f"{name}: environment differs from the baseline's: " + "; ".join(diffs))
-        return out
+        self.warnings.extend(_result_warnings(s, name, device, stored, result))
 
     def _finished_results(self) -> dict[str, Any] | None:
         """The finished results of the A/B or replicate workers (a pytest-xdist worker reads the
@@ -445,7 +414,7 @@ class GpuPerfSession:
                 report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
         if self.settings.updating:
             # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).
-            problem = ("baseline not updated: " + "\n".join(messages)) if messages else self._write_baselines(item)
+            problem = ("baseline not updated: " + "\n".join(messages)) if messages else write_baselines(self, item)
             if problem:
                 report.outcome = "failed"
                 report.longrepr = problem
@@ -463,132 +432,6 @@ class GpuPerfSession:
                 f"{item.nodeid} is marked gpu_bench but measured nothing: call gpu_bench(fn, ...) in the test"
             )
 
-    def _write_baselines(self, item: pytest.Item) -> str | None:
-        """Write the item's measurements into its baseline file; returns an error message or None."""
-        from pytest_gpuperf.storage.baseline import BaselineError, update
-        from pytest_gpuperf.measure.environment import utc_now
-        from pytest_gpuperf.storage.codec import encode_result
-
-        mine = [r for r in self.recorded if r.nodeid == item.nodeid and not r.result.smoke]
-        if not mine:
-            return None
-        stamp, (commit, dirty) = utc_now(), self.git_state()
-        by_path: dict[str, list[Recorded]] = {}
-        for rec in mine:
-            by_path.setdefault(rec.baseline_path or "", []).append(rec)
-        for path, recs in by_path.items():
-            entries = {
-                rec.result.benchmark_id: _compact_op_profile(dict(encode_result(
-                    rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
-                ), **({} if dirty is None else {"dirty": dirty})))
-                for rec in recs
-            }
-            try:
-                update(path, entries, device_key=recs[0].device_key or "", module=recs[0].module)
-            except (BaselineError, OSError) as exc:
-                return f"pytest-gpuperf: could not write baseline: {exc}"
-            for rec in recs:
-                rec.updated = True
-            self._baselines.pop(path, None)
-        return None
-
-    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        """The session's summary (:func:`pytest_gpuperf.reporting.terminal.summary`), in the controller."""
-        if self.settings.worker_id is not None:
-            return
-        from pytest_gpuperf.reporting.terminal import summary
-
-        width = self.config.get_terminal_writer().fullwidth  # the width pytest reports with
-        for kind, text, markup in summary(dataclasses.replace(self._summary_input(), width=width)):
-            if kind == "sep":
-                terminalreporter.write_sep("=", text)
-            else:
-                terminalreporter.write_line(text, **markup)
-        coordinator = self.coordinator
-        if coordinator is not None and coordinator.bisect_lines:
-            terminalreporter.write_sep("=", "gpuperf: bisection of the confirmed regressions")
-            for line in coordinator.bisect_lines:
-                terminalreporter.write_line(line)
-        from pytest_gpuperf.reporting.terminal import more_processes_line, whole_time_line, wrap
-
-        closing = []
-        if coordinator is not None and coordinator.more_processes:
-            closing.append(more_processes_line(coordinator.more_processes, self.settings.processes))
-        if self.before_tests_s is not None:
-            import time
-
-            closing.append(whole_time_line(time.monotonic() - self.started, self.before_tests_s,
-                                           ab=self.settings.ab is not None))
-        for line in closing:  # wrapped to the terminal, as the notes and warnings are
-            for part in wrap(line, width):
-                terminalreporter.write_line(part)
-
-    def _summary_input(self) -> Any:
-        """What the terminal summary reports (a :class:`~pytest_gpuperf.reporting.terminal.SessionSummary`)."""
-        from pytest_gpuperf.reporting.terminal import Row, SessionSummary
-
-        s = self.settings
-        ab = s.ab
-        reports = (("results", s.json_path), ("Markdown summary", s.markdown_path), ("plots", s.plot_dir))
-        return SessionSummary(
-            rows=[Row(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated, rec.device_key)
-                  for rec in self.recorded],
-            measuring=s.measuring, updating=s.updating, replicated=s.replicated, processes=s.processes,
-            ab_label=None if ab is None else getattr(ab, "label", str(ab)), ab_processes=s.ab_processes,
-            ab_removed=tuple(self.ab_removed), baselines=s.relpath(s.baseline_dir),
-            table_options=benchmark_compat.table_options(self.config), notes=tuple(self.notes),
-            warnings=tuple(self.session_warnings()), workers_seen=self.workers_seen,
-            written=tuple((label, str(path)) for label, path in reports if path is not None and str(path) not in self.errors),
-            errors=tuple(self.errors.values()),
-        )
-
-    def _worker_payload(self) -> dict[str, Any]:
-        from pytest_gpuperf.measure.environment import utc_now
-        from pytest_gpuperf.storage.codec import encode_result
-
-        stamp = utc_now()
-        return {
-            "records": [
-                {
-                    "nodeid": rec.nodeid, "module": rec.module, "baseline_path": rec.baseline_path,
-                    "device_key": rec.device_key, "environment": rec.environment, "updated": rec.updated,
-                    "entry": dict(encode_result(rec.result, environment=rec.environment or {}, git_commit=None,
-                                               timestamp_utc=stamp, with_comparison=True), smoke=rec.result.smoke),
-                }
-                for rec in self.recorded
-            ],
-            "warnings": self.warnings,
-            "notes": self.notes,
-            "overruns": [[name, dataclasses.asdict(o)] for name, o in self.overruns],
-            "inconclusive": self.inconclusive,
-        }
-
-    def _merge_workers(self) -> None:
-        """Controller: add every pytest-xdist worker's measurements to this session's."""
-        if self.settings.xdist_dir is None:
-            return
-        import json
-
-        from pytest_gpuperf.storage.codec import decode_result
-        for path in sorted(self.settings.xdist_dir.glob("worker-*.json")):
-            self.workers_seen += 1
-            try:
-                payload = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                self.warnings.append(f"could not read the results of pytest-xdist worker file {path}: {exc}")
-                continue
-            for r in payload.get("records", []):
-                self.recorded.append(Recorded(
-                    r["nodeid"], r["module"], decode_result(r["entry"]), r.get("baseline_path"),
-                    r.get("device_key"), r.get("environment"), bool(r.get("updated")),
-                ))
-            self.warnings.extend(payload.get("warnings", []))
-            from pytest_gpuperf.verdict.result import Overrun
-
-            self.overruns.extend((name, Overrun(**o)) for name, o in payload.get("overruns", []))
-            self.inconclusive.extend(payload.get("inconclusive", []))
-            self.notes.extend(payload.get("notes", []))
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.ab_worker is not None:
@@ -602,112 +445,15 @@ class GpuPerfSession:
                 from pytest_gpuperf.core.files import write_atomic
                 from pytest_gpuperf.storage.baseline import dumps
 
-                write_atomic(self.settings.xdist_dir / f"worker-{self.settings.worker_id}.json", dumps(self._worker_payload()))
+                write_atomic(self.settings.xdist_dir / f"worker-{self.settings.worker_id}.json", dumps(worker_payload(self)))
             return
-        self._merge_workers()
-        self.recorded.sort(key=lambda rec: (rec.nodeid, rec.result.benchmark_id))
-        if self.settings.json_path is not None:
-            self._write_report("--gpuperf-json", self.settings.json_path, lambda: self._write_json())
-        if self.settings.markdown_path is not None:
-            from pytest_gpuperf.core.files import write_atomic
-            from pytest_gpuperf.reporting.report import markdown
-
-            items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result) for rec in self.recorded]
-            devices = sorted({rec.result.device for rec in self.recorded})
-            self._write_report("--gpuperf-markdown", self.settings.markdown_path, lambda: write_atomic(
-                self.settings.markdown_path, markdown(items, devices=devices, strict=self.settings.strict,
-                                              warnings=self.session_warnings(),
-                                              mode="ab" if self.settings.ab is not None else
-                                              "replicates" if self.settings.replicated else "stored")))
-        if self.settings.plot_dir is not None:
-            self._write_plots()
-
-    def _write_report(self, option: str, path: Path, write: Any) -> None:
-        """Run ``write()``; an OSError becomes one error line of the summary (no traceback after the run)."""
-        try:
-            write()
-        except OSError as exc:
-            self.errors[str(path)] = f"could not write {option} {path}: {exc.strerror or exc}"
-
-    def _write_plots(self) -> None:
-        from pytest_gpuperf.storage.baseline import BaselineError, load
-        from pytest_gpuperf.reporting.plots import plot_benchmark, plot_forest, safe_filename
-        from pytest_gpuperf.reporting.report import comparison_dict
-
-        rows = []
-        for rec in self.recorded:
-            c = rec.result.comparison
-            if c is None or c.ratio is None or not rec.baseline_path:
-                continue
-            name = f"{rec.module}::{rec.result.benchmark_id}"
-            try:
-                base = load(rec.baseline_path)
-            except BaselineError:
-                continue
-            entry = base.get(rec.result.benchmark_id) if base else None
-            if entry is None:
-                continue
-            d = comparison_dict(c)
-            try:
-                plot_benchmark(name, rec.result.samples_ms, entry.samples_ms, d,
-                               self.settings.plot_dir / f"{safe_filename(name)}.png")
-            except (ValueError, OSError) as exc:  # a plot never takes the session down
-                self.warnings.append(f"could not plot {name}: {exc}")
-            rows.append(dict(d, name=name))
-        if rows:
-            try:
-                plot_forest(rows, self.settings.plot_dir / "forest.png", threshold=self.settings.options.threshold)
-            except (ValueError, OSError) as exc:
-                self.warnings.append(f"could not write the forest plot: {exc}")
-
-    def _write_json(self) -> None:
-        from pytest_gpuperf.core.files import write_atomic
-        from pytest_gpuperf.storage.baseline import SCHEMA_VERSION, dumps
-        from pytest_gpuperf.measure.environment import utc_now
-        from pytest_gpuperf.reporting.report import result_entry
-
-        stamp, (commit, _) = utc_now(), self.git_state()
-        environments = {rec.device_key: rec.environment for rec in self.recorded if rec.device_key}
-        data = {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "report",
-            "created_utc": stamp,
-            "git_commit": commit,
-            "environments": environments,
-            "benchmarks": {
-                f"{rec.module}::{rec.result.benchmark_id}": dict(
-                    result_entry(rec.result, environment=rec.environment or {}, git_commit=commit,
-                                 timestamp_utc=stamp, with_comparison=True),
-                    module=rec.module,
-                    baseline_file=self.settings.relpath(Path(rec.baseline_path)) if rec.baseline_path else None,
-                    smoke=rec.result.smoke,
-                )
-                for rec in self.recorded
-            },
-            "warnings": self.session_warnings(),
-        }
-        for entry in data["benchmarks"].values():
-            entry.pop("op_profile", None)  # the baselines keep it (compact); the report has the op diff
-        write_atomic(self.settings.json_path, dumps(data))
+        merge_workers(self)
+        self.recorded.sort(key=lambda rec: (rec.nodeid, rec.result.benchmark_id))  # the reports' order
 
 
 def _split_nodeid(nodeid: str) -> tuple[str, str]:
     module, _, rest = nodeid.partition("::")
     return module, rest or module
-
-
-def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:
-    """A baseline entry with its op profile in the compact form a baseline stores
-    (:func:`~pytest_gpuperf.verdict.opdiff.compact_profile`: a few KB), or without one that cannot be read."""
-    raw = entry.pop("op_profile", None)
-    if isinstance(raw, dict):
-        from pytest_gpuperf.verdict.opdiff import compact_profile, stored_samples
-
-        try:
-            entry["op_profile"] = compact_profile(stored_samples(raw)[0])
-        except ValueError:
-            pass  # nothing profiled: no profile stored
-    return entry
 
 
 def _op_profile_mode(s: SessionSettings) -> bool:
@@ -804,3 +550,33 @@ def _progress_writer(config: pytest.Config, nodeid: str) -> Any:
     return write
 
 
+def _result_warnings(s: SessionSettings, name: str, device: Any, stored: "_Stored", result: Any) -> list[str]:
+    """Summary warnings about one result: a noisy new baseline, the machine's drift since the
+    baseline, an environment that differs from the baseline's."""
+    out: list[str] = []
+    if s.updating and not result.smoke:
+        from pytest_gpuperf.reporting.report import noisy_baseline_warning
+
+        noisy = noisy_baseline_warning(name, result)
+        if noisy:
+            out.append(noisy)
+    if stored.baseline is None or stored.env is None:
+        return out
+    entry = stored.baseline.get(result.benchmark_id)
+    if entry is not None:
+        from pytest_gpuperf.measure.environment import differences
+        from pytest_gpuperf.verdict.machine import drift_agrees, drift_ratios, drift_warning
+
+        ratios = drift_ratios(stored.env.get("reference"), entry.reference)
+        drift = drift_warning(ratios)
+        if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
+            offer = not s.normalize and drift_agrees(ratios)  # no correction to offer for workloads that disagree
+            out.append(f"{device}: {drift}" + (" (--gpuperf-normalize corrects for it)" if offer else ""))
+        for part, why in entry.unavailable.items():
+            if part not in result.unavailable:
+                out.append(f"{name}: {part} not compared: unavailable when its baseline was recorded "
+                           f"({why.text()})")
+        diffs = differences(entry.environment, stored.env)
+        if diffs:
+            out.append(f"{name}: environment differs from the baseline's: " + "; ".join(diffs))
+    return out

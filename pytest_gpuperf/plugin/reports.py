@@ -1,0 +1,183 @@
+"""The reports a session gives when it ends (issue 33: one feature, one small plugin object).
+
+:class:`TerminalSummary` prints the summary; :class:`ReportWriter` writes ``--gpuperf-json``, ``--gpuperf-markdown`` and ``--gpuperf-plot`` from the
+session's recorded measurements, in the session the user started (pytest-xdist's controller; never in
+a worker process). :func:`pytest_gpuperf.plugin.pytest_configure` registers it only when one of them
+is asked for. A report that cannot be written is one error line of the summary (``errors``), a plot
+that fails one warning: neither takes the session down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+class ReportWriter:
+    """Writes the session's reports after its own ``pytest_sessionfinish`` merged and sorted the
+    measurements (``session``: the :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    @staticmethod
+    def wanted(settings: Any) -> bool:
+        """Whether a session with these :class:`~pytest_gpuperf.plugin.settings.SessionSettings` writes a report."""
+        return any(p is not None for p in (settings.json_path, settings.markdown_path, settings.plot_dir))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        s = self.session
+        if s.ab_worker is not None or s.settings.worker_id is not None:
+            return  # a worker's measurements go to its coordinator, which writes the reports
+        if s.settings.json_path is not None:
+            self._write_report("--gpuperf-json", s.settings.json_path, lambda: self._write_json())
+        if s.settings.markdown_path is not None:
+            from pytest_gpuperf.core.files import write_atomic
+            from pytest_gpuperf.reporting.report import markdown
+
+            items = [(f"{rec.module}::{rec.result.benchmark_id}", rec.result) for rec in s.recorded]
+            devices = sorted({rec.result.device for rec in s.recorded})
+            self._write_report("--gpuperf-markdown", s.settings.markdown_path, lambda: write_atomic(
+                s.settings.markdown_path, markdown(items, devices=devices, strict=s.settings.strict,
+                                                   warnings=s.session_warnings(),
+                                                   mode="ab" if s.settings.ab is not None else
+                                                   "replicates" if s.settings.replicated else "stored")))
+        if s.settings.plot_dir is not None:
+            self._write_plots()
+
+    def _write_report(self, option: str, path: Path, write: Any) -> None:
+        """Run ``write()``; an OSError becomes one error line of the summary (no traceback after the run)."""
+        try:
+            write()
+        except OSError as exc:
+            self.session.errors[str(path)] = f"could not write {option} {path}: {exc.strerror or exc}"
+
+    def _write_plots(self) -> None:
+        s = self.session
+        from pytest_gpuperf.storage.baseline import BaselineError, load
+        from pytest_gpuperf.reporting.plots import plot_benchmark, plot_forest, safe_filename
+        from pytest_gpuperf.reporting.report import comparison_dict
+
+        rows = []
+        for rec in s.recorded:
+            c = rec.result.comparison
+            if c is None or c.ratio is None or not rec.baseline_path:
+                continue
+            name = f"{rec.module}::{rec.result.benchmark_id}"
+            try:
+                base = load(rec.baseline_path)
+            except BaselineError:
+                continue
+            entry = base.get(rec.result.benchmark_id) if base else None
+            if entry is None:
+                continue
+            d = comparison_dict(c)
+            try:
+                plot_benchmark(name, rec.result.samples_ms, entry.samples_ms, d,
+                               s.settings.plot_dir / f"{safe_filename(name)}.png")
+            except (ValueError, OSError) as exc:  # a plot never takes the session down
+                s.warnings.append(f"could not plot {name}: {exc}")
+            rows.append(dict(d, name=name))
+        if rows:
+            try:
+                plot_forest(rows, s.settings.plot_dir / "forest.png", threshold=s.settings.options.threshold)
+            except (ValueError, OSError) as exc:
+                s.warnings.append(f"could not write the forest plot: {exc}")
+
+    def _write_json(self) -> None:
+        s = self.session
+        from pytest_gpuperf.core.files import write_atomic
+        from pytest_gpuperf.storage.baseline import SCHEMA_VERSION, dumps
+        from pytest_gpuperf.measure.environment import utc_now
+        from pytest_gpuperf.reporting.report import result_entry
+
+        stamp, (commit, _) = utc_now(), s.git_state()
+        environments = {rec.device_key: rec.environment for rec in s.recorded if rec.device_key}
+        data = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "report",
+            "created_utc": stamp,
+            "git_commit": commit,
+            "environments": environments,
+            "benchmarks": {
+                f"{rec.module}::{rec.result.benchmark_id}": dict(
+                    result_entry(rec.result, environment=rec.environment or {}, git_commit=commit,
+                                 timestamp_utc=stamp, with_comparison=True),
+                    module=rec.module,
+                    baseline_file=s.settings.relpath(Path(rec.baseline_path)) if rec.baseline_path else None,
+                    smoke=rec.result.smoke,
+                )
+                for rec in s.recorded
+            },
+            "warnings": s.session_warnings(),
+        }
+        for entry in data["benchmarks"].values():
+            entry.pop("op_profile", None)  # the baselines keep it (compact); the report has the op diff
+        write_atomic(s.settings.json_path, dumps(data))
+
+
+class TerminalSummary:
+    """The session's summary at the end of the terminal output (the table, notes, warnings, the
+    reports written, the bisections of confirmed regressions, the whole session's time), in the
+    session the user started; :func:`pytest_gpuperf.plugin.pytest_configure` registers it in every
+    process but a pytest-xdist worker (whose measurements its controller summarizes).
+    ``session``: the :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        """The session's summary (:func:`pytest_gpuperf.reporting.terminal.summary`)."""
+        import dataclasses
+
+        from pytest_gpuperf.reporting.terminal import summary
+
+        width = config.get_terminal_writer().fullwidth  # the width pytest reports with
+        for kind, text, markup in summary(dataclasses.replace(self._summary_input(config), width=width)):
+            if kind == "sep":
+                terminalreporter.write_sep("=", text)
+            else:
+                terminalreporter.write_line(text, **markup)
+        s = self.session
+        coordinator = s.coordinator
+        if coordinator is not None and coordinator.bisect_lines:
+            terminalreporter.write_sep("=", "gpuperf: bisection of the confirmed regressions")
+            for line in coordinator.bisect_lines:
+                terminalreporter.write_line(line)
+        from pytest_gpuperf.reporting.terminal import more_processes_line, whole_time_line, wrap
+
+        closing = []
+        if coordinator is not None and coordinator.more_processes:
+            closing.append(more_processes_line(coordinator.more_processes, s.settings.processes))
+        if s.before_tests_s is not None:
+            import time
+
+            closing.append(whole_time_line(time.monotonic() - s.started, s.before_tests_s,
+                                           ab=s.settings.ab is not None))
+        for line in closing:  # wrapped to the terminal, as the notes and warnings are
+            for part in wrap(line, width):
+                terminalreporter.write_line(part)
+
+    def _summary_input(self, config: pytest.Config) -> Any:
+        """What the terminal summary reports (a :class:`~pytest_gpuperf.reporting.terminal.SessionSummary`)."""
+        from pytest_gpuperf.plugin import benchmark_compat
+        from pytest_gpuperf.reporting.terminal import Row, SessionSummary
+
+        session = self.session
+        s = session.settings
+        ab = s.ab
+        reports = (("results", s.json_path), ("Markdown summary", s.markdown_path), ("plots", s.plot_dir))
+        return SessionSummary(
+            rows=[Row(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated, rec.device_key)
+                  for rec in session.recorded],
+            measuring=s.measuring, updating=s.updating, replicated=s.replicated, processes=s.processes,
+            ab_label=None if ab is None else getattr(ab, "label", str(ab)), ab_processes=s.ab_processes,
+            ab_removed=tuple(session.ab_removed), baselines=s.relpath(s.baseline_dir),
+            table_options=benchmark_compat.table_options(config), notes=tuple(session.notes),
+            warnings=tuple(session.session_warnings()), workers_seen=session.workers_seen,
+            written=tuple((label, str(path)) for label, path in reports if path is not None and str(path) not in session.errors),
+            errors=tuple(session.errors.values()),
+        )

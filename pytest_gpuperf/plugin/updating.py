@@ -1,0 +1,57 @@
+"""Writing baselines (``--gpuperf-update-baselines``): a test's measurements into its baseline files.
+
+Called by the session when a test's call phase passed (:func:`write_baselines`); the baseline
+files themselves are :mod:`pytest_gpuperf.storage.baseline` (locked, atomic, validated).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def write_baselines(session: Any, item: pytest.Item) -> str | None:
+    """``--gpuperf-update-baselines``: write the measurements of ``item`` (a test) that ``session``
+    (the :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`) recorded into their baseline files,
+    with the checkout's commit; returns an error message or None."""
+    from pytest_gpuperf.storage.baseline import BaselineError, update
+    from pytest_gpuperf.measure.environment import utc_now
+    from pytest_gpuperf.storage.codec import encode_result
+
+    mine = [r for r in session.recorded if r.nodeid == item.nodeid and not r.result.smoke]
+    if not mine:
+        return None
+    stamp, (commit, dirty) = utc_now(), session.git_state()
+    by_path: dict[str, list[Any]] = {}
+    for rec in mine:
+        by_path.setdefault(rec.baseline_path or "", []).append(rec)
+    for path, recs in by_path.items():
+        entries = {
+            rec.result.benchmark_id: _compact_op_profile(dict(encode_result(
+                rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
+            ), **({} if dirty is None else {"dirty": dirty})))
+            for rec in recs
+        }
+        try:
+            update(path, entries, device_key=recs[0].device_key or "", module=recs[0].module)
+        except (BaselineError, OSError) as exc:
+            return f"pytest-gpuperf: could not write baseline: {exc}"
+        for rec in recs:
+            rec.updated = True
+        session.forget_baseline(path)  # the next read sees what was written
+    return None
+
+
+def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:
+    """A baseline entry with its op profile in the compact form a baseline stores
+    (:func:`~pytest_gpuperf.verdict.opdiff.compact_profile`: a few KB), or without one that cannot be read."""
+    raw = entry.pop("op_profile", None)
+    if isinstance(raw, dict):
+        from pytest_gpuperf.verdict.opdiff import compact_profile, stored_samples
+
+        try:
+            entry["op_profile"] = compact_profile(stored_samples(raw)[0])
+        except ValueError:
+            pass  # nothing profiled: no profile stored
+    return entry
