@@ -1,21 +1,21 @@
-"""The object behind the ``gpu_bench`` fixture (no pytest imports; the plugin wires it up)."""
+"""The object behind the ``gpu_bench`` fixture (no pytest imports; the plugin wires it up).
+
+:class:`GpuBench` is the fixture's API (calls, names, ``pedantic``, ``extra_info``, phases); how a
+call is measured is one strategy chosen from its :class:`BenchContext` when it is made
+(:mod:`pytest_gpuperf.plugin.measuring`: in-process, a replay of a result finished by worker
+processes, an A/B worker, the extras process, or smoke mode).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import statistics
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
 
-from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, MEMORY, SNAPSHOT, TRACE, contained
-from pytest_gpuperf.storage.baseline import BaselineEntry, BaselineFile
 from pytest_gpuperf.core.options import BenchOptions
-from pytest_gpuperf.verdict.result import BenchResult, Overrun
-from pytest_gpuperf.measure.timing import Measurer, Progress, Timing, prepare_call
-from pytest_gpuperf.plugin.replicates import UNREPORTED
+from pytest_gpuperf.measure.timing import Measurer, Progress
+from pytest_gpuperf.plugin.measuring import GpuBenchUsageError, _lazy_kind, _sampler, strategy_for  # noqa: F401
+from pytest_gpuperf.storage.baseline import BaselineFile
+from pytest_gpuperf.verdict.result import BenchResult
 
 
 def _accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
@@ -37,24 +37,6 @@ def assign_extra_info(target: dict[str, Any], value: Mapping[str, Any], name: st
     new = dict(value)
     target.clear()
     target.update(new)
-
-
-class GpuBenchUsageError(RuntimeError):
-    """The fixture was used in a way it does not support (the message says how to fix it)."""
-
-
-def _lazy_kind(value: Any) -> str | None:
-    """"generator", "async generator" or "coroutine" when calling fn only created one, else None."""
-    import inspect
-
-    if inspect.isgenerator(value):
-        return "generator"
-    if inspect.isasyncgen(value):
-        return "async generator"
-    if inspect.iscoroutine(value):
-        value.close()  # never awaited: close it quietly
-        return "coroutine"
-    return None
 
 
 @dataclass(frozen=True)
@@ -128,10 +110,21 @@ class GpuBench:
     """
 
     def __init__(self, context: BenchContext, on_result: Callable[[BenchResult], None] = lambda _r: None) -> None:
-        self.context = context
+        self.context = context  # also chooses the measuring strategy (see the setter)
         self._on_result = on_result
         self.results: list[BenchResult] = []
         self._extra_info: dict[str, Any] = {}
+
+    @property
+    def context(self) -> BenchContext:
+        """The test's :class:`BenchContext`; setting it chooses the measuring strategy again
+        (:func:`~pytest_gpuperf.plugin.measuring.strategy_for`)."""
+        return self._context
+
+    @context.setter
+    def context(self, value: BenchContext) -> None:
+        self._context = value
+        self._strategy = strategy_for(value)
 
     @property
     def extra_info(self) -> dict[str, Any]:
@@ -257,6 +250,10 @@ class GpuBench:
             )
         return bid
 
+    def _safe_id(self, bid: str) -> str:
+        """A bounded, file-system-safe file stem for measurement ``bid`` of this test (its traces and snapshots)."""
+        return self._strategy._safe_id(bid)
+
     def _run(self, fn, args, kwargs, *, setup, rounds, warmup_calls, name, calls_per_round=None) -> BenchResult:
         if not callable(fn):
             raise TypeError(f"gpu_bench: expected a callable as first argument, got {type(fn).__name__}")
@@ -266,524 +263,14 @@ class GpuBench:
         common = dict(name=label, device=str(self.device), benchmark_id=bid,
                       group=group, options=self.options, extra_info=self._extra_info)
         try:
-            result = self._measure(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
+            result = self._strategy.measure(fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
+                                            calls_per_round)
         except Exception as exc:
             from pytest_gpuperf.measure.memory import is_oom
 
             if not is_oom(exc):
                 raise
-            self._raise_oom(exc, fn, args, kwargs, bid)
+            self._strategy.raise_oom(exc, fn, args, kwargs, bid)
         self.results.append(result)
         self._on_result(result)
         return result
-
-    def _full_id(self, bid: str) -> str:
-        return f"{self.module}::{bid}" if self.module else bid
-
-    def _measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
-        ctx = self.context
-        if ctx.measuring and ctx.ab_results is not None:
-            done = ctx.ab_results.get(self._full_id(bid))
-            if done is None and UNREPORTED in ctx.ab_results:  # no worker reported it, and one failed
-                done = f"{self._full_id(bid)}: {ctx.ab_results[UNREPORTED]}"
-            if isinstance(done, str):  # the workers could not measure it (crashed, partial replicates)
-                if ctx.fail is not None:
-                    ctx.fail(done)
-                raise RuntimeError(done)
-            if done is not None:  # measured by the workers: the verdict is decided; one call here
-                a, k = prepare_call(fn, args, kwargs, setup)  # gives the test its value and side effects
-                value = ctx.measurer.once(fn, a, k, ctx.device).value
-                self._check_value(fn, value)
-                return dataclasses.replace(done, name=common["name"], group=common["group"], value=value,
-                                           options=common["options"], extra_info=common["extra_info"])
-        if ctx.measuring and ctx.ab_worker is not None:
-            return self._measure_ab_worker(fn, args, kwargs, setup, bid, common, calls_per_round)
-        if ctx.measuring and ctx.extras == "only":
-            return self._measure_extras(fn, args, kwargs, setup, bid, common)
-        if not ctx.measuring or ctx.ab_results is not None:
-            a, k = prepare_call(fn, args, kwargs, setup)
-            t = ctx.measurer.once(fn, a, k, ctx.device)
-            self._check_value(fn, t.value)
-            return BenchResult.from_samples(
-                t.samples_ms, rounds=1, calls_per_round=1, warmup_calls=0, smoke=True, value=t.value, **common
-            )
-        if ctx.device_lock is not None:
-            # pytest-xdist: never let two workers time the same device at once
-            with ctx.device_lock():
-                return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
-                                              calls_per_round)
-        return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
-
-    def _measure_unlocked(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
-                          calls_per_round=None) -> BenchResult:
-        """One measurement, in phases: the timed rounds with telemetry (:meth:`_timed_rounds`), the
-        untimed extra calls for peak memory and exact counts (:meth:`_extra_calls`), the verdict
-        (:meth:`_evaluate`, which may re-measure), and the bottleneck and trace (:meth:`_explain`)."""
-        ctx = self.context
-        # the interleaved machine-speed probe, for a measurer that supports it
-        probe = self._probe() if ctx.measurer.supports_probe else None
-        fixed = {} if probe is None else {"probe": probe}
-
-        def timed(progress: Any = None) -> Timing:
-            return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                        rounds=rounds, warmup_calls=warmup_calls, progress=progress,
-                                        calls_per_round=calls_per_round, **fixed)
-
-        inline = ctx.extras == "inline"  # a timed replicate worker makes no extra call: the extras process does
-        first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts and inline else None
-        t, telemetry, elapsed_s = self._timed_rounds(timed)
-        compiled = None
-        if self.options.counts and inline:  # torch.compile's compiles since the first call
-            from pytest_gpuperf.measure.counting import compile_snapshot
-            from pytest_gpuperf.verdict.counts import compile_delta
-
-            compiled = compile_delta(first_compile, compile_snapshot())
-        self._check_value(fn, t.value)
-        overrun = self._overrun(t, elapsed_s) if rounds is None else None
-        notes = [f"{self._full_id(bid)}: {note}" for note in getattr(t, "notes", ())]
-        a, k = prepare_call(fn, args, kwargs, setup)
-        unavailable: dict[str, Any] = {}  # extras that failed (core.containment): the timing stands
-        mem = counts = flop_dtype = None
-        if inline:
-            mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, compiled, bid, notes,
-                                                        unavailable)
-        entry = self.context.baseline.get(bid) if self.context.baseline is not None else None
-        evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid)
-        memory = evaluation.memory
-        if memory is not None and memory.failed:
-            memory = dataclasses.replace(memory, snapshot=contained(
-                SNAPSHOT, lambda: self._snapshot(fn, a, k, bid), unavailable))
-        bottleneck, trace_path, top_ops = self._explain(fn, a, k, t, counts, flop_dtype, telemetry,
-                                                        evaluation.comparison.failed, bid, notes, unavailable)
-        op_profile = (self._op_profile(fn, args, kwargs, setup, statistics.median(t.samples_ms), bid, notes)
-                      if inline and ctx.op_profile else None)
-        return BenchResult.from_samples(
-            t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
-            warmup_calls=t.warmup_calls, comparison=evaluation.comparison,
-            peak_memory_bytes=mem.peak_bytes if mem is not None else None,
-            memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
-            telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
-            count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
-            **probe_stored, **common
-        )
-
-    def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
-        """The timed rounds (``timed(progress)``), with background telemetry (daemon, bounded):
-        ``(timing, telemetry summary, elapsed s on the measurer's clock)``."""
-        from pytest_gpuperf.measure.telemetry import sampler_for
-
-        ctx = self.context
-        self._reset_cuda_peak()
-        sampler = _sampler(ctx.measurer, ctx.device, sampler_for, measure=ctx.host_load)
-        clock = ctx.measurer.clock  # the clock of the time budgets
-        start_ns = clock()
-        with sampler:
-            t = timed(ctx.progress)
-        return t, sampler.summary(), (clock() - start_ns) / 1e9
-
-    def _extra_calls(self, fn, a, k, args, kwargs, setup, compiled, bid, notes: list[str],
-                     unavailable: dict[str, Any]) -> tuple[Any, Any, Any]:
-        """Calls outside the timed rounds (they never perturb timing): one for peak memory, and with
-        ``counts`` one for the exact counts (with ``compiled``, ``torch.compile``'s compiles since the
-        first call; a recompile adds a note). Each is contained (:func:`~pytest_gpuperf.core.containment.contained`):
-        a failure is recorded in ``unavailable`` and that part is None. Returns ``(memory report or
-        None, counts or None, FLOP dtype or None)``."""
-        from pytest_gpuperf.measure.memory import measure_peak
-
-        report = contained(MEMORY, lambda: measure_peak(fn, a, k, self.context.device), unavailable)
-        mem = report[0] if report is not None else None
-        counts = flop_dtype = None
-        if self.options.counts:
-            counted = contained(COUNTS, lambda: self._count(fn, args, kwargs, setup), unavailable)
-            if counted is not None:
-                counts, flop_dtype = counted
-            if counts is not None and compiled is not None:
-                counts = dataclasses.replace(counts, **compiled)
-                if compiled["recompiles"]:
-                    notes.append(self._recompile_note(bid, compiled["recompiles"]))
-        return mem, counts, flop_dtype
-
-    def _measure_extras(self, fn, args, kwargs, setup, bid, common) -> BenchResult:
-        """The extras process (``extras="only"``): time nothing; measure peak memory and the counts
-        from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls each (a count or peak that
-        differs between them is variable: :func:`~pytest_gpuperf.verdict.counts.combine_counts`), and
-        classify the bottleneck when asked. Every part is contained. Its one sample is a single
-        call's time (sizes the profiled calls; never compared)."""
-        from pytest_gpuperf.measure.memory import measure_peak
-        from pytest_gpuperf.plugin.replicates import EXTRA_CALLS
-        from pytest_gpuperf.verdict.counts import combine_counts
-
-        ctx, counting = self.context, self.options.counts
-        first_compile = self._first_call_compiles(fn, args, kwargs, setup) if counting else None
-        t = ctx.measurer.once(fn, *prepare_call(fn, args, kwargs, setup), ctx.device)
-        self._check_value(fn, t.value)
-        unavailable: dict[str, Any] = {}
-        peaks, counted = [], []
-        for _ in range(EXTRA_CALLS):
-            a, k = prepare_call(fn, args, kwargs, setup)
-            report = contained(MEMORY, lambda: measure_peak(fn, a, k, ctx.device), unavailable)
-            if report is not None:
-                peaks.append(report[0].peak_bytes)
-            got = contained(COUNTS, lambda: self._count(fn, args, kwargs, setup), unavailable) if counting else None
-            if got is not None:
-                counted.append(got)
-        counts = combine_counts([c for c, _ in counted]) if counted and COUNTS not in unavailable else None
-        if counts is not None and first_compile is not None:
-            from pytest_gpuperf.measure.counting import compile_snapshot
-            from pytest_gpuperf.verdict.counts import compile_delta
-
-            compiled = compile_delta(first_compile, compile_snapshot())
-            if compiled is not None:
-                counts = dataclasses.replace(counts, **compiled)
-        bottleneck = None
-        if self.options.expect_bottleneck or ctx.classify:
-            flops = (counts.flops, counts.traffic_bytes, counted[0][1]) if counts is not None else None
-            a, k = prepare_call(fn, args, kwargs, setup)
-            got = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, t.samples_ms[0], flops), unavailable)
-            bottleneck = got[1] if got is not None else None
-        high = max(peaks) if peaks and MEMORY not in unavailable else None
-        low = min(peaks) if high is not None and min(peaks) != high else None
-        notes: list[str] = []
-        op_profile = self._op_profile(fn, args, kwargs, setup, t.samples_ms[0], bid, notes) if ctx.op_profile else None
-        return BenchResult.from_samples(t.samples_ms, rounds=1, calls_per_round=1, warmup_calls=0,
-                                        peak_memory_bytes=high, peak_memory_low_bytes=low, counts=counts,
-                                        bottleneck=bottleneck, unavailable=unavailable, value=t.value,
-                                        op_profile=op_profile, notes=tuple(notes), **common)
-
-    def _op_profile(self, fn, args, kwargs, setup, call_ms: float, bid: str, notes: list[str]) -> Any:
-        """The op profile of this benchmark (:func:`pytest_gpuperf.measure.opprofile.profile_ops`, its
-        cycles labelled with this process's id) as ``{"floor_ms": 0, "cycles": [...]}`` (every op;
-        a baseline keeps the compact form). Contained: a profile that fails adds a note and gives None
-        (a diagnosis is never a check: nothing is marked unavailable)."""
-        import os
-
-        from pytest_gpuperf.core.containment import OP_DIFF
-        from pytest_gpuperf.measure.opprofile import CYCLES, calls_per_cycle, profile_ops
-        from pytest_gpuperf.verdict.opdiff import compact_profile
-
-        failed: dict[str, Any] = {}
-        a, k = prepare_call(fn, args, kwargs, setup)
-        profile = getattr(self.context.measurer, "profile_ops", profile_ops)  # a scripted backend's own
-        got = contained(OP_DIFF, lambda: compact_profile(
-            profile(fn, a, k, self.context.device, cycles=CYCLES, calls=calls_per_cycle(call_ms),
-                    process=os.getpid() % 1_000_000), floor_share=0.0, max_ops=None), failed)
-        if OP_DIFF in failed:
-            notes.append(f"{self._full_id(bid)}: the op profile (why it got slower) could not be taken: "
-                         f"{failed[OP_DIFF].text()}")
-        return got
-
-    def _count(self, fn, args, kwargs, setup) -> tuple[Any, Any]:
-        """One counting call (:func:`pytest_gpuperf.measure.counting.count_call`) on fresh arguments."""
-        from pytest_gpuperf.measure.counting import count_call
-
-        ca, ck = prepare_call(fn, args, kwargs, setup)
-        return count_call(fn, ca, ck, self.context.device)
-
-    def _evaluate(self, t: Timing, timed: Callable[..., Timing], probe: Any, entry: BaselineEntry | None,
-                  telemetry: dict[str, Any] | None, mem: Any, counts: Any, rounds: int | None,
-                  bid: str) -> tuple[Any, Timing, dict[str, Any]]:
-        """The verdict of :func:`pytest_gpuperf.verdict.gate.evaluate` on this measurement (a
-        regression is re-measured, ``confirm`` times). Returns ``(evaluation, timing with the pooled
-        samples the verdict was decided on, the probe fields to store)``."""
-        from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
-        from pytest_gpuperf.verdict.machine import throttle_verdict
-
-        ctx = self.context
-        confirmations: list[Timing] = []
-
-        def remeasure() -> Timing:
-            confirmations.append(timed())
-            return confirmations[-1]  # judge reads its samples_ms and probe_ms
-
-        evaluation = evaluate(
-            Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes if mem is not None else None,
-                     counts=counts,
-                     throttle=throttle_verdict(telemetry), device=str(ctx.device)),
-            Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
-            remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
-            fixed_rounds=rounds is not None,
-            can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
-            probe=self._probe_evidence(t, probe, entry), machine_reference=self._reference_ratio(entry),
-            normalize=ctx.normalize, max_memory_text=ctx.max_memory_text,
-        )
-        probe_all = t.probe_ms + sum((c.probe_ms for c in confirmations), ())
-        probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
-                        if probe is not None and probe_all else {})
-        if confirmations:  # the result holds the pooled samples the verdict was decided on
-            t = dataclasses.replace(t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
-                                    rounds=t.rounds + sum(c.rounds for c in confirmations))
-        return evaluation, t, probe_stored
-
-    def _explain(self, fn, a, k, t: Timing, counts: Any, flop_dtype: Any, telemetry: dict[str, Any] | None,
-                 regressed: bool, bid: str, notes: list[str],
-                 unavailable: dict[str, Any]) -> tuple[Any, str | None, str | None]:
-        """The bottleneck (with ``expect_bottleneck`` or ``--gpuperf-classify``; a mismatch on a busy
-        host adds a note) and, for a regression or a mismatch, the chrome trace and the top-ops table.
-        Both are contained: a failure is recorded in ``unavailable``.
-        Returns ``(bottleneck or None, trace path or None, top ops or None)``."""
-        from pytest_gpuperf.verdict.machine import host_busy
-
-        ctx = self.context
-        median_ms = statistics.median(t.samples_ms)
-        expected = self.options.expect_bottleneck
-        prof = bottleneck = None
-        if (expected or ctx.classify) and ctx.extras == "inline":
-            counted = (counts.flops, counts.traffic_bytes, flop_dtype) if counts is not None else None
-            prof, bottleneck = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, median_ms, counted),
-                                         unavailable) or (None, None)
-        trace_path = top_ops = None
-        mismatch = bool(expected) and bottleneck is not None and bottleneck.kind not in expected
-        busy = host_busy(telemetry)
-        if mismatch and busy and ctx.confirm_regressions:  # not while updating
-            notes.append(f"{self._full_id(bid)}: expected {'/'.join(expected)}-bound, measured "
-                         f"{bottleneck.kind}-bound while {busy}: the bottleneck check is not trusted "
-                         f"(fails with --gpuperf-strict); rerun on a quiet machine")
-        if (regressed or mismatch) and ctx.artifacts_dir is not None:
-            traced = contained(TRACE, lambda: self._trace(fn, a, k, prof, median_ms, bid, notes), unavailable)
-            trace_path, top_ops = traced or (None, None)
-        return bottleneck, trace_path, top_ops
-
-    def _trace(self, fn, a, k, prof: Any, median_ms: float, bid: str, notes: list[str]) -> tuple[str | None, str]:
-        """The chrome trace (written under ``artifacts_dir``) and the top-ops table of ``prof``, or
-        of a few profiled calls when the classification made none: ``(path or None, table)``."""
-        from pytest_gpuperf.measure.profiling import profile_call_count, profile_calls, top_ops_table
-
-        if prof is None:
-            prof, _ = profile_calls(fn, a, k, self.context.device, profile_call_count(median_ms))
-        return self._export_trace(prof, bid, notes), top_ops_table(prof, self.context.device)
-
-    def _measure_ab_worker(self, fn, args, kwargs, setup, bid, common, calls_per_round) -> BenchResult:
-        """In an A/B worker process: report ready, then warm up, time blocks and finish as the
-        coordinator commands (see :mod:`pytest_gpuperf.ab.run`). An exception of ``fn`` is reported
-        to the coordinator and re-raised (the worker's test fails; the user's session re-runs it)."""
-        ctx, client = self.context, self.context.ab_worker
-        client.ready(self._full_id(bid), ctx.nodeid, self.options.max_time)
-        cpr, samples, rounds, warm = calls_per_round, [], 0, 0
-        host = ctx.measurer.host_load_meter(ctx.device, measure=ctx.host_load)  # over its blocks (CPU)
-        while True:
-            cmd = client.command()
-            try:
-                if cmd["op"] == "warmup":
-                    t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                             rounds=1, **({} if cpr is None else {"calls_per_round": cpr}))
-                    cpr, warm = t.calls_per_round, t.warmup_calls
-                    client.reply("warm", round_ms=t.samples_ms[0] * cpr, cpr=cpr)
-                elif cmd["op"] == "block":
-                    with host.span() if host is not None else contextlib.nullcontext():
-                        t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device,
-                                                 setup=setup, rounds=int(cmd["rounds"]),
-                                                 warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1)
-                    samples.extend(t.samples_ms)
-                    rounds += t.rounds
-                    client.reply("samples", samples_ms=list(t.samples_ms))
-                elif cmd["op"] == "profile":  # why it got slower (issue 32): op profiles, outside the timed blocks
-                    from pytest_gpuperf.core.containment import describe
-
-                    try:
-                        a, k = prepare_call(fn, args, kwargs, setup)
-                        from pytest_gpuperf.measure.opprofile import profile_ops
-
-                        profile = getattr(ctx.measurer, "profile_ops", profile_ops)  # a scripted backend's own
-                        got = profile(fn, a, k, ctx.device, cycles=int(cmd["cycles"]), calls=int(cmd["calls"]),
-                                      process=int(cmd["process"]), trace_path=cmd.get("trace"))
-                        client.reply("profile", samples=[x.to_dict() for x in got])
-                    except Exception as exc:  # noqa: BLE001 - a diagnosis never fails the benchmark
-                        error, where = describe(exc)
-                        client.reply("profile", error=error, where=where)
-                elif cmd["op"] == "finish":
-                    load = host.summary() if host is not None else {}
-                    result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,
-                                             extras=bool(cmd.get("extras")), classify=bool(cmd.get("classify")),
-                                             telemetry=load or None)
-                    from pytest_gpuperf.storage.codec import encode_result
-
-                    client.reply("result", entry=encode_result(result, environment={}, git_commit=None,
-                                                              timestamp_utc="") if cmd.get("extras") else None)
-                    return result
-                else:
-                    client.reply("error", error=f"unknown command {cmd!r}")
-            except Exception as exc:
-                from pytest_gpuperf.core.containment import describe
-
-                error, where = describe(exc)  # the type, the message and the last frames of the user's code
-                client.reply("error", error=error + (f" (at {where})" if where else ""))
-                raise
-
-    def _ab_result(self, fn, args, kwargs, setup, bid, common, samples, rounds, cpr, warm, *, extras,
-                   classify=True, telemetry=None) -> BenchResult:
-        """An A/B worker's result: its samples, and with ``extras`` peak memory, counts and (with
-        ``classify`` and ``expect_bottleneck`` or ``--gpuperf-classify``) the bottleneck, each from
-        one more call (side B classifies; A's class is not compared); ``telemetry`` the host load
-        over its blocks (CPU backend; None elsewhere)."""
-        if not samples:  # finished before any block (the other side failed): one timed call
-            samples = list(self.context.measurer.once(fn, *prepare_call(fn, args, kwargs, setup),
-                                                      self.context.device).samples_ms)
-        extra: dict[str, Any] = {}
-        unavailable: dict[str, Any] = {}
-        if extras:
-            a, k = prepare_call(fn, args, kwargs, setup)
-            mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, None, bid, [], unavailable)
-            extra["peak_memory_bytes"] = mem.peak_bytes if mem is not None else None
-            extra["counts"] = counts
-            counted = (counts.flops, counts.traffic_bytes, flop_dtype) if counts is not None else None
-            if classify and (self.options.expect_bottleneck or self.context.classify):
-                median = statistics.median(samples)
-                got = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, median, counted), unavailable)
-                extra["bottleneck"] = got[1] if got is not None else None
-        return BenchResult.from_samples(tuple(samples), rounds=max(rounds, len(samples)), calls_per_round=cpr,
-                                        warmup_calls=warm, telemetry=telemetry, unavailable=unavailable,
-                                        **extra, **common)
-
-    def _first_call_compiles(self, fn, args, kwargs, setup) -> dict[str, dict[str, int]] | None:
-        """With ``torch.compile`` loaded: make one untimed call first and return dynamo's counters
-        after it, so that what compiles later counts as a recompilation (None: not loaded)."""
-        if "torch._dynamo.eval_frame" not in sys.modules:
-            return None
-        from pytest_gpuperf.measure.counting import compile_snapshot
-
-        a, k = prepare_call(fn, args, kwargs, setup)
-        fn(*a, **k)  # the first call compiles; its frames are not recompilations
-        return compile_snapshot()
-
-    def _recompile_note(self, bid: str, n: int) -> str:
-        return (f"{self._full_id(bid)}: torch.compile compiled {n} frame(s) after the first call, during warmup "
-                f"and the timed rounds: recompilations (their compile time is in the timing); mark the sizes "
-                f"that vary dynamic (torch._dynamo.mark_dynamic) or give each shape its own benchmark")
-
-    def _check_value(self, fn: Callable[..., Any], value: Any) -> None:
-        """Fail when ``fn`` returned a generator or coroutine: only its creation was timed."""
-        kind = _lazy_kind(value)
-        if kind is None:
-            return
-        name = getattr(fn, "__name__", "fn")
-        fix = f"gpu_bench(lambda: list({name}()))" if kind == "generator" else "a function that runs it to the end"
-        raise GpuBenchUsageError(
-            f"gpu_bench: {name}() returned a {kind}, so only its creation was timed, not the work it does; "
-            f"benchmark {fix} instead"
-        )
-
-    def _overrun(self, t: Timing, elapsed_s: float) -> Overrun | None:
-        """An :class:`~pytest_gpuperf.verdict.result.Overrun` when the measurement took far longer than
-        ``max_time`` because one call is long (``min_rounds`` rounds and the warmup are always made)."""
-        o = self.options
-        round_ms = statistics.median(t.samples_ms) * t.calls_per_round
-        if elapsed_s < max(1.0, 2 * (o.max_time + o.warmup_time)) or round_ms / 1e3 * o.min_rounds <= o.max_time:
-            return None
-        return Overrun(elapsed_s, o.max_time, statistics.median(t.samples_ms), o.min_rounds, t.warmup_calls)
-
-    def _export_trace(self, prof: Any, bid: str, notes: list[str]) -> str | None:
-        """Write the chrome trace under ``artifacts_dir``; its path, or None when no file was written."""
-        from pytest_gpuperf.core.files import ensure_output_dir
-        from pytest_gpuperf.measure.profiling import export_trace
-
-        path = Path(self.context.artifacts_dir or ".", f"{self._safe_id(bid)}.trace.json")
-        try:
-            ensure_output_dir(path.parent)
-            written = export_trace(prof, path)
-        except OSError as exc:
-            notes.append(f"{self._full_id(bid)}: could not write the trace {path}: {exc}")
-            return None
-        return written if Path(written).is_file() else None
-
-    def _probe(self) -> Any:
-        """The interleaved machine-speed probe for this benchmark's device and class
-        (:func:`pytest_gpuperf.measure.probe.make_probe`; the class from ``expect_bottleneck``)."""
-        from pytest_gpuperf.measure.probe import make_probe, probe_kind
-
-        return make_probe(probe_kind(self.options.expect_bottleneck), self.context.device)
-
-    @staticmethod
-    def _probe_evidence(t: Timing, probe: Any, entry: BaselineEntry | None) -> Any:
-        """What judge needs of the probe: this run's probe times and the baseline's stored level
-        (None when no probe ran, e.g. an injected measurer without probe support)."""
-        if probe is None or not getattr(t, "probe_ms", ()):
-            return None
-        from pytest_gpuperf.verdict.machine import ProbeEvidence
-
-        return ProbeEvidence.of(t, entry.probe_level_ms(probe.name) if entry is not None else None, probe.name)
-
-    def _drift_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
-        """With --gpuperf-normalize: (reference name, now/then ratio) to divide samples by."""
-        if not self.context.normalize:
-            return None
-        return self._reference_ratio(entry)
-
-    def _reference_ratio(self, entry: BaselineEntry | None) -> tuple[str, float] | None:
-        """(reference name, now/then ratio) of the session-start reference workload of this
-        benchmark's class (matmul for compute-bound, else copy); None without both medians."""
-        if entry is None:
-            return None
-        from pytest_gpuperf.verdict.machine import drift_ratios, ratio_for
-
-        ratios = drift_ratios(self.context.reference, entry.reference)
-        expected = self.options.expect_bottleneck
-        return ratio_for(ratios, expected[0] if expected else None)
-
-    def _safe_id(self, bid: str) -> str:
-        """A bounded, file-system-safe file stem for the benchmark (see ``plots.safe_filename``)."""
-        from pytest_gpuperf.reporting.plots import safe_filename
-
-        return safe_filename(self._full_id(bid))
-
-    def _classify_fn(self, fn, args, kwargs, median_ms: float, counted: tuple | None = None) -> tuple[Any, Any]:
-        """Profile a few calls, count FLOPs and bytes, calibrate, and classify (outside timing):
-        :func:`pytest_gpuperf.measure.profiling.classify_call`. ``counted``: ``(flops, bytes, dtype)``
-        from the count gate's call, reused when given."""
-        from pytest_gpuperf.measure.profiling import classify_call
-
-        return classify_call(fn, args, kwargs, self.context.device, median_ms, counted=counted,
-                             thresholds=self.context.thresholds)
-
-    def _reset_cuda_peak(self) -> None:
-        if getattr(self.context.device, "type", "cpu") == "cuda":
-            import torch
-
-            torch.cuda.reset_peak_memory_stats(self.context.device)
-
-    def _snapshot(self, fn, args, kwargs, bid) -> str | None:
-        """CUDA with --gpuperf-memory-snapshot: re-run ``fn`` recording allocation history, save it."""
-        if self.context.snapshot_dir is None or getattr(self.context.device, "type", "cpu") != "cuda":
-            return None
-        from pytest_gpuperf.measure.memory import SnapshotRecorder, free_cached_memory, is_oom
-
-        rec = SnapshotRecorder(self.context.device, Path(self.context.snapshot_dir, f"{self._safe_id(bid)}.pickle"))
-        rec.start()
-        try:
-            fn(*args, **kwargs)
-        except Exception as exc:
-            if not is_oom(exc):
-                rec.discard()
-                raise
-            free_cached_memory(self.context.device)
-        return rec.save()
-
-    def _raise_oom(self, exc: BaseException, fn, args, kwargs, bid) -> None:
-        from pytest_gpuperf.measure.memory import MemoryLimitError, cuda_memory_summary, free_cached_memory, oom_message
-        from pytest_gpuperf.core.units import format_bytes, size_unit
-
-        peak = None
-        if getattr(self.context.device, "type", "cpu") == "cuda":
-            import torch
-
-            peak = torch.cuda.max_memory_allocated(self.context.device)
-        details = cuda_memory_summary(self.context.device)
-        free_cached_memory(self.context.device)
-        budget = (format_bytes(self.options.max_memory, size_unit(self.context.max_memory_text))
-                  if self.options.max_memory is not None else "none")
-        message = oom_message(f"in benchmark {self._full_id(bid)}", self.context.device, f"max_memory {budget}",
-                              peak, exc)
-        extra = self._snapshot(fn, args, kwargs, bid)
-        if extra:
-            message += "\n" + extra
-        raise MemoryLimitError(message, details=details) from exc
-
-
-def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:
-    """The telemetry sampler for one measurement: ``sampler_for(device)``, whose CPU sampler gets
-    the measurer's host-load meter (:meth:`~pytest_gpuperf.measure.timing.Measurer.host_load_meter`)."""
-    from pytest_gpuperf.measure.telemetry import CpuSampler
-
-    s = sampler_for(device)
-    if isinstance(s, CpuSampler):
-        s.meter = measurer.host_load_meter(device, measure=measure)
-    return s
