@@ -70,6 +70,10 @@ OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(BenchOp
 #: The defaults, from the one place they are written (the dataclass above).
 DEFAULTS = BenchOptions()
 
+#: Worker processes per benchmark when nothing says otherwise (``--gpuperf-processes``; the
+#: marker's ``processes`` takes at most that many).
+DEFAULT_PROCESSES = 3
+
 #: One line of help per option (plain text: ``%`` is literal), with the default from :data:`DEFAULTS`.
 OPTION_HELP: dict[str, str] = {
     "group": "group name shown in the summary table",
@@ -99,7 +103,7 @@ OPTION_HELP: dict[str, str] = {
     "max_recompiles": "budget: most torch.compile recompilations after the first call (default none)",
     "items_per_call": "work one call does, e.g. 64 (reported as items/s; default none)",
     "items": f"name of the items_per_call unit, e.g. samples or tokens (default {DEFAULTS.items!r})",
-    "processes": "worker processes that measure a benchmark (at most --gpuperf-processes, default 3; "
+    "processes": f"worker processes that measure a benchmark (at most --gpuperf-processes, default {DEFAULT_PROCESSES}; "
                  "1: one process, which cannot see run-to-run spread)",
 }
 

@@ -21,7 +21,11 @@ from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.keys import SESSION_KEY  # shared with benchmark_compat
 from pytest_gpuperf.plugin.session import GpuPerfSession
-from pytest_gpuperf.plugin.settings import resolve_settings
+from pytest_gpuperf.plugin.settings import ProcessLimits, SessionSettings, resolve_settings
+
+#: the defaults the help texts give, each stated once on the type that owns it (issue 33)
+_LIMITS = ProcessLimits()
+_BISECT_TIMEOUT_S = SessionSettings.__dataclass_fields__["bisect_timeout_s"].default
 
 
 def session_of(config: pytest.Config) -> GpuPerfSession:
@@ -87,20 +91,19 @@ def _process_options(group: Any) -> None:
     """The worker processes a session measures in (and the hidden options the coordinator passes them)."""
     group.addoption("--gpuperf-processes", metavar="N", default=None,
                     help="measure every benchmark in N fresh worker processes, one after another, and decide on "
-                         "the spread between them (ini gpuperf_processes, env GPUPERF_PROCESSES; default 3; 1: in "
+                         f"the spread between them (ini gpuperf_processes, env GPUPERF_PROCESSES; default {opts.DEFAULT_PROCESSES}; 1: in "
                          "this process only, which cannot see run-to-run spread)")
     group.addoption("--gpuperf-max-processes", metavar="N", default=None,
                     help="measure a benchmark whose comparison is inconclusive (or, updating, whose baseline is "
                          "too imprecise) in more worker processes, two at a time, up to N in all (ini "
-                         "gpuperf_max_processes; default 10; at most --gpuperf-processes: off)")
+                         f"gpuperf_max_processes; default {_LIMITS.max_processes}; at most --gpuperf-processes: off)")
     group.addoption("--gpuperf-more-processes-time", metavar="SECONDS", default=None,
                     help="start no more worker processes for inconclusive benchmarks after this many seconds of "
-                         "them (ini gpuperf_more_processes_time; default 600)")
-    from pytest_gpuperf.plugin.replicates import WORKER_TIMEOUT_S
-
+                         f"them (ini gpuperf_more_processes_time; default {_LIMITS.more_time_s:g})")
     group.addoption("--gpuperf-worker-timeout", metavar="SECONDS", default=None,
                     help="stop a worker process still running after this many seconds; the benchmarks it had not "
-                         f"reported fail with its output (ini gpuperf_worker_timeout; default {WORKER_TIMEOUT_S:g})")
+                         f"reported fail with its output (ini gpuperf_worker_timeout; default "
+                         f"{_LIMITS.worker_timeout_s:g})")
     group.addoption("--gpuperf-select", metavar="FILE", default=None, help=argparse.SUPPRESS)  # a worker's node ids
     group.addoption("--gpuperf-role", metavar="JSON", default=None, help=argparse.SUPPRESS)  # a replicate worker's role
     group.addoption("--gpuperf-op-profile", action="store_true", default=False,
@@ -135,7 +138,7 @@ def _ab_and_bisect_options(group: Any) -> None:
                          "to HEAD for at most N regressed benchmarks in the same run (ini "
                          "gpuperf_bisect_on_regression; default 0: off)")
     group.addoption("--gpuperf-bisect-timeout", metavar="SECONDS", default=None,
-                    help="bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default 1800)")
+                    help=f"bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default {_BISECT_TIMEOUT_S:g})")
     benchmark_compat.add_gpuperf_options(group)  # --gpuperf-only/-skip/-columns/-sort
 
 
@@ -151,13 +154,13 @@ def _ini_values(parser: pytest.Parser) -> None:
     parser.addini("gpuperf_bisect_on_regression", "after a confirmed regression, bisect from the baselines' commit "
                   "to HEAD for at most N regressed benchmarks (default 0: off)", default="")
     parser.addini("gpuperf_max_processes", "measure inconclusive benchmarks in more worker processes, up to N in "
-                  "all (default 10)", default="")
+                  f"all (default {_LIMITS.max_processes})", default="")
     parser.addini("gpuperf_more_processes_time", "start no more worker processes for inconclusive benchmarks after "
-                  "this many seconds of them (default 600)", default="")
+                  f"this many seconds of them (default {_LIMITS.more_time_s:g})", default="")
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
-                  "(default 3600)", default="")
-    parser.addini("gpuperf_bisect_timeout", "bisection: start no step after this many seconds (default 1800)",
-                  default="")
+                  f"(default {_LIMITS.worker_timeout_s:g})", default="")
+    parser.addini("gpuperf_bisect_timeout", f"bisection: start no step after this many seconds (default "
+                  f"{_BISECT_TIMEOUT_S:g})", default="")
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "
                   "(the busy-host guard; default true)", type="bool", default=True)
     parser.addini("gpuperf_bottleneck_thresholds",

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from pytest_gpuperf.core.options import DEFAULT_PROCESSES  # noqa: F401 (stated there)
+
 #: Hidden option that makes a pytest process a replicate worker, given by its coordinator (the
 #: process's role comes once, on its command line; issue 33): ``--gpuperf-role={"replicate": "k/P",
 #: "out": "<file>"}`` (0-based k; ``x/P`` the extras process).
@@ -48,8 +50,6 @@ ROLE_OPTION = "--gpuperf-role"
 #: Environment variable with the default number of worker processes (under the ini option and the
 #: command line): the plugin's own test suite sets 1.
 PROCESSES_ENV = "GPUPERF_PROCESSES"
-#: Worker processes per benchmark when nothing says otherwise.
-DEFAULT_PROCESSES = 3
 #: Seconds a worker may run before it is stopped (its benchmarks then fail with its output) when
 #: the caller gives no ``timeout_s``; a session's is ``--gpuperf-worker-timeout`` (ini
 #: ``gpuperf_worker_timeout``, :class:`~pytest_gpuperf.plugin.settings.ProcessLimits`).

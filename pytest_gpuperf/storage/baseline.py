@@ -48,11 +48,13 @@ from typing import Any, Mapping, Sequence
 
 from pytest_gpuperf.core.files import write_atomic
 # The typed records live with the verdict code (pure); this module reads and writes them.
+from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.history import BaselineEntry, RunRecord, history_of, run_record  # noqa: F401
 
 SCHEMA_VERSION = 2
-#: Stored runs kept per benchmark when the entry's options do not say (option ``history``).
-DEFAULT_HISTORY = 10
+#: Stored runs kept per benchmark when the entry's options do not say: the ``history`` option's
+#: default (:class:`~pytest_gpuperf.core.options.BenchOptions`, where it is stated).
+DEFAULT_HISTORY = BenchOptions().history
 
 
 class BaselineError(Exception):
