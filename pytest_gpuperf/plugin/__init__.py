@@ -124,8 +124,9 @@ def _ab_and_bisect_options(group: Any) -> None:
                          "origin/main) on this machine, interleaved, and decide on the paired evidence (no stored "
                          "baseline needed)")
     group.addoption("--gpuperf-ab-processes", metavar="N", default=None,
-                    help="A/B: pairs of worker processes (one A, one B each), run one pair after another "
-                         "(default 2; blocks of one process share its speed mode)")
+                    help="A/B: pairs of worker processes (one A, one B each), run one pair after another, in "
+                         "--gpuperf-ab and in the A/B confirmation of a stored regression (default 2; blocks of "
+                         "one process share its speed mode)")
     group.addoption("--gpuperf-ab-pythonpath", metavar="PATHS", default=None,
                     help="A/B: import roots of the code under test, relative to the repository's top (e.g. src), "
                          "put first on each side's PYTHONPATH (ini gpuperf_ab_pythonpath)")

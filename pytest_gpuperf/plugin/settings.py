@@ -332,7 +332,8 @@ def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, Any]:
 
 def _ab(config: pytest.Config, worker_id: str | None, updating: bool) -> dict[str, Any]:
     """The A/B fields of :class:`SessionSettings`: ``--gpuperf-ab REF`` checked (usage errors) and
-    resolved to a revision; in an A/B worker process (its coordinator's address in
+    resolved to a revision, ``--gpuperf-ab-processes`` (the pairs of ``--gpuperf-ab`` and of the A/B
+    confirmation of stored regressions); in an A/B worker process (its coordinator's address in
     :data:`~pytest_gpuperf.core.environ.AB_CONNECT`) ``in_ab_worker``."""
     from pytest_gpuperf.core.environ import AB_CONNECT
 
@@ -341,16 +342,16 @@ def _ab(config: pytest.Config, worker_id: str | None, updating: bool) -> dict[st
     ref = config.getoption("--gpuperf-ab")
     roots = config.getoption("--gpuperf-ab-pythonpath") or config.getini("gpuperf_ab_pythonpath") or ""
     out: dict[str, Any] = {"ab_roots": tuple(r for r in re.split(r"[\s,]+", roots) if r)}
+    n = config.getoption("--gpuperf-ab-processes")  # --gpuperf-ab's pairs, and the A/B confirmation's
+    if n is not None:
+        if not str(n).isdigit() or int(n) < 1:
+            raise pytest.UsageError(f"pytest-gpuperf: --gpuperf-ab-processes {n}: expected an integer >= 1")
+        out["ab_processes"] = int(n)
     if not ref:
         return out
     if updating:
         raise pytest.UsageError("pytest-gpuperf: --gpuperf-ab compares with a git revision and stores nothing; "
                                 "it cannot be combined with --gpuperf-update-baselines")
-    n = config.getoption("--gpuperf-ab-processes")
-    if n is not None:
-        if not str(n).isdigit() or int(n) < 1:
-            raise pytest.UsageError(f"pytest-gpuperf: --gpuperf-ab-processes {n}: expected an integer >= 1")
-        out["ab_processes"] = int(n)
     if worker_id is not None:  # a pytest-xdist worker: the controller measured; read its results
         out["ab"] = ref
         return out
