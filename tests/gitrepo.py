@@ -39,3 +39,12 @@ def scripted_project(pytester: Any, test_x: str, ini: str = "") -> Path:
     pytester.makeconftest(SCRIPTED_CONFTEST)
     pytester.makepyfile(test_x=test_x)
     return top
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy the whole folder ``src`` into ``dst``, ``.git`` included: a repository without linked
+    worktrees holds no absolute path, so the copy is a repository of its own (end-to-end tests
+    share one expensive setup, e.g. baselines recorded by worker processes, across their tests)."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)

@@ -1,8 +1,10 @@
 """``gpuperf bisect GOOD BAD -- <pytest args>`` end to end (issue 25): a temporary git repository of
-10 commits whose committed ``timings.json`` scripts the per-call time of each commit (the scripted
+6 commits whose committed ``timings.json`` scripts the per-call time of each commit (the scripted
 measurer, ``pytest_gpuperf._testing``), so the slowdown is "in the code" of a known commit and every
 verdict is the same on any machine. Each step is a real A/B run: one pair of worker processes of the
-two commits, each in its own worktree. The search's logic on many more histories is covered with
+two commits, each in its own worktree (the benchmark's ``confirm=0``: a step that says regressed is
+not measured again by more pairs, which ``tests/test_ab_e2e.py`` tests; every pair costs seconds of
+importing torch). The search's logic on many more histories is covered with
 scripted probes in ``tests/unit/test_bisection.py``; the git handling in ``tests/test_bisect_git.py``.
 """
 
@@ -21,7 +23,7 @@ from pytest_gpuperf.cli import main
 TESTS = '''
 import pytest
 
-@pytest.mark.gpu_bench(max_time=0.1, counts=False)
+@pytest.mark.gpu_bench(max_time=0.1, counts=False, confirm=0)
 def test_a(gpu_bench):
     gpu_bench(lambda: sum(range(10)))
 '''
@@ -46,34 +48,41 @@ def history(repo: Path, times_ms: list[float], broken: frozenset[int] = frozense
 def test_bisect_finds_the_first_bad_commit_skips_a_broken_one_and_cleans_up(
         pytester: pytest.Pytester, capsys: pytest.CaptureFixture) -> None:
     repo = pytester.path
-    # +30% from commit 6 on; commit 4, the first middle the search tries, does not import
-    shas = history(repo, [1.0] * 6 + [1.3] * 4, broken=frozenset({4}))
+    # +30% from commit 4 on; commit 2, the first middle the search tries, does not import. The fewest
+    # commits where the search steps around it to a good commit (3) that is not GOOD, so that the
+    # culprit's own step is a pair of its own, and the culprit is not BAD (BAD is measured against it).
+    shas = history(repo, [1.0] * 4 + [1.3] * 2, broken=frozenset({2}))
     code = main(["bisect", shas[0], "HEAD", "--json", "b.json", "--markdown", "b.md", "--",
                  "-k", "test_a", "-p", "no:cacheprovider"])
     captured = capsys.readouterr()
     out = captured.out
     assert code == 0, out + captured.err
     # a progress line per step: the commit, its ratio with the CI, the verdict and the call
-    assert re.search(rf"bisect: step 1: {shas[9][:7]} \(9/9\) vs GOOD {shas[0][:7]}: test_a 1\.[23]\d+x "
+    assert re.search(rf"bisect: step 1: {shas[5][:7]} \(5/5\) vs GOOD {shas[0][:7]}: test_a 1\.[23]\d+x "
                      rf"\[1\.\d+x, 1\.\d+x\] regressed -> bad; \d+ s elapsed", out), out
-    assert f"{shas[4][:7]} (4/9) vs GOOD {shas[0][:7]}: test_a skip (test_x.py::test_a did not run at" in out
+    assert f"{shas[2][:7]} (2/5) vs GOOD {shas[0][:7]}: test_a skip (test_x.py::test_a did not run at" in out
     # the verdict, reason first, with the subject and the command that reproduces the pair
-    assert re.search(rf"test_x\.py::test_a: first bad commit {shas[6][:7]} 'change 6': 1\.[23]\d+x \[", out)
-    assert f"reproduce: git checkout {shas[6][:7]} && pytest --gpuperf --gpuperf-ab {shas[5][:7]} -k test_a" in out
+    assert re.search(rf"test_x\.py::test_a: first bad commit {shas[4][:7]} 'change 4': 1\.[23]\d+x \[", out)
+    assert f"reproduce: git checkout {shas[4][:7]} && pytest --gpuperf --gpuperf-ab {shas[3][:7]} -k test_a" in out
     # the culprit's own step was profiled on both sides: why it got slower, op by op
     assert re.search(r"\n  why: aten::sort \+.*/call \(.*of the slowdown\); unchanged: aten::mm, aten::softmax", out), out
     report = json.loads((repo / "b.json").read_text())
     b = report["benchmarks"]["test_x.py::test_a"]
-    assert b["status"] == "found" and b["culprits"][0]["first_bad"] == shas[6]
-    assert b["culprits"][0]["last_good"] == shas[5] and b["culprits"][0]["single"] is True
+    assert b["status"] == "found" and b["culprits"][0]["first_bad"] == shas[4]
+    assert b["culprits"][0]["last_good"] == shas[3] and b["culprits"][0]["single"] is True
     assert len(b["culprits"]) == 1  # BAD is not slower than the culprit: no further regression
+    # the steps: BAD, the broken middle, the nearest other commit (good), the culprit, its own step
+    # against the last good commit, BAD against the culprit
+    assert [(p["a"], p["b"], p["call"]) for p in b["probes"]] == [
+        (shas[0], shas[5], "bad"), (shas[0], shas[2], "skip"), (shas[0], shas[3], "good"),
+        (shas[0], shas[4], "bad"), (shas[3], shas[4], "bad"), (shas[4], shas[5], "good")]
     diff = b["culprits"][0]["step"]["op_diff"]
     assert [c["name"] for c in diff["ops"] if c["status"] == "slower"] == ["aten::sort"]
     assert "op_diff" not in b["probes"][0]  # BAD against GOOD (not adjacent): not profiled
     assert "Why `" in (repo / "b.md").read_text()
     skipped = [p for p in b["probes"] if p["call"] == "skip"]
-    assert [p["b"] for p in skipped] == [shas[4]]
-    assert "| 6 | `" in (repo / "b.md").read_text()
+    assert [p["b"] for p in skipped] == [shas[2]]
+    assert "| 4 | `" in (repo / "b.md").read_text()
     # every worktree is removed, nothing is left in the repository's status
     assert not list((repo / ".gpuperf" / "bisect").glob("*/.git"))
     assert ".gpuperf" not in git(repo, "worktree", "list")

@@ -11,6 +11,7 @@ deterministic (a call counter picks each call's size).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -37,37 +38,48 @@ def test_sample(gpu_bench):
 """
 
 
-def _bench(pytester: pytest.Pytester, path: str) -> dict:
-    return next(iter(json.loads(pytester.path.joinpath(path).read_text())["benchmarks"].values()))
+def _baselines(pytester: pytest.Pytester) -> dict[str, tuple[Path, dict]]:
+    """Each stored benchmark's name -> (its baseline file, its entry)."""
+    return {name: (path, entry) for path in pytester.path.joinpath("baselines").rglob("*.json")
+            for name, entry in json.loads(path.read_text())["benchmarks"].items()}
 
 
 def test_timed_workers_make_no_extra_call_and_variable_extras_are_not_gated_exactly(pytester: pytest.Pytester) -> None:
+    # Two benchmarks that vary alike, recorded in one update run; the compare run shows both
+    # behaviours in one session (each session costs three processes that import torch): test_sample
+    # is unchanged and passes, test_grow moves ten times the data and fails.
     script_timings(pytester, STEADY)
-    pytester.makepyfile(test_sample=VARYING.format(scale=1))
+    pytester.makepyfile(test_sample=VARYING.format(scale=1),
+                        test_grow=VARYING.format(scale=1).replace("def test_sample", "def test_grow"))
     rec = pytester.runpytest("--gpuperf-update-baselines", *RUN)
-    rec.assert_outcomes(passed=1)
+    rec.assert_outcomes(passed=2)
     rec.stdout.fnmatch_lines(["*extras process 1/2 done*", "*extras process 2/2 done*"])
     logs = pytester.path / ".gpuperf" / "replicates"
     timed = [json.loads(line)["entry"] for k in (0, 1) for line in (logs / f"worker-{k}.jsonl").read_text().splitlines()]
-    assert all(e["counts"] is None and e["peak_memory_bytes"] is None for e in timed)  # nothing but timing
-    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
-    entry = json.loads(path.read_text())["benchmarks"]["test_sample"]
+    assert len(timed) == 4 and all(e["counts"] is None and e["peak_memory_bytes"] is None
+                                   for e in timed)  # nothing but timing
+    stored = _baselines(pytester)
     mib = 1 << 20
-    assert entry["peak_memory_low_bytes"] < entry["peak_memory_bytes"] <= 3 * mib + 4096
-    assert entry["counts"]["varied"]["traffic_bytes"][0] < entry["counts"]["varied"]["traffic_bytes"][1]
-    assert entry["history"][-1]["counts"]["varied"] == entry["counts"]["varied"]
+    for name in ("test_sample", "test_grow"):
+        entry = stored[name][1]
+        assert entry["peak_memory_low_bytes"] < entry["peak_memory_bytes"] <= 3 * mib + 4096
+        assert entry["counts"]["varied"]["traffic_bytes"][0] < entry["counts"]["varied"]["traffic_bytes"][1]
+        assert entry["history"][-1]["counts"]["varied"] == entry["counts"]["varied"]
+    recorded = {name: path.read_bytes() for name, (path, _) in stored.items()}
+    # test_grow: ten times the data
+    pytester.makepyfile(test_grow=VARYING.format(scale=10).replace("def test_sample", "def test_grow"))
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-json", "r.json", *RUN)
+    rec.assert_outcomes(passed=1, failed=1)
+    benches = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]
     # an unchanged rerun passes: the count and the peak vary, and say so
-    for _ in range(2):
-        rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
-        rec.assert_outcomes(passed=1)
-        bench = _bench(pytester, "r.json")
-        statuses = {c["name"]: c["status"] for c in bench["count_comparison"]["changes"]}
-        assert statuses["traffic_bytes"] == "varies" and statuses["ops"] == "unchanged"
-        assert bench["memory_comparison"]["verdict"] == "unchanged" and bench["memory_comparison"]["spread_bytes"]
+    bench = benches["test_sample.py::test_sample"]
+    statuses = {c["name"]: c["status"] for c in bench["count_comparison"]["changes"]}
+    assert statuses["traffic_bytes"] == "varies" and statuses["ops"] == "unchanged"
+    assert bench["memory_comparison"]["verdict"] == "unchanged" and bench["memory_comparison"]["spread_bytes"]
     # ten times the data: both fail
-    pytester.makepyfile(test_sample=VARYING.format(scale=10))
-    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", *RUN)
-    rec.assert_outcomes(failed=1)
-    out = rec.stdout.str()
+    rec.stdout.fnmatch_lines(["FAILED test_grow.py::test_grow - *"])
+    out = rec.stdout.str().split("__ test_grow __", 1)[1].split("\n==", 1)[0]  # its section of FAILURES
     assert "memory regressed" in out and "(the peak varies between calls)" in out
     assert "byte counts regressed" in out
+    # a compare run leaves the baselines as they were: a second unchanged rerun would see the same
+    assert {name: path.read_bytes() for name, (path, _) in _baselines(pytester).items()} == recorded

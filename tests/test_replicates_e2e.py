@@ -4,12 +4,16 @@ Every benchmark is measured in P worker processes; the baseline stores each proc
 the gate decides on the spread between processes, not on pooled rounds. Timings are scripted
 (tests/scripted.py), per worker process too (``process_factors``: a process-level speed mode), so
 every verdict here is the same on any machine. Each inner run starts P worker processes that import
-torch, so the tests keep P and the number of runs small.
+torch (seconds each), so the tests keep P and the number of runs small: most compare against one
+baseline of two benchmarks recorded by the real update path once per test process (``pair``), and
+where one session can show two behaviours, its two benchmarks show one each.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +21,9 @@ from scripted import script_timings, set_timings
 
 pytest_plugins = ["pytester"]
 
-# more processes for thin evidence (issue 31) are off unless a test asks for them: each adds processes
-RUN = ("-p", "no:cacheprovider", "--gpuperf-max-processes=1")
+# more processes for thin evidence (issue 31) are off unless a test asks for them, and so is the op
+# profile of a verdict that moved (2 more processes; tested in tests/test_why_e2e.py): each adds processes
+RUN = ("-p", "no:cacheprovider", "--gpuperf-max-processes=1", "--gpuperf-no-why")
 
 BENCH = """
 import pytest
@@ -28,43 +33,91 @@ def test_loop(gpu_bench):
     gpu_bench.pedantic(sum, args=(range(100),), rounds=30, warmup_rounds=2)
 """
 RECORDED = {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.03, 0.98]}
+#: Two benchmarks, the baseline most tests compare against (:func:`pair`): a session shows one
+#: behaviour with each where it can (per-test timings), instead of running twice.
+PAIR = BENCH + BENCH.replace("test_loop", "test_other")
 
 
-def _record(pytester: pytest.Pytester, processes: int = 3, bench: str = BENCH) -> dict:
+def _record(pytester: pytest.Pytester, processes: int = 2, bench: str = PAIR) -> dict:
+    """Record ``bench``'s baselines from :data:`RECORDED` by the update run in ``processes`` worker
+    processes (its outcome and mode line checked): the stored benchmarks by name."""
     pytester.makepyfile(test_bench=bench)
     script_timings(pytester, RECORDED)
     rec = pytester.runpytest("--gpuperf-update-baselines", f"--gpuperf-processes={processes}", *RUN)
-    rec.assert_outcomes(passed=1)
+    rec.assert_outcomes(passed=bench.count("def test_"))
     rec.stdout.fnmatch_lines([f"*mode: update baselines ({processes} worker processes per benchmark)*"])
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
-    return json.loads(path.read_text())["benchmarks"]["test_loop"]
+    return json.loads(path.read_text())["benchmarks"]
 
 
-def test_baseline_stores_each_process_median_and_an_aa_rerun_passes(pytester: pytest.Pytester) -> None:
-    entry = _record(pytester)
-    medians = entry["process_medians_ms"]
-    assert len(medians) == 3 and entry["history"][-1]["process_medians_ms"] == medians
-    assert medians[1] > medians[0] > medians[2]  # the scripted process modes, in process order
-    assert entry["rounds"] == 90  # 30 rounds in each of the 3 processes
-    # A/A: other process modes, no code change: the processes' spread decides, nothing fails
-    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 7, "process_factors": [1.02, 0.99, 1.01]})
-    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-json=r.json", *RUN)
-    rec.assert_outcomes(passed=1)
-    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
-    assert c["verdict"] in ("unchanged", "inconclusive")
-    assert c["processes"] == 3 and c["baseline_processes"] == 3
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, Path]:
+    """A copy of :data:`PAIR`'s recorded ``baselines/`` folder, once per test process (see :func:`pair`)."""
+    return {}
+
+
+def _keep(pytester: pytest.Pytester, recorded: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
+    if "pair" not in recorded:
+        copy = tmp_path_factory.mktemp("replicates-recorded") / "baselines"
+        shutil.copytree(pytester.path / "baselines", copy)
+        recorded["pair"] = copy
+
+
+@pytest.fixture
+def pair(pytester: pytest.Pytester, recorded: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """:data:`PAIR` in ``test_bench.py`` with the scripted measurer and its baselines, recorded by
+    the real update run (:func:`_record`: two worker processes, :data:`RECORDED`) in the first test
+    of this process that asks, and copied from that run into the others' folders."""
+    if "pair" in recorded:
+        pytester.makepyfile(test_bench=PAIR)
+        script_timings(pytester, RECORDED)
+        shutil.copytree(recorded["pair"], pytester.path / "baselines")
+    else:
+        _record(pytester)
+        _keep(pytester, recorded, tmp_path_factory)
+
+
+def _benchmarks(pytester: pytest.Pytester, report: str = "r.json") -> dict:
+    return json.loads(pytester.path.joinpath(report).read_text())["benchmarks"]
+
+
+def test_baseline_stores_each_process_median_and_an_aa_rerun_passes_with_one_slow_process(
+        pytester: pytest.Pytester, recorded: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
+    stored = _record(pytester)  # always the real update run here, whatever the other tests copied
+    _keep(pytester, recorded, tmp_path_factory)
+    assert sorted(stored) == ["test_loop", "test_other"]
+    for entry in stored.values():
+        medians = entry["process_medians_ms"]
+        assert len(medians) == 2 and entry["history"][-1]["process_medians_ms"] == medians
+        assert medians[1] > medians[0]  # the scripted process modes (1.0, then 1.03), in process order
+        assert entry["rounds"] == 60  # 30 rounds in each of the 2 processes
+    # A/A in 3 processes, no code change: other process modes (test_loop), the processes' spread
+    # decides, nothing fails. In test_other one of the three processes lands in a 25% slower mode:
+    # its thousands of rounds would make a pooled rank test say p ~ 0; over process medians it is
+    # one replicate of three, not a regression.
+    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 7, "process_factors": [1.02, 0.99, 1.01]},
+                test_other={"ms": 1.0, "cv": 0.02, "seed": 3, "process_factors": [1.0, 1.25, 1.0]})
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
+                             *RUN)
+    rec.assert_outcomes(passed=2)
+    benchmarks = _benchmarks(pytester)
+    loop, other = (benchmarks[f"test_bench.py::{n}"]["comparison"] for n in ("test_loop", "test_other"))
+    assert loop["verdict"] in ("unchanged", "inconclusive")
+    assert other["verdict"] != "regressed" and other["ratio_ci"][0] < 1.0
+    assert all(c["processes"] == 3 and c["baseline_processes"] == 2 for c in (loop, other))
     # progress (issue 24): each worker process says when it is done, the time elapsed and about how long is left
-    rec.stdout.fnmatch_lines(["gpuperf: worker process 1/3 done (1 benchmark(s), * s elapsed, about * s left)",
-                              "gpuperf: worker process 3/3 done (1 benchmark(s), * s elapsed)"])
+    rec.stdout.fnmatch_lines(["gpuperf: worker process 1/3 done (2 benchmark(s), * s elapsed, about * s left)",
+                              "gpuperf: worker process 3/3 done (2 benchmark(s), * s elapsed)"])
 
 
-def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester: pytest.Pytester,
+def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester: pytest.Pytester, pair: None,
                                                                          capsys: pytest.CaptureFixture) -> None:
-    _record(pytester, processes=2)
-    set_timings(pytester, {"ms": 1.3, "cv": 0.02, "process_factors": [1.0, 1.02]})
+    # test_loop's code is 30% slower in both processes; test_other's is unchanged (and passes)
+    same = {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.02]}
+    set_timings(pytester, same, test_loop=dict(same, ms=1.3))
     rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
                              "--gpuperf-markdown=r.md", *RUN)
-    rec.assert_outcomes(failed=1)
+    rec.assert_outcomes(failed=1, passed=1)
     rec.stdout.fnmatch_lines(["regressed 1.*x [[]*]: median * -> * (2 worker processes)",  # the reason first
                               "  test_bench.py::test_loop: 1.*x*geometric mean of 2 process "
                               "medians*Student t over process medians*"])
@@ -92,20 +145,20 @@ def test_slower_code_in_every_process_fails_with_process_level_evidence(pytester
     assert compared and ratio in compared[0] and "regressed" in compared[0]
 
 
-def test_one_slow_process_is_not_a_regression(pytester: pytest.Pytester) -> None:
-    # One of three processes lands in a 25% slower mode: its thousands of rounds would make a pooled
-    # rank test say p ~ 0; over process medians it is one replicate of three.
-    _record(pytester)
-    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 3, "process_factors": [1.0, 1.25, 1.0]})
-    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
-                             *RUN)
-    rec.assert_outcomes(passed=1)
-    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]["comparison"]
-    assert c["verdict"] != "regressed" and c["ratio_ci"][0] < 1.0
-
-
-def test_a_crashed_worker_fails_its_benchmarks_and_stores_nothing(pytester: pytest.Pytester) -> None:
+def test_a_crashed_or_raising_worker_fails_its_benchmarks_names_why_and_stores_nothing(
+        pytester: pytest.Pytester) -> None:
+    # one update run shows both ways a worker can leave a benchmark without its result: the second
+    # worker process dies in test_crash, and test_raises raises in the first one only
     bench = BENCH + """
+
+def flaky_setup():
+    import sys
+    if '"replicate": "0/' in " ".join(sys.argv):  # the first worker process (its --gpuperf-role)
+        raise RuntimeError("Converting a tensordict to boolean value is not permitted")
+
+def test_raises(gpu_bench):
+    flaky_setup()
+    gpu_bench.pedantic(sum, args=(range(10),), rounds=10, warmup_rounds=1)
 
 def test_crash(gpu_bench):
     import os, sys
@@ -116,84 +169,65 @@ def test_crash(gpu_bench):
     pytester.makepyfile(test_bench=bench)
     script_timings(pytester, RECORDED)
     rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN)
-    rec.assert_outcomes(failed=1, passed=1)  # test_crash failed; test_loop was measured before the crash
+    # test_crash and test_raises failed; test_loop (and test_raises, by the second worker) was measured
+    # before the crash
+    rec.assert_outcomes(failed=2, passed=1)
     out = rec.stdout.str()
     assert "test_bench.py::test_crash: measured by 1 of 2 worker processes: worker process 2/2 exited with code 3" in out
     assert "nothing is compared or stored from a partial set of replicates" in out
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     assert sorted(json.loads(path.read_text())["benchmarks"]) == ["test_loop"]
-
-
-def test_a_benchmark_that_raises_in_one_worker_names_the_exception(pytester: pytest.Pytester) -> None:
     # issue 31: the message says why the worker has no result (type, message, the user's frame),
     # not only where its log is; the session's summary gives the whole time, workers included
-    bench = BENCH + """
-
-def flaky_setup():
-    import os, sys
-    if '"replicate": "1/' in " ".join(sys.argv):  # the second worker process (its --gpuperf-role)
-        raise RuntimeError("Converting a tensordict to boolean value is not permitted")
-
-def test_raises(gpu_bench):
-    flaky_setup()
-    gpu_bench.pedantic(sum, args=(range(10),), rounds=10, warmup_rounds=1)
-"""
-    pytester.makepyfile(test_bench=bench)
-    script_timings(pytester, RECORDED)
-    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN)
-    rec.assert_outcomes(failed=1, passed=1)
-    out = rec.stdout.str()
-    assert ("test_bench.py::test_raises: measured by 1 of 2 worker processes (worker 2 did not report it: its test "
+    assert ("test_bench.py::test_raises: measured by 1 of 2 worker processes (worker 1 did not report it: its test "
             "raised RuntimeError: Converting a tensordict to boolean value is not permitted (at ") in out
     assert "test_bench.py:" in out and "in flaky_setup" in out
     rec.stdout.fnmatch_lines(["gpuperf: the session took * s in all, * s of it in worker processes before the tests*"])
 
 
-def test_an_inconclusive_benchmark_gets_more_processes_and_decides(pytester: pytest.Pytester) -> None:
+def test_an_inconclusive_benchmark_gets_more_processes_and_decides(pytester: pytest.Pytester, pair: None) -> None:
     # issue 31: after the first P processes, a comparison whose CI straddles 1 and 1 + threshold is
-    # measured in more worker processes (two at a time, only its tests) and decided on all of them
-    spread = {"cv": 0.01, "process_factors": [1.0, 1.08, 0.93, 1.04, 0.97]}
-    pytester.makepyfile(test_bench=BENCH)
-    script_timings(pytester, dict(spread, ms=1.0))
-    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=3", *RUN)
-    rec.assert_outcomes(passed=1)
-    set_timings(pytester, dict(spread, ms=1.25))  # 25% slower
-    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=3", *RUN)
-    rec.assert_outcomes(passed=1)  # 3 processes: inconclusive, which passes
-    assert "inconclusive" in rec.stdout.str()
+    # measured in more worker processes (two at a time, only its tests) and decided on all of them.
+    # test_loop: 30% slower, the processes' modes spread: inconclusive on 3, regressed on 5;
+    # test_other: 25% slower, modes spread so widely that 5 do not decide either: inconclusive, which passes
+    set_timings(pytester, {"ms": 1.3, "cv": 0.01, "process_factors": [1.0, 1.08, 0.93, 1.04, 0.97]},
+                test_other={"ms": 1.25, "cv": 0.01, "process_factors": [1.0, 1.25, 0.8, 1.0, 1.0]})
     rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=3", "--gpuperf-json",
                              "r.json", *RUN, "--gpuperf-max-processes=5")
-    rec.assert_outcomes(failed=1)
+    rec.assert_outcomes(failed=1, passed=1)
     rec.stdout.fnmatch_lines([
-        "*gpuperf: 1 benchmark(s) inconclusive after 3 worker processes: measuring them in 2 more*",
-        "*regressed 1.2*(5 worker processes)*",
+        "*gpuperf: 2 benchmark(s) inconclusive after 3 worker processes: measuring them in 2 more*",
+        "*regressed 1.*(5 worker processes)*",
         "*geometric mean of 5 process medians*",
-        "*processes each decision used: test_bench.py::test_loop (5)*"])
-    bench = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
-    assert len(bench["process_medians_ms"]) == 5 and bench["verdict"] == "regressed"
+        "*processes each decision used: test_bench.py::test_loop (5), test_bench.py::test_other (5)*"])
+    benchmarks = _benchmarks(pytester)
+    loop, other = benchmarks["test_bench.py::test_loop"], benchmarks["test_bench.py::test_other"]
+    assert len(loop["process_medians_ms"]) == 5 and loop["verdict"] == "regressed"
+    assert len(other["process_medians_ms"]) == 5 and other["verdict"] == "inconclusive"
 
 
-def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(pytester: pytest.Pytester) -> None:
+def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(pytester: pytest.Pytester,
+                                                                               pair: None) -> None:
     # issue 31: with no A/B to confirm it (here --gpuperf-no-ab-confirm), a regression decided on the
     # first processes is measured again in processes started after the decision. A slowdown of the
-    # host that covers only the first 3 processes then passes; one that holds in the later ones fails.
-    pytester.makepyfile(test_bench=BENCH)
-    script_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.0, 1.01, 0.99]})
-    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=3", *RUN).assert_outcomes(passed=1)
-    compare = ("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=3", "--gpuperf-json=r.json", *RUN)
-    set_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.25, 1.26, 1.24, 1.0, 1.01]})
-    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=3")  # no later process: the regression stands
-    rec.assert_outcomes(failed=1)
-    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=5")
-    rec.assert_outcomes(passed=1)
-    rec.stdout.fnmatch_lines(["*gpuperf: 1 regressed with no A/B against the baselines' commit to confirm it after 3 "
-                              "worker processes: measuring them in 2 more*"])
-    bench = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_bench.py::test_loop"]
-    assert len(bench["process_medians_ms"]) == 5 and bench["verdict"] in ("inconclusive", "unchanged")
-    set_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.25, 1.26, 1.24, 1.25, 1.26]})
-    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=5")
-    rec.assert_outcomes(failed=1)
-    rec.stdout.fnmatch_lines(["*regressed 1.2*(5 worker processes)*"])
+    # host that covers only the first 2 processes then passes (test_loop); one that holds in the
+    # later ones fails (test_other).
+    compare = ("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=2", "--gpuperf-json=r.json", *RUN)
+    set_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.25, 1.26, 1.24, 1.25]},
+                test_loop={"ms": 1.0, "cv": 0.01, "process_factors": [1.25, 1.26, 1.0, 1.01]})
+    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=2")  # no later process: the regression stands
+    rec.assert_outcomes(failed=2)
+    loop = _benchmarks(pytester)["test_bench.py::test_loop"]
+    assert len(loop["process_medians_ms"]) == 2 and loop["verdict"] == "regressed"
+    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=4")
+    rec.assert_outcomes(failed=1, passed=1)
+    rec.stdout.fnmatch_lines(["*gpuperf: 2 regressed with no A/B against the baselines' commit to confirm it after 2 "
+                              "worker processes: measuring them in 2 more*",
+                              "*regressed 1.2*(4 worker processes)*"])
+    benchmarks = _benchmarks(pytester)
+    loop, other = benchmarks["test_bench.py::test_loop"], benchmarks["test_bench.py::test_other"]
+    assert len(loop["process_medians_ms"]) == 4 and loop["verdict"] in ("inconclusive", "unchanged")
+    assert len(other["process_medians_ms"]) == 4 and other["verdict"] == "regressed"
 
 
 def test_a_single_process_baseline_counts_its_runs_as_replicates(pytester: pytest.Pytester) -> None:
@@ -220,34 +254,30 @@ def test_processes_option_is_checked(pytester: pytest.Pytester) -> None:
     rec.stderr.fnmatch_lines(["*--gpuperf-processes '0': expected an integer >= 1*"])
 
 
-def test_marker_processes_limits_the_workers_that_measure_a_benchmark(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_bench=BENCH + """
+def test_replicates_under_xdist_are_measured_once_and_merged_and_the_marker_limits_the_workers(
+        pytester: pytest.Pytester) -> None:
+    # The controller runs the worker processes before pytest-xdist starts its own; the xdist workers
+    # pick up the finished results (nothing is measured twice) and the controller merges them.
+    # The same session shows the marker's processes option: test_once is measured by the first
+    # worker process only (the marker limits the workers that measure a benchmark).
+    pytester.makepyfile(test_bench=PAIR + """
 
 @pytest.mark.gpu_bench(device="cpu", counts=False, processes=1)
 def test_once(gpu_bench):
     gpu_bench.pedantic(sum, args=(range(10),), rounds=10, warmup_rounds=1)
 """)
     script_timings(pytester, RECORDED)
-    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN).assert_outcomes(passed=2)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "-n", "2", *RUN)
+    rec.assert_outcomes(passed=3)
+    rec.stdout.fnmatch_lines(["*worker process 1/2 done (3 benchmark(s)*", "*worker process 2/2 done (2 benchmark(s)*",
+                              "*results of 2 worker(s) merged*"])
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     stored = json.loads(path.read_text())["benchmarks"]
-    assert len(stored["test_loop"]["process_medians_ms"]) == 2 and stored["test_loop"]["rounds"] == 60
+    assert sorted(stored) == ["test_loop", "test_once", "test_other"]
+    assert all(len(stored[n]["process_medians_ms"]) == 2 and stored[n]["rounds"] == 60
+               for n in ("test_loop", "test_other"))
     assert stored["test_once"]["process_medians_ms"] == [pytest.approx(stored["test_once"]["stats"]["median_ms"])]
     assert stored["test_once"]["rounds"] == 10  # the second worker ran test_once without measuring it
-
-
-def test_replicates_under_xdist_are_measured_once_and_merged(pytester: pytest.Pytester) -> None:
-    # The controller runs the worker processes before pytest-xdist starts its own; the xdist workers
-    # pick up the finished results (nothing is measured twice) and the controller merges them.
-    pytester.makepyfile(test_bench=BENCH + BENCH.replace("test_loop", "test_other"))
-    script_timings(pytester, RECORDED)
-    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "-n", "2", *RUN)
-    rec.assert_outcomes(passed=2)
-    rec.stdout.fnmatch_lines(["*worker process 2/2 done (2 benchmark(s)*", "*results of 2 worker(s) merged*"])
-    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
-    stored = json.loads(path.read_text())["benchmarks"]
-    assert sorted(stored) == ["test_loop", "test_other"]
-    assert all(len(e["process_medians_ms"]) == 2 and e["rounds"] == 60 for e in stored.values())
 
 
 #: An inner conftest that makes pytest's terminal reporter say it writes to a terminal and keeps the
@@ -277,7 +307,7 @@ def test_on_a_terminal_worker_progress_is_one_line_rewritten_in_place(pytester: 
     finished, then each worker done) instead of adding a line per step; the phase's first line stays."""
     pytester.makepyfile(test_bench=BENCH)
     script_timings(pytester, RECORDED, conftest=TTY_CONFTEST)
-    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN)
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=2", *RUN)  # no baseline: a comparison run's workers
     rec.assert_outcomes(passed=1)
     rewritten = json.loads(pytester.path.joinpath("rewritten.json").read_text())
     done = [line for line in rewritten if "done" in line]
@@ -286,3 +316,61 @@ def test_on_a_terminal_worker_progress_is_one_line_rewritten_in_place(pytester: 
     rec.stdout.fnmatch_lines(["gpuperf: measuring in 2 worker processes in turn (--gpuperf-processes)"])
     # the finer steps, each benchmark a running worker finished (of the first worker's count, once known)
     assert "gpuperf: worker process 2/2: 1 of 1 benchmark(s) measured" in "\n".join(rewritten)
+
+
+HUNG = """
+import json
+import sys
+import time
+
+import pytest
+
+@pytest.mark.gpu_bench(device="cpu", counts=False)
+def test_hangs(gpu_bench):
+    role = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--gpuperf-role=")), None)
+    if role and json.loads(role)["replicate"] == "0/2":
+        time.sleep(600)  # worker 0 hangs
+    gpu_bench.pedantic(sum, args=(range(100),), rounds=30, warmup_rounds=2)
+"""
+
+
+def test_a_hung_worker_is_stopped_after_the_worker_timeout(pytester: pytest.Pytester) -> None:
+    # worker 0 hangs: it is stopped after --gpuperf-worker-timeout, the benchmark it did not report
+    # fails with that reason, and the session goes on (worker 1, the extras process) and ends
+    pytester.makepyfile(test_bench=HUNG)
+    script_timings(pytester, RECORDED)
+    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", "--gpuperf-worker-timeout=2", *RUN)
+    rec.assert_outcomes(failed=1)
+    # (whether worker 0 reported it before it hung or not, worker 0 is stopped and the test fails)
+    rec.stdout.fnmatch_lines(["*test_bench.py::test_hangs: measured by * of 2 worker processes: worker process 1/2 "
+                              "timed out after 2 s and was stopped*"])
+    assert not list(pytester.path.joinpath("baselines").rglob("*.json"))  # nothing stored
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon"])
+def test_worker_timeout_option_is_checked(pytester: pytest.Pytester, value: str) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    rec = pytester.runpytest("--gpuperf", f"--gpuperf-worker-timeout={value}", *RUN)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    rec.stderr.fnmatch_lines([f"*--gpuperf-worker-timeout {value}: expected a number of seconds > 0*"])
+    pytester.makeini(f"[pytest]\ngpuperf_worker_timeout = {value}\n")
+    rec = pytester.runpytest("--gpuperf", *RUN)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    rec.stderr.fnmatch_lines([f"*ini gpuperf_worker_timeout {value}: expected a number of seconds > 0*"])
+
+
+def test_process_limits_and_ab_pairs_are_resolved_once_into_the_settings(pytester: pytest.Pytester) -> None:
+    # command line over ini over the defaults (ProcessLimits); --gpuperf-ab-processes also gives the
+    # A/B confirmation's pairs, with no --gpuperf-ab
+    pytester.makepyfile(test_s="""
+from pytest_gpuperf.plugin import session_of
+
+def test_s(pytestconfig):
+    s = session_of(pytestconfig).settings
+    assert (s.limits.max_processes, s.limits.more_time_s, s.limits.worker_timeout_s) == (4, 60.0, 7.5)
+    assert s.ab_processes == 1 and s.ab is None
+""")
+    pytester.makeini("[pytest]\ngpuperf_max_processes = 4\ngpuperf_more_processes_time = 60\n"
+                     "gpuperf_worker_timeout = 99\n")
+    rec = pytester.runpytest("--gpuperf-worker-timeout=7.5", "--gpuperf-ab-processes=1", "-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1)
