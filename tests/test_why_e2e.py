@@ -2,10 +2,15 @@
 
 The timing verdicts and the op profiles are scripted (``timings.json``: side B's benchmark 1.5x
 slower, its ``aten::sort`` 3.5x), so nothing here depends on the machine; the A/B machinery (worker
-pairs, the profiling pairs, the diff, the message and the report) is the real one. One test times
-and profiles for real, with a change so large (one op's input 50x as large, the op then most of B's
-call) that what it asserts cannot flip. How often the real profiler names the right op is measured
-by ``benchmarks/why_study.py``.
+pairs, the profiling pairs, the diff, the message and the report) is the real one. One benchmark
+times and profiles for real, with a change so large (one op's input 50x as large, the op then most
+of B's call) that what it asserts cannot flip. How often the real profiler names the right op is
+measured by ``benchmarks/why_study.py``.
+
+Every worker process costs seconds (it imports torch), and a moved verdict costs 3 more pairs of
+them: the benchmarks whose verdicts move share one A/B session (its profiling pairs profile every
+moved benchmark; a profile that fails is that benchmark's alone), and each is asserted on its own
+part of the output, the report and ``gpuperf compare``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gitrepo import commit, init, scripted_project
+from gitrepo import commit, scripted_project
 
 STAGES = '''
 import pytest
@@ -49,55 +54,10 @@ def repo(pytester: pytest.Pytester) -> Path:
     return top
 
 
-def test_a_regression_names_the_op_that_got_slower(pytester: pytest.Pytester, repo: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    pytester.makepyfile(test_x=STAGES.replace("@W@", "64"))  # B: the sort's windows 16x as wide
-    _timings(repo, 1.5, **{"aten::sort": 0.7})
-    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json", "--gpuperf-markdown=out.md")
-    res.assert_outcomes(failed=1)
-    text = res.stdout.str()
-    md = (repo / "out.md").read_text()
-    assert "Why it moved, op by op" in md and "| aten::sort | " in md and "| slower |" in md
-    res.stdout.fnmatch_lines(["*A/B: profiling 1 benchmark(s) on both sides in 3 more pair(s) of worker processes*"])
-    # the verdict first, then the cause
-    res.stdout.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))", "  why: aten::sort +*/call (+*% of the slowdown)*"])
-    assert "unchanged: aten::mm, aten::softmax" in text and "rest " in text
-    bench = json.loads((repo / "out.json").read_text())["benchmarks"]["test_x.py::test_stages"]
-    diff = bench["op_diff"]
-    named = [c for c in diff["ops"] if c["status"] in ("slower", "faster", "new", "removed")]
-    assert named and named[0]["name"] == "aten::sort"
-    assert diff["processes"] == [3, 3] and diff["cycles"][0] >= 6
-    total = diff["named_ms"] + diff["new_ms"] + diff["removed_ms"] + diff["rest_ms"]
-    assert total == pytest.approx(diff["total_shift_ms"])
-    assert diff["whole_from"] == "timing"  # the verdict's own medians are the change to explain
-    # gpuperf compare shows the report's diff under the decision
-    from pytest_gpuperf.cli.reports import main
-
-    capsys.readouterr()
-    main(["compare", str(repo / "out.json"), str(repo / "out.json")])
-    shown = capsys.readouterr().out
-    assert "  why: aten::sort +" in shown and "  | aten::sort | " in shown
-
-
-def test_an_aa_run_profiles_nothing_and_names_nothing(pytester: pytest.Pytester, repo: Path) -> None:
-    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json")
-    res.assert_outcomes(passed=1)
-    assert "profiling" not in res.stdout.str() and "why:" not in res.stdout.str()
-    bench = json.loads((repo / "out.json").read_text())["benchmarks"]["test_x.py::test_stages"]
-    assert "op_diff" not in bench
-
-
-def test_a_profile_that_fails_leaves_the_verdict_and_says_why(pytester: pytest.Pytester, repo: Path) -> None:
-    # side B's code refuses to run under the profiler (real profiler: no scripted ops); the verdict stands
-    pytester.makepyfile(test_x=STAGES.replace("@W@", "8").replace(
-        "    def f():\n", "    def f():\n        if torch.autograd._profiler_enabled():\n"
-                         "            raise RuntimeError('not under a profiler')\n"))
-    (repo / "timings.json").write_text(json.dumps({"*": {"ms": 1.5, "cv": 0.03}}))
-    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR)
-    res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))",
-                              "  why: no diagnosis (the op profiles failed: side B: RuntimeError: not under a profiler*"])
-
+# side B's code refuses to run under the profiler (the real one: no scripted ops for it on side B)
+REFUSES = STAGES.replace("def test_stages(", "def test_refuses(")
+REFUSING = ("    def f():\n", "    def f():\n        if torch.autograd._profiler_enabled():\n"
+                             "            raise RuntimeError('not under a profiler')\n")
 
 SORTS = '''
 import pytest
@@ -105,6 +65,11 @@ import torch
 
 x = torch.randn(256, 256)
 s = torch.randn(@N@)
+
+@pytest.fixture
+def _gpuperf_measurer():  # this module times and profiles for real (the conftest scripts the others)
+    from pytest_gpuperf.measure.timing import Measurer
+    return Measurer()
 
 @pytest.mark.gpu_bench(max_time=0.1, counts=False, memory_threshold=100)  # B's sort buffers: ~2 MiB more
 def test_sorts(gpu_bench):
@@ -120,26 +85,103 @@ def test_sorts(gpu_bench):
 '''
 
 
-def test_real_timing_names_an_op_made_fifty_times_slower(pytester: pytest.Pytester) -> None:
-    """Real timing and the real profiler (no scripted measurer). B sorts 50x as many elements
-    (100,000 instead of 2,000): ``aten::sort`` takes some 80x as long (about 6 ms against A's whole
-    0.3 ms call, in one thread), so it is most of B's call and ~90% of the slowdown, where the diff
-    names an op from 10% and ranks by the shift; no machine's speed or noise makes that a pass or
-    names another op first. Only such facts are asserted, no figures."""
-    top = pytester.path
-    init(top)
-    pytester.makeini("[pytest]\n")
-    pytester.makepyfile(test_x=SORTS.replace("@N@", "2_000"))
+def _failure(res: pytest.RunResult, test: str) -> pytest.LineMatcher:
+    """The lines of ``test``'s section in the session's FAILURES block (up to the next section)."""
+    lines = res.stdout.lines
+    at = next(i for i, line in enumerate(lines) if line.startswith("___") and line.strip("_ ") == test)
+    rest = lines[at + 1:]
+    end = next((i for i, line in enumerate(rest) if line.startswith(("___", "==="))), len(rest))
+    return pytest.LineMatcher(rest[:end])
+
+
+def _indented_after(text: str, head: str) -> str:
+    """The first line of ``text`` that contains ``head`` and the indented lines that follow it."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if head in line)
+    end = next((i for i in range(at + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[at:end])
+
+
+def test_regressions_name_the_op_that_got_slower_or_say_why_not(pytester: pytest.Pytester,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """One A/B session, three benchmarks that regress: their op profiles are taken in the same 3
+    profiling pairs (3 pairs of worker processes each would cost a minute), and each is asserted on
+    its own part of the output and the reports.
+
+    - ``test_stages`` (scripted timing and ops): B's sort windows 16x as wide; the sort is named in
+      the message, the JSON and Markdown reports and ``gpuperf compare``.
+    - ``test_refuses`` (scripted timing, the real profiler): B's code raises under the profiler; the
+      verdict stands and the message says why there is no diagnosis.
+    - ``test_sorts``, real timing and the real profiler (no scripted measurer): B sorts 50x as many
+      elements (100,000 instead of 2,000): ``aten::sort`` takes some 80x as long (about 6 ms
+      against A's whole 0.3 ms call, in one thread), so it is most of B's call and ~90% of the
+      slowdown, where the diff names an op from 10% and ranks by the shift; no machine's speed or
+      noise makes that a pass or names another op first. Only such facts are asserted, no figures.
+    """
+    top = scripted_project(pytester, STAGES.replace("@W@", "4"))
+    pytester.makepyfile(test_refuses=REFUSES.replace("@W@", "4"), test_sorts=SORTS.replace("@N@", "2_000"))
+    _timings(top, 1.0)
     commit(top, "A")
-    pytester.makepyfile(test_x=SORTS.replace("@N@", "100_000"))  # B: the sort 50x as large
-    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json")
-    res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["regressed *(A/B vs HEAD (*))", "  why: aten::sort +*/call (*"])
-    why = next(line for line in res.stdout.lines if line.startswith("  why: "))
+    pytester.makepyfile(test_x=STAGES.replace("@W@", "64"),  # B: the sort's windows 16x as wide
+                        test_refuses=REFUSES.replace("@W@", "8").replace(*REFUSING),
+                        test_sorts=SORTS.replace("@N@", "100_000"))  # B: the sort 50x as large
+    (top / "timings.json").write_text(json.dumps({
+        "test_stages": {"ms": 1.5, "cv": 0.03, "ops": dict(OPS, **{"aten::sort": 0.7})},
+        "test_refuses": {"ms": 1.5, "cv": 0.03}}))
+    # --gpuperf-confirm=0: the first pair decides (8 paired blocks: all of them say B is slower, and
+    # test_sorts' 50x sort makes each block of B some 20x slower); confirmation pairs are tested in
+    # tests/test_ab_e2e.py, and each costs two worker processes
+    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-confirm=0",
+                             "--gpuperf-json=out.json", "--gpuperf-markdown=out.md")
+    res.assert_outcomes(failed=3)
+    res.stdout.fnmatch_lines(["*A/B: profiling 3 benchmark(s) on both sides in 3 more pair(s) of worker processes*"])
+    benches = json.loads((top / "out.json").read_text())["benchmarks"]
+
+    # test_stages: the verdict first, then the cause
+    stages = _failure(res, "test_stages")
+    stages.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))", "  why: aten::sort +*/call (+*% of the slowdown)*"])
+    assert "unchanged: aten::mm, aten::softmax" in stages.str() and "rest " in stages.str()
+    md = (top / "out.md").read_text()
+    assert "Why it moved, op by op" in md
+    table = md.split("`test_x.py::test_stages`: why:", 1)[1].split("\n`", 1)[0]
+    assert "| aten::sort | " in table and "| slower |" in table
+    diff = benches["test_x.py::test_stages"]["op_diff"]
+    named = [c for c in diff["ops"] if c["status"] in ("slower", "faster", "new", "removed")]
+    assert named and named[0]["name"] == "aten::sort"
+    assert diff["processes"] == [3, 3] and diff["cycles"][0] >= 6
+    total = diff["named_ms"] + diff["new_ms"] + diff["removed_ms"] + diff["rest_ms"]
+    assert total == pytest.approx(diff["total_shift_ms"])
+    assert diff["whole_from"] == "timing"  # the verdict's own medians are the change to explain
+    # gpuperf compare shows the report's diff under the decision
+    from pytest_gpuperf.cli.reports import main
+
+    capsys.readouterr()
+    main(["compare", str(top / "out.json"), str(top / "out.json")])
+    shown = _indented_after(capsys.readouterr().out, "  test_x.py::test_stages: A/B vs HEAD")
+    assert "  why: aten::sort +" in shown and "  | aten::sort | " in shown
+
+    # test_refuses: its profile failed; the verdict stands and says why
+    _failure(res, "test_refuses").fnmatch_lines([
+        "regressed 1.*(A/B vs HEAD (*))",
+        "  why: no diagnosis (the op profiles failed: side B: RuntimeError: not under a profiler*"])
+    assert "op_diff" not in benches["test_refuses.py::test_refuses"]
+
+    # test_sorts, timed and profiled for real: the sort is named first, the matmul unchanged
+    sorts = _failure(res, "test_sorts")
+    sorts.fnmatch_lines(["regressed *(A/B vs HEAD (*))", "  why: aten::sort +*/call (*"])
+    why = _indented_after(sorts.str(), "  why: ")
     assert "unchanged: " in why and "aten::mm" in why.split("unchanged: ", 1)[1]
-    bench = json.loads((top / "out.json").read_text())["benchmarks"]["test_x.py::test_sorts"]
-    named = [c for c in bench["op_diff"]["ops"] if c["status"] in ("slower", "faster", "new", "removed")]
+    named = [c for c in benches["test_sorts.py::test_sorts"]["op_diff"]["ops"]
+             if c["status"] in ("slower", "faster", "new", "removed")]
     assert named and named[0]["name"] == "aten::sort" and named[0]["status"] == "slower"
+
+
+def test_an_aa_run_profiles_nothing_and_names_nothing(pytester: pytest.Pytester, repo: Path) -> None:
+    res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR, "--gpuperf-json=out.json")
+    res.assert_outcomes(passed=1)
+    assert "profiling" not in res.stdout.str() and "why:" not in res.stdout.str()
+    bench = json.loads((repo / "out.json").read_text())["benchmarks"]["test_x.py::test_stages"]
+    assert "op_diff" not in bench
 
 
 def test_without_the_old_commit_a_stored_regression_is_diffed_against_the_baselines_profile(
