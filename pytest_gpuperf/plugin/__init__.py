@@ -21,11 +21,10 @@ from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.keys import SESSION_KEY  # shared with benchmark_compat
 from pytest_gpuperf.plugin.session import GpuPerfSession
-from pytest_gpuperf.plugin.settings import ProcessLimits, SessionSettings, resolve_settings
+from pytest_gpuperf.plugin.settings import BISECT_TIMEOUT_S, ProcessLimits, resolve_settings
 
-#: the defaults the help texts give, each stated once on the type that owns it (issue 33)
+#: the defaults the help texts give, each stated once where it is owned (issue 33)
 _LIMITS = ProcessLimits()
-_BISECT_TIMEOUT_S = SessionSettings.__dataclass_fields__["bisect_timeout_s"].default
 
 
 def session_of(config: pytest.Config) -> GpuPerfSession:
@@ -139,7 +138,7 @@ def _ab_and_bisect_options(group: Any) -> None:
                          "to HEAD for at most N regressed benchmarks in the same run (ini "
                          "gpuperf_bisect_on_regression; default 0: off)")
     group.addoption("--gpuperf-bisect-timeout", metavar="SECONDS", default=None,
-                    help=f"bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default {_BISECT_TIMEOUT_S:g})")
+                    help=f"bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default {BISECT_TIMEOUT_S:g})")
     benchmark_compat.add_gpuperf_options(group)  # --gpuperf-only/-skip/-columns/-sort
 
 
@@ -161,7 +160,7 @@ def _ini_values(parser: pytest.Parser) -> None:
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
                   f"(default {_LIMITS.worker_timeout_s:g})", default="")
     parser.addini("gpuperf_bisect_timeout", f"bisection: start no step after this many seconds (default "
-                  f"{_BISECT_TIMEOUT_S:g})", default="")
+                  f"{BISECT_TIMEOUT_S:g})", default="")
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "
                   "(the busy-host guard; default true)", type="bool", default=True)
     parser.addini("gpuperf_bottleneck_thresholds",

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pytest_gpuperf.core.options import DEFAULT_PROCESSES  # noqa: F401 (stated there)
+from pytest_gpuperf.core.options import DEFAULT_PROCESSES
 
 #: Hidden option that makes a pytest process a replicate worker, given by its coordinator (the
 #: process's role comes once, on its command line; issue 33): ``--gpuperf-role={"replicate": "k/P",

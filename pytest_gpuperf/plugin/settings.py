@@ -23,6 +23,8 @@ from pytest_gpuperf.plugin.replicates import WORKER_TIMEOUT_S
 
 #: ``GPUPERF_HOST_LOAD`` values that turn the busy-host guard off.
 _OFF = ("0", "false", "no", "off")
+#: Seconds after which a bisection starts no more steps (``--gpuperf-bisect-timeout``), by default.
+BISECT_TIMEOUT_S = 1800.0
 #: The :class:`ProcessLimits` fields among the options :func:`_bisect` reads.
 _LIMITS = ("max_processes", "more_time_s", "worker_timeout_s")
 
@@ -101,7 +103,7 @@ class SessionSettings:
     in_ab_worker: bool = False
     bisect: tuple[str, str] | None = None
     bisect_on_regression: int = 0
-    bisect_timeout_s: float = 1800.0
+    bisect_timeout_s: float = BISECT_TIMEOUT_S
     bisect_processes: int = 1
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     select_file: Path | None = None
