@@ -823,10 +823,10 @@ def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:
     if failed is not None:
         side, (error, where) = failed
         unavailable[OP_DIFF] = Unavailable(OP_DIFF, f"side {side}: {error}", where)
-        return dataclasses.replace(result, unavailable=unavailable)
+        return result.replace(unavailable=unavailable)
     if not m.profiles.get("A") or not m.profiles.get("B"):
         unavailable[OP_DIFF] = Unavailable(OP_DIFF, f"no profile of side {'A' if not m.profiles.get('A') else 'B'}")
-        return dataclasses.replace(result, unavailable=unavailable)
+        return result.replace(unavailable=unavailable)
 
     def diff() -> Any:
         from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles
@@ -840,7 +840,7 @@ def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:
     got = contained(OP_DIFF, diff, unavailable)
     if got is not None and m.traces.get("A") and m.traces.get("B"):
         got = dataclasses.replace(got, traces=(m.traces["A"], m.traces["B"]))
-    return dataclasses.replace(result, op_diff=got, unavailable=unavailable)
+    return result.replace(op_diff=got, unavailable=unavailable)
 
 
 def hash_seed(key: str, process: int) -> int:

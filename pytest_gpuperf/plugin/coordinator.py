@@ -229,7 +229,7 @@ class Coordinator:
             unavailable = dict(r.unavailable)
             if not cycles:
                 unavailable[OP_DIFF] = Unavailable(OP_DIFF, failed or missing or "no op profile of this run")
-                finished[key] = dataclasses.replace(r, unavailable=unavailable)
+                finished[key] = r.replace(unavailable=unavailable)
                 continue
             c = r.comparison
             whole = (c.baseline_median_ms, c.current_median_ms) if c.baseline_median_ms and c.current_median_ms else None
@@ -239,7 +239,7 @@ class Coordinator:
             diff = contained(OP_DIFF, lambda: diff_against_stored(
                 entry.data["op_profile"], [OpSample.from_dict(x) for x in cycles], whole_ms=whole, source=source),
                 unavailable)
-            finished[key] = dataclasses.replace(r, op_diff=diff, unavailable=unavailable)
+            finished[key] = r.replace(op_diff=diff, unavailable=unavailable)
 
     def _ab_will_confirm(self, key: str, commits: dict[str, tuple[str | None, bool | None]]) -> bool:
         """Whether a stored-stage regression of ``key`` will be confirmed by A/B against its baseline's

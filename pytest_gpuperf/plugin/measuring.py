@@ -243,7 +243,7 @@ class Replay(Smoke):
         a, k = prepare_call(fn, args, kwargs, setup)  # gives the test its value and side effects
         value = ctx.measurer.once(fn, a, k, ctx.device).value
         self._check_value(fn, value)
-        return dataclasses.replace(done, name=common["name"], group=common["group"], value=value,
+        return done.replace(name=common["name"], group=common["group"], value=value,
                                    options=common["options"], extra_info=common["extra_info"])
 
 

@@ -567,8 +567,8 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
     ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
                   max_memory_text=memory_text)
     comparison, memory, counts = ev.comparison, ev.memory, ev.counts
-    return dataclasses.replace(merged, comparison=comparison, memory_comparison=memory, count_comparison=counts,
-                               options=options)
+    return merged.replace(comparison=comparison, memory_comparison=memory, count_comparison=counts,
+                         options=options)
 
 
 
@@ -591,15 +591,15 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
     if a is None or a.verdict is Verdict.NO_BASELINE or a.ratio is None:
         why = problem or (a.note if a is not None and a.note else "no A/B result")
         note = f"not confirmed by A/B against {label}: {why}; the stored verdict stands"
-        return dataclasses.replace(stored, comparison=dataclasses.replace(s, ab_confirmation=note))
+        return stored.replace(comparison=dataclasses.replace(s, ab_confirmation=note))
     from pytest_gpuperf.reporting.messages import ab_summary
 
     word = "confirmed" if a.verdict is Verdict.REGRESSED else "not confirmed"
     note = f"{said}; {word} by A/B against the baseline's commit on this machine: {ab_summary(a)} ({a.verdict.value})"
     if a.verdict is Verdict.REGRESSED and bisect_command:
         note += f"; find the commit: {bisect_command}"
-    return dataclasses.replace(
-        ab, comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
+    return ab.replace(
+        comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
         count_comparison=stored.count_comparison, counts=stored.counts, peak_memory_bytes=stored.peak_memory_bytes,
         bottleneck=stored.bottleneck, telemetry=stored.telemetry, process_medians_ms=stored.process_medians_ms,
         options=stored.options, unavailable={**stored.unavailable, **{k: v for k, v in ab.unavailable.items()

@@ -18,6 +18,7 @@ def write_baselines(session: Any, item: pytest.Item) -> str | None:
     from pytest_gpuperf.storage.baseline import BaselineError, update
     from pytest_gpuperf.measure.environment import utc_now
     from pytest_gpuperf.storage.codec import encode_result
+    from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES
 
     mine = [r for r in session.recorded if r.nodeid == item.nodeid and not r.result.smoke]
     if not mine:
@@ -29,8 +30,8 @@ def write_baselines(session: Any, item: pytest.Item) -> str | None:
     for path, recs in by_path.items():
         entries = {
             rec.result.benchmark_id: _compact_op_profile(dict(encode_result(
-                rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp
-            ), **({} if dirty is None else {"dirty": dirty})))
+                rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp,
+                max_samples=MAX_STORED_SAMPLES), **({} if dirty is None else {"dirty": dirty})))
             for rec in recs
         }
         try:

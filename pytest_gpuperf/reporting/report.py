@@ -76,9 +76,12 @@ def count_comparison_dict(cc: Any) -> dict[str, Any] | None:
 
 def result_entry(result: BenchResult, **fields: Any) -> dict[str, Any]:
     """The JSON entry of one benchmark (:func:`~pytest_gpuperf.storage.codec.encode_result`, with its
-    keywords: ``environment``, ``git_commit``, ``timestamp_utc``, ``with_comparison``) with the
-    verdicts' messages added to its comparisons, as the JSON report carries them."""
-    entry = encode_result(result, **fields)
+    keywords: ``environment``, ``git_commit``, ``timestamp_utc``, ``with_comparison``; a file keeps
+    at most ``max_samples`` samples, by default :data:`~pytest_gpuperf.verdict.stats.MAX_STORED_SAMPLES`)
+    with the verdicts' messages added to its comparisons, as the JSON report carries them."""
+    from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES
+
+    entry = encode_result(result, **{"max_samples": MAX_STORED_SAMPLES, **fields})
     if entry.get("comparison") is not None:
         entry["comparison"]["message"] = comparison_message(result.comparison)
     for key, gate in (("memory_comparison", result.memory_comparison), ("count_comparison", result.count_comparison)):

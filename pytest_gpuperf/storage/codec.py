@@ -77,38 +77,11 @@ def json_safe(value: Any) -> Any:
     return f"UNSERIALIZABLE[{value!r}]"
 
 
-def encode_result(
-    result: BenchResult,
-    *,
-    environment: dict[str, Any],
-    git_commit: str | None,
-    timestamp_utc: str,
-    with_comparison: bool = False,
-) -> dict[str, Any]:
-    """The JSON entry of one benchmark (the one wire format: baselines, worker hand-offs and, with
-    ``with_comparison``, the verdicts of reports), without any message wording (the report adds it:
-    :func:`pytest_gpuperf.reporting.report.result_entry`)."""
-    entry: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "id": result.benchmark_id,
-        "name": result.name,
-        "group": result.group,
-        "device": result.device,
-        "stats": result.stats_dict(),
-        "samples_ms": thin(result.samples_ms),
-        "rounds": result.rounds,
-        "calls_per_round": result.calls_per_round,
-        "warmup_rounds": result.warmup_calls,
-        "peak_memory_bytes": result.peak_memory_bytes,
-        "bottleneck": result.bottleneck.to_dict() if result.bottleneck is not None else None,
-        "telemetry": result.telemetry,
-        "counts": result.counts.to_dict() if result.counts is not None else None,
-        "throughput": result.rates(),
-        "options": _json_options(result.options),
-        "environment": environment,
-        "git_commit": git_commit,
-        "timestamp_utc": timestamp_utc,
-    }
+def _optional_parts(result: BenchResult, kept: int) -> dict[str, Any]:
+    """The keys an entry has only when they say something (``kept``: the samples it keeps)."""
+    entry: dict[str, Any] = {}
+    if kept < len(result.samples_ms):
+        entry["samples_total"] = len(result.samples_ms)
     if result.extra_info:
         entry["extra_info"] = json_safe(dict(result.extra_info))
     if result.probe_ms is not None:
@@ -124,6 +97,49 @@ def encode_result(
         entry["op_diff"] = result.op_diff.to_dict()
     if result.op_profile is not None:  # the op profile's cycles (a baseline keeps them compact)
         entry["op_profile"] = result.op_profile
+    return entry
+
+
+def encode_result(
+    result: BenchResult,
+    *,
+    environment: dict[str, Any],
+    git_commit: str | None,
+    timestamp_utc: str,
+    with_comparison: bool = False,
+    max_samples: int | None = None,
+) -> dict[str, Any]:
+    """The JSON entry of one benchmark (the one wire format: baselines, worker hand-offs and, with
+    ``with_comparison``, the verdicts of reports), without any message wording (the report adds it:
+    :func:`pytest_gpuperf.reporting.report.result_entry`).
+
+    Samples cross between processes whole, so a result read back has the statistics of its samples.
+    A file that keeps at most ``max_samples`` of them (baselines and reports:
+    :data:`~pytest_gpuperf.verdict.stats.MAX_STORED_SAMPLES`, evenly spaced, :func:`~pytest_gpuperf.verdict.stats.thin`)
+    records how many were measured (``samples_total``); its ``stats`` are those of all of them."""
+    samples = list(result.samples_ms) if max_samples is None else thin(result.samples_ms, max_samples)
+    entry: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "id": result.benchmark_id,
+        "name": result.name,
+        "group": result.group,
+        "device": result.device,
+        "stats": result.stats_dict(),
+        "samples_ms": samples,
+        "rounds": result.rounds,
+        "calls_per_round": result.calls_per_round,
+        "warmup_rounds": result.warmup_calls,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "bottleneck": result.bottleneck.to_dict() if result.bottleneck is not None else None,
+        "telemetry": result.telemetry,
+        "counts": result.counts.to_dict() if result.counts is not None else None,
+        "throughput": result.rates(),
+        "options": _json_options(result.options),
+        "environment": environment,
+        "git_commit": git_commit,
+        "timestamp_utc": timestamp_utc,
+    }
+    entry.update(_optional_parts(result, len(samples)))
     if with_comparison:
         entry["comparison"] = comparison_to_dict(result.comparison)
         entry["verdict"] = result.comparison.verdict.value if result.comparison else None
@@ -184,25 +200,25 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
     return value of ``fn`` and the top-ops table are not stored, so they come back as None.
     Raises ``KeyError``/``TypeError`` for entries that are not report entries.
     """
-    from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers
-
-    from pytest_gpuperf.verdict.counts import CountComparison, Counts
-
-    stats = dict(entry["stats"])
-    ci = stats.pop("median_ci_ms", None)
-    out = stats.pop("outliers", None) or {}
     from pytest_gpuperf.core.options import options_from_dict
+    from pytest_gpuperf.verdict.counts import CountComparison, Counts
+    from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, Summary
 
-    options = options_from_dict(entry.get("options"))
-    return BenchResult(
+    samples = tuple(entry["samples_ms"])
+    stats = None  # computed from the samples
+    if isinstance(entry.get("stats"), dict):  # as written: of these samples, or of all when a file thinned them
+        s = entry["stats"]
+        ci = s.get("median_ci_ms")
+        stats = Summary(n=entry.get("samples_total") or len(samples), median_ci_ms=tuple(ci) if ci else None,
+                        outliers=Outliers(**(s.get("outliers") or {})), **{k: s[k] for k in STAT_FIELDS})
+    return BenchResult.from_samples(
+        samples,
+        stats=stats,
         name=entry.get("name") or entry["id"],
         device=entry["device"],
-        samples_ms=tuple(entry["samples_ms"]),
         rounds=entry["rounds"],
         calls_per_round=entry.get("calls_per_round", 1),
         warmup_calls=entry.get("warmup_rounds", 0),
-        median_ci_ms=tuple(ci) if ci else None,
-        outliers=Outliers(**out),
         comparison=_comparison_from(entry.get("comparison")),
         peak_memory_bytes=entry.get("peak_memory_bytes"),
         memory_comparison=_memory_from(entry.get("memory_comparison")),
@@ -212,7 +228,7 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         benchmark_id=entry["id"],
         group=entry.get("group"),
         smoke=bool(entry.get("smoke", False)),
-        options=options,
+        options=options_from_dict(entry.get("options")),
         counts=Counts.from_dict(entry["counts"]) if isinstance(entry.get("counts"), dict) else None,
         count_comparison=(CountComparison.from_dict(entry["count_comparison"])
                           if isinstance(entry.get("count_comparison"), dict) else None),
@@ -224,7 +240,6 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
         op_diff=decode_op_diff(entry.get("op_diff")),
         op_profile=entry.get("op_profile") if isinstance(entry.get("op_profile"), dict) else None,
-        **{k: stats[k] for k in STAT_FIELDS},
     )
 
 

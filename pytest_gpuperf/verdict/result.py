@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pytest_gpuperf.core.containment import Unavailable, requested_parts
 from pytest_gpuperf.core.options import BenchOptions, options_from_dict
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict
-from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, summarize
+from pytest_gpuperf.verdict.stats import STAT_FIELDS, Summary, summarize
 
 
 @dataclass(frozen=True)
@@ -27,94 +27,182 @@ class Overrun:
 
 
 @dataclass(frozen=True)
-class BenchResult:
-    """Timing of one benchmark: per-call times and their statistics, all in milliseconds.
+class BenchTiming:
+    """The timed rounds of one benchmark: per-call times and their statistics (ms).
 
-    ``samples_ms`` holds one per-call time per round (a round of ``calls_per_round`` calls is
-    timed as one interval and divided), in measurement order. ``median_ci_ms`` is the 95% CI of
-    the median (order-statistic method; ``None`` under 6 rounds). ``outliers`` counts samples
-    outside the Tukey fences; outliers are reported, never dropped. ``comparison`` is the verdict
-    against the stored baseline, or ``None`` when not compared (smoke mode).
-
-    ``smoke`` is True when the plugin ran without ``--gpuperf``: ``fn`` was called exactly once,
-    ``samples_ms`` holds that single call's synchronized wall time, and there is no CI and no
-    comparison. ``peak_memory_bytes`` is the peak memory (bytes) allocated by one extra call of
-    ``fn`` made outside the timed rounds (``None`` in smoke mode), and ``memory_comparison`` its
-    verdict against the baseline's peak and ``max_memory``. ``bottleneck`` is the
-    :class:`~pytest_gpuperf.verdict.bottleneck.Bottleneck` (with ``expect_bottleneck`` or
-    ``--gpuperf-classify``), ``trace_path`` the chrome trace saved on a regression or a
-    misclassification, ``top_ops`` the profiler's top ops by device time then. ``telemetry`` is
-    what the machine did during the timed rounds (GPU: NVML SM clock, throttle reasons,
-    utilization, temperature, power; CPU: frequency and load), None where unavailable. ``value`` is the return value of the last call of ``fn`` (handy for correctness
-    checks); it is never stored. ``notes`` are remarks on how the measurement went (e.g. it took far
-    longer than ``max_time`` because one call is long), shown as warnings in the summary; not stored.
-    ``counts`` are the exact counts of one extra call (:class:`~pytest_gpuperf.verdict.counts.Counts`: ops,
-    kernels, syncs, copies, FLOPs, bytes, recompiles; None in smoke mode or with ``counts=False``)
-    and ``count_comparison`` their gate against the baseline and the declared budgets.
-    ``overrun`` (an :class:`Overrun`, not stored) says the measurement took far longer than
-    ``max_time``. ``options`` are the benchmark's resolved :class:`~pytest_gpuperf.core.options.BenchOptions`
-    (a mapping of option values, as a report stores them, is converted on construction:
-    :func:`~pytest_gpuperf.core.options.options_from_dict`). ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``), stored
-    in reports and baselines when not empty. ``probe_ms`` is the median time (ms) of the interleaved
-    machine-speed probe timed between the rounds and ``probe`` its name (see
-    :mod:`pytest_gpuperf.measure.probe`); None when no probe ran (smoke mode, an injected measurer without
-    probe support); stored in reports and baselines. ``process_medians_ms`` holds the median (ms)
-    of each worker process that measured the benchmark (``--gpuperf-processes`` >= 2; in process
-    order, ``samples_ms`` is their samples concatenated in that order), None when one process
-    measured it; stored in reports and baselines. ``unavailable`` maps an extra that could not be
-    measured (``"counts"``, ``"peak memory"``, ``"bottleneck"``, ``"trace"``, ``"memory snapshot"``)
-    to why (:class:`~pytest_gpuperf.core.containment.Unavailable`); the timing and the other checks
-    stand, and it is stored in reports and baselines. ``peak_memory_low_bytes``: the lowest peak
-    (bytes) when the calls measured for peak memory differed (``peak_memory_bytes`` is then the
-    highest); None when they agreed or one call was measured.
+    ``samples_ms`` holds one per-call time per round (a round of ``calls_per_round`` calls is timed
+    as one interval and divided), in measurement order; ``stats`` is their
+    :class:`~pytest_gpuperf.verdict.stats.Summary`, computed from exactly these samples by
+    :meth:`of` (read back from a stored file, the statistics of the samples measured: a file keeps at
+    most :data:`~pytest_gpuperf.verdict.stats.MAX_STORED_SAMPLES` of them). ``warmup_calls``:
+    untimed calls before the rounds. ``process_medians_ms``: the median (ms) of each worker process
+    that measured it (``--gpuperf-processes`` >= 2, in process order; ``samples_ms`` is their
+    samples concatenated), None when one process measured it. ``probe_ms``: the median time (ms) of
+    the interleaved machine-speed probe named ``probe`` (:mod:`pytest_gpuperf.measure.probe`), None
+    when no probe ran.
     """
 
-    name: str
-    device: str
     samples_ms: tuple[float, ...]
     rounds: int
     calls_per_round: int
     warmup_calls: int
-    mean_ms: float
-    std_ms: float
-    min_ms: float
-    max_ms: float
-    median_ms: float
-    p5_ms: float
-    p25_ms: float
-    p75_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float
-    iqr_ms: float
-    median_ci_ms: tuple[float, float] | None
-    outliers: Outliers
-    comparison: Comparison | None = None
+    stats: Summary
+    process_medians_ms: tuple[float, ...] | None = None
+    probe_ms: float | None = None
+    probe: str | None = None
+
+    @classmethod
+    def of(cls, samples_ms: Sequence[float], **fields: Any) -> "BenchTiming":
+        """The timing of ``samples_ms`` (ms) with its statistics computed from them; ``fields`` are
+        the other fields. Raises ``ValueError`` for no samples or a non-finite one."""
+        samples = tuple(float(v) for v in samples_ms)
+        return cls(samples_ms=samples, stats=summarize(samples), **fields)
+
+
+@dataclass(frozen=True)
+class BenchExtras:
+    """What was measured beside the timing, by extra calls of ``fn`` outside the timed rounds.
+
+    ``peak_memory_bytes``: the peak memory (bytes) allocated by a call (the highest when the calls
+    measured differed, ``peak_memory_low_bytes`` then the lowest); ``counts``: the exact counts of
+    one call (:class:`~pytest_gpuperf.verdict.counts.Counts`: ops, kernels, syncs, copies, FLOPs,
+    bytes, recompiles); ``bottleneck``: the :class:`~pytest_gpuperf.verdict.bottleneck.Bottleneck`;
+    ``telemetry``: what the machine did during the timed rounds (GPU: NVML SM clock, throttle
+    reasons, utilization, temperature, power; CPU: frequency and load). Each None when not measured.
+    ``unavailable`` maps an extra that could not be measured (``"counts"``, ``"peak memory"``,
+    ``"bottleneck"``, ``"trace"``, ``"memory snapshot"``) to why
+    (:class:`~pytest_gpuperf.core.containment.Unavailable`); the timing and the other checks stand.
+    """
+
     peak_memory_bytes: int | None = None
-    memory_comparison: MemoryComparison | None = None
+    peak_memory_low_bytes: int | None = None
+    counts: Any = None  # pytest_gpuperf.verdict.counts.Counts
     bottleneck: Any = None  # pytest_gpuperf.verdict.bottleneck.Bottleneck
-    trace_path: str | None = None
     telemetry: dict[str, Any] | None = None
+    unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BenchEvaluation:
+    """The verdicts on one result: ``comparison`` (timing against the baseline or side A),
+    ``memory_comparison`` (peak memory against the baseline's and ``max_memory``),
+    ``count_comparison`` (:class:`~pytest_gpuperf.verdict.counts.CountComparison`: the count gate
+    and the declared budgets) and ``op_diff`` (:class:`~pytest_gpuperf.verdict.opdiff.OpDiff`: why
+    a verdict moved, op by op). Each None when not decided (smoke mode, no baseline for it)."""
+
+    comparison: Comparison | None = None
+    memory_comparison: MemoryComparison | None = None
+    count_comparison: Any = None  # pytest_gpuperf.verdict.counts.CountComparison
+    op_diff: Any = None  # pytest_gpuperf.verdict.opdiff.OpDiff
+
+
+@dataclass(frozen=True)
+class BenchDiagnostics:
+    """What helps a person read a result, beside the verdicts: ``trace_path`` (the chrome trace
+    saved on a regression or a misclassification), ``top_ops`` (the profiler's top ops by device
+    time then), ``op_profile`` (the op profile's cycles, ``{"floor_ms", "cycles"}``:
+    :func:`pytest_gpuperf.verdict.opdiff.compact_profile`, made for a baseline while updating or to
+    diff a stored regression), ``notes`` (remarks on how the measurement went, shown as warnings;
+    not stored) and ``overrun`` (an :class:`Overrun`, not stored)."""
+
+    trace_path: str | None = None
+    top_ops: str | None = None
+    op_profile: Any = None
+    notes: tuple[str, ...] = ()
+    overrun: Overrun | None = None
+
+
+#: Each part of a :class:`BenchResult` and its type: a flat field name (``comparison=``,
+#: ``peak_memory_bytes=``) given to :meth:`BenchResult.from_samples` or :meth:`BenchResult.replace`
+#: goes to the part that holds it.
+PARTS: dict[str, type] = {"timing": BenchTiming, "extras": BenchExtras, "evaluation": BenchEvaluation,
+                          "diagnostics": BenchDiagnostics}
+_ROUTE: dict[str, str] = {f.name: part for part, cls in PARTS.items() for f in dataclasses.fields(cls)
+                          if f.name != "stats"}
+
+
+def _via(part: str, name: str) -> Any:
+    """A read-only property giving ``self.<part>.<name>``: the flat names of results before the
+    split (issue 33) stay readable."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    doc=f"``{part}.{name}`` (see :class:`{PARTS[part].__name__}`).")
+
+
+def _stat(name: str) -> Any:
+    return property(lambda self: getattr(self.timing.stats, name),
+                    doc=f"``timing.stats.{name}`` (ms; see :class:`~pytest_gpuperf.verdict.stats.Summary`).")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One benchmark's result, in four parts: :class:`BenchTiming` (``timing``: samples and
+    statistics, ms), :class:`BenchExtras` (``extras``: peak memory, counts, bottleneck, telemetry,
+    what could not be measured), :class:`BenchEvaluation` (``evaluation``: the verdicts) and
+    :class:`BenchDiagnostics` (``diagnostics``: trace, top ops, op profile, notes). Assembled by
+    :meth:`from_samples` (the one place a result is built) and changed by :meth:`replace`, both of
+    which take the parts' fields by their flat names. Every part's field reads flat too
+    (``result.median_ms``, ``result.comparison``, ``result.peak_memory_bytes``).
+
+    ``name``/``benchmark_id``/``group``: the benchmark's display name, full id and group;
+    ``device``: where it ran. ``smoke`` is True when the plugin ran without ``--gpuperf``: ``fn``
+    was called exactly once, ``samples_ms`` holds that single call's synchronized wall time, and
+    there is no CI and no comparison. ``options`` are the benchmark's resolved
+    :class:`~pytest_gpuperf.core.options.BenchOptions` (a mapping of option values, as a report
+    stores them, is converted on construction: :func:`~pytest_gpuperf.core.options.options_from_dict`).
+    ``extra_info`` is the test's own data (``gpu_bench.extra_info`` / ``benchmark.extra_info``),
+    stored in reports and baselines when not empty. ``value`` is the return value of the last call
+    of ``fn`` (handy for correctness checks); it is never stored.
+    """
+
+    name: str
+    device: str
+    timing: BenchTiming
+    extras: BenchExtras = field(default_factory=BenchExtras)
+    evaluation: BenchEvaluation = field(default_factory=BenchEvaluation)
+    diagnostics: BenchDiagnostics = field(default_factory=BenchDiagnostics, repr=False, compare=False)
     benchmark_id: str = ""
     group: str | None = None
     smoke: bool = False
     options: BenchOptions = field(default_factory=BenchOptions, compare=False)
-    top_ops: str | None = field(default=None, repr=False, compare=False)
-    value: Any = field(default=None, repr=False, compare=False)
-    notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
-    counts: Any = None  # pytest_gpuperf.verdict.counts.Counts
-    count_comparison: Any = None  # pytest_gpuperf.verdict.counts.CountComparison
     extra_info: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    probe_ms: float | None = None
-    probe: str | None = None
-    process_medians_ms: tuple[float, ...] | None = None
-    overrun: Overrun | None = field(default=None, repr=False, compare=False)
-    unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
-    peak_memory_low_bytes: int | None = None
-    op_diff: Any = None  # pytest_gpuperf.verdict.opdiff.OpDiff: why an A/B verdict moved, op by op
-    #: the op profile's cycles ({"floor_ms", "cycles"}: verdict.opdiff.compact_profile), made for a
-    #: baseline while updating, or to diff a stored regression against its baseline's profile
-    op_profile: Any = field(default=None, repr=False, compare=False)
+    value: Any = field(default=None, repr=False, compare=False)
+
+    samples_ms = _via("timing", "samples_ms")
+    rounds = _via("timing", "rounds")
+    calls_per_round = _via("timing", "calls_per_round")
+    warmup_calls = _via("timing", "warmup_calls")
+    process_medians_ms = _via("timing", "process_medians_ms")
+    probe_ms = _via("timing", "probe_ms")
+    probe = _via("timing", "probe")
+    mean_ms = _stat("mean_ms")
+    std_ms = _stat("std_ms")
+    min_ms = _stat("min_ms")
+    max_ms = _stat("max_ms")
+    median_ms = _stat("median_ms")
+    p5_ms = _stat("p5_ms")
+    p25_ms = _stat("p25_ms")
+    p75_ms = _stat("p75_ms")
+    p90_ms = _stat("p90_ms")
+    p95_ms = _stat("p95_ms")
+    p99_ms = _stat("p99_ms")
+    iqr_ms = _stat("iqr_ms")
+    median_ci_ms = _stat("median_ci_ms")
+    outliers = _stat("outliers")
+    peak_memory_bytes = _via("extras", "peak_memory_bytes")
+    peak_memory_low_bytes = _via("extras", "peak_memory_low_bytes")
+    counts = _via("extras", "counts")
+    bottleneck = _via("extras", "bottleneck")
+    telemetry = _via("extras", "telemetry")
+    unavailable = _via("extras", "unavailable")
+    comparison = _via("evaluation", "comparison")
+    memory_comparison = _via("evaluation", "memory_comparison")
+    count_comparison = _via("evaluation", "count_comparison")
+    op_diff = _via("evaluation", "op_diff")
+    trace_path = _via("diagnostics", "trace_path")
+    top_ops = _via("diagnostics", "top_ops")
+    op_profile = _via("diagnostics", "op_profile")
+    notes = _via("diagnostics", "notes")
+    overrun = _via("diagnostics", "overrun")
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, BenchOptions):  # a mapping of option values (as a report stores them)
@@ -199,32 +287,56 @@ class BenchResult:
     @classmethod
     def from_samples(
         cls,
-        samples_ms: tuple[float, ...],
+        samples_ms: Sequence[float],
         *,
         name: str,
         device: str,
         rounds: int,
         calls_per_round: int,
         warmup_calls: int,
-        **extra: Any,
+        stats: Summary | None = None,
+        **fields: Any,
     ) -> "BenchResult":
-        """Build a result, computing every statistic from ``samples_ms`` (ms)."""
-        s = summarize(samples_ms)
-        stats = {name: getattr(s, name) for name in STAT_FIELDS + ("median_ci_ms", "outliers")}
-        return cls(
-            name=name,
-            device=device,
-            samples_ms=tuple(float(v) for v in samples_ms),
-            rounds=rounds,
-            calls_per_round=calls_per_round,
-            warmup_calls=warmup_calls,
-            **stats,
-            **extra,
-        )
+        """Assemble a result: the one place one is built. ``samples_ms`` (ms) and the statistics
+        computed from them (``stats``: a stored file's statistics, when its samples were thinned),
+        and ``fields`` by their flat names: a part's field (``comparison=``,
+        ``peak_memory_bytes=``, ``probe_ms=``) goes to that part, the others (``benchmark_id=``,
+        ``smoke=``, ``options=``…) are the result's own. Raises ``ValueError`` for no samples or a
+        non-finite one, ``TypeError`` for a name that is no field."""
+        parts: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
+        own = {}
+        for key, value in fields.items():
+            if key in _ROUTE:
+                parts[_ROUTE[key]][key] = value
+            else:
+                own[key] = value
+        t = dict(rounds=rounds, calls_per_round=calls_per_round, warmup_calls=warmup_calls, **parts.pop("timing"))
+        samples = tuple(float(v) for v in samples_ms)
+        timing = BenchTiming.of(samples, **t) if stats is None else BenchTiming(samples_ms=samples, stats=stats, **t)
+        return cls(name=name, device=device, timing=timing,
+                   **{part: PARTS[part](**values) for part, values in parts.items()}, **own)
+
+    def replace(self, **changes: Any) -> "BenchResult":
+        """This result with ``changes`` by their flat names (see :meth:`from_samples`): a part's
+        field changes that part. New samples need :meth:`from_samples` (their statistics), so
+        ``samples_ms`` is refused here (``TypeError``), as is a name that is no field."""
+        if "samples_ms" in changes:
+            raise TypeError("BenchResult.replace cannot change samples_ms: assemble with BenchResult.from_samples")
+        parts: dict[str, dict[str, Any]] = {}
+        own = {}
+        for key, value in changes.items():
+            if key in _ROUTE:
+                parts.setdefault(_ROUTE[key], {})[key] = value
+            else:
+                own[key] = value
+        for part, values in parts.items():
+            own[part] = dataclasses.replace(getattr(self, part), **values)
+        return dataclasses.replace(self, **own)
 
     def stats_dict(self) -> dict[str, Any]:
         """The summary statistics as a JSON-ready dict (ms; CI as a 2-list; outlier counts)."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in STAT_FIELDS}
-        out["median_ci_ms"] = list(self.median_ci_ms) if self.median_ci_ms else None
-        out["outliers"] = dataclasses.asdict(self.outliers)
+        s = self.timing.stats
+        out: dict[str, Any] = {k: getattr(s, k) for k in STAT_FIELDS}
+        out["median_ci_ms"] = list(s.median_ci_ms) if s.median_ci_ms else None
+        out["outliers"] = dataclasses.asdict(s.outliers)
         return out

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pytest_gpuperf"
 MAX_LONG_FUNCTIONS = 3  # functions over 60 lines
 LONG_CLASSES: set[str] = set()  # classes over 400 lines (pytest_gpuperf/testing.py aside): none
 MAX_ENV_NAMES = 5  # GPUPERF_* names
-MAX_FIELDS = {"BenchResult": 44, "SessionSettings": 35, "Comparison": 26, "BenchContext": 26}
+MAX_FIELDS = {"BenchResult": 12, "SessionSettings": 35, "Comparison": 26, "BenchContext": 26}
 
 
 def _trees() -> list[tuple[Path, ast.Module, str]]:
@@ -66,3 +66,10 @@ def test_git_runs_from_one_module() -> None:
     runs_git = sorted(str(p.relative_to(PACKAGE)) for p, _, text in _trees()
                       if re.search(r"""\[\s*["']git["']\s*,""", text))
     assert runs_git == ["core/git.py"]
+
+
+def test_a_result_is_assembled_in_one_place() -> None:
+    """``BenchResult(...)`` is called only by ``BenchResult.from_samples`` (issue 33: one assembly point)."""
+    builds = sorted(f"{p.relative_to(PACKAGE)}:{n.lineno}" for p, tree, _ in _trees() for n in ast.walk(tree)
+                    if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "BenchResult")
+    assert builds == [], f"BenchResult built outside BenchResult.from_samples: {builds}"
