@@ -274,6 +274,7 @@ class Bisector:
                 raise BisectError(f"bisect: measuring BAD ({b_sha[:7]}) against GOOD ({a_sha[:7]}) failed: {exc}") from None
             return {k: Probe(0, 0, Call.SKIP, note=_first_line(str(exc))) for k in keys}
         from pytest_gpuperf.core.containment import OP_DIFF
+        from pytest_gpuperf.reporting.messages import comparison_note
 
         out = {}
         for key, r in outcome.results.items():
@@ -281,7 +282,7 @@ class Bisector:
                 continue
             c = r.comparison
             verdict = c.verdict.value if c is not None else None
-            note = c.note if c is not None and c.note else ""
+            note = comparison_note(c) if c is not None else ""
             missing = r.unavailable.get(OP_DIFF)
             out[key] = Probe(0, 0, call_of(verdict), c.ratio if c else None, c.ratio_ci if c else None, verdict, note,
                              op_diff=r.op_diff, why_missing=missing.text() if missing is not None else "")

@@ -326,13 +326,14 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
 def _print_pairs_table(decided: list[_Decided]) -> None:
     """One row per compared pair: medians, ratio and 99% CI, and the timing, memory and count verdicts."""
     from pytest_gpuperf.core.units import format_ms, format_ratio
+    from pytest_gpuperf.reporting.messages import comparison_note
     from pytest_gpuperf.verdict.compare import Verdict
 
     rows, starred = [], False
     for d in decided:
         c, cc, mc = d.comparison, d.counts, d.memory
         verdict = c.verdict.value
-        if c.verdict is Verdict.UNCHANGED and c.note:
+        if c.verdict is Verdict.UNCHANGED and comparison_note(c):
             verdict += "*"
             starred = True
         ci = f"{format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else "-"

@@ -584,12 +584,13 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
     from pytest_gpuperf.core.containment import OP_DIFF
     from pytest_gpuperf.verdict.compare import Verdict
     from pytest_gpuperf.core.units import format_ratio
+    from pytest_gpuperf.reporting.messages import comparison_note
 
     s = stored.comparison
     said = f"the stored baseline said {s.verdict.value} {format_ratio(s.ratio)}" if s.ratio else "the stored baseline"
     a = ab.comparison if ab is not None else None
     if a is None or a.verdict is Verdict.NO_BASELINE or a.ratio is None:
-        why = problem or (a.note if a is not None and a.note else "no A/B result")
+        why = problem or (comparison_note(a) if a is not None else "") or "no A/B result"
         note = f"not confirmed by A/B against {label}: {why}; the stored verdict stands"
         return stored.replace(comparison=dataclasses.replace(s, ab_confirmation=note))
     from pytest_gpuperf.reporting.messages import ab_summary

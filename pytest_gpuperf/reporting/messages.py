@@ -12,7 +12,9 @@ reader: the plugin's test failures, the reports and ``gpuperf compare``.
 * :func:`gate_messages`: the failure messages of a memory or a count comparison;
 * :func:`bottleneck_message`: a misclassified bottleneck;
 * :func:`failure_messages`: why a result fails its test, one message per failing check;
-* :func:`ab_summary`: the one-line A/B estimate.
+* :func:`ab_summary`: the one-line A/B estimate;
+* :func:`comparison_note`: a comparison's note with its advice worded (:func:`advice_text`), the one
+  form in which a note is shown to people.
 """
 
 from __future__ import annotations
@@ -20,10 +22,24 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, size_unit
+from pytest_gpuperf.verdict.advice import Advice
 from pytest_gpuperf.verdict.compare import MEMORY_SLACK_BYTES, Comparison, MemoryComparison, Verdict
 
 #: The end of every regression message (timing and memory): what to do when the change is wanted.
 INTENDED_HINT = "if the change is intended, re-record with `pytest --gpuperf-update-baselines`"
+#: What to do for a real verdict when the machine differs (:attr:`Advice.UPDATE_OR_AB`; also the end
+#: of the summary's "machine differs" line).
+MACHINE_DIFFERS_HINT = ("for a real verdict record baselines on this machine kind (`--gpuperf-update-baselines`) "
+                        "or compare on one machine with `--gpuperf-ab REF`")
+#: Each advice code worded with the option that carries it out (``{now}``: the advice's number, see
+#: :func:`advice_text`).
+ADVICE_WORDS = {
+    Advice.STRICT: "fails with --gpuperf-strict",
+    Advice.RUN_MEASURED: "run with --gpuperf",
+    Advice.MORE_PROCESSES: "to decide, measure in more worker processes (--gpuperf-max-processes{now})",
+    Advice.MORE_AB_PROCESSES: "measure with more --gpuperf-ab-processes",
+    Advice.UPDATE_OR_AB: MACHINE_DIFFERS_HINT,
+}
 
 #: The first word of a timing message: the verdict.
 _HEADS = {
@@ -43,6 +59,38 @@ def ab_summary(c: Comparison) -> str | None:
     if c.ab is None or c.ratio is None:
         return None
     return f"A/B vs {c.ab.ref}: {ratio_with_ci(c.ratio, c.ratio_ci)}"
+
+
+def advice_text(a: Advice, c: Comparison | None = None) -> str:
+    """What advice ``a`` tells the reader, naming its option (``"to decide, measure in more worker
+    processes (--gpuperf-max-processes, now 3)"``); the number comes from the comparison ``c``
+    (:attr:`Advice.MORE_PROCESSES`: ``c.processes``) and is left out without one."""
+    now = f", now {c.processes}" if a is Advice.MORE_PROCESSES and c is not None and c.processes else ""
+    return ADVICE_WORDS[a].format(now=now)
+
+
+def comparison_note(c: Comparison) -> str:
+    """The note of ``c`` as people read it: the verdict layer's note, then each advice worded
+    (:func:`advice_text`), joined by ``"; "`` (``""`` when there is neither). The verdict layer
+    keeps the command line out of its notes; every place that shows a note shows this. An advice
+    whose words the note already holds (a comparison read back from a JSON report, whose ``note``
+    is this text) is not worded twice."""
+    note = c.note or ""
+    words = [w for w in (advice_text(a, c) for a in c.advice if isinstance(a, Advice)) if w not in note]
+    return "; ".join(p for p in (note, *words) if p)
+
+
+def pure_note(c: Comparison) -> str | None:
+    """The verdict layer's own note of ``c`` when ``c.note`` is a :func:`comparison_note` (a
+    comparison read back from a JSON report): the worded advice taken off its end. The inverse of
+    :func:`comparison_note` for the notes the verdict layer writes (they never name an option)."""
+    note = c.note or ""
+    for w in reversed([advice_text(a, c) for a in c.advice if isinstance(a, Advice)]):
+        if note == w:
+            note = ""
+        elif note.endswith(f"; {w}"):
+            note = note[:-len(w) - 2]
+    return note or None
 
 
 def ratio_with_ci(ratio: float | None, ci: tuple[float, float] | None) -> str:
@@ -120,7 +168,7 @@ def _ab_message(c: Comparison, head: str, p: float | None) -> str:
 
 def _tail(c: Comparison, intended_hint: str) -> str:
     """The end of a timing message: confirmation, the baseline file (none in A/B mode), the
-    note, and for a regression what to do when the change is intended."""
+    note with its advice (:func:`comparison_note`), and for a regression what to do when the change is intended."""
     text = {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(c.confirmed, "")
     if c.ab_confirmation:
         text += f"; {c.ab_confirmation}"
@@ -130,8 +178,9 @@ def _tail(c: Comparison, intended_hint: str) -> str:
                  f"is that wide; fails with --gpuperf-strict; re-record on a quiet machine)")
     if c.baseline_file:
         text += f"; baseline: {c.baseline_file}"
-    if c.note:
-        text += f"; {c.note}"
+    note = comparison_note(c)
+    if note:
+        text += f"; {note}"
     if c.verdict is Verdict.REGRESSED:
         text += f"; {intended_hint}"
     return text

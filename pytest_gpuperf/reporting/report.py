@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
-from pytest_gpuperf.reporting.messages import comparison_message, gate_messages
-from pytest_gpuperf.storage.codec import (  # noqa: F401 - decode_result, json_safe: read here by older callers
-    comparison_to_dict, count_comparison_to_dict, decode_result as result_from_entry, encode_result, json_safe,
+from pytest_gpuperf.reporting.messages import (MACHINE_DIFFERS_HINT, comparison_message, comparison_note,
+                                               gate_messages, pure_note)
+from pytest_gpuperf.storage.codec import (  # noqa: F401 - json_safe: read here by older callers
+    comparison_to_dict, count_comparison_to_dict, decode_result, encode_result, json_safe,
     memory_comparison_to_dict)
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.result import BenchResult
-from pytest_gpuperf.verdict.gate import MACHINE_DIFFERS_HINT
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
 
 COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs",
@@ -51,11 +51,20 @@ REPLICATES_LEGEND = (
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
     """A :class:`Comparison` as a JSON-ready dict (:func:`~pytest_gpuperf.storage.codec.comparison_to_dict`)
-    with its ``message``, as reports carry it."""
+    with its ``message``, and its ``note`` worded with its advice, as reports carry them."""
     d = comparison_to_dict(c)
     if d is not None:
-        d["message"] = comparison_message(c)
+        assert c is not None
+        _add_words(d, c)
     return d
+
+
+def _add_words(d: dict[str, Any], c: Comparison) -> None:
+    """A report's comparison dict gets the ``message`` and, in ``note``, the note as people read it
+    (:func:`~pytest_gpuperf.reporting.messages.comparison_note`: with its advice worded; the
+    ``advice`` codes stay, and :func:`result_from_entry` reads the note back without the words)."""
+    d["message"] = comparison_message(c)
+    d["note"] = comparison_note(c) or None
 
 
 def memory_comparison_dict(m: MemoryComparison | None) -> dict[str, Any] | None:
@@ -78,23 +87,38 @@ def result_entry(result: BenchResult, **fields: Any) -> dict[str, Any]:
     """The JSON entry of one benchmark (:func:`~pytest_gpuperf.storage.codec.encode_result`, with its
     keywords: ``environment``, ``git_commit``, ``timestamp_utc``, ``with_comparison``; a file keeps
     at most ``max_samples`` samples, by default :data:`~pytest_gpuperf.verdict.stats.MAX_STORED_SAMPLES`)
-    with the verdicts' messages added to its comparisons, as the JSON report carries them."""
+    with the verdicts' messages added to its comparisons and the timing note worded with its advice,
+    as the JSON report carries them."""
     from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES
 
     entry = encode_result(result, **{"max_samples": MAX_STORED_SAMPLES, **fields})
     if entry.get("comparison") is not None:
-        entry["comparison"]["message"] = comparison_message(result.comparison)
+        assert result.comparison is not None
+        _add_words(entry["comparison"], result.comparison)
     for key, gate in (("memory_comparison", result.memory_comparison), ("count_comparison", result.count_comparison)):
         if entry.get(key) is not None:
             entry[key]["messages"] = gate_messages(gate)
     return entry
 
 
+def result_from_entry(entry: dict[str, Any]) -> BenchResult:
+    """A JSON report's entry (:func:`result_entry`) as a :class:`BenchResult`
+    (:func:`~pytest_gpuperf.storage.codec.decode_result`), its timing note as the verdict layer
+    wrote it: without the worded advice :func:`result_entry` added (the ``advice`` codes say it)."""
+    import dataclasses
+
+    r = decode_result(entry)
+    c = r.comparison
+    if c is None or not c.advice:
+        return r
+    return r.replace(comparison=dataclasses.replace(c, note=pure_note(c)))
+
+
 def _verdict_text(r: BenchResult, updated: bool) -> str:
     if r.smoke:
         return "smoke"
     text = r.comparison.verdict.value if r.comparison else "-"
-    if r.comparison is not None and r.comparison.note and r.comparison.verdict.value == "unchanged":
+    if r.comparison is not None and comparison_note(r.comparison) and r.comparison.verdict.value == "unchanged":
         text += "*"
     m = r.memory_comparison
     if m is not None and m.verdict.value in ("regressed", "improved"):

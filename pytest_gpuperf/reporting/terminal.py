@@ -164,8 +164,10 @@ def _device_keys(s: SessionSummary) -> list[Line]:
 
 
 def _notes(s: SessionSummary) -> list[Line]:
-    notes = [f"  {r.name}: {r.result.comparison.note}" for r in s.rows
-             if r.result.comparison is not None and r.result.comparison.note]
+    from pytest_gpuperf.reporting.messages import comparison_note
+
+    notes = [f"  {r.name}: {note}" for r in s.rows
+             if r.result.comparison is not None and (note := comparison_note(r.result.comparison))]
     return [_line("* notes:"), *(_line(n) for n in notes)] if notes else []
 
 

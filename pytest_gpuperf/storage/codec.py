@@ -19,12 +19,15 @@ from pytest_gpuperf.verdict.stats import thin
 
 def comparison_to_dict(c: Comparison | None) -> dict[str, Any] | None:
     """A :class:`~pytest_gpuperf.verdict.compare.Comparison` as a JSON-ready dict (verdict as a
-    string, CI as a 2-list, the A/B record and the normalization flat); no message."""
+    string, CI as a 2-list, the advice codes as a list of their values, the A/B record and the
+    normalization flat); no message, and the note as the verdict layer wrote it."""
     if c is None:
         return None
     d = dataclasses.asdict(c)
     d["verdict"] = c.verdict.value
     d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
+    d["advice"] = [a.value for a in c.advice]
+    d["machine_differs"] = c.machine_differs  # a property (the advice says it), kept as a key of report schema 2
     del d["ab"], d["normalization"]  # stored flat, under the keys of report schema 2
     ab, norm = c.ab, c.normalization
     d.update(ab_ref=ab.ref if ab else None, ab_pairs=ab.pairs if ab else None,
@@ -151,7 +154,11 @@ def encode_result(
 
 
 def _comparison_from(d: dict[str, Any] | None) -> Any:
-    """A report entry's ``comparison`` as a :class:`~pytest_gpuperf.verdict.compare.Comparison` (None: none)."""
+    """A report entry's ``comparison`` as a :class:`~pytest_gpuperf.verdict.compare.Comparison` (None: none).
+    ``advice``: the known codes of the stored list (an unknown one is left out; none stored: ``()``);
+    an entry written before the codes with ``machine_differs`` true gets
+    :attr:`~pytest_gpuperf.verdict.advice.Advice.UPDATE_OR_AB` (what ``machine_differs`` reads)."""
+    from pytest_gpuperf.verdict.advice import Advice, advice_of
     from pytest_gpuperf.verdict.compare import ABEvidence, Comparison, Normalization, Verdict
 
     if not d:
@@ -160,6 +167,9 @@ def _comparison_from(d: dict[str, Any] | None) -> Any:
     kw = {k: v for k, v in d.items() if k in fields}
     kw["verdict"] = Verdict(d["verdict"])
     kw["ratio_ci"] = tuple(d["ratio_ci"]) if d.get("ratio_ci") else None
+    kw["advice"] = advice_of(d.get("advice"))
+    if d.get("machine_differs") is True and "advice" not in d:
+        kw["advice"] += (Advice.UPDATE_OR_AB,)
     if d.get("ab_ref") is not None:  # the A/B record, stored flat
         kw["ab"] = ABEvidence(
             d["ab_ref"], pairs=d.get("ab_pairs"),

@@ -1,1 +1,1 @@
-"""Verdicts (pure: numpy and scipy, no torch, no pytest): statistics, the regression decision, counts, bottleneck classes, paired A/B statistics, the one evaluation pipeline, results."""
+"""Verdicts (pure: numpy and scipy, no torch, no pytest): statistics, the regression decision, counts, bottleneck classes, paired A/B statistics, the one evaluation pipeline, results, and advice codes (worded with the command line's options in reporting)."""

@@ -51,6 +51,7 @@ import numpy as np
 
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.core.units import format_pct, format_ratio
+from pytest_gpuperf.verdict.advice import Advice, merge_advice
 
 #: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
 BOOTSTRAP_SEED = 20251121
@@ -137,8 +138,13 @@ class Comparison:
     keeps both flat, under the keys ``ab_ref``, ``ab_pairs``, ``ab_process_ratios``, ``ab_blocks``,
     ``normalized_by`` and ``raw_ratio``. ``machine_ratio`` is the interleaved probe's
     median now / its stored level (> 1: the machine is slower; None without a probe on both
-    sides) and ``machine_differs`` True when that turned a regression into an inconclusive
+    sides) and :attr:`machine_differs` True when that turned a regression into an inconclusive
     verdict ("machine differs"). Times in ms.
+
+    ``note`` is the decision steps' short notes, without the command line; ``advice`` the
+    :class:`~pytest_gpuperf.verdict.advice.Advice` codes of what the reader can do for a firmer
+    verdict (strict mode, more worker processes...), which
+    :func:`pytest_gpuperf.reporting.messages.comparison_note` words with the options' names.
     """
 
     verdict: Verdict
@@ -162,11 +168,18 @@ class Comparison:
     median_ratio: float | None = None
     ab: ABEvidence | None = None
     machine_ratio: float | None = None
-    machine_differs: bool = False
     processes: int | None = None
     baseline_processes: int | None = None
     resolution: float | None = None
     ab_confirmation: str | None = None
+    advice: tuple[Advice, ...] = ()
+
+    @property
+    def machine_differs(self) -> bool:
+        """True when the "machine differs" rule turned a regression into an inconclusive verdict
+        (:func:`pytest_gpuperf.verdict.gate.machine_rule`): the one step that gives the advice
+        :attr:`~pytest_gpuperf.verdict.advice.Advice.UPDATE_OR_AB`, so the advice says it."""
+        return Advice.UPDATE_OR_AB in self.advice
 
     @property
     def cannot_fail(self) -> bool:
@@ -484,8 +497,8 @@ def decide(
                           if hist.upper_limit is not None and hist.center is not None else None),
     )
     if cur.size < 2 or base.size < 2:
-        return Comparison(verdict=Verdict.UNCHANGED, note="too few samples for a statistical test (run with --gpuperf)",
-                          **common)
+        return Comparison(verdict=Verdict.UNCHANGED, note="too few samples for a statistical test",
+                          advice=(Advice.RUN_MEASURED,), **common)
     p_slower, p_faster = rank_test(cur, base)
     if confirmation_ms is not None:
         # the first measurement and the re-measure are two groups (each from its own warmup): the CI
@@ -598,21 +611,23 @@ def downgrade_throttled(c: Comparison, reason: str | None, *, strict_hint: bool 
     """A regression measured while the device was throttled becomes inconclusive (pure).
 
     ``reason`` comes from :func:`pytest_gpuperf.verdict.machine.throttle_verdict`
-    (``"throttled: HW thermal 34% of samples"``); other verdicts are returned unchanged. The note
-    says it fails with ``--gpuperf-strict`` unless ``strict_hint`` is False (update runs, which
-    never fail on timing).
+    (``"throttled: HW thermal 34% of samples"``); other verdicts are returned unchanged. The
+    advice says it fails in strict mode (:attr:`~pytest_gpuperf.verdict.advice.Advice.STRICT`)
+    unless ``strict_hint`` is False (update runs, which never fail on timing).
     """
     if reason is None or c.verdict is not Verdict.REGRESSED:
         return c
-    note = f"{reason}; the regression is not trusted" + (" (fails with --gpuperf-strict)" if strict_hint else "")
-    return with_note(c, note, verdict=Verdict.INCONCLUSIVE)
+    return with_note(c, f"{reason}; the regression is not trusted", advice=(Advice.STRICT,) if strict_hint else (),
+                     verdict=Verdict.INCONCLUSIVE)
 
 
-def with_note(c: Comparison, note: str, **changes: Any) -> Comparison:
-    """``c`` with ``note`` put before its own note (and ``changes`` applied). Pure."""
+def with_note(c: Comparison, note: str, *, advice: tuple[Advice, ...] = (), **changes: Any) -> Comparison:
+    """``c`` with ``note`` put before its own note and ``advice`` before its own advice (and
+    ``changes`` applied). Pure."""
     import dataclasses
 
-    return dataclasses.replace(c, note=note if not c.note else f"{note}; {c.note}", **changes)
+    return dataclasses.replace(c, note=note if not c.note else f"{note}; {c.note}",
+                               advice=merge_advice(advice, c.advice), **changes)
 
 
 # ----------------------------------------------------------------------------- memory

@@ -54,6 +54,7 @@ from pytest_gpuperf.verdict.history import BaselineEntry
 from pytest_gpuperf.verdict.compare import (ABEvidence, Comparison, MemoryComparison, Normalization, Verdict, decide, decide_memory, downgrade_throttled,
                       hodges_lehmann_ratio, recentred_baseline, run_stats, with_note)
 from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.verdict.advice import Advice, merge_advice
 
 if TYPE_CHECKING:
     from pytest_gpuperf.verdict.paired import Block
@@ -69,9 +70,6 @@ Remeasure = Callable[[], Any]
 MIN_PROBE_PAIRS = 10
 #: One-sided significance of the Spearman rank correlation that turns probe normalization on.
 PROBE_CORRELATION_ALPHA = 0.05
-#: What to do for a real verdict when the machine differs (the end of the note).
-MACHINE_DIFFERS_HINT = ("for a real verdict record baselines on this machine kind (`--gpuperf-update-baselines`) "
-                        "or compare on one machine with `--gpuperf-ab REF`")
 
 
 def probe_correlation(samples_ms: Sequence[float], probe: "ProbeEvidence") -> tuple[float, float] | None:
@@ -128,9 +126,11 @@ def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: b
     unknown (a baseline stored without a probe), ``reference``: ``(name, now/then)`` of the
     session-start reference workload of the benchmark's class (:mod:`pytest_gpuperf.measure.drift`).
     With T = ``c.floor`` (else ``c.threshold``) and ``downgrade`` (``--gpuperf-normalize``): a REGRESSED verdict with m > 1 + T becomes
-    INCONCLUSIVE (``machine_differs=True``, note ``machine differs: probe +29% ...`` and how to
-    get a real verdict): how much slower a benchmark runs on another machine is not a multiple of
-    any probe (instruction sets, caches and memory differ per workload: on this project's VMs a
+    INCONCLUSIVE (note ``machine differs: probe +29% ...``; advice
+    :attr:`~pytest_gpuperf.verdict.advice.Advice.STRICT`, unless ``strict_hint`` is False, and
+    :attr:`~pytest_gpuperf.verdict.advice.Advice.UPDATE_OR_AB`, how to get a real verdict, which
+    makes ``machine_differs`` True): how much slower a benchmark runs on another machine is not a
+    multiple of any probe (instruction sets, caches and memory differ per workload: on this project's VMs a
     machine 8x slower on an fp32 matmul was 500x slower on a bf16 one), so no slowdown measured on
     a slower machine is trusted. A regression on a machine that is not slower (m <= 1 + T) stays
     one. Without ``downgrade`` (the default) and for any other verdict, |m - 1| > T only adds an
@@ -152,9 +152,9 @@ def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: b
 
     if downgrade and c.verdict is Verdict.REGRESSED and m > 1 + floor:
         raw = c.normalization.raw_ratio if c.normalization is not None else c.ratio
-        strict = " (fails with --gpuperf-strict)" if strict_hint else ""
-        note = f"{what}: the regression (x{raw:.2f}) is not trusted{strict}; {MACHINE_DIFFERS_HINT}"
-        return with_note(c, note, verdict=Verdict.INCONCLUSIVE, machine_differs=True)
+        advice = (Advice.STRICT, Advice.UPDATE_OR_AB) if strict_hint else (Advice.UPDATE_OR_AB,)
+        return with_note(c, f"{what}: the regression (x{raw:.2f}) is not trusted", advice=advice,
+                         verdict=Verdict.INCONCLUSIVE)
     if abs(m - 1) > floor and c.verdict is not Verdict.NO_BASELINE:
         side = "slower" if m > 1 else "faster"
         return with_note(c, f"{what}: this machine is {side} than the baselines' (informational)")
@@ -193,7 +193,7 @@ def judge(
     :mod:`pytest_gpuperf.measure.drift`), ``throttle`` the throttle reason from telemetry (None: not
     throttled). ``fixed_rounds`` says the rounds were fixed (``pedantic(rounds=...)``), which
     changes the hint of an inconclusive verdict. ``can_fail`` False (an update run, which never fails
-    on timing) leaves strict-mode hints out of the notes. ``probe``: the interleaved machine-speed
+    on timing) leaves the strict-mode advice out. ``probe``: the interleaved machine-speed
     probe of this run and its stored level (:class:`~pytest_gpuperf.verdict.machine.ProbeEvidence`; None or
     no stored level: as before), used to normalize (step 1) and for the "machine differs" rule
     (step 6); ``machine_reference`` the session-start reference workload's ``(name, now/then)``
@@ -267,7 +267,8 @@ def judge_replicates(
     :func:`pytest_gpuperf.verdict.compare.decide_replicates` on the process medians against
     ``baseline.replicate_medians_ms`` (the newest stored run's process medians, or for a baseline
     recorded one process per run its runs' medians), with ``options.threshold``/``alpha``; then the
-    hint of an inconclusive verdict and the ``throttle`` downgrade as in :func:`judge`. No probe
+    advice of an inconclusive verdict (:attr:`~pytest_gpuperf.verdict.advice.Advice.MORE_PROCESSES`)
+    and the ``throttle`` downgrade as in :func:`judge`. No probe
     normalization and no in-process re-measure: the processes are the replicates, and a regression
     is confirmed by A/B against the baseline's commit (:mod:`pytest_gpuperf.plugin.replicates`). Raises
     ``ValueError`` for empty groups or non-positive times.
@@ -284,9 +285,8 @@ def judge_replicates(
         groups_ms, baseline.replicate_medians_ms if baseline is not None else None, threshold=options.threshold,
         alpha=options.alpha, benchmark_id=benchmark_id, baseline_file=baseline_file,
         baseline_runs=len(baseline.history) if baseline is not None else 0)
-    if c.verdict is Verdict.INCONCLUSIVE:
-        c = dataclasses.replace(c, note=f"{c.note}; to decide, measure in more worker processes "
-                                        f"(--gpuperf-max-processes, now {len(groups_ms)})")
+    if c.verdict is Verdict.INCONCLUSIVE:  # to decide, measure in more worker processes (now c.processes)
+        c = dataclasses.replace(c, advice=merge_advice(c.advice, (Advice.MORE_PROCESSES,)))
     return downgrade_throttled(c, throttle, strict_hint=can_fail)
 
 
@@ -418,7 +418,7 @@ def evaluate(
     :func:`~pytest_gpuperf.verdict.compare.decide_memory` against the reference's peak with
     ``options.memory_threshold`` and ``options.max_memory`` (``max_memory_text``: the budget as
     written). Counts: :func:`judge_counts` against the reference's counts. ``can_fail`` False (an
-    update run) leaves strict-mode hints out of the notes. Raises ``ValueError`` for empty,
+    update run) leaves the strict-mode advice out. Raises ``ValueError`` for empty,
     non-finite or non-positive times and bad options. Pure and deterministic (seeded bootstraps).
     """
     label = reference.label

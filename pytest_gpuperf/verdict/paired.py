@@ -44,6 +44,7 @@ from typing import Sequence
 from pytest_gpuperf.verdict.compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_ALPHA, DEFAULT_THRESHOLD,  # noqa: F401
                       RATIO_CONFIDENCE, ABEvidence, Comparison, Verdict, hierarchical_log_ci, shift_verdict)
 from pytest_gpuperf.core.units import format_ratio
+from pytest_gpuperf.verdict.advice import Advice
 
 #: Sides of an A/B comparison: A is the git revision, B the working tree.
 SIDES = ("A", "B")
@@ -182,7 +183,8 @@ def decide_ab(
     Hodges–Lehmann estimate of B/A, ``ratio_ci`` the CI of the median ratio, ``runs`` the number
     of process pairs and its :class:`~pytest_gpuperf.verdict.compare.ABEvidence` (``ab``) set. With fewer pairs than
     :func:`min_pairs` (``alpha`` 0.01: 7), no signed-rank test can reach ``alpha``: ``inconclusive``.
-    Raises ``ValueError`` for bad ``threshold``/``alpha``. Deterministic (seeded bootstrap).
+    That verdict, and one the pairs of worker processes disagree on, carries the advice
+    :attr:`~pytest_gpuperf.verdict.advice.Advice.MORE_AB_PROCESSES`. Raises ``ValueError`` for bad ``threshold``/``alpha``. Deterministic (seeded bootstrap).
     """
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
@@ -199,7 +201,7 @@ def decide_ab(
     if len(logs) < min_pairs(alpha):
         return Comparison(verdict=Verdict.INCONCLUSIVE, ratio=math.exp(hodges_lehmann_one_sample(logs)) if logs else None,
                           note=f"only {len(logs)} paired block(s); a signed-rank test needs {min_pairs(alpha)} to reach "
-                               f"alpha {alpha:g}: measure with more --gpuperf-ab-processes", **common)
+                               f"alpha {alpha:g}", advice=(Advice.MORE_AB_PROCESSES,), **common)
     ratio = math.exp(hodges_lehmann_one_sample(logs))
     by_process = log_ratios_by_process(ratios)
     if len(by_process) >= 2:  # process pairs are the replicated unit: a two-stage bootstrap over them
@@ -209,7 +211,7 @@ def decide_ab(
     ci = (math.exp(lo), math.exp(hi))
     p_slower, p_faster = signed_rank_pvalues(logs)
     verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha)
-    disagree, half = None, 1 + threshold / 2
+    disagree, half, advice = None, 1 + threshold / 2, ()
     if verdict is Verdict.REGRESSED and min(per_process) <= half:
         disagree = "slower"
     elif verdict is Verdict.IMPROVED and max(per_process) >= 1 / half:
@@ -217,8 +219,8 @@ def decide_ab(
     if disagree:
         verdict = Verdict.INCONCLUSIVE
         note = (f"B is {disagree} overall but not by half the threshold in every pair of worker processes (per pair "
-                f"{', '.join(format_ratio(v) for v in per_process)}): a process-level speed mode can explain it; "
-                f"measure with more --gpuperf-ab-processes")
+                f"{', '.join(format_ratio(v) for v in per_process)}): a process-level speed mode can explain it")
+        advice = (Advice.MORE_AB_PROCESSES,)
     return Comparison(verdict=verdict, ratio=ratio, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
-                      **common)
+                      advice=advice, **common)
 

@@ -244,7 +244,7 @@ def test_throttle_downgrades_a_regression_to_inconclusive():
     assert c.note.startswith(THROTTLE)
     assert "not trusted" in c.note
     assert c == downgrade_throttled(plain, THROTTLE)
-    assert dataclasses.replace(c, verdict=plain.verdict, note=plain.note) == plain  # evidence kept
+    assert dataclasses.replace(c, verdict=plain.verdict, note=plain.note, advice=plain.advice) == plain  # evidence kept
 
 
 def test_throttle_downgrades_a_confirmed_regression_too():

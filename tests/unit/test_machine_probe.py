@@ -24,7 +24,7 @@ from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.measure.probe import DEFAULT_KIND, probe_kind
 from pytest_gpuperf.verdict.machine import ProbeEvidence
 from pytest_gpuperf.measure.timing import probe_every
-from pytest_gpuperf.reporting.messages import comparison_message
+from pytest_gpuperf.reporting.messages import comparison_message, comparison_note
 
 OPTS = BenchOptions()
 PROBE = "compute: 256x256 float32 matmul"
@@ -92,7 +92,7 @@ def test_machine_slower_and_benchmark_as_slow_is_inconclusive_with_the_note():
     assert c.verdict is Verdict.INCONCLUSIVE and c.machine_differs
     assert c.machine_ratio == pytest.approx(1.29, rel=0.01)
     assert "machine differs: probe +29%" in c.note
-    assert "--gpuperf-update-baselines" in c.note and "--gpuperf-ab REF" in c.note
+    assert "--gpuperf-update-baselines" in comparison_note(c) and "--gpuperf-ab REF" in comparison_note(c)
     assert not c.fails(strict=False) and c.fails(strict=True)
     assert c.normalization is None  # uncorrelated: not normalized
     assert "machine differs: probe +29%" in comparison_message(c)
@@ -150,7 +150,7 @@ def test_reference_workloads_stand_in_for_a_baseline_without_probe():
 def test_update_runs_leave_the_strict_hint_out():
     cur, probe = machine_run(3, machine=1.29)
     c = judge_n(cur, ENTRY, OPTS, probe=probe, can_fail=False)
-    assert c.verdict is Verdict.INCONCLUSIVE and "--gpuperf-strict" not in c.note
+    assert c.verdict is Verdict.INCONCLUSIVE and "--gpuperf-strict" not in comparison_note(c)
 
 
 def test_machine_rule_leaves_other_verdicts_alone_and_needs_both_probe_sides():

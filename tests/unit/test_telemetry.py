@@ -19,6 +19,7 @@ import torch
 
 import pytest_gpuperf.measure.telemetry as telemetry
 from pytest_gpuperf.verdict.compare import Comparison, Verdict, downgrade_throttled
+from pytest_gpuperf.reporting.messages import comparison_note
 from pytest_gpuperf.measure.telemetry import (
     CpuSampler,
     GpuSampler,
@@ -836,7 +837,7 @@ def test_downgrade_throttled_regression_becomes_inconclusive():
     assert c.failed and c.fails()
     d = downgrade_throttled(c, REASON)
     assert d.verdict is Verdict.INCONCLUSIVE
-    assert REASON in d.note and "--gpuperf-strict" in d.note
+    assert REASON in d.note and "--gpuperf-strict" in comparison_note(d)
     assert not d.failed
     assert not d.fails()
     assert d.fails(strict=True)
