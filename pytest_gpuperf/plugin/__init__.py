@@ -91,15 +91,6 @@ def pytest_configure(config: pytest.Config) -> None:
         + ", ".join(opts.OPTION_NAMES),
     )
     compat = benchmark_compat.configure(config)  # the benchmark fixture and --benchmark-* flags (usage errors)
-    if os.environ.get("GPUPERF_SIMULATED_CUDA", "").strip():  # pytest_gpuperf.testing: a simulated CUDA device
-        from pytest_gpuperf.testing import install_from_env
-
-        try:
-            installed = install_from_env()
-        except ValueError as exc:
-            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
-        if installed is not None:
-            config.add_cleanup(installed[1].undo)
     session = GpuPerfSession(config, resolve_settings(config, compat))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpuperf-session")
@@ -162,17 +153,21 @@ def gpuperf_simulated_cuda(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Install a simulated CUDA device: ``sim = gpuperf_simulated_cuda(devices=2)``.
 
     Returns the installed :class:`pytest_gpuperf.testing.SimulatedCuda` (this process's
-    ``torch.cuda``, NVML and profiler events), and sets ``GPUPERF_SIMULATED_CUDA`` for the test, so
-    ``pytester`` sessions it runs - in process or in subprocesses, their worker processes and
-    pytest-xdist workers included - measure on the same kind of simulated device. Undone after the
-    test. Raises ``ValueError`` for ``devices`` outside 1-64.
+    ``torch.cuda``, NVML and profiler events), and adds ``-p pytest_gpuperf.testing
+    --gpuperf-simulated-cuda=N`` to ``PYTEST_ADDOPTS`` for the test, so ``pytester`` sessions it
+    runs - in process or in subprocesses, their worker processes and pytest-xdist workers included -
+    measure on the same kind of simulated device. Undone after the test. Raises ``ValueError`` for
+    ``devices`` outside 1-64.
     """
-    from pytest_gpuperf.testing import ENV, SimulatedCuda
+    import shlex
+
+    from pytest_gpuperf.testing import MAX_DEVICES, SimulatedCuda, session_args
 
     def install(devices: int = 1) -> Any:
-        if not 1 <= devices <= 64:
-            raise ValueError(f"devices={devices!r}: expected 1 to 64 simulated CUDA devices")
-        monkeypatch.setenv(ENV, str(devices))
+        if not 1 <= devices <= MAX_DEVICES:
+            raise ValueError(f"devices={devices!r}: expected 1 to {MAX_DEVICES} simulated CUDA devices")
+        addopts = os.environ.get("PYTEST_ADDOPTS", "")  # pytester's own fixture clears it: read it now
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} {shlex.join(session_args(devices))}".strip())
         return SimulatedCuda(devices=devices).install(monkeypatch)
 
     return install

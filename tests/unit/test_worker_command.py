@@ -130,8 +130,9 @@ def test_every_gpuperf_flag_is_declared_from_the_one_table() -> None:
 
     config = get_config()
     config.pluginmanager.import_plugin("pytest_gpuperf.plugin")
+    config.pluginmanager.import_plugin("pytest_gpuperf.testing")  # the simulated device's plugin
     declared = {n for n in abrun._parser_arities(config) if n.startswith("--gpuperf")}
-    table = {f.name for f in flags.PLUGIN_FLAGS}
+    table = {f.name for f in (*flags.PLUGIN_FLAGS, flags.SIMULATED_CUDA)}
     assert declared == table
     assert {f.name for f in flags.PLUGIN_FLAGS if f.worker} >= {"--gpuperf-threshold", "--gpuperf-alpha",
                                                                "--gpuperf-max-time", "--gpuperf-device"}
