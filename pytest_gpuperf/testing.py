@@ -24,10 +24,17 @@ Use it in a test with pytest's ``monkeypatch``::
         work = lambda: sim.kernel(ms=1.0)          # a 1 ms kernel on the current stream
         ...
 
-or for an inner ``pytest --gpuperf`` run (``pytester``; replicate and A/B worker processes inherit
-it): set ``GPUPERF_SIMULATED_CUDA=<devices>`` in the environment; the plugin installs the
-simulator at start-up, times with its clock, and the session's tests reach it as
-:func:`active` (``pytest_gpuperf.testing.active()``). Simulated CUDA tensors are
+or for a whole pytest session, load this module as a plugin with its flag::
+
+    pytest -p pytest_gpuperf.testing --gpuperf-simulated-cuda=2 --gpuperf ...
+
+(or ini ``gpuperf_simulated_cuda = 2`` with ``-p pytest_gpuperf.testing`` in ``addopts``). It
+installs the simulator when the session configures, before the plugin resolves its devices, and
+uninstalls it at the end; the session times with its clock, its tests reach it as :func:`active`
+(``pytest_gpuperf.testing.active()``), and the worker processes the session starts (replicates,
+A/B sides, bisect steps, pytest-xdist workers) get the same two arguments. The plugin's fixture
+``gpuperf_simulated_cuda`` installs it for one test and puts the two arguments in
+``PYTEST_ADDOPTS`` for the ``pytester`` sessions the test runs. Simulated CUDA tensors are
 :class:`SimBuffer` objects (``torch.empty/zeros/ones(..., device="cuda")`` return one while the
 simulator is installed); a workload launches kernels with :meth:`SimulatedCuda.kernel`.
 """
@@ -36,16 +43,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import pytest
+
 #: The simulator keeps the profiler events of this many recent launches and waits.
 KINETO_EVENTS = 200_000
-#: Environment variable: number of simulated CUDA devices the plugin installs at start-up.
-ENV = "GPUPERF_SIMULATED_CUDA"
+#: The plugin argument that installs the simulator for a session: ``-p`` this module.
+PLUGIN = __name__
+#: Most simulated devices.
+MAX_DEVICES = 64
 
 _ACTIVE: "SimulatedCuda | None" = None
 
@@ -853,8 +863,8 @@ _MISSING = object()
 
 
 class _Patcher:
-    """A minimal ``monkeypatch`` for installing the simulator for a whole process (the plugin's
-    ``GPUPERF_SIMULATED_CUDA``); ``undo`` restores every attribute."""
+    """A minimal ``monkeypatch`` for installing the simulator for a whole session
+    (``--gpuperf-simulated-cuda``); ``undo`` restores every attribute."""
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
@@ -879,19 +889,53 @@ class _Patcher:
         self._saved.clear()
 
 
-def install_from_env(environ: Any = None) -> tuple["SimulatedCuda", _Patcher] | None:
-    """Install a simulator when ``GPUPERF_SIMULATED_CUDA`` names a number of devices (1-64);
-    returns ``(simulator, patcher)`` (``patcher.undo()`` uninstalls) or None when unset. Raises
-    ``ValueError`` naming the variable for another value."""
-    raw = (environ if environ is not None else os.environ).get(ENV, "").strip()
+def session_args(devices: int) -> list[str]:
+    """The pytest arguments that install ``devices`` simulated CUDA devices for a session (and its workers)."""
+    from pytest_gpuperf.core.flags import SIMULATED_CUDA
+
+    return ["-p", PLUGIN, f"{SIMULATED_CUDA.name}={devices}"]
+
+
+def install_devices(raw: Any, source: str) -> tuple["SimulatedCuda", _Patcher] | None:
+    """Install a simulator of ``raw`` devices (1-64, a number or its text; empty: None) for a whole session;
+    returns ``(simulator, patcher)`` (``patcher.undo()`` uninstalls). Raises ``ValueError`` naming
+    ``source`` (the flag or ini value) for another value."""
+    raw = str(raw if raw is not None else "").strip()
     if not raw:
         return None
     try:
         n = int(raw)
     except ValueError:
         n = 0
-    if not 1 <= n <= 64:
-        raise ValueError(f"{ENV}={raw!r}: expected a number of simulated CUDA devices, 1 to 64")
+    if not 1 <= n <= MAX_DEVICES:
+        raise ValueError(f"{source}={raw!r}: expected a number of simulated CUDA devices, 1 to {MAX_DEVICES}")
     patcher = _Patcher()
     sim = SimulatedCuda(devices=n).install(patcher)
     return sim, patcher
+
+
+# ----------------------------------------------------------------------------- the pytest plugin (-p pytest_gpuperf.testing)
+
+
+def pytest_addoption(parser: Any) -> None:
+    from pytest_gpuperf.core.flags import SIMULATED_CUDA
+
+    parser.getgroup("gpuperf").addoption(SIMULATED_CUDA.name, **SIMULATED_CUDA.kwargs())
+    parser.addini("gpuperf_simulated_cuda", "number of simulated CUDA devices (1-64) installed for the session "
+                  "(pytest_gpuperf.testing)", default="")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: Any) -> None:
+    """Install the simulator before the plugin's own ``pytest_configure`` resolves the session's devices."""
+    from pytest_gpuperf.core.flags import SIMULATED_CUDA
+
+    flag = config.getoption(SIMULATED_CUDA.name)
+    raw, source = (flag, SIMULATED_CUDA.name) if flag is not None else (config.getini("gpuperf_simulated_cuda"),
+                                                                        "gpuperf_simulated_cuda")
+    try:
+        installed = install_devices(raw, source)
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    if installed is not None:
+        config.add_cleanup(installed[1].undo)

@@ -1,4 +1,5 @@
-"""End-to-end on the simulated CUDA device (``GPUPERF_SIMULATED_CUDA``, issue 22): inner
+"""End-to-end on the simulated CUDA device (``-p pytest_gpuperf.testing --gpuperf-simulated-cuda=N``,
+issue 22): inner
 ``pytest --gpuperf`` sessions go through the plugin's real CUDA paths (device resolution, CUDA-event
 timing, peak memory, the probe, process replicates, pytest-xdist) with exact simulated timings.
 """
@@ -14,6 +15,11 @@ pytest.importorskip("torch")
 pytest_plugins = ["pytester"]
 
 RUN = ("-p", "no:cacheprovider")
+
+
+def sim(devices: int | str) -> tuple[str, ...]:
+    """The arguments that install the simulated CUDA device for a session (its worker processes get them)."""
+    return ("-p", "pytest_gpuperf.testing", f"--gpuperf-simulated-cuda={devices}")
 
 BENCH = """
 import os
@@ -34,9 +40,9 @@ def test_kernel(gpu_bench):
 
 
 def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "1")
     pytester.makepyfile(test_sim=BENCH)
-    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "--gpuperf-max-processes=1", *RUN)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "--gpuperf-max-processes=1",
+                                        *sim(1), *RUN)
     rec.assert_outcomes(passed=1)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     assert path.parent.name == "cuda-simulated-gpu"
@@ -44,13 +50,13 @@ def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, 
     assert entry["process_medians_ms"] == [pytest.approx(1.0, rel=0.01)] * 2
     assert entry["peak_memory_bytes"] == 4 << 20
     same = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-json=r.json",
-                                         "--gpuperf-max-processes=1", *RUN)
+                                         "--gpuperf-max-processes=1", *sim(1), *RUN)
     same.assert_outcomes(passed=1)
     c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_sim.py::test_kernel"]
     assert c["device"] == "cuda:0" and c["comparison"]["verdict"] == "unchanged"
     monkeypatch.setenv("KERNEL_MS", "1.3")
     slow = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm",
-                                         "--gpuperf-max-processes=1", *RUN)
+                                         "--gpuperf-max-processes=1", *sim(1), *RUN)
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(["regressed 1.3*", "  test_sim.py::test_kernel: *1.3*"])
 
@@ -78,26 +84,26 @@ def test_kernel(gpu_bench, memory_budget, i):
 """
 
 
-def test_xdist_workers_measure_and_allocate_on_their_own_gpu(pytester: pytest.Pytester,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xdist_workers_measure_and_allocate_on_their_own_gpu(pytester: pytest.Pytester) -> None:
     # Defect 1: worker k measured cuda:k inside torch.cuda.device(k), but nothing made GPU k current,
     # so the test's device="cuda" work ran on GPU 0 (a 1 ms kernel measured as 5 µs on cuda:1), and
     # memory_budget tracked GPU 0.
     pytest.importorskip("xdist")
-    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "2")
     pytester.makepyfile(test_sim=XDIST_BENCH)
-    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=1", "-n", "2", *RUN)
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=1", "-n", "2", *sim(2), *RUN)
     rec.assert_outcomes(passed=4)
     assert pytester.path.joinpath("seen_worker1").exists()  # worker 1 (GPU 1) measured at least one
 
 
-def test_a_bad_simulated_device_count_is_a_usage_error(pytester: pytest.Pytester,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "two")
+def test_a_bad_simulated_device_count_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_sim=BENCH)
-    rec = pytester.runpytest_subprocess("--gpuperf", *RUN)
+    rec = pytester.runpytest_subprocess("--gpuperf", *sim("two"), *RUN)
     assert rec.ret == pytest.ExitCode.USAGE_ERROR
-    rec.stderr.fnmatch_lines(["*GPUPERF_SIMULATED_CUDA='two': expected a number of simulated CUDA devices, 1 to 64*"])
+    rec.stderr.fnmatch_lines(["*--gpuperf-simulated-cuda='two': expected a number of simulated CUDA devices, 1 to 64*"])
+    pytester.makeini("[pytest]\ngpuperf_simulated_cuda = 65\n")  # the ini value, when the flag is not given
+    rec = pytester.runpytest_subprocess("--gpuperf", "-p", "pytest_gpuperf.testing", *RUN)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    rec.stderr.fnmatch_lines(["*gpuperf_simulated_cuda='65': expected a number of simulated CUDA devices, 1 to 64*"])
 
 
 IN_PROCESS = """
@@ -137,21 +143,19 @@ def test_oom(gpu_bench):
 """
 
 
-def test_an_in_process_session_on_the_simulated_device(pytester: pytest.Pytester,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_in_process_session_on_the_simulated_device(pytester: pytest.Pytester) -> None:
     # In this process (so that benchmarks/cuda_coverage.py sees the plugin's CUDA lines run): smoke
     # mode, then an update run with a memory snapshot; the simulator is uninstalled after each session.
     import torch
 
     from pytest_gpuperf.testing import active
 
-    monkeypatch.setenv("GPUPERF_SIMULATED_CUDA", "1")
     pytester.makepyfile(test_sim=IN_PROCESS)
-    smoke = pytester.runpytest_inprocess(*RUN)
+    smoke = pytester.runpytest_inprocess(*sim(1), *RUN)
     smoke.assert_outcomes(passed=3, failed=2)  # the budget and the out-of-memory fail in smoke mode too
     assert active() is None and not torch.cuda.is_available()
     rec = pytester.runpytest_inprocess("--gpuperf-update-baselines", "--gpuperf-processes=1",
-                                       "--gpuperf-memory-snapshot=snaps", *RUN)
+                                       "--gpuperf-memory-snapshot=snaps", *sim(1), *RUN)
     rec.assert_outcomes(passed=3, failed=2)
     rec.stdout.fnmatch_lines(["*out of memory in benchmark test_sim.py::test_oom on cuda:0: max_memory none*"])
     rec.stdout.fnmatch_lines(["*memory budget exceeded: peak 3.00 MiB > budget 1.00 MiB on cuda:0*",
@@ -162,7 +166,7 @@ def test_an_in_process_session_on_the_simulated_device(pytester: pytest.Pytester
 
 
 def test_the_fixture_installs_the_simulator_for_the_test_and_its_sessions(pytester: pytest.Pytester) -> None:
-    # A user's own test of their benchmark code, with the plugin's fixture (no environment variable)
+    # A user's own test of their benchmark code, with the plugin's fixture (no plugin argument)
     pytester.makepyfile(test_outer="""
         import os
         import torch
@@ -171,7 +175,9 @@ def test_the_fixture_installs_the_simulator_for_the_test_and_its_sessions(pytest
 
         def test_timing_on_two_gpus(gpuperf_simulated_cuda, pytester):
             sim = gpuperf_simulated_cuda(devices=2)
-            assert torch.cuda.device_count() == 2 and os.environ["GPUPERF_SIMULATED_CUDA"] == "2"
+            assert torch.cuda.device_count() == 2
+            # and its pytester sessions get the plugin argument
+            assert os.environ["PYTEST_ADDOPTS"].endswith("-p pytest_gpuperf.testing --gpuperf-simulated-cuda=2")
             t = Measurer(clock=sim.clock).measure(lambda: sim.kernel(ms=2.0), (), {},
                                                   options=BenchOptions(max_time=0.1), device=torch.device("cuda", 1))
             assert abs(t.samples_ms[0] - 2.0) < 0.01

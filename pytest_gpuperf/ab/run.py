@@ -6,7 +6,8 @@
    ``.gpuperf/ab/<sha>/`` (kept as a cache for the next run; older ones beyond
    :data:`KEEP_WORKTREES` are removed with ``git worktree remove``, only ever below ``.gpuperf/ab``).
 2. **Workers.** For each of ``processes`` pairs, one pytest process per side runs the same
-   selection as the user's command (report, xdist and A/B options removed): side A in the worktree
+   selection as the user's command (:func:`worker_args`: built positively from the selection and the
+   options a worker needs): side A in the worktree
    (working directory and ``PYTHONPATH`` entries mapped into it, plus the import roots of
    ``gpuperf_ab_pythonpath``), side B in the working tree. The measuring plugin is always the
    running one (the worker imports it first), so both sides are timed by the same code.
@@ -24,6 +25,8 @@ The protocol is JSON lines over a local TCP socket, authenticated with a random 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import secrets
@@ -33,8 +36,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
+from pytest_gpuperf.core.flags import ALL_FLAGS
 from pytest_gpuperf.core.git import GitError, run as run_git
 from pytest_gpuperf.verdict.paired import Block, SIDES, abba_schedule
 from pytest_gpuperf.core.options import DEFAULTS
@@ -53,18 +57,49 @@ MIN_BLOCK_ROUNDS = 2
 #: Seconds to wait for a worker to start and say hello (importing torch and collecting).
 HELLO_TIMEOUT_S = 300.0
 
-#: Options of the user's command that the workers must not get: (name, takes a value).
-_DROP_OPTIONS = {
-    "--gpuperf-ab": True, "--gpuperf-ab-processes": True, "--gpuperf-ab-pythonpath": True,
-    "--gpuperf-processes": True, "--gpuperf-no-ab-confirm": False, "--gpuperf-no-why": False,
-    "--gpuperf-json": True, "--gpuperf-markdown": True, "--gpuperf-plot": True, "--gpuperf-artifacts": True,
-    "--gpuperf-memory-snapshot": True, "--junitxml": True, "--junit-xml": True, "--junit-prefix": True,
-    "-n": True, "--numprocesses": True, "--maxprocesses": True, "--dist": True, "-d": False, "--tx": True,
-    "--gpuperf-update-baselines": False, "--benchmark-autosave": False, "--benchmark-save": True,
-    "--benchmark-json": True, "--lf": False, "--last-failed": False, "--ff": False, "--failed-first": False,
-    "--sw": False, "--stepwise": False, "--pdb": False, "--trace": False,
-    "--gpuperf-bisect": True, "--gpuperf-bisect-on-regression": True, "--gpuperf-bisect-timeout": True,
+#: pytest's own options a worker gets, as the user wrote them: what selects and collects the tests,
+#: configures the session (plugins, ini, warnings, markers) and words its output (the worker's log).
+#: pytest's other options stay with the user's process: reports (junit, pastebin, durations), the
+#: cache's --lf/--ff/--nf, stepwise, debugging (--pdb, --trace), -x/--maxfail (a worker measures
+#: every selected benchmark), --basetemp and --log-file (the user's files), --collect-only, help.
+PYTEST_WORKER_OPTIONS = frozenset({
+    "-k", "-m", "--deselect", "--ignore", "--ignore-glob", "--pyargs", "--confcutdir", "--noconftest",
+    "--import-mode", "--keep-duplicates", "--keepduplicates", "--collect-in-virtualenv",
+    "--continue-on-collection-errors", "-p", "-c", "--config-file", "--rootdir", "-o", "--override-ini",
+    "--disable-plugin-autoload", "-W", "--pythonwarnings", "--strict-markers", "--strict-config", "--strict",
+    "--runxfail", "--assert", "-v", "--verbose", "-q", "--quiet", "--verbosity", "-r", "--tb", "-l",
+    "--showlocals", "--no-showlocals", "-s", "--capture", "--show-capture", "--full-trace", "--fulltrace",
+    "--disable-warnings", "--disable-pytest-warnings", "--color", "--code-highlight", "--log-level",
+    "--log-format", "--log-date-format", "--log-cli-level", "--log-cli-format", "--log-cli-date-format",
+    "--log-auto-indent", "--log-disable",
+})
+#: Where pytest's parser cannot be read (its private API changed): the shapes of pytest's and
+#: pytest-xdist's options (argparse's nargs: 0 for a switch): those a worker gets, and those it does not.
+_FALLBACK_PYTEST = {
+    **dict.fromkeys(("-k", "-m", "--deselect", "--ignore", "--ignore-glob", "--confcutdir", "--import-mode", "-p",
+                     "-c", "--config-file", "--rootdir", "-o", "--override-ini", "-W", "--pythonwarnings",
+                     "--assert", "--verbosity", "-r", "--tb", "--capture", "--show-capture", "--color",
+                     "--code-highlight", "--log-level", "--log-format", "--log-date-format", "--log-cli-level",
+                     "--log-cli-format", "--log-cli-date-format", "--log-auto-indent", "--log-disable",
+                     "--junitxml", "--junit-xml", "--junitprefix", "--junit-prefix", "--maxfail", "--durations",
+                     "--durations-min", "--basetemp", "--log-file", "--log-file-level", "--log-file-format",
+                     "--log-file-date-format", "--log-file-mode", "--pastebin", "--lfnf",
+                     "--last-failed-no-failures", "--pdbcls"), None),
+    **dict.fromkeys(("--pyargs", "--noconftest", "--keep-duplicates", "--keepduplicates", "--collect-in-virtualenv",
+                     "--continue-on-collection-errors", "--disable-plugin-autoload", "--strict-markers",
+                     "--strict-config", "--strict", "--runxfail", "-v", "--verbose", "-q", "--quiet", "-l",
+                     "--showlocals", "--no-showlocals", "-s", "--full-trace", "--fulltrace", "--disable-warnings",
+                     "--disable-pytest-warnings"), 0),
+    **dict.fromkeys(("-x", "--exitfirst", "--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first",
+                     "--sw", "--stepwise", "--sw-skip", "--stepwise-skip", "--pdb", "--trace", "--cache-clear",
+                     "--collect-only", "--collectonly", "--co", "--setup-only", "--setup-plan", "--setup-show"), 0),
+    **dict.fromkeys(("--debug", "--cache-show"), "?"),
 }
+_FALLBACK_XDIST = {**dict.fromkeys(("-n", "--numprocesses", "--maxprocesses", "--max-worker-restart", "--dist",
+                                    "--tx", "--px", "--rsyncdir", "--rsyncignore", "--testrunuid",
+                                    "--maxschedchunk"), None),
+                   **dict.fromkeys(("-d", "--distload", "-f", "--looponfail", "--loadscope-reorder",
+                                    "--no-loadscope-reorder", "--boxed"), 0)}
 
 
 class ABError(RuntimeError):
@@ -176,29 +211,130 @@ def _prune(folder: Path, keep: Path) -> None:
 # ----------------------------------------------------------------------------- worker command lines
 
 
-def worker_args(args: Sequence[str]) -> list[str]:
-    """The user's pytest arguments without the options the workers must not get (reports, xdist,
-    A/B options, baseline updates, debugging), plus ``--gpuperf`` and ``-p no:cacheprovider``."""
-    return ["--gpuperf", "-p", "no:cacheprovider", *selection_args(args)]
+def worker_args(args: Sequence[str], config: Any = None) -> list[str]:
+    """A worker's pytest arguments: ``--gpuperf``, ``-p no:cacheprovider`` and :func:`selection_args`
+    (the coordinator adds the hidden role flags)."""
+    return ["--gpuperf", "-p", "no:cacheprovider", *selection_args(args, config)]
 
 
-def selection_args(args: Sequence[str]) -> list[str]:
-    """The user's pytest arguments without the options a worker must not get (see :func:`worker_args`):
-    what selects and configures the benchmarks, e.g. for a command that reproduces a measurement."""
+def selection_args(args: Sequence[str], config: Any = None) -> list[str]:
+    """What of the user's pytest arguments ``args`` a worker gets, as written: what selects and
+    configures the benchmarks, e.g. for a command that reproduces a measurement. Built positively:
+
+    * the file, folder and node-id arguments (and everything after ``--``);
+    * our flags a worker needs (``worker=True`` in :mod:`pytest_gpuperf.core.flags`: the measurement,
+      the gate's thresholds, the selection, the simulated device), not the coordinator's (reports, A/B,
+      bisect, processes, updating);
+    * pytest's own options of :data:`PYTEST_WORKER_OPTIONS`, not its others nor pytest-xdist's;
+    * every other plugin's or conftest's option with its value (``--device cuda``, ``--cov``): the
+      worker loads the same plugins and conftests, and may need them.
+
+    ``config`` (the session's ``pytest.Config``, optional): its parser tells how many values the other
+    plugins' and the conftests' options take; without it such an option's value is kept as a positional."""
+    known, pytest_own, xdist = _known_options()
+    arity = {**known, **(_parser_arities(config) if config is not None else {}),
+             **{name: f.arity for name, f in ALL_FLAGS.items()}}
     out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        name = a.split("=", 1)[0]
-        if name in _DROP_OPTIONS:
-            skip = _DROP_OPTIONS[name] and "=" not in a
-            continue
-        if a.startswith("-n") and a[2:].isdigit() or a in ("-nauto", "-nlogical"):
-            continue
-        out.append(a)
+    for written, pieces in _split(args, arity):
+        kept = [p for p in pieces if _worker_gets(p[0], pytest_own, xdist)]
+        out += written if len(kept) == len(pieces) else [t for _, tokens in kept for t in tokens]
     return out
+
+
+def _worker_gets(name: str | None, pytest_own: frozenset[str], xdist: frozenset[str]) -> bool:
+    if name is None:  # a file, folder or node id
+        return True
+    flag = ALL_FLAGS.get(name)
+    if flag is not None:
+        return flag.worker
+    if name.startswith(("--gpuperf", "--benchmark-")):  # pytest-benchmark's own reports and storage
+        return False
+    if name in pytest_own:
+        return name in PYTEST_WORKER_OPTIONS
+    return name not in xdist
+
+
+def _split(args: Sequence[str], arity: dict[str, Any]) -> Iterator[tuple[list[str], list[tuple[str | None, list[str]]]]]:
+    """``args`` cut as argparse reads them: per argument as written (with the values it takes), its
+    options ``(name, tokens)`` (name None: a positional), a cluster of short options (``-vsk expr``)
+    one piece each. An option ``arity`` does not know is one piece; what follows it is read on its own."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            yield list(args[i:]), [(None, list(args[i:]))]
+            return
+        if not a.startswith("-") or a == "-" or a[1:2].isdigit():
+            yield [a], [(None, [a])]
+            i += 1
+            continue
+        pieces: list[tuple[str | None, list[str]]] = []
+        if a.startswith("--"):
+            name = a.split("=", 1)[0]
+            values = [] if "=" in a else _values(args, i + 1, arity.get(name, 0))
+            pieces.append((name, [a, *values]))
+        else:  # -vs, -kexpr, -n2, -k expr
+            values = []
+            for j in range(1, len(a)):
+                name, rest = "-" + a[j], a[j + 1:]
+                n = arity.get(name)
+                if name not in arity or (n != 0 and rest):  # unknown: the rest as written; -kexpr
+                    pieces.append((name, ["-" + a[j:]]))
+                    break
+                if n != 0:
+                    values = _values(args, i + 1, n)
+                    pieces.append((name, [name, *values]))
+                    break
+                pieces.append((name, [name]))
+        yield list(args[i:i + 1 + len(values)]), pieces
+        i += 1 + len(values)
+
+
+def _values(args: Sequence[str], start: int, nargs: Any) -> list[str]:
+    """The values an option of argparse's ``nargs`` takes from ``args[start:]``."""
+    if nargs == 0:
+        return []
+    if nargs is None:
+        return list(args[start:start + 1])
+    taken: list[str] = []
+    for a in args[start:]:
+        if a.startswith("-") and not a[1:2].isdigit() or (nargs == "?" and taken):
+            break
+        taken.append(a)
+    return taken
+
+
+def _parser_arities(config: Any) -> dict[str, Any]:
+    """Every option string of ``config``'s pytest parser -> its argparse ``nargs`` (0: a switch); ``{}`` when
+    the parser cannot be read (pytest's private API: ``Parser.optparser`` since pytest 9, ``_getparser()`` before)."""
+    try:
+        parser = config._parser
+        optparser = getattr(parser, "optparser", None) or parser._getparser()
+        return {name: action.nargs for name, action in optparser._option_string_actions.items()}
+    except Exception:
+        return {}
+
+
+@functools.lru_cache(maxsize=None)
+def _known_options() -> tuple[dict[str, Any], frozenset[str], frozenset[str]]:
+    """``(arity of pytest's and pytest-xdist's options, pytest's own options, pytest-xdist's)``, read from
+    a bare pytest configuration (pytest's own plugins only), then with pytest-xdist's registered; the
+    fallback tables where that cannot be done."""
+    try:
+        from _pytest.config import get_config
+
+        bare = get_config()
+        own = _parser_arities(bare)
+        for module in ("xdist.plugin", "xdist.looponfail"):
+            with contextlib.suppress(ImportError):
+                bare.pluginmanager.import_plugin(module)
+        every = _parser_arities(bare)
+    except Exception:
+        own, every = {}, {}
+    if not own:
+        own, every = dict(_FALLBACK_PYTEST), {}
+    xdist = {k: v for k, v in every.items() if k not in own} or dict(_FALLBACK_XDIST)
+    return {**own, **xdist}, frozenset(own), frozenset(xdist)
 
 
 def map_path(path: str, working_tree: Path, worktree: Path) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from pytest_gpuperf.ab.run import ABError, git, measure_ab, remove_worktree, tree_specs, worker_args
 from pytest_gpuperf.verdict.bisection import Call, Outcome, Probe, bisect, call_of
@@ -190,19 +190,21 @@ class Bisector:
     measures more, one pair at a time, up to this many pairs; ``step_progress``: the A/B run's own
     progress lines inside a step (each benchmark and pair); ``time_cap_s``: no step starts after this
     many seconds (the search then stops with the range it narrowed down to); ``measure``: replaces the
-    A/B run (tests); ``why``: profile a culprit's own step on both sides (``--no-why`` turns it off).
+    A/B run (tests); ``why``: profile a culprit's own step on both sides (``--no-why`` turns it off);
+    ``config``: the pytest session's, when it runs the bisection (how its plugins' options take values,
+    :func:`~pytest_gpuperf.ab.run.worker_args`).
     """
 
     def __init__(self, repo: Path, invocation_dir: Path, pytest_args: Sequence[str], *, processes: int = 1,
                  import_roots: Sequence[str] = (), progress: Callable[[str], None] = print,
                  max_regressions: int = 3, time_cap_s: float | None = None, max_pairs: int = 6,
                  step_progress: Callable[[str], None] | None = None, measure: Measure | None = None,
-                 why: bool = True) -> None:
+                 why: bool = True, config: Any = None) -> None:
         self.repo, self.invocation_dir = repo, invocation_dir
         self.why = why
         self.max_pairs = max(max_pairs, processes)
         self.step_progress = step_progress or (lambda _s: None)
-        self.args = worker_args(pytest_args)
+        self.args = worker_args(pytest_args, config)
         self.processes, self.import_roots, self.progress = processes, list(import_roots), progress
         self.max_regressions, self.time_cap_s = max_regressions, time_cap_s
         self.worktrees = Worktrees(repo)

@@ -9,15 +9,13 @@ hooks. At import and configure time it imports neither torch nor numpy: those lo
 
 from __future__ import annotations
 
-import argparse
-
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from pytest_gpuperf.core import options as opts
+from pytest_gpuperf.core import flags, options as opts
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.keys import SESSION_KEY  # shared with benchmark_compat
 from pytest_gpuperf.plugin.session import GpuPerfSession
@@ -35,111 +33,14 @@ def session_of(config: pytest.Config) -> GpuPerfSession:
 # ----------------------------------------------------------------------------- options
 
 
-def _help(name: str) -> str:
-    """An option's help for argparse (which formats ``%``, so it is escaped)."""
-    return opts.OPTION_HELP[name].replace("%", "%%")
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
-    _measuring_options(group)
-    _process_options(group)
-    _ab_and_bisect_options(group)
+    defaults = dict(max_processes=_LIMITS.max_processes, more_time_s=_LIMITS.more_time_s,
+                    worker_timeout_s=_LIMITS.worker_timeout_s, bisect_timeout_s=BISECT_TIMEOUT_S,
+                    columns=", ".join(benchmark_compat.TABLE_COLUMNS), sort_keys=", ".join(benchmark_compat.SORT_KEYS))
+    for flag in flags.PLUGIN_FLAGS:  # declared once, with whether a worker process gets each (core/flags.py)
+        group.addoption(flag.name, **flag.kwargs(**defaults))
     _ini_values(parser)
-
-
-def _measuring_options(group: Any) -> None:
-    """What is measured and compared, where its files go, and how strict the gate is."""
-    group.addoption("--gpuperf", action="store_true", default=False,
-                    help="measure gpu_bench tests and compare them with the stored baselines")
-    group.addoption("--gpuperf-update-baselines", action="store_true", default=False,
-                    help="measure and write baselines for the tests that pass (implies --gpuperf)")
-    group.addoption("--gpuperf-baseline-dir", metavar="DIR", default=None,
-                    help="folder of baseline files (ini gpuperf_baseline_dir; default: baselines/ under the rootdir)")
-    group.addoption("--gpuperf-device", metavar="DEVICE", default=None, help=_help("device"))
-    group.addoption("--gpuperf-json", metavar="PATH", default=None,
-                    help="write this run's results (baseline schema plus verdicts) to PATH")
-    group.addoption("--gpuperf-memory-snapshot", metavar="DIR", default=None,
-                    help="CUDA: when a memory check fails, save an allocation-history snapshot "
-                         "(PyTorch memory visualizer pickle) under DIR")
-    group.addoption("--gpuperf-classify", action="store_true", default=False,
-                    help="classify every measured benchmark's bottleneck (compute/memory/overhead/sync/transfer/data)")
-    group.addoption("--gpuperf-artifacts", metavar="DIR", default=None,
-                    help="where chrome traces of regressed or misclassified benchmarks go (default .gpuperf/artifacts/)")
-    group.addoption("--gpuperf-confirm", metavar="N", default=None, help=_help("confirm"))
-    group.addoption("--gpuperf-no-host-load", action="store_true", default=False,
-                    help="CPU backend: do not measure other processes' CPU load while benchmarks run (the "
-                         "busy-host guard; also ini gpuperf_host_load = false or GPUPERF_HOST_LOAD=0)")
-    group.addoption("--gpuperf-strict", action="store_true", default=False,
-                    help="fail inconclusive comparisons too (default: they pass with a warning)")
-    group.addoption("--gpuperf-normalize", action="store_true", default=False,
-                    help="divide current times by the machine-speed drift of the reference workloads before deciding")
-    group.addoption("--gpuperf-markdown", metavar="PATH", default=None,
-                    help="write a Markdown summary (for a CI step summary or a PR comment) to PATH")
-    group.addoption("--gpuperf-plot", metavar="DIR", default=None,
-                    help="write PNG plots (per benchmark and a suite forest plot) under DIR; needs pytest-gpuperf[plot]")
-    group.addoption("--gpuperf-threshold", metavar="FRACTION", default=None, help=_help("threshold"))
-    group.addoption("--gpuperf-alpha", metavar="P", default=None, help=_help("alpha"))
-    group.addoption("--gpuperf-max-time", metavar="SECONDS", default=None, help=_help("max_time"))
-    group.addoption("--gpuperf-no-counts", action="store_true", default=False,
-                    help="do not count ops/kernels/syncs/copies/FLOPs/bytes per call, so no count gate "
-                         "(same as ini gpuperf_counts = false)")
-
-
-def _process_options(group: Any) -> None:
-    """The worker processes a session measures in (and the hidden options the coordinator passes them)."""
-    group.addoption("--gpuperf-processes", metavar="N", default=None,
-                    help="measure every benchmark in N fresh worker processes, one after another, and decide on "
-                         f"the spread between them (ini gpuperf_processes, env GPUPERF_PROCESSES; default {opts.DEFAULT_PROCESSES}; 1: in "
-                         "this process only, which cannot see run-to-run spread)")
-    group.addoption("--gpuperf-max-processes", metavar="N", default=None,
-                    help="measure a benchmark whose comparison is inconclusive (or, updating, whose baseline is "
-                         "too imprecise) in more worker processes, two at a time, up to N in all (ini "
-                         f"gpuperf_max_processes; default {_LIMITS.max_processes}; at most --gpuperf-processes: off)")
-    group.addoption("--gpuperf-more-processes-time", metavar="SECONDS", default=None,
-                    help="start no more worker processes for inconclusive benchmarks after this many seconds of "
-                         f"them (ini gpuperf_more_processes_time; default {_LIMITS.more_time_s:g})")
-    group.addoption("--gpuperf-worker-timeout", metavar="SECONDS", default=None,
-                    help="stop a worker process still running after this many seconds; the benchmarks it had not "
-                         f"reported fail with its output (ini gpuperf_worker_timeout; default "
-                         f"{_LIMITS.worker_timeout_s:g})")
-    group.addoption("--gpuperf-select", metavar="FILE", default=None, help=argparse.SUPPRESS)  # a worker's node ids
-    group.addoption("--gpuperf-role", metavar="JSON", default=None, help=argparse.SUPPRESS)  # a replicate worker's role
-    group.addoption("--gpuperf-op-profile", action="store_true", default=False,
-                    help=argparse.SUPPRESS)  # an extras process that profiles the ops too (why it got slower)
-    group.addoption("--gpuperf-no-ab-confirm", action="store_true", default=False,
-                    help="do not confirm a stored-baseline regression by A/B against the baseline's own git commit "
-                         "on this machine (ini gpuperf_ab_confirm = false)")
-    group.addoption("--gpuperf-no-why", action="store_true", default=False,
-                    help="do not profile the ops of a verdict that moves (both sides of an A/B decision, a "
-                         "bisect culprit's step, or against the baseline's stored op profile) for its per-op diff "
-                         "('why: ...'), nor store an op profile with the baselines (ini gpuperf_why = false)")
-
-
-def _ab_and_bisect_options(group: Any) -> None:
-    """A/B against a git revision on this machine, and bisection."""
-    group.addoption("--gpuperf-ab", metavar="REF", default=None,
-                    help="A/B: measure the benchmarks of the working tree (B) and of git revision REF (A, e.g. "
-                         "origin/main) on this machine, interleaved, and decide on the paired evidence (no stored "
-                         "baseline needed)")
-    group.addoption("--gpuperf-ab-processes", metavar="N", default=None,
-                    help="A/B: pairs of worker processes (one A, one B each), run one pair after another, in "
-                         "--gpuperf-ab and in the A/B confirmation of a stored regression (default 2; blocks of "
-                         "one process share its speed mode)")
-    group.addoption("--gpuperf-ab-pythonpath", metavar="PATHS", default=None,
-                    help="A/B: import roots of the code under test, relative to the repository's top (e.g. src), "
-                         "put first on each side's PYTHONPATH (ini gpuperf_ab_pythonpath)")
-    group.addoption("--gpuperf-bisect", metavar="GOOD..BAD", default=None,
-                    help="instead of running the tests, find the first commit between GOOD and BAD (git revisions) "
-                         "where the selected benchmarks got slower, by A/B steps (as `gpuperf bisect GOOD BAD -- "
-                         "<args>`)")
-    group.addoption("--gpuperf-bisect-on-regression", metavar="N", default=None,
-                    help="after a regression confirmed by A/B against the baselines' commit, bisect from that commit "
-                         "to HEAD for at most N regressed benchmarks in the same run (ini "
-                         "gpuperf_bisect_on_regression; default 0: off)")
-    group.addoption("--gpuperf-bisect-timeout", metavar="SECONDS", default=None,
-                    help=f"bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default {BISECT_TIMEOUT_S:g})")
-    benchmark_compat.add_gpuperf_options(group)  # --gpuperf-only/-skip/-columns/-sort
 
 
 def _ini_values(parser: pytest.Parser) -> None:
@@ -190,15 +91,6 @@ def pytest_configure(config: pytest.Config) -> None:
         + ", ".join(opts.OPTION_NAMES),
     )
     compat = benchmark_compat.configure(config)  # the benchmark fixture and --benchmark-* flags (usage errors)
-    if os.environ.get("GPUPERF_SIMULATED_CUDA", "").strip():  # pytest_gpuperf.testing: a simulated CUDA device
-        from pytest_gpuperf.testing import install_from_env
-
-        try:
-            installed = install_from_env()
-        except ValueError as exc:
-            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
-        if installed is not None:
-            config.add_cleanup(installed[1].undo)
     session = GpuPerfSession(config, resolve_settings(config, compat))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpuperf-session")
@@ -261,17 +153,21 @@ def gpuperf_simulated_cuda(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Install a simulated CUDA device: ``sim = gpuperf_simulated_cuda(devices=2)``.
 
     Returns the installed :class:`pytest_gpuperf.testing.SimulatedCuda` (this process's
-    ``torch.cuda``, NVML and profiler events), and sets ``GPUPERF_SIMULATED_CUDA`` for the test, so
-    ``pytester`` sessions it runs - in process or in subprocesses, their worker processes and
-    pytest-xdist workers included - measure on the same kind of simulated device. Undone after the
-    test. Raises ``ValueError`` for ``devices`` outside 1-64.
+    ``torch.cuda``, NVML and profiler events), and adds ``-p pytest_gpuperf.testing
+    --gpuperf-simulated-cuda=N`` to ``PYTEST_ADDOPTS`` for the test, so ``pytester`` sessions it
+    runs - in process or in subprocesses, their worker processes and pytest-xdist workers included -
+    measure on the same kind of simulated device. Undone after the test. Raises ``ValueError`` for
+    ``devices`` outside 1-64.
     """
-    from pytest_gpuperf.testing import ENV, SimulatedCuda
+    import shlex
+
+    from pytest_gpuperf.testing import MAX_DEVICES, SimulatedCuda, session_args
 
     def install(devices: int = 1) -> Any:
-        if not 1 <= devices <= 64:
-            raise ValueError(f"devices={devices!r}: expected 1 to 64 simulated CUDA devices")
-        monkeypatch.setenv(ENV, str(devices))
+        if not 1 <= devices <= MAX_DEVICES:
+            raise ValueError(f"devices={devices!r}: expected 1 to {MAX_DEVICES} simulated CUDA devices")
+        addopts = os.environ.get("PYTEST_ADDOPTS", "")  # pytester's own fixture clears it: read it now
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} {shlex.join(session_args(devices))}".strip())
         return SimulatedCuda(devices=devices).install(monkeypatch)
 
     return install

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pytest
 
 from pytest_gpuperf.core import options as opts
+from pytest_gpuperf.core.flags import BENCHMARK_FLAGS
 
 #: The module pytest-benchmark registers as its plugin (entry point ``benchmark``, or ``-p``).
 PB_PLUGIN_MODULE = "pytest_benchmark.plugin"
@@ -57,36 +58,32 @@ MARKER_IGNORED = {
 }
 MARKER_KEYS = (*MARKER_MAP, "warmup", *MARKER_IGNORED)
 
-#: pytest-benchmark's flags served here when it is not loaded: (flag, argparse keywords, help).
-_FLAGS: tuple[tuple[str, dict[str, Any], str], ...] = (
-    ("--benchmark-skip", dict(action="store_true"), "skip the benchmark tests (as --gpuperf-skip)"),
-    ("--benchmark-only", dict(action="store_true"), "run only the benchmark tests (as --gpuperf-only)"),
-    ("--benchmark-disable", dict(action="store_true"),
-     "run each benchmark once, as a correctness test (smoke mode), even with --gpuperf"),
-    ("--benchmark-enable", dict(action="store_true"), "override --benchmark-disable"),
-    ("--benchmark-json", dict(metavar="PATH"), "as --gpuperf-json PATH (pytest-gpuperf's report format)"),
-    ("--benchmark-group-by", dict(metavar="LABEL"),
-     "group the summary by: " + ", ".join(PB_GROUP_BY) + " (comma-separated; default group)"),
-    ("--benchmark-sort", dict(metavar="COL"), "sort the summary by: " + ", ".join(PB_SORT_KEYS)),
-    ("--benchmark-columns", dict(metavar="LABELS"), "summary columns: " + ", ".join(PB_COLUMNS)),
-    ("--benchmark-min-rounds", dict(metavar="NUM"), "as the min_rounds option"),
-    ("--benchmark-max-time", dict(metavar="SECONDS"), "as --gpuperf-max-time"),
-    ("--benchmark-warmup", dict(metavar="KIND", nargs="?", const="on"),
-     "on, off or auto: off sets warmup_time=0 (3 warmup calls remain); on and auto keep the warmup"),
-)
+#: pytest-benchmark's flags served here when it is not loaded: their help (their shapes, and whether a
+#: worker process gets each: :data:`pytest_gpuperf.core.flags.BENCHMARK_FLAGS`).
+_FLAGS: dict[str, str] = {
+    "--benchmark-skip": "skip the benchmark tests (as --gpuperf-skip)",
+    "--benchmark-only": "run only the benchmark tests (as --gpuperf-only)",
+    "--benchmark-disable": "run each benchmark once, as a correctness test (smoke mode), even with --gpuperf",
+    "--benchmark-enable": "override --benchmark-disable",
+    "--benchmark-json": "as --gpuperf-json PATH (pytest-gpuperf's report format)",
+    "--benchmark-group-by": "group the summary by: " + ", ".join(PB_GROUP_BY) + " (comma-separated; default group)",
+    "--benchmark-sort": "sort the summary by: " + ", ".join(PB_SORT_KEYS),
+    "--benchmark-columns": "summary columns: " + ", ".join(PB_COLUMNS),
+    "--benchmark-min-rounds": "as the min_rounds option",
+    "--benchmark-max-time": "as --gpuperf-max-time",
+    "--benchmark-warmup": "on, off or auto: off sets warmup_time=0 (3 warmup calls remain); on and auto keep the warmup",
+}
 #: pytest-benchmark's flags accepted and ignored here (one line each says why).
-IGNORED_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
-    "--benchmark-min-time": (dict(metavar="SECONDS"), MARKER_IGNORED["min_time"]),
-    "--benchmark-timer": (dict(metavar="FUNC"), MARKER_IGNORED["timer"]),
-    "--benchmark-disable-gc": (dict(action="store_true"), MARKER_IGNORED["disable_gc"]),
-    "--benchmark-calibration-precision": (dict(metavar="NUM"), MARKER_IGNORED["calibration_precision"]),
-    "--benchmark-warmup-iterations": (dict(metavar="NUM"), MARKER_IGNORED["warmup_iterations"]),
-    "--benchmark-compare": (dict(metavar="NUM|_ID", nargs="?", const=True),
-                            "every --gpuperf run compares with the stored baselines"),
-    "--benchmark-compare-fail": (dict(metavar="EXPR", nargs="+"),
-                                 "the statistical gate decides (--gpuperf-threshold, --gpuperf-alpha)"),
-    "--benchmark-save": (dict(metavar="NAME"), "baselines are written by --gpuperf-update-baselines"),
-    "--benchmark-autosave": (dict(action="store_true"), "baselines are written by --gpuperf-update-baselines"),
+IGNORED_FLAGS: dict[str, str] = {
+    "--benchmark-min-time": MARKER_IGNORED["min_time"],
+    "--benchmark-timer": MARKER_IGNORED["timer"],
+    "--benchmark-disable-gc": MARKER_IGNORED["disable_gc"],
+    "--benchmark-calibration-precision": MARKER_IGNORED["calibration_precision"],
+    "--benchmark-warmup-iterations": MARKER_IGNORED["warmup_iterations"],
+    "--benchmark-compare": "every --gpuperf run compares with the stored baselines",
+    "--benchmark-compare-fail": "the statistical gate decides (--gpuperf-threshold, --gpuperf-alpha)",
+    "--benchmark-save": "baselines are written by --gpuperf-update-baselines",
+    "--benchmark-autosave": "baselines are written by --gpuperf-update-baselines",
 }
 #: pytest-benchmark's defaults, as its parsed options hold them: a flag at its default counts as
 #: not given when pytest-benchmark's own options are read (so installing it changes nothing).
@@ -133,19 +130,6 @@ class CompatSettings:
 # ----------------------------------------------------------------------------- options
 
 
-def add_gpuperf_options(group: Any) -> None:
-    """pytest-gpuperf's own flags for selecting benchmark tests and shaping the summary table."""
-    group.addoption("--gpuperf-only", action="store_true", default=False,
-                    help="run only benchmark tests (gpu_bench or benchmark fixture, or gpu_bench marker); skip the rest")
-    group.addoption("--gpuperf-skip", action="store_true", default=False,
-                    help="skip benchmark tests (gpu_bench or benchmark fixture, or gpu_bench marker)")
-    group.addoption("--gpuperf-columns", metavar="LIST", default=None,
-                    help="comma-separated columns of the summary table, from: " + ", ".join(TABLE_COLUMNS)
-                    + " (name comes first and verdict last in any case)")
-    group.addoption("--gpuperf-sort", metavar="KEY", default=None,
-                    help="sort each group of the summary table by: " + ", ".join(SORT_KEYS) + " (default name)")
-
-
 def find_pytest_benchmark(pluginmanager: Any) -> Any:
     """pytest-benchmark's plugin module when it is registered, else None (imports nothing)."""
     for plugin in pluginmanager.get_plugins():
@@ -160,10 +144,9 @@ def add_benchmark_options(parser: Any, pluginmanager: Any) -> None:
     if find_pytest_benchmark(pluginmanager) is not None:
         return
     group = parser.getgroup("benchmark", "pytest-benchmark compatibility (served by pytest-gpuperf)")
-    for flag, kwargs, text in _FLAGS:
-        group.addoption(flag, default=None, help=text, **kwargs)
-    for flag, (kwargs, why) in IGNORED_FLAGS.items():
-        group.addoption(flag, default=None, help=f"accepted and ignored: {why}", **kwargs)
+    for flag in BENCHMARK_FLAGS:
+        text = _FLAGS.get(flag.name) or f"accepted and ignored: {IGNORED_FLAGS[flag.name]}"
+        group.addoption(flag.name, **{**flag.kwargs(), "default": None, "help": text})
 
 
 def take_over(config: pytest.Config) -> None:
@@ -323,7 +306,7 @@ def configure(config: pytest.Config) -> CompatSettings:
 
     sort, columns = _sort_and_columns(config, value)
 
-    notes = tuple(f"{flag} is accepted and ignored: {why}" for flag, (_, why) in IGNORED_FLAGS.items()
+    notes = tuple(f"{flag} is accepted and ignored: {why}" for flag, why in IGNORED_FLAGS.items()
                   if value(flag[2:].replace("-", "_")) is not None)
     settings = CompatSettings(active=active, taken_over=taken_over, only=only, skip=skip, disabled=disabled,
                               json_path=str(json_path) if json_path is not None else None, group_by=group_by,

@@ -92,7 +92,7 @@ class Coordinator:
                                                       unreported_message)
 
         progress = self.progress()
-        args = worker_args(self.config.invocation_params.args)
+        args = worker_args(self.config.invocation_params.args, self.config)
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]
         logs = self._replicate_logs()
@@ -389,7 +389,7 @@ class Coordinator:
         logs = ab_folder(rev.repo) / "logs"
         logs.mkdir(exist_ok=True)
         specs = side_specs(rev, worktree, Path(self.config.invocation_params.dir), self.settings.ab_roots)
-        args = worker_args(self.config.invocation_params.args)
+        args = worker_args(self.config.invocation_params.args, self.config)
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
         progress = self.progress()  # a line per benchmark measured, rewritten in place on a terminal (issue 24)
@@ -419,7 +419,7 @@ def bisector(config: pytest.Config, settings: SessionSettings, progress: Any, st
         args += ["-n", "0"]
     return Bisector(repository(here), here, args, processes=settings.bisect_processes,
                     import_roots=settings.ab_roots, progress=progress, time_cap_s=time_cap_s,
-                    step_progress=step_progress, why=settings.why)
+                    step_progress=step_progress, why=settings.why, config=config)
 
 def run_bisect(config: pytest.Config, settings: SessionSettings, progress: Any) -> None:
     """``--gpuperf-bisect GOOD..BAD``: bisect instead of running the tests, print the report (and write
@@ -438,7 +438,7 @@ def run_bisect(config: pytest.Config, settings: SessionSettings, progress: Any) 
         pytest.exit(f"pytest-gpuperf: --gpuperf-bisect: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     from pytest_gpuperf.ab.run import selection_args
 
-    args = selection_args(config.invocation_params.args)  # for the reproduce command
+    args = selection_args(config.invocation_params.args, config)  # for the reproduce command
     for line in summary_lines(run, args):
         progress.line(line)
     for path, text in ((settings.json_path, lambda: json.dumps(json_dict(run, args), indent=1)),

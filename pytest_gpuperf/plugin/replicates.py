@@ -8,7 +8,7 @@ not reproduce (pseudo-replication). So, as pyperf runs 20 worker processes and J
 ``pytest --gpuperf`` (and ``--gpuperf-update-baselines``) with ``--gpuperf-processes P`` >= 2:
 
 1. **Workers.** At session start the user's session (the coordinator) runs P pytest processes one
-   after another, each the user's own selection (reports, xdist and baseline updates removed, see
+   after another, each the user's own selection (built positively: see
    :func:`pytest_gpuperf.ab.run.worker_args`) with the hidden ``--gpuperf-role`` (slot k/P): a worker measures
    every benchmark with ``max_time / P`` (so the measuring time stays about what one process
    took), compares nothing, and appends each result to a JSON-lines file as soon as it is measured. The benchmarks are
