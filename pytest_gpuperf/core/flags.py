@@ -139,7 +139,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("--gpuperf-columns", False, "LIST",
          "comma-separated columns of the summary table, from: {columns} (name comes first and verdict last in "
          "any case)"),
-    Flag("--gpuperf-sort", False, "KEY", "sort each group of the summary table by: {sort_keys} (default name)"),
+    Flag("--gpuperf-sort", False, "KEY", "sort each group of the summary table by: {sort_keys} (default {default_sort})"),
 )
 
 #: The simulated CUDA device's flag (declared by ``pytest_gpuperf.testing``, a plugin loaded with ``-p``):

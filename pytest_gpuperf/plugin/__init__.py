@@ -37,7 +37,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
     defaults = dict(max_processes=_LIMITS.max_processes, more_time_s=_LIMITS.more_time_s,
                     worker_timeout_s=_LIMITS.worker_timeout_s, bisect_timeout_s=BISECT_TIMEOUT_S,
-                    columns=", ".join(benchmark_compat.TABLE_COLUMNS), sort_keys=", ".join(benchmark_compat.SORT_KEYS))
+                    columns=", ".join(benchmark_compat.TABLE_COLUMNS), sort_keys=", ".join(benchmark_compat.SORT_KEYS),
+                    default_sort=benchmark_compat.DEFAULT_SORT)
     for flag in flags.PLUGIN_FLAGS:  # declared once, with whether a worker process gets each (core/flags.py)
         group.addoption(flag.name, **flag.kwargs(**defaults))
     _ini_values(parser)

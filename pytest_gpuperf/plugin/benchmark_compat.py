@@ -26,18 +26,11 @@ import pytest
 
 from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.core.flags import BENCHMARK_FLAGS
+# the summary table's column and sort keys, stated once (read here for the options and their help)
+from pytest_gpuperf.reporting.columns import DEFAULT_COLUMNS, DEFAULT_SORT, SORT_KEYS, TABLE_COLUMNS  # noqa: F401
 
 #: The module pytest-benchmark registers as its plugin (entry point ``benchmark``, or ``-p``).
 PB_PLUGIN_MODULE = "pytest_benchmark.plugin"
-
-#: Columns of the terminal summary table (``--gpuperf-columns``); the default table is
-#: :data:`DEFAULT_COLUMNS`. ``name`` always comes first and ``verdict`` always last.
-TABLE_COLUMNS: tuple[str, ...] = ("name", "device", "median", "p95", "iqr", "rounds", "baseline", "ratio",
-                                  "peak-mem", "ops-kern", "syncs", "flops", "bytes", "bottleneck", "verdict",
-                                  "items", "min", "max", "mean", "stddev", "outliers", "ops", "iterations")
-DEFAULT_COLUMNS: tuple[str, ...] = TABLE_COLUMNS[:15]
-#: Keys of ``--gpuperf-sort`` (ascending; ``name`` is the default order).
-SORT_KEYS: tuple[str, ...] = ("name", "median", "mean", "min", "max", "stddev", "p95", "iqr", "rounds", "ratio")
 
 #: pytest-benchmark's ``--benchmark-sort`` / ``--benchmark-columns`` / ``--benchmark-group-by`` values.
 PB_SORT_KEYS = ("min", "max", "mean", "stddev", "name", "fullname")

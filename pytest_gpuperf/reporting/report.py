@@ -12,6 +12,7 @@ from pytest_gpuperf.reporting.messages import (MACHINE_DIFFERS_HINT, comparison_
 from pytest_gpuperf.storage.codec import (  # noqa: F401 - json_safe: read here by older callers
     comparison_to_dict, count_comparison_to_dict, decode_result, encode_result, json_safe,
     memory_comparison_to_dict)
+from pytest_gpuperf.reporting.columns import DEFAULT_COLUMNS, EXTRA_COLUMN_KEYS
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
@@ -318,9 +319,8 @@ EXTRA_COLUMNS: dict[str, tuple[str, Any]] = {
     "iterations": ("iterations", lambda r: str(r.calls_per_round)),
 }
 #: ``--gpuperf-columns`` keys of the default columns, in :data:`COLUMNS` order.
-COLUMN_KEYS = ("name", "device", "median", "p95", "iqr", "rounds", "baseline", "ratio", "peak-mem", "ops-kern",
-               "syncs", "flops", "bytes", "bottleneck", "verdict")
-assert len(COLUMN_KEYS) == len(COLUMNS)
+COLUMN_KEYS = DEFAULT_COLUMNS
+assert len(COLUMN_KEYS) == len(COLUMNS) and set(EXTRA_COLUMNS) | {"items"} == set(EXTRA_COLUMN_KEYS)
 
 _SORT: dict[str, Any] = {
     "name": lambda label, r: (0, label),
