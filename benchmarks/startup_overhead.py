@@ -4,6 +4,7 @@ Usage (stdlib only, Python >= 3.10; the interpreter must have pytest-gpuperf pip
 plugin loads through its ``pytest11`` entry point)::
 
     python benchmarks/startup_overhead.py [--runs 15] [--python PATH] [--json out.json] [--no-check-imports]
+    python benchmarks/startup_overhead.py --against DIR [--runs 15]   # this plugin vs another checkout's
 
 It writes a throw-away project (``test_one.py`` with one trivial test and an empty ``pytest.ini``, so
 that folder is the rootdir) and times, with ``time.perf_counter`` around ``subprocess.run``,
@@ -18,7 +19,13 @@ per-pair differences in ms, and the verdict line
 Unless ``--no-check-imports``, one more child runs ``pytest.main(["-q", "-p", "no:cacheprovider"])``
 in-process and reports which of torch, numpy and scipy ended up in ``sys.modules``
 (``heavy modules imported by a plain run: none`` or e.g. ``numpy, scipy``).
-``--json PATH`` writes the raw timings. Exit status: 0 whatever the figures, 1 if a pytest run failed.
+``--json PATH`` writes the raw timings.
+
+``--against DIR`` compares two versions of the plugin instead, paired the same way: "this tree" (the
+installed plugin) against "DIR" (a checkout of another revision, e.g. ``git worktree add /tmp/old
+f3de8da``, whose ``pytest_gpuperf`` is put first on the children's ``PYTHONPATH``; the entry point
+is the installed one, so the package name must be the same), and prints
+``this tree vs DIR: +X ms (median of N paired runs)``. Exit status: 0 whatever the figures, 1 if a pytest run failed.
 """
 
 from __future__ import annotations
@@ -72,16 +79,40 @@ def timed_run(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
     return elapsed
 
 
-def measure(python: str, runs: int, cwd: Path, env: dict[str, str]) -> dict[str, list[float]]:
-    """Time each variant ``runs`` times, interleaved A/B (ABBA order); return seconds per variant."""
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    names = list(VARIANTS)
+def measure(python: str, runs: int, cwd: Path, env: dict[str, str],
+            variants: dict[str, tuple[list[str], dict[str, str]]] | None = None) -> dict[str, list[float]]:
+    """Time each variant (name -> extra pytest arguments and environment; default :data:`VARIANTS`
+    in ``env``) ``runs`` times, interleaved A/B (ABBA order); return seconds per variant."""
+    variants = variants or {name: (extra, env) for name, extra in VARIANTS.items()}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
     for rep in range(runs + 1):  # repetition 0 is a discarded warm-up
         for name in names if rep % 2 == 0 else names[::-1]:
-            t = timed_run([python, *BASE_ARGS, *VARIANTS[name]], cwd, env)
+            extra, venv = variants[name]
+            t = timed_run([python, *BASE_ARGS, *extra], cwd, venv)
             if rep:
                 times[name].append(t)
     return times
+
+
+def against(python: str, runs: int, other: Path) -> int:
+    """``--against``: this tree's plugin against ``other``'s, paired; prints the difference."""
+    if not (other / "pytest_gpuperf" / "__init__.py").is_file():
+        raise SystemExit(f"--against {other}: no pytest_gpuperf/__init__.py there (give a checkout of this project)")
+    env = child_env()
+    old_env = dict(env, PYTHONPATH=os.pathsep.join([str(other.resolve()), *filter(None, [env.get("PYTHONPATH")])]))
+    with tempfile.TemporaryDirectory(prefix="gpuperf-startup-") as tmp:
+        cwd = Path(tmp)
+        make_project(cwd)
+        times = measure(python, runs, cwd, env, {"this tree": ([], env), str(other): ([], old_env)})
+    new_s, old_s = times["this tree"], times[str(other)]
+    pair_ms = [(a - b) * 1e3 for a, b in zip(new_s, old_s)]
+    print(f"python: {python}")
+    print(f"{'variant':<40}{'median s':>10}{'min s':>10}")
+    for name, ts in times.items():
+        print(f"{name[-40:]:<40}{statistics.median(ts):>10.3f}{min(ts):>10.3f}")
+    print(f"this tree vs {other}: {statistics.median(pair_ms):+.0f} ms (median of {runs} paired runs)")
+    return 0
 
 
 def check_imports(python: str, cwd: Path, env: dict[str, str]) -> dict:
@@ -102,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the raw timings (seconds) to this JSON file")
     ap.add_argument("--check-imports", action=argparse.BooleanOptionalAction, default=True,
                     help="also report which heavy modules a plain run imports (default on)")
+    ap.add_argument("--against", metavar="DIR", type=Path,
+                    help="compare this plugin with the one in DIR (a checkout of another revision), paired")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error(f"--runs must be >= 1, got {args.runs}")
+    if args.against is not None:
+        return against(args.python, args.runs, args.against)
     env = child_env()
     with tempfile.TemporaryDirectory(prefix="gpuperf-startup-") as tmp:
         cwd = Path(tmp)
