@@ -29,6 +29,16 @@ import torch.profiler  # noqa: E402
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True):
     torch.ones(1)
 
+# the history store's database layer (written after every measuring inner session): loaded once too
+import sqlalchemy  # noqa: F401,E402
+import sqlalchemy.dialects.sqlite  # noqa: F401,E402
+
+try:  # PostgreSQL's driver (the test extra): its exception classes must stay the ones SQLAlchemy wraps
+    import psycopg  # noqa: F401
+    import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
 try:  # optional (pytest-gpuperf[plot]); keep its modules loaded across inner sessions too
     import matplotlib  # noqa: F401
     import matplotlib.backends.backend_agg  # noqa: F401

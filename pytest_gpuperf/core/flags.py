@@ -132,6 +132,12 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("--gpuperf-bisect-timeout", False, "SECONDS",
          "bisection: start no step after this many seconds (ini gpuperf_bisect_timeout; default "
          "{bisect_timeout_s:g})"),
+    # the performance history (plugin/history.py, storage/history.py)
+    Flag("--gpuperf-history", False, "URL",
+         "append each measuring run to this history store: sqlite:///PATH or a bare path (SQLite), or "
+         "postgresql://USER@HOST/DB for a store CI jobs share (ini gpuperf_history_url; default "
+         ".gpuperf/history.sqlite under the rootdir)"),
+    Flag("--gpuperf-no-history", False, help="do not record this run in the history store (ini gpuperf_history_url = off)"),
     # selecting benchmark tests and shaping the summary table (plugin/benchmark_compat.py)
     Flag("--gpuperf-only", True,
          help="run only benchmark tests (gpu_bench or benchmark fixture, or gpu_bench marker); skip the rest"),

@@ -60,3 +60,21 @@ def is_dirty(root: str | Path, ignore: str | Path | None = None) -> bool | None:
             continue
         return True
     return False
+
+
+#: Where CI systems name the branch of a detached checkout (GitHub Actions: the PR's head branch,
+#: else the ref; GitLab CI), read in this order.
+CI_BRANCH_VARIABLES = ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME")
+
+
+def current_branch(root: str | Path) -> str | None:
+    """The checked-out branch at ``root`` (``git rev-parse --abbrev-ref HEAD``); in a detached
+    checkout (CI's usual one) the branch CI names (:data:`CI_BRANCH_VARIABLES`), else None. None
+    when not a git checkout."""
+    try:
+        name = run(root, "rev-parse", "--abbrev-ref", "HEAD", timeout=5)
+    except GitError:
+        return None
+    if name and name != "HEAD":
+        return name
+    return next((os.environ[v] for v in CI_BRANCH_VARIABLES if os.environ.get(v, "").strip()), None)

@@ -47,6 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _ini_values(parser: pytest.Parser) -> None:
     """The ini values (each option's ``gpuperf_*`` twin, and the ``gpu_bench`` defaults)."""
     parser.addini("gpuperf_baseline_dir", "folder of baseline files, relative to the rootdir", default="")
+    parser.addini("gpuperf_history_url", "the history store each measuring run is appended to (sqlite:///PATH, a path "
+                  "relative to the rootdir, or postgresql://...; off: none); default .gpuperf/history.sqlite", default="")
     parser.addini("gpuperf_ab_pythonpath", "A/B: import roots of the code under test, relative to the repository's "
                   "top (space- or comma-separated), e.g. src", default="")
     parser.addini("gpuperf_ab_confirm", "confirm a stored-baseline regression by A/B against the baseline's git "
@@ -101,6 +103,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
     if ReportWriter.wanted(session.settings):
         config.pluginmanager.register(ReportWriter(session), "gpuperf-reports")
+    from pytest_gpuperf.plugin.history import HistoryRecorder, history_url
+
+    url = history_url(config, session.settings)  # None: not measuring, a worker process, or history off
+    if url is not None:
+        config.pluginmanager.register(HistoryRecorder(session, url), "gpuperf-history")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -1,0 +1,356 @@
+"""The performance history store (issue 34): every measuring run appended to a database, SQLite by
+default (``.gpuperf/history.sqlite`` under the rootdir) or PostgreSQL for a team whose CI jobs share
+one store.
+
+A run is one row of ``runs`` (commit, branch, dirty flag, time, machine and device key, torch/CUDA/
+driver versions, options, mode) and a row per benchmark in ``results`` (process medians, median,
+IQR, CI, rounds, peak memory, counts, verdict and ratio). A run's rows are written in one
+transaction, after the run: a run killed while writing leaves no partial run. SQLite runs in WAL
+mode with a busy timeout, so several writers at once (shards, xdist workers, parallel CI jobs) wait
+for each other instead of failing; PostgreSQL's transactions do the same. The schema has a version
+(table ``gpuperf_schema``); a store written by a newer plugin is refused (:class:`HistoryError`).
+
+The database layer is SQLAlchemy Core (``sqlalchemy``; PostgreSQL through psycopg 3, the
+``postgresql`` extra), imported only when a store is opened. URLs: ``sqlite:///path/to/file`` (a
+bare path means SQLite) or ``postgresql://user:password@host:port/db``. Messages name a URL with its
+password hidden (:func:`redact`); credentials are never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+#: The schema this plugin writes. A store with a higher version was written by a newer plugin.
+SCHEMA_VERSION = 1
+#: SQLite: how long (ms) a writer waits for another writer's transaction before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The store's file under the rootdir when no URL is given.
+DEFAULT_PATH = Path(".gpuperf") / "history.sqlite"
+#: What ``--gpuperf-history`` accepts (for messages).
+ACCEPTED = "sqlite:///PATH, a bare file path (SQLite), or postgresql://USER[:PASSWORD]@HOST[:PORT]/DB"
+
+
+class HistoryError(RuntimeError):
+    """The store cannot be used: unreachable, unwritable, corrupt, of a newer schema, or a URL that is
+    not accepted. The message names the URL (password hidden) and says why."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One measuring run. ``mode``: ``"compare"`` (``--gpuperf``), ``"update"``
+    (``--gpuperf-update-baselines``) or ``"ab"`` (side B of ``--gpuperf-ab``); ``created_utc``: ISO
+    8601 UTC; ``machine``: the host's name; ``device_key``: the baselines' machine key
+    (``cpu-amd-epyc``, ``cuda-nvidia-h100-...``); ``options``: the session's options as JSON-ready
+    values; ``run_id``: a unique id (the caller makes it, so a retried write cannot add a run twice)."""
+
+    run_id: str
+    created_utc: str
+    mode: str
+    commit: str | None = None
+    branch: str | None = None
+    dirty: bool | None = None
+    machine: str | None = None
+    device_key: str | None = None
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    driver_version: str | None = None
+    plugin_version: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One benchmark of a run: ``benchmark`` (``module::id``), times in ms (``median_ms``, ``iqr_ms``,
+    the median's 95% CI ``ci_low_ms``/``ci_high_ms``, ``process_medians_ms``: each worker process's
+    median), ``rounds``, ``peak_memory_bytes`` (bytes), ``counts`` (name -> count per call),
+    ``verdict`` (``regressed``, ``unchanged``...; None when not compared) and ``ratio`` (the
+    verdict's estimate of current / baseline)."""
+
+    benchmark: str
+    median_ms: float
+    rounds: int
+    device_key: str | None = None
+    iqr_ms: float | None = None
+    ci_low_ms: float | None = None
+    ci_high_ms: float | None = None
+    process_medians_ms: tuple[float, ...] | None = None
+    peak_memory_bytes: int | None = None
+    counts: dict[str, Any] | None = None
+    verdict: str | None = None
+    ratio: float | None = None
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (``postgresql://ci:***@db:5432/perf``)."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", str(url))
+
+
+def shown(url: str) -> str:
+    """A store URL as messages show it: the password hidden (:func:`redact`), the driver left out."""
+    return redact(str(url).replace("postgresql+psycopg://", "postgresql://"))
+
+
+def normalize_url(url: str | os.PathLike[str], root: Path | None = None) -> str:
+    """The SQLAlchemy URL for ``url``: a bare path (relative to ``root``) becomes ``sqlite:///ABS``;
+    ``postgresql://`` and ``postgres://`` use psycopg 3 (``postgresql+psycopg://``). Raises
+    :class:`HistoryError` for another scheme, naming it and what is accepted."""
+    text = os.fspath(url).strip()
+    if not text:
+        raise HistoryError(f"pytest-gpuperf: empty history URL; accepted: {ACCEPTED}")
+    scheme = text.split("://", 1)[0].lower() if "://" in text else None
+    if scheme is None:
+        path = Path(text).expanduser()
+        return f"sqlite:///{(root / path if root is not None and not path.is_absolute() else path).resolve()}"
+    if scheme == "sqlite":
+        rest = text.split("://", 1)[1]
+        if rest.startswith("/") and not rest.startswith("//") and root is not None:  # sqlite:///relative
+            return f"sqlite:///{(root / rest[1:]).resolve()}"
+        return text
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    if scheme.startswith("postgresql+"):
+        return text
+    raise HistoryError(f"pytest-gpuperf: history URL {redact(text)!r}: scheme {scheme!r} is not accepted; "
+                       f"accepted: {ACCEPTED}")
+
+
+def _tables(meta: Any) -> dict[str, Any]:
+    import sqlalchemy as sa
+
+    schema = sa.Table("gpuperf_schema", meta, sa.Column("version", sa.Integer, nullable=False))
+    runs = sa.Table(
+        "gpuperf_runs", meta,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("run_id", sa.String(64), nullable=False, unique=True),
+        sa.Column("created_utc", sa.String(40), nullable=False),
+        sa.Column("mode", sa.String(16), nullable=False),
+        sa.Column("git_commit", sa.String(64)), sa.Column("branch", sa.String(255)), sa.Column("dirty", sa.Boolean),
+        sa.Column("machine", sa.String(255)), sa.Column("device_key", sa.String(255)),
+        sa.Column("torch_version", sa.String(64)), sa.Column("cuda_version", sa.String(64)),
+        sa.Column("driver_version", sa.String(64)), sa.Column("plugin_version", sa.String(64)),
+        sa.Column("options", sa.Text),
+    )
+    results = sa.Table(
+        "gpuperf_results", meta,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("run", sa.Integer, sa.ForeignKey("gpuperf_runs.id", ondelete="CASCADE"), nullable=False,
+                  index=True),
+        sa.Column("benchmark", sa.String(1000), nullable=False, index=True),
+        sa.Column("device_key", sa.String(255)),
+        sa.Column("median_ms", sa.Float, nullable=False), sa.Column("iqr_ms", sa.Float),
+        sa.Column("ci_low_ms", sa.Float), sa.Column("ci_high_ms", sa.Float),
+        sa.Column("rounds", sa.Integer, nullable=False), sa.Column("process_medians_ms", sa.Text),
+        sa.Column("peak_memory_bytes", sa.BigInteger), sa.Column("counts", sa.Text),
+        sa.Column("verdict", sa.String(32)), sa.Column("ratio", sa.Float),
+    )
+    return {"schema": schema, "runs": runs, "results": results}
+
+
+class HistoryStore:
+    """A history store at ``url`` (see :func:`normalize_url`; ``root``: where a relative SQLite path
+    starts). Opening creates the tables when the store is new (a SQLite file's folder too) and
+    checks the schema version. Raises :class:`HistoryError` (URL with the password hidden) when the
+    store is unreachable, unwritable or corrupt (a corrupt SQLite file is named and left untouched),
+    was written by a newer plugin, or SQLAlchemy (or psycopg, for PostgreSQL) is not installed.
+
+    Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, url: str | os.PathLike[str], root: Path | None = None) -> None:
+        self.url = normalize_url(url, root)
+        self.shown = shown(self.url)
+        try:
+            import sqlalchemy as sa
+        except ImportError:
+            raise HistoryError(f"pytest-gpuperf: the history store {self.shown} needs SQLAlchemy: "
+                               "pip install 'sqlalchemy>=2'") from None
+        self._sa = sa
+        self.engine = self._engine()
+        self.meta = sa.MetaData()
+        self.t = _tables(self.meta)
+        self._open()
+
+    def _engine(self) -> Any:
+        sa = self._sa
+        if self.url.startswith("sqlite"):
+            path = self.url.split(":///", 1)[1] if ":///" in self.url else ""
+            if path and path != ":memory:":
+                try:
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise HistoryError(f"pytest-gpuperf: history store {self.shown}: cannot create its folder: "
+                                       f"{exc}") from None
+            engine = sa.create_engine(self.url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+            @sa.event.listens_for(engine, "connect")
+            def _pragmas(dbapi_conn: Any, _record: Any) -> None:  # WAL: readers never block the writer
+                cur = dbapi_conn.cursor()
+                cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+                cur.execute("PRAGMA journal_mode = WAL")
+                cur.execute("PRAGMA foreign_keys = ON")
+                cur.close()
+
+            return engine
+        try:
+            return sa.create_engine(self.url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+        except ImportError as exc:
+            raise HistoryError(f"pytest-gpuperf: the history store {self.shown} needs psycopg 3: "
+                               f"pip install 'pytest-gpuperf[postgresql]' ({exc})") from None
+        except self._sa.exc.ArgumentError as exc:
+            raise HistoryError(f"pytest-gpuperf: history URL {self.shown} is not valid: {exc}; "
+                               f"accepted: {ACCEPTED}") from None
+
+    def _fail(self, what: str, exc: BaseException) -> HistoryError:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return HistoryError(f"pytest-gpuperf: history store {self.shown}: {what}: {redact(detail)}")
+
+    def _open(self) -> None:
+        sa = self._sa
+        schema = self.t["schema"]
+        try:
+            with self.engine.begin() as conn:
+                self.meta.create_all(conn, checkfirst=True)
+                found = conn.execute(sa.select(schema.c.version)).scalars().all()
+                if not found:
+                    conn.execute(schema.insert().values(version=SCHEMA_VERSION))
+                    return
+        except sa.exc.DatabaseError as exc:
+            hint = (" (not a SQLite database, or a damaged one: it was left untouched; move it away to start "
+                    "a new history)") if self.url.startswith("sqlite") and "not a database" in str(exc) else ""
+            raise self._fail(f"cannot open it{hint}", exc) from None
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._fail("cannot open it", exc) from None
+        version = max(found)
+        if version > SCHEMA_VERSION:
+            raise HistoryError(f"pytest-gpuperf: history store {self.shown} has schema version {version}, written by a "
+                               f"newer pytest-gpuperf; this one reads version {SCHEMA_VERSION}: upgrade "
+                               "pytest-gpuperf (the store was left untouched)")
+
+    def __enter__(self) -> "HistoryStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the store's connections."""
+        self.engine.dispose()
+
+    def append(self, run: RunRecord, rows: Iterable[ResultRow]) -> bool:
+        """Write ``run`` and its ``rows`` in one transaction: all or nothing. Returns False (and
+        writes nothing) when a run with the same ``run_id`` is already stored. Raises
+        :class:`HistoryError` when the store cannot be written (nothing of the run is then stored)."""
+        sa = self._sa
+        runs, results = self.t["runs"], self.t["results"]
+        values = {"run_id": run.run_id, "created_utc": run.created_utc, "mode": run.mode, "git_commit": run.commit,
+                  "branch": run.branch, "dirty": run.dirty, "machine": run.machine, "device_key": run.device_key,
+                  "torch_version": run.torch_version, "cuda_version": run.cuda_version,
+                  "driver_version": run.driver_version, "plugin_version": run.plugin_version,
+                  "options": json.dumps(run.options, sort_keys=True, default=str)}
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run.run_id)).first() is not None:
+                    return False
+                key = conn.execute(runs.insert().values(**values)).inserted_primary_key[0]
+                batch = [_row_values(key, r) for r in rows]
+                if batch:
+                    conn.execute(results.insert(), batch)
+        except sa.exc.IntegrityError as exc:  # another writer stored the same run_id meanwhile, or a bad row
+            if self._has_run(run.run_id):
+                return False
+            raise self._fail("cannot write the run (nothing of it was stored)", exc) from None
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._fail("cannot write the run (nothing of it was stored)", exc) from None
+        return True
+
+    def _has_run(self, run_id: str) -> bool:
+        runs = self.t["runs"]
+        try:
+            with self.engine.connect() as conn:
+                return conn.execute(self._sa.select(runs.c.id).where(runs.c.run_id == run_id)).first() is not None
+        except self._sa.exc.SQLAlchemyError:
+            return False
+
+    def runs(self, *, branch: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """The stored runs, oldest first (each a dict of :class:`RunRecord`'s fields, ``options``
+        decoded, plus ``benchmarks``: how many rows it has); ``branch`` filters, ``limit`` keeps
+        the newest so many. Raises :class:`HistoryError` when the store cannot be read."""
+        sa = self._sa
+        runs, results = self.t["runs"], self.t["results"]
+        n = sa.func.count(results.c.id).label("benchmarks")
+        q = sa.select(runs, n).select_from(runs.outerjoin(results, results.c.run == runs.c.id)).group_by(runs.c.id)
+        if branch is not None:
+            q = q.where(runs.c.branch == branch)
+        q = q.order_by(runs.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        try:
+            with self.engine.connect() as conn:
+                got = [dict(r._mapping) for r in conn.execute(q)]
+        except self._sa.exc.SQLAlchemyError as exc:
+            raise self._fail("cannot read it", exc) from None
+        for r in got:
+            r["options"] = json.loads(r["options"]) if r.get("options") else {}
+            r["commit"] = r.pop("git_commit")
+        return got[::-1]
+
+    def series(self, benchmark: str | None = None, *, device_key: str | None = None,
+               branch: str | None = None) -> list[dict[str, Any]]:
+        """Result rows joined with their run, in run order (oldest first): each a dict of
+        :class:`ResultRow`'s fields plus the run's ``run_id``, ``created_utc``, ``commit``,
+        ``branch``, ``mode`` and ``machine``; filtered by ``benchmark``, ``device_key`` (the row's)
+        and ``branch``. Raises :class:`HistoryError` when the store cannot be read."""
+        sa = self._sa
+        runs, results = self.t["runs"], self.t["results"]
+        q = (sa.select(results, runs.c.run_id, runs.c.created_utc, runs.c.git_commit, runs.c.branch, runs.c.mode,
+                       runs.c.machine)
+             .select_from(results.join(runs, results.c.run == runs.c.id)).order_by(runs.c.id, results.c.id))
+        if benchmark is not None:
+            q = q.where(results.c.benchmark == benchmark)
+        if device_key is not None:
+            q = q.where(results.c.device_key == device_key)
+        if branch is not None:
+            q = q.where(runs.c.branch == branch)
+        try:
+            with self.engine.connect() as conn:
+                got = [dict(r._mapping) for r in conn.execute(q)]
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._fail("cannot read it", exc) from None
+        for r in got:
+            r.pop("id"), r.pop("run")
+            r["commit"] = r.pop("git_commit")
+            pm = r.get("process_medians_ms")
+            r["process_medians_ms"] = tuple(json.loads(pm)) if pm else None
+            r["counts"] = json.loads(r["counts"]) if r.get("counts") else None
+        return got
+
+
+def _row_values(run_key: int, r: ResultRow) -> dict[str, Any]:
+    return {"run": run_key, "benchmark": r.benchmark, "device_key": r.device_key, "median_ms": float(r.median_ms),
+            "iqr_ms": r.iqr_ms, "ci_low_ms": r.ci_low_ms, "ci_high_ms": r.ci_high_ms, "rounds": int(r.rounds),
+            "process_medians_ms": json.dumps(list(r.process_medians_ms)) if r.process_medians_ms else None,
+            "peak_memory_bytes": r.peak_memory_bytes,
+            "counts": json.dumps(r.counts, sort_keys=True) if r.counts else None,
+            "verdict": r.verdict, "ratio": r.ratio}
+
+
+def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
+    """History rows of measured results: ``(benchmark, BenchResult, device_key)`` triples, smoke
+    results left out."""
+    out = []
+    for name, r, key in results:
+        if r.smoke:
+            continue
+        ci = r.median_ci_ms
+        counts = r.counts.totals() if r.counts is not None and hasattr(r.counts, "totals") else None
+        out.append(ResultRow(
+            benchmark=name, median_ms=r.median_ms, rounds=r.rounds, device_key=key, iqr_ms=r.iqr_ms,
+            ci_low_ms=ci[0] if ci else None, ci_high_ms=ci[1] if ci else None,
+            process_medians_ms=r.process_medians_ms, peak_memory_bytes=r.peak_memory_bytes,
+            counts=counts, verdict=r.comparison.verdict.value if r.comparison is not None else None,
+            ratio=r.comparison.ratio if r.comparison is not None else None))
+    return out

@@ -1,0 +1,203 @@
+"""The history store (issue 34, storage/history.py) on real databases: SQLite files and a
+throwaway PostgreSQL cluster (tests/pgcluster.py). A run is all or nothing, concurrent writers lose
+no row, a newer or corrupt store is refused and left untouched, credentials are never shown."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+from pytest_gpuperf.storage import history as h  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run(i: int, mode: str = "compare", **kw) -> h.RunRecord:
+    return h.RunRecord(run_id=f"run-{i}", created_utc=f"2026-11-26T10:{i:02d}:00Z", mode=mode, commit=f"{i:040x}",
+                       branch="main", dirty=False, machine="host", device_key="cpu-x", torch_version="2.13.0",
+                       options={"threshold": 0.05}, **kw)
+
+
+def _rows(n: int, base: float = 1.0) -> list[h.ResultRow]:
+    return [h.ResultRow(benchmark=f"m.py::t{k}", median_ms=base + k, rounds=50, device_key="cpu-x", iqr_ms=0.01,
+                        ci_low_ms=base + k - 0.01, ci_high_ms=base + k + 0.01, process_medians_ms=(base + k,) * 3,
+                        peak_memory_bytes=1024 * k, counts={"ops": k}, verdict="unchanged", ratio=1.0)
+            for k in range(n)]
+
+
+def test_a_run_and_its_rows_read_back(tmp_path: Path) -> None:
+    with h.HistoryStore(tmp_path / "h.sqlite") as store:
+        assert store.append(_run(1), _rows(3))
+        assert store.append(_run(2, mode="update"), _rows(3, base=2.0))
+        runs = store.runs()
+        assert [r["run_id"] for r in runs] == ["run-1", "run-2"] and [r["benchmarks"] for r in runs] == [3, 3]
+        assert runs[0]["options"] == {"threshold": 0.05} and runs[1]["mode"] == "update"
+        assert runs[0]["commit"] == f"{1:040x}" and runs[0]["dirty"] is False
+        s = store.series("m.py::t1")
+        assert [r["median_ms"] for r in s] == [2.0, 3.0] and s[0]["process_medians_ms"] == (2.0, 2.0, 2.0)
+        assert s[1]["counts"] == {"ops": 1} and s[1]["run_id"] == "run-2" and s[1]["branch"] == "main"
+        assert store.series("m.py::t1", device_key="other") == []
+        assert store.runs(limit=1)[0]["run_id"] == "run-2"
+
+
+def test_a_bare_path_is_sqlite_under_the_root_and_its_folder_is_made(tmp_path: Path) -> None:
+    url = h.normalize_url(".gpuperf/history.sqlite", tmp_path)
+    assert url == f"sqlite:///{tmp_path.resolve()}/.gpuperf/history.sqlite"
+    with h.HistoryStore(".gpuperf/history.sqlite", root=tmp_path) as store:
+        store.append(_run(1), _rows(1))
+    assert (tmp_path / ".gpuperf" / "history.sqlite").is_file()
+    assert h.normalize_url("postgres://u:p@db/x") == "postgresql+psycopg://u:p@db/x"
+
+
+def test_the_same_run_is_stored_once(tmp_path: Path) -> None:
+    with h.HistoryStore(tmp_path / "h.sqlite") as store:
+        assert store.append(_run(1), _rows(2))
+        assert not store.append(_run(1), _rows(2))
+        assert len(store.runs()) == 1 and len(store.series()) == 2
+
+
+def test_a_run_that_cannot_be_written_whole_leaves_nothing(tmp_path: Path) -> None:
+    bad = _rows(3)
+    bad[2] = h.ResultRow(benchmark=None, median_ms=1.0, rounds=1)  # type: ignore[arg-type] - NOT NULL
+    with h.HistoryStore(tmp_path / "h.sqlite") as store:
+        store.append(_run(1), _rows(1))
+        with pytest.raises(h.HistoryError, match="nothing of it was stored"):
+            store.append(_run(2), bad)
+        assert [r["run_id"] for r in store.runs()] == ["run-1"] and len(store.series()) == 1
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from pytest_gpuperf.storage import history as h
+    from test_history_store import _rows, _run
+    real, seen = h._row_values, []
+    def dying(key, row):
+        seen.append(row)
+        if len(seen) == 3:  # the run's row is inserted, its results half made: killed mid-transaction
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(key, row)
+    h._row_values = dying
+    h.HistoryStore({path!r}).append(_run(2), _rows(5))
+""")
+
+
+def test_a_killed_writer_leaves_no_partial_run(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    with h.HistoryStore(path) as store:
+        store.append(_run(1), _rows(2))
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(tests=str(HERE), path=str(path))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    with h.HistoryStore(path) as store:
+        assert [r["run_id"] for r in store.runs()] == ["run-1"] and len(store.series()) == 2
+
+
+def _writer(url: str, first: int, runs: int) -> None:
+    with h.HistoryStore(url) as store:
+        for i in range(first, first + runs):
+            assert store.append(_run(i), _rows(4))
+
+
+def _concurrent(url: str, writers: int = 4, runs: int = 5) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(url, w * runs, runs)) for w in range(writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with h.HistoryStore(url) as store:
+        assert len(store.runs()) == writers * runs
+        assert len(store.series()) == writers * runs * 4
+        assert all(r["benchmarks"] == 4 for r in store.runs())
+
+
+def test_writers_at_once_lose_no_row_sqlite(tmp_path: Path) -> None:
+    _concurrent(str(tmp_path / "h.sqlite"))
+
+
+def test_a_store_of_a_newer_plugin_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    with h.HistoryStore(path) as store:
+        store.append(_run(1), _rows(1))
+        with store.engine.begin() as conn:
+            conn.execute(store.t["schema"].update().values(version=h.SCHEMA_VERSION + 1))
+    before = path.read_bytes()
+    with pytest.raises(h.HistoryError, match=rf"schema version {h.SCHEMA_VERSION + 1}.*newer pytest-gpuperf"):
+        h.HistoryStore(path)
+    assert path.read_bytes() == before
+
+
+def test_a_corrupt_sqlite_file_is_named_and_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "h.sqlite"
+    path.write_bytes(b"this is not a database\n" * 200)
+    before = path.read_bytes()
+    with pytest.raises(h.HistoryError) as err:
+        h.HistoryStore(path)
+    assert str(path) in str(err.value) and "left untouched" in str(err.value)
+    assert path.read_bytes() == before
+
+
+def test_an_unknown_scheme_names_what_is_accepted() -> None:
+    with pytest.raises(h.HistoryError, match=r"'mysql'.*accepted: sqlite:///PATH"):
+        h.normalize_url("mysql://root:hunter2@db/x")
+    try:
+        h.normalize_url("mysql://root:hunter2@db/x")
+    except h.HistoryError as exc:
+        assert "hunter2" not in str(exc)
+
+
+def test_redact_hides_the_password_only() -> None:
+    assert h.redact("postgresql://ci:pa55@db:5432/perf") == "postgresql://ci:***@db:5432/perf"
+    assert h.redact("postgresql://ci@db/perf") == "postgresql://ci@db/perf"
+    assert h.redact("sqlite:////tmp/h.sqlite") == "sqlite:////tmp/h.sqlite"
+
+
+# ------------------------------------------------------------------ PostgreSQL (a real server)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    from pgcluster import Cluster, bindir
+
+    pytest.importorskip("psycopg")
+    if bindir() is None:
+        pytest.skip("no PostgreSQL server installed (initdb, pg_ctl)")
+    cluster = Cluster()
+    yield cluster
+    cluster.stop()
+
+
+def test_postgresql_runs_read_back_and_writers_at_once_lose_no_row(pg) -> None:
+    with h.HistoryStore(pg.url) as store:
+        assert store.append(_run(100), _rows(2))
+        assert not store.append(_run(100), _rows(2))
+        assert store.series("m.py::t1")[0]["median_ms"] == 2.0
+        with store.engine.begin() as conn:  # the concurrency check below counts from an empty store
+            conn.execute(store.t["results"].delete())
+            conn.execute(store.t["runs"].delete())
+    _concurrent(pg.url)
+
+
+def test_postgresql_bad_password_and_unreachable_server_never_show_the_password(pg) -> None:
+    from pgcluster import PASSWORD
+
+    wrong = pg.url.replace(PASSWORD, "not-the-password")
+    with pytest.raises(h.HistoryError) as err:
+        h.HistoryStore(wrong)
+    assert "not-the-password" not in str(err.value) and PASSWORD not in str(err.value)
+    assert f"127.0.0.1:{pg.port}" in str(err.value) and "***" in str(err.value)
+    closed = pg.url.replace(f":{pg.port}/", ":1/")
+    with pytest.raises(h.HistoryError, match="cannot open it") as err:
+        h.HistoryStore(closed)
+    assert PASSWORD not in str(err.value)
