@@ -49,6 +49,7 @@ def test_each_measuring_run_is_recorded_with_its_rows(pytester: pytest.Pytester)
         assert [r["verdict"] for r in rows] == ["no-baseline", "unchanged"]
         assert all(0.9 < r["median_ms"] < 1.1 and r["rounds"] >= 1 for r in rows)
         assert rows[1]["ratio"] == pytest.approx(1.0, abs=0.1)
+    assert pytester.path.joinpath(".gpuperf", ".gitignore").read_text().splitlines()[-1] == "*"  # never committed
 
 
 def test_history_off_records_nothing(pytester: pytest.Pytester) -> None:

@@ -186,7 +186,8 @@ def test_long_id_trace_is_written_named_and_git_ignored_and_the_table_stays_narr
     pytester.makepyfile(test_bench=LONG_ID)
     script_timings(pytester, STEADY)
     # an update run fails the hard check (no DataLoader: never data-bound) but writes no trace
-    pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(failed=1)
+    # (the history store, also under .gpuperf/, is off here: this checks the trace alone)
+    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-no-history", *RUN).assert_outcomes(failed=1)
     assert not pytester.path.joinpath(".gpuperf").exists()
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", *RUN)
     rec.assert_outcomes(failed=1)

@@ -43,7 +43,8 @@ class HistoryError(RuntimeError):
 @dataclass(frozen=True)
 class RunRecord:
     """One measuring run. ``mode``: ``"compare"`` (``--gpuperf``), ``"update"``
-    (``--gpuperf-update-baselines``) or ``"ab"`` (side B of ``--gpuperf-ab``); ``created_utc``: ISO
+    (``--gpuperf-update-baselines``), ``"ab"`` (side B of ``--gpuperf-ab``) or ``"import"`` (``gpuperf
+    history import``); ``created_utc``: ISO
     8601 UTC; ``machine``: the host's name; ``device_key``: the baselines' machine key
     (``cpu-amd-epyc``, ``cuda-nvidia-h100-...``); ``options``: the session's options as JSON-ready
     values; ``run_id``: a unique id (the caller makes it, so a retried write cannot add a run twice)."""
@@ -179,8 +180,10 @@ class HistoryStore:
         if self.url.startswith("sqlite"):
             path = self.url.split(":///", 1)[1] if ":///" in self.url else ""
             if path and path != ":memory:":
-                try:
-                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                try:  # in a .gpuperf folder it gets a .gitignore of "*", as the other outputs there do
+                    from pytest_gpuperf.core.files import ensure_output_dir
+
+                    ensure_output_dir(Path(path).parent)
                 except OSError as exc:
                     raise HistoryError(f"pytest-gpuperf: history store {self.shown}: cannot create its folder: "
                                        f"{exc}") from None
@@ -188,11 +191,19 @@ class HistoryStore:
 
             @sa.event.listens_for(engine, "connect")
             def _pragmas(dbapi_conn: Any, _record: Any) -> None:  # WAL: readers never block the writer
+                dbapi_conn.isolation_level = None  # transactions are begun below, not by the driver
                 cur = dbapi_conn.cursor()
                 cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
                 cur.execute("PRAGMA journal_mode = WAL")
                 cur.execute("PRAGMA foreign_keys = ON")
                 cur.close()
+
+            @sa.event.listens_for(engine, "begin")
+            def _begin(conn: Any) -> None:
+                # IMMEDIATE: a transaction takes the write lock when it starts, waiting up to the busy
+                # timeout for another writer; a deferred one that reads first and then writes fails at
+                # once when another writer got there meanwhile (SQLite cannot wait there: deadlock)
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
 
             return engine
         try:
@@ -212,12 +223,9 @@ class HistoryStore:
         sa = self._sa
         schema = self.t["schema"]
         try:
-            with self.engine.begin() as conn:
-                self.meta.create_all(conn, checkfirst=True)
-                found = conn.execute(sa.select(schema.c.version)).scalars().all()
-                if not found:
-                    conn.execute(schema.insert().values(version=SCHEMA_VERSION))
-                    return
+            found = self._create_or_read(schema)
+            if found is None:
+                return
         except sa.exc.DatabaseError as exc:
             hint = (" (not a SQLite database, or a damaged one: it was left untouched; move it away to start "
                     "a new history)") if self.url.startswith("sqlite") and "not a database" in str(exc) else ""
@@ -229,6 +237,25 @@ class HistoryStore:
             raise HistoryError(f"pytest-gpuperf: history store {self.shown} has schema version {version}, written by a "
                                f"newer pytest-gpuperf; this one reads version {SCHEMA_VERSION}: upgrade "
                                "pytest-gpuperf (the store was left untouched)")
+
+    def _create_or_read(self, schema: Any) -> list[int] | None:
+        """Create the tables of a new store (and its version row; None) or read the stored versions.
+        Two writers opening a new PostgreSQL store at once may both try to create a table: the one
+        that loses retries and then finds it."""
+        sa = self._sa
+        for attempt in range(3):
+            try:
+                with self.engine.begin() as conn:
+                    self.meta.create_all(conn, checkfirst=True)
+                    found = list(conn.execute(sa.select(schema.c.version)).scalars().all())
+                    if not found:
+                        conn.execute(schema.insert().values(version=SCHEMA_VERSION))
+                        return None
+                    return found
+            except (sa.exc.ProgrammingError, sa.exc.IntegrityError):
+                if attempt == 2:
+                    raise
+        return None  # pragma: no cover - the loop returns or raises
 
     def __enter__(self) -> "HistoryStore":
         return self
