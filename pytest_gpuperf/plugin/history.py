@@ -20,27 +20,24 @@ from typing import Any
 
 import pytest
 
-#: ``gpuperf_history_url`` values that turn history off.
-OFF_WORDS = ("off", "false", "no", "0", "none")
-
-
 def history_url(config: pytest.Config, settings: Any) -> str | None:
     """The store URL this session appends its run to, or None (not measuring, a worker process, a
     bisection, or history off). A command-line path is relative to the invocation folder, an ini
     one and the default to the rootdir. Raises ``pytest.UsageError`` for a URL that is not accepted."""
-    from pytest_gpuperf.storage.history import DEFAULT_PATH, HistoryError, normalize_url
-
     if not settings.measuring or settings.bisect is not None or not coordinating(settings):
-        return None
+        return None  # (a plain run stops here, having imported nothing)
     if config.getoption("--gpuperf-no-history"):
         return None
+    from pytest_gpuperf.plugin.settings import OFF_WORDS
+    from pytest_gpuperf.storage.history import DEFAULT_PATH, HistoryError, normalize_url
+
     raw, root, source = config.getoption("--gpuperf-history"), settings.invocation_dir, "--gpuperf-history"
     if raw is None:
         raw, root, source = (config.getini("gpuperf_history_url") or "").strip() or None, settings.rootpath, "ini gpuperf_history_url"
     if raw is not None and raw.strip().lower() in OFF_WORDS:
         return None
     try:
-        return normalize_url(raw if raw is not None else DEFAULT_PATH, settings.rootpath if raw is None else root)
+        return normalize_url(raw if raw is not None else DEFAULT_PATH, root)
     except HistoryError as exc:
         raise pytest.UsageError(f"{exc} ({source})") from None
 
@@ -55,12 +52,11 @@ def coordinating(settings: Any) -> bool:
 class HistoryRecorder:
     """Appends the run of ``session`` (the :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`)
     to the store at ``url`` after the session's own ``pytest_sessionfinish`` merged the
-    measurements; ``stored`` is the run id once written."""
+    measurements."""
 
     def __init__(self, session: Any, url: str) -> None:
         self.session = session
         self.url = url
-        self.stored: str | None = None
 
     def run_record(self) -> Any:
         """The :class:`~pytest_gpuperf.storage.history.RunRecord` of this session."""
@@ -93,9 +89,7 @@ class HistoryRecorder:
             return  # nothing measured (all smoke, deselected or failed before measuring)
         try:
             with HistoryStore(self.url) as store:
-                run = self.run_record()
-                if store.append(run, rows):
-                    self.stored = run.run_id
+                store.append(self.run_record(), rows)
         except Exception as exc:  # contained: the store never takes the session or its reports down
             if not isinstance(exc, HistoryError):
                 from pytest_gpuperf.storage.history import redact, shown

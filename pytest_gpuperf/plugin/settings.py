@@ -21,8 +21,8 @@ import pytest
 from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin.replicates import WORKER_TIMEOUT_S
 
-#: ``GPUPERF_HOST_LOAD`` values that turn the busy-host guard off.
-_OFF = ("0", "false", "no", "off")
+#: Values that turn a setting off (``GPUPERF_HOST_LOAD``, ini ``gpuperf_history_url``).
+OFF_WORDS = ("0", "false", "no", "off")
 #: Seconds after which a bisection starts no more steps (``--gpuperf-bisect-timeout``), by default.
 BISECT_TIMEOUT_S = 1800.0
 #: The :class:`ProcessLimits` fields among the options :func:`_bisect` reads.
@@ -253,7 +253,7 @@ def ini_values(config: pytest.Config) -> dict[str, Any]:
 def host_load_enabled(config: pytest.Config) -> bool:
     """Whether the CPU backend measures the host load (the busy-host guard): off with
     ``GPUPERF_HOST_LOAD=0``, ``--gpuperf-no-host-load`` or ini ``gpuperf_host_load = false``."""
-    if os.environ.get("GPUPERF_HOST_LOAD", "").strip().lower() in _OFF:
+    if os.environ.get("GPUPERF_HOST_LOAD", "").strip().lower() in OFF_WORDS:
         return False
     return not config.getoption("--gpuperf-no-host-load") and bool(config.getini("gpuperf_host_load"))
 

@@ -216,7 +216,8 @@ class HistoryStore:
                                f"accepted: {ACCEPTED}") from None
 
     def _fail(self, what: str, exc: BaseException) -> HistoryError:
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()  # the driver's message, first line
+        detail = lines[0] if lines else type(exc).__name__
         return HistoryError(f"pytest-gpuperf: history store {self.shown}: {what}: {redact(detail)}")
 
     def _open(self) -> None:
@@ -280,13 +281,11 @@ class HistoryStore:
                   "options": json.dumps(run.options, sort_keys=True, default=str)}
         try:
             with self.engine.begin() as conn:
-                if conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run.run_id)).first() is not None:
-                    return False
                 key = conn.execute(runs.insert().values(**values)).inserted_primary_key[0]
                 batch = [_row_values(key, r) for r in rows]
                 if batch:
                     conn.execute(results.insert(), batch)
-        except sa.exc.IntegrityError as exc:  # another writer stored the same run_id meanwhile, or a bad row
+        except sa.exc.IntegrityError as exc:  # the run_id is stored already (unique), or a bad row
             if self._has_run(run.run_id):
                 return False
             raise self._fail("cannot write the run (nothing of it was stored)", exc) from None
@@ -294,12 +293,19 @@ class HistoryStore:
             raise self._fail("cannot write the run (nothing of it was stored)", exc) from None
         return True
 
+    def _read(self, query: Any) -> list[dict[str, Any]]:
+        """The rows of ``query`` as dicts; :class:`HistoryError` when the store cannot be read."""
+        try:
+            with self.engine.connect() as conn:
+                return [dict(r._mapping) for r in conn.execute(query)]
+        except self._sa.exc.SQLAlchemyError as exc:
+            raise self._fail("cannot read it", exc) from None
+
     def _has_run(self, run_id: str) -> bool:
         runs = self.t["runs"]
         try:
-            with self.engine.connect() as conn:
-                return conn.execute(self._sa.select(runs.c.id).where(runs.c.run_id == run_id)).first() is not None
-        except self._sa.exc.SQLAlchemyError:
+            return bool(self._read(self._sa.select(runs.c.id).where(runs.c.run_id == run_id)))
+        except HistoryError:
             return False
 
     def runs(self, *, branch: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
@@ -315,11 +321,7 @@ class HistoryStore:
         q = q.order_by(runs.c.id.desc())
         if limit is not None:
             q = q.limit(limit)
-        try:
-            with self.engine.connect() as conn:
-                got = [dict(r._mapping) for r in conn.execute(q)]
-        except self._sa.exc.SQLAlchemyError as exc:
-            raise self._fail("cannot read it", exc) from None
+        got = self._read(q)
         for r in got:
             r["options"] = json.loads(r["options"]) if r.get("options") else {}
             r["commit"] = r.pop("git_commit")
@@ -342,11 +344,7 @@ class HistoryStore:
             q = q.where(results.c.device_key == device_key)
         if branch is not None:
             q = q.where(runs.c.branch == branch)
-        try:
-            with self.engine.connect() as conn:
-                got = [dict(r._mapping) for r in conn.execute(q)]
-        except sa.exc.SQLAlchemyError as exc:
-            raise self._fail("cannot read it", exc) from None
+        got = self._read(q)
         for r in got:
             r.pop("id"), r.pop("run")
             r["commit"] = r.pop("git_commit")
@@ -373,7 +371,7 @@ def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
         if r.smoke:
             continue
         ci = r.median_ci_ms
-        counts = r.counts.totals() if r.counts is not None and hasattr(r.counts, "totals") else None
+        counts = r.counts.totals() if r.counts is not None else None
         out.append(ResultRow(
             benchmark=name, median_ms=r.median_ms, rounds=r.rounds, device_key=key, iqr_ms=r.iqr_ms,
             ci_low_ms=ci[0] if ci else None, ci_high_ms=ci[1] if ci else None,

@@ -121,6 +121,19 @@ _ROUTE: dict[str, str] = {f.name: part for part, cls in PARTS.items() for f in d
                           if f.name != "stats"}
 
 
+def _by_part(fields: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """``fields`` by flat name split into each part's fields (only the parts named) and the
+    result's own."""
+    parts: dict[str, dict[str, Any]] = {}
+    own: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key in _ROUTE:
+            parts.setdefault(_ROUTE[key], {})[key] = value
+        else:
+            own[key] = value
+    return parts, own
+
+
 def _via(part: str, name: str) -> Any:
     """A read-only property giving ``self.<part>.<name>``: the flat names of results before the
     split (issue 33) stay readable."""
@@ -303,13 +316,8 @@ class BenchResult:
         ``peak_memory_bytes=``, ``probe_ms=``) goes to that part, the others (``benchmark_id=``,
         ``smoke=``, ``options=``…) are the result's own. Raises ``ValueError`` for no samples or a
         non-finite one, ``TypeError`` for a name that is no field."""
-        parts: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
-        own = {}
-        for key, value in fields.items():
-            if key in _ROUTE:
-                parts[_ROUTE[key]][key] = value
-            else:
-                own[key] = value
+        parts, own = _by_part(fields)
+        parts = {part: parts.get(part, {}) for part in PARTS}
         t = dict(rounds=rounds, calls_per_round=calls_per_round, warmup_calls=warmup_calls, **parts.pop("timing"))
         samples = tuple(float(v) for v in samples_ms)
         timing = BenchTiming.of(samples, **t) if stats is None else BenchTiming(samples_ms=samples, stats=stats, **t)
@@ -322,13 +330,7 @@ class BenchResult:
         ``samples_ms`` is refused here (``TypeError``), as is a name that is no field."""
         if "samples_ms" in changes:
             raise TypeError("BenchResult.replace cannot change samples_ms: assemble with BenchResult.from_samples")
-        parts: dict[str, dict[str, Any]] = {}
-        own = {}
-        for key, value in changes.items():
-            if key in _ROUTE:
-                parts.setdefault(_ROUTE[key], {})[key] = value
-            else:
-                own[key] = value
+        parts, own = _by_part(changes)
         for part, values in parts.items():
             own[part] = dataclasses.replace(getattr(self, part), **values)
         return dataclasses.replace(self, **own)
