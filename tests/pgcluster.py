@@ -62,6 +62,11 @@ class Cluster:
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stdout}{proc.stderr}")
 
+    def database(self, name: str) -> str:
+        """Create the database ``name`` (empty) and return its URL."""
+        self._run(str(self.bin / "createdb"), "-h", str(self.sock), "-p", str(self.port), "-U", "postgres", name)
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
     def stop(self) -> None:
         try:
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")

@@ -138,6 +138,44 @@ def test_a_store_of_a_newer_plugin_is_refused_and_untouched(tmp_path: Path) -> N
     assert path.read_bytes() == before
 
 
+def _as_version_1(store: h.HistoryStore) -> None:
+    """Make ``store`` what schema version 1 wrote: no subject and commit_time columns."""
+    with store.engine.begin() as conn:
+        for column in ("subject", "commit_time"):
+            conn.exec_driver_sql(f"ALTER TABLE gpuperf_runs DROP COLUMN {column}")
+        conn.execute(store.t["schema"].update().values(version=1))
+
+
+def _migrates_keeping_the_runs(url: str) -> None:
+    with h.HistoryStore(url) as store:
+        store.append(_run(1), _rows(2))
+        _as_version_1(store)
+    with h.HistoryStore(url) as store:  # opening migrates to the current version, in one transaction
+        with store.engine.connect() as conn:
+            assert conn.execute(store._sa.select(store.t["schema"].c.version)).scalars().all() == [h.SCHEMA_VERSION]
+        assert store.append(_run(2, subject="Faster conv", commit_time="2026-11-26T10:00:00+00:00"), _rows(2))
+        s = store.series("m.py::t1")
+        assert [r["run_id"] for r in s] == ["run-1", "run-2"] and [r["subject"] for r in s] == [None, "Faster conv"]
+        assert store.runs()[1]["commit_time"] == "2026-11-26T10:00:00+00:00"
+
+
+def test_a_version_1_store_is_migrated_keeping_its_runs_sqlite(tmp_path: Path) -> None:
+    _migrates_keeping_the_runs(str(tmp_path / "h.sqlite"))
+
+
+def test_a_migration_that_fails_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "h.sqlite"
+    with h.HistoryStore(path) as store:
+        store.append(_run(1), _rows(1))
+        _as_version_1(store)
+    monkeypatch.setitem(h.MIGRATIONS, 2, h.MIGRATIONS[2] + ("ALTER TABLE no_such_table ADD COLUMN x INTEGER",))
+    with pytest.raises(h.HistoryError, match="cannot open it"):
+        h.HistoryStore(path)
+    monkeypatch.undo()
+    with h.HistoryStore(path) as store:  # still version 1 with its run: the failed migration rolled back whole
+        assert [r["run_id"] for r in store.runs()] == ["run-1"]
+
+
 def test_a_corrupt_sqlite_file_is_named_and_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "h.sqlite"
     path.write_bytes(b"this is not a database\n" * 200)
@@ -184,6 +222,10 @@ def test_postgresql_runs_read_back_and_writers_at_once_lose_no_row(pg) -> None:
             conn.execute(store.t["results"].delete())
             conn.execute(store.t["runs"].delete())
     _concurrent(pg.url)
+
+
+def test_a_version_1_store_is_migrated_keeping_its_runs_postgresql(pg) -> None:
+    _migrates_keeping_the_runs(pg.database("migrate"))
 
 
 def test_postgresql_bad_password_and_unreachable_server_never_show_the_password(pg) -> None:

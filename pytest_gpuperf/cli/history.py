@@ -119,8 +119,22 @@ def _from_pytest_benchmark(data: dict[str, Any], run_id: str, branch: str | None
             iqr_ms=float(s["iqr"]) * 1e3 if s.get("iqr") is not None else None))
     run = RunRecord(run_id=run_id, created_utc=data.get("datetime") or commit.get("time") or "", mode="import",
                     commit=commit.get("id"), branch=commit.get("branch") or branch, dirty=commit.get("dirty"),
-                    machine=machine.get("node"), options={"source": "pytest-benchmark " + str(data.get("version", ""))})
+                    machine=machine.get("node"), options={"source": "pytest-benchmark " + str(data.get("version", ""))},
+                    commit_time=commit.get("time"))
     return run, rows
+
+
+def _with_subject(run: Any) -> Any:
+    """``run`` with its commit's subject (and committer date, where the file has none) from the git
+    checkout in the current folder, when the commit is there."""
+    import dataclasses
+
+    from pytest_gpuperf.core.git import commit_subject
+
+    if not run.commit or run.subject:
+        return run
+    subject, date = commit_subject(Path.cwd(), run.commit)
+    return dataclasses.replace(run, subject=subject, commit_time=run.commit_time or date) if subject else run
 
 
 def cmd_import(args: Any) -> int:
@@ -130,7 +144,8 @@ def cmd_import(args: Any) -> int:
     loaded = []
     for f in args.files:
         try:
-            loaded.append((f, *run_from_file(Path(f), args.branch)))
+            run, rows = run_from_file(Path(f), args.branch)
+            loaded.append((f, _with_subject(run), rows))
         except ValueError as exc:
             print(f"gpuperf history import: {exc}", file=sys.stderr)
             return EXIT_INPUT

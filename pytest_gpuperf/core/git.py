@@ -42,6 +42,18 @@ def head_commit(root: str | Path) -> str | None:
         return None
 
 
+def commit_subject(root: str | Path, commit: str) -> tuple[str | None, str | None]:
+    """``(subject, committer date)`` of ``commit`` in ``root``: its message's first line and its ISO
+    8601 committer date (``git show -s --format=%s%x00%cI``); ``(None, None)`` when git cannot say
+    (not a checkout, an unknown commit, no git)."""
+    try:
+        out = run(root, "show", "-s", "--format=%s%x00%cI", commit, timeout=5)
+    except GitError:
+        return None, None
+    subject, _, date = out.partition("\x00")
+    return subject or None, date or None
+
+
 def is_dirty(root: str | Path, ignore: str | Path | None = None) -> bool | None:
     """Whether the checkout at ``root`` has uncommitted changes to tracked files, leaving out those
     under the folder ``ignore`` (the baseline folder, which an update run writes); None when not a

@@ -60,13 +60,14 @@ class HistoryRecorder:
 
     def run_record(self) -> Any:
         """The :class:`~pytest_gpuperf.storage.history.RunRecord` of this session."""
-        from pytest_gpuperf.core.git import current_branch
+        from pytest_gpuperf.core.git import commit_subject, current_branch
         from pytest_gpuperf.measure.environment import utc_now
         from pytest_gpuperf.storage.history import RunRecord
 
         s = self.session
         st = s.settings
         commit, dirty = s.git_state()
+        subject, commit_time = commit_subject(st.rootpath, commit) if commit else (None, None)
         env = next((rec.environment for rec in s.recorded if rec.environment), None) or {}
         keys = sorted({rec.device_key for rec in s.recorded if rec.device_key})
         mode = "update" if st.updating else "ab" if st.ab is not None else "compare"
@@ -76,7 +77,8 @@ class HistoryRecorder:
                          branch=current_branch(st.rootpath), dirty=dirty, machine=platform.node() or None,
                          device_key=",".join(keys) or None, torch_version=env.get("torch_version"),
                          cuda_version=env.get("cuda_version"), driver_version=env.get("driver_version"),
-                         plugin_version=env.get("plugin_version"), options=options)
+                         plugin_version=env.get("plugin_version"), options=options, subject=subject,
+                         commit_time=commit_time)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 #: The schema this plugin writes. A store with a higher version was written by a newer plugin.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: The schema's migrations: version -> the statements that bring a store of the version before to it
+#: (plain SQL that SQLite and PostgreSQL both run; applied in order, in the transaction that opens
+#: the store, so a store is never left half migrated). Version 1 -> 2: each run's commit subject
+#: and committer date, which the dashboard shows without a git checkout.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("ALTER TABLE gpuperf_runs ADD COLUMN subject VARCHAR(500)",
+        "ALTER TABLE gpuperf_runs ADD COLUMN commit_time VARCHAR(40)"),
+}
 #: SQLite: how long (ms) a writer waits for another writer's transaction before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 #: The store's file under the rootdir when no URL is given.
@@ -47,7 +56,8 @@ class RunRecord:
     history import``); ``created_utc``: ISO
     8601 UTC; ``machine``: the host's name; ``device_key``: the baselines' machine key
     (``cpu-amd-epyc``, ``cuda-nvidia-h100-...``); ``options``: the session's options as JSON-ready
-    values; ``run_id``: a unique id (the caller makes it, so a retried write cannot add a run twice)."""
+    values; ``run_id``: a unique id (the caller makes it, so a retried write cannot add a run twice);
+    ``subject`` and ``commit_time``: the commit's subject line and its ISO 8601 committer date."""
 
     run_id: str
     created_utc: str
@@ -62,6 +72,8 @@ class RunRecord:
     driver_version: str | None = None
     plugin_version: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    subject: str | None = None
+    commit_time: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,7 @@ def _tables(meta: Any) -> dict[str, Any]:
         sa.Column("torch_version", sa.String(64)), sa.Column("cuda_version", sa.String(64)),
         sa.Column("driver_version", sa.String(64)), sa.Column("plugin_version", sa.String(64)),
         sa.Column("options", sa.Text),
+        sa.Column("subject", sa.String(500)), sa.Column("commit_time", sa.String(40)),  # version 2
     )
     results = sa.Table(
         "gpuperf_results", meta,
@@ -248,15 +261,28 @@ class HistoryStore:
             try:
                 with self.engine.begin() as conn:
                     self.meta.create_all(conn, checkfirst=True)
-                    found = list(conn.execute(sa.select(schema.c.version)).scalars().all())
+                    # FOR UPDATE (PostgreSQL; SQLite's IMMEDIATE transaction holds the lock already):
+                    # two sessions opening an older store at once migrate it once
+                    found = list(conn.execute(sa.select(schema.c.version).with_for_update()).scalars().all())
                     if not found:
                         conn.execute(schema.insert().values(version=SCHEMA_VERSION))
                         return None
+                    if max(found) < SCHEMA_VERSION:
+                        self._migrate(conn, max(found))
+                        return [SCHEMA_VERSION]
                     return found
             except (sa.exc.ProgrammingError, sa.exc.IntegrityError):
                 if attempt == 2:
                     raise
         return None  # pragma: no cover - the loop returns or raises
+
+    def _migrate(self, conn: Any, version: int) -> None:
+        """Bring a store of schema ``version`` to :data:`SCHEMA_VERSION` with :data:`MIGRATIONS`, in
+        the caller's transaction (an error rolls the whole migration back)."""
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS.get(target, ()):
+                conn.exec_driver_sql(statement)
+        conn.execute(self.t["schema"].update().values(version=SCHEMA_VERSION))
 
     def __enter__(self) -> "HistoryStore":
         return self
@@ -278,7 +304,8 @@ class HistoryStore:
                   "branch": run.branch, "dirty": run.dirty, "machine": run.machine, "device_key": run.device_key,
                   "torch_version": run.torch_version, "cuda_version": run.cuda_version,
                   "driver_version": run.driver_version, "plugin_version": run.plugin_version,
-                  "options": json.dumps(run.options, sort_keys=True, default=str)}
+                  "options": json.dumps(run.options, sort_keys=True, default=str),
+                  "subject": (run.subject or "")[:500] or None, "commit_time": run.commit_time}
         try:
             with self.engine.begin() as conn:
                 key = conn.execute(runs.insert().values(**values)).inserted_primary_key[0]
@@ -331,12 +358,12 @@ class HistoryStore:
                branch: str | None = None) -> list[dict[str, Any]]:
         """Result rows joined with their run, in run order (oldest first): each a dict of
         :class:`ResultRow`'s fields plus the run's ``run_id``, ``created_utc``, ``commit``,
-        ``branch``, ``mode`` and ``machine``; filtered by ``benchmark``, ``device_key`` (the row's)
+        ``branch``, ``mode``, ``machine``, ``subject`` and ``commit_time``; filtered by ``benchmark``, ``device_key`` (the row's)
         and ``branch``. Raises :class:`HistoryError` when the store cannot be read."""
         sa = self._sa
         runs, results = self.t["runs"], self.t["results"]
         q = (sa.select(results, runs.c.run_id, runs.c.created_utc, runs.c.git_commit, runs.c.branch, runs.c.mode,
-                       runs.c.machine)
+                       runs.c.machine, runs.c.subject, runs.c.commit_time)
              .select_from(results.join(runs, results.c.run == runs.c.id)).order_by(runs.c.id, results.c.id))
         if benchmark is not None:
             q = q.where(results.c.benchmark == benchmark)
