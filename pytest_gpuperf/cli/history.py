@@ -83,7 +83,7 @@ def _from_report(data: dict[str, Any], run_id: str, branch: str | None) -> tuple
     for name, e in data["benchmarks"].items():
         if e.get("smoke") or not isinstance(e.get("stats"), dict):
             continue
-        key = next((k for k, env in envs.items() if env == e.get("environment")), None)
+        key = next((k for k, env in envs.items() if env == e.get("environment")), None) or _device_key(e)
         keys.add(key)
         s, c = e["stats"], e.get("comparison") or {}
         ci = s.get("median_ci_ms") or [None, None]
@@ -102,6 +102,18 @@ def _from_report(data: dict[str, Any], run_id: str, branch: str | None) -> tuple
                     driver_version=env.get("driver_version"), plugin_version=env.get("plugin_version"),
                     options={"source": "pytest-gpuperf report"})
     return run, rows
+
+
+def _device_key(entry: dict[str, Any]) -> str | None:
+    """The device key of a report entry's own ``environment`` (a merged report's shards may have
+    run on several machines of one device key: its ``environments`` holds one of them); None
+    when the environment does not say."""
+    env = entry.get("environment")
+    if not isinstance(env, dict) or not env.get("device_type") or not env.get("device_name"):
+        return None
+    from pytest_gpuperf.measure.environment import device_key
+
+    return device_key(env)
 
 
 def _from_pytest_benchmark(data: dict[str, Any], run_id: str, branch: str | None) -> tuple[Any, list[Any]]:
