@@ -102,6 +102,15 @@ def test_ab_catches_a_slowdown_reports_new_and_removed_gates_counts_and_passes_a
     assert "A/B: median = of B's (the working tree's) samples; baseline = of REF's (A's) samples" in text
     assert "stored runs' medians" not in text and "per-process medians" not in text
     assert ".gpuperf" not in git(repo, "status", "--porcelain")  # the worktree stays out of the repository
+    # the history store (issue 34) records side B: one run, mode "ab", REF named, test_a's ratio
+    from pytest_gpuperf.storage.history import HistoryStore
+
+    with HistoryStore(repo / ".gpuperf" / "history.sqlite") as store:
+        (run,) = store.runs()
+        assert run["mode"] == "ab" and run["options"]["ab_ref"] == f"HEAD ({sha[:7]})" and run["commit"] == sha
+        assert run["dirty"] is True and run["subject"] == "A with test_d"
+        rows = {r["benchmark"]: r for r in store.series()}
+        assert rows["test_x.py::test_a"]["verdict"] == "regressed" and 1.25 < rows["test_x.py::test_a"]["ratio"] < 1.35
 
     commit(repo, "B")  # A/A: both sides now run the same code
     res = pytester.runpytest("--gpuperf-ab", "HEAD", *ONE_PAIR)
