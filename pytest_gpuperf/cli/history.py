@@ -141,11 +141,11 @@ def _with_subject(run: Any) -> Any:
     checkout in the current folder, when the commit is there."""
     import dataclasses
 
-    from pytest_gpuperf.core.git import commit_subject
+    from pytest_gpuperf.core.git import commit_subjects
 
     if not run.commit or run.subject:
         return run
-    subject, date = commit_subject(Path.cwd(), run.commit)
+    subject, date = commit_subjects(Path.cwd(), [run.commit]).get(run.commit, (None, None))
     return dataclasses.replace(run, subject=subject, commit_time=run.commit_time or date) if subject else run
 
 

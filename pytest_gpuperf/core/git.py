@@ -1,5 +1,6 @@
 """Git, the one place the plugin runs it: the baselines' commit and dirty state, the A/B worktrees'
-revisions, and ``gpuperf bisect``'s first-parent line all call :func:`run` (stdlib only).
+revisions, ``gpuperf bisect``'s first-parent line and the dashboard's commit subjects all call
+:func:`run` (stdlib only).
 
 :func:`run` raises :class:`GitError` with git's own message; :func:`head_commit` and
 :func:`is_dirty` answer None where there is no git checkout (or no git), as a session that only
@@ -9,8 +10,10 @@ records its commit must not fail outside a repository.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
+from typing import Iterable
 
 #: Seconds one git command may take (a ``git worktree add`` of a large repository included).
 TIMEOUT_S = 120
@@ -40,18 +43,6 @@ def head_commit(root: str | Path) -> str | None:
         return run(root, "rev-parse", "HEAD", timeout=5) or None
     except GitError:
         return None
-
-
-def commit_subject(root: str | Path, commit: str) -> tuple[str | None, str | None]:
-    """``(subject, committer date)`` of ``commit`` in ``root``: its message's first line and its ISO
-    8601 committer date (``git show -s --format=%s%x00%cI``); ``(None, None)`` when git cannot say
-    (not a checkout, an unknown commit, no git)."""
-    try:
-        out = run(root, "show", "-s", "--format=%s%x00%cI", commit, timeout=5)
-    except GitError:
-        return None, None
-    subject, _, date = out.partition("\x00")
-    return subject or None, date or None
 
 
 def is_dirty(root: str | Path, ignore: str | Path | None = None) -> bool | None:
@@ -90,3 +81,28 @@ def current_branch(root: str | Path) -> str | None:
     if name and name != "HEAD":
         return name
     return next((os.environ[v] for v in CI_BRANCH_VARIABLES if os.environ.get(v, "").strip()), None)
+
+
+def commit_subjects(root: str | Path, commits: Iterable[str | None], chunk: int = 500) -> dict[str, tuple[str, str]]:
+    """``{commit: (subject, committer date ISO 8601)}`` of those ``commits`` (full or abbreviated
+    shas, the keys as given) that the checkout at ``root`` knows (``git log --no-walk --ignore-missing``, ``chunk`` shas per call); commits it
+    does not have, and values that are not hex shas, are left out. Empty when ``root`` is not a
+    git checkout or git is missing: the dashboard's hover then shows no subject."""
+    shas = sorted({c for c in commits if c and re.fullmatch(r"[0-9a-fA-F]{7,64}", c)})
+    found: dict[str, tuple[str, str]] = {}
+    for i in range(0, len(shas), chunk):
+        try:
+            out = run(root, "log", "--no-walk=unsorted", "--ignore-missing", "--format=%H%x00%s%x00%cI",
+                      *shas[i:i + chunk], timeout=30)
+        except GitError:
+            return found
+        for line in out.splitlines():
+            parts = line.split("\0")
+            if len(parts) == 3:
+                found[parts[0]] = (parts[1], parts[2])
+    known = {}
+    for c in shas:  # an abbreviated sha: the full one that starts with it
+        full = c if c in found else next((f for f in found if f.startswith(c.lower())), None)
+        if full is not None:
+            known[c] = found[full]
+    return known

@@ -60,14 +60,14 @@ class HistoryRecorder:
 
     def run_record(self) -> Any:
         """The :class:`~pytest_gpuperf.storage.history.RunRecord` of this session."""
-        from pytest_gpuperf.core.git import commit_subject, current_branch
+        from pytest_gpuperf.core.git import commit_subjects, current_branch
         from pytest_gpuperf.measure.environment import utc_now
         from pytest_gpuperf.storage.history import RunRecord
 
         s = self.session
         st = s.settings
         commit, dirty = s.git_state()
-        subject, commit_time = commit_subject(st.rootpath, commit) if commit else (None, None)
+        subject, commit_time = commit_subjects(st.rootpath, [commit]).get(commit, (None, None)) if commit else (None, None)
         env = next((rec.environment for rec in s.recorded if rec.environment), None) or {}
         keys = sorted({rec.device_key for rec in s.recorded if rec.device_key})
         mode = "update" if st.updating else "ab" if st.ab is not None else "compare"

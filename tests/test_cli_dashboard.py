@@ -1,0 +1,113 @@
+"""``gpuperf dashboard`` (issue 34): a store filled through ``HistoryStore.append`` becomes a site;
+a bad URL or a missing plotly is exit code 2 naming what to do; the change points come from
+``verdict.changepoints``' detection function; commit subjects from ``git log``."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitrepo import commit, init
+from pytest_gpuperf.cli import main
+from pytest_gpuperf.reporting.dashboard import page_name
+from pytest_gpuperf.storage.history import HistoryStore, ResultRow, RunRecord
+from pytest_gpuperf.verdict.changepoints import ChangePoint
+
+pytest.importorskip("plotly")
+
+NAMES = ("tests/perf/test_a.py::test_mm[64]", "tests/perf/test_a.py::test_add")
+
+
+def _fill(db: Path, commits: list[str | None], device: str = "cpu-x") -> None:
+    with HistoryStore(db) as store:
+        for i, sha in enumerate(commits):
+            run = RunRecord(run_id=f"run{i}", created_utc=f"2026-01-0{i + 1}T00:00:00+00:00", mode="compare",
+                            commit=sha, branch="main", machine="box", device_key=device)
+            rows = [ResultRow(benchmark=n, median_ms=1.0 + j + (0.2 if i >= 2 else 0.0), rounds=10, device_key=device,
+                              ci_low_ms=0.9 + j, ci_high_ms=1.1 + j, process_medians_ms=(1.0 + j, 1.01 + j),
+                              peak_memory_bytes=2 ** 20, counts={"kernels": 2}, verdict="unchanged", ratio=1.0)
+                    for j, n in enumerate(NAMES)]
+            assert store.append(run, rows)
+
+
+def _data(page: Path) -> dict:
+    m = re.search(r'id="gp-data">(.*?)</script>', page.read_text(encoding="utf-8"), re.S)
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+def test_the_store_becomes_a_site(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # not a git checkout: no subjects, no failure
+    db, out = tmp_path / "h.sqlite", tmp_path / "site"
+    _fill(db, ["a" * 40, "b" * 40, "c" * 40, None])
+    assert main(["dashboard", "--history", str(db), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "4 page(s) from 4 run(s)" in said and str(out / "index.html") in said
+    assert (out / "index.html").is_file() and (out / "regressions.html").is_file()
+    assert (out / "assets" / "plotly.min.js").stat().st_size > 1_000_000
+    data = _data(out / "bench" / page_name(NAMES[0], "cpu-x"))
+    assert data["runs"]["commit"] == ["a" * 40, "b" * 40, "c" * 40, None] and data["subjects"] == {}
+    assert data["runs"]["pm"][0] == [1.0, 1.01] and data["runs"]["mem"] == [1.0] * 4
+    assert main(["dashboard", "--history", str(db), "--out", str(out), "--limit", "2"]) == 0
+    assert _data(out / "bench" / page_name(NAMES[0], "cpu-x"))["runs"]["commit"] == ["c" * 40, None]
+
+
+def test_a_bad_url_is_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--history", "mysql://u:secret@db/perf", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "mysql" in err and "accepted" in err and "secret" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_without_plotly_it_names_the_extra(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)
+    assert main(["dashboard", "--history", str(tmp_path / "h.sqlite"), "--out", str(tmp_path / "s")]) == 2
+    assert 'pip install "pytest-gpuperf[dashboard]"' in capsys.readouterr().err
+
+
+def test_an_unwritable_out_is_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "f").write_text("x")
+    assert main(["dashboard", "--history", str(tmp_path / "h.sqlite"), "--out", str(tmp_path / "f")]) == 2
+    assert str(tmp_path / "f") in capsys.readouterr().err
+
+
+def test_change_points_and_subjects_reach_the_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command hands each series (one benchmark, device key and branch) to the detection
+    function of ``verdict.changepoints`` and draws what it returns; subjects come from git."""
+    from pytest_gpuperf.verdict import changepoints
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    init(repo)
+    shas = []
+    for i in range(4):
+        (repo / "f.txt").write_text(str(i))
+        shas.append(commit(repo, f"change {i} <x>"))
+    seen = []
+
+    def detect(series):  # a stand-in: the step at the third run
+        seen.append([r["run_id"] for r in series])
+        b, a = series[1], series[2]
+        return [ChangePoint(benchmark=a["benchmark"], device_key=a["device_key"], index=2, before_commit=b["commit"],
+                            after_commit=a["commit"], before_run=b["run_id"], after_run=a["run_id"],
+                            median_before_ms=b["median_ms"], median_after_ms=a["median_ms"],
+                            change_pct=(a["median_ms"] / b["median_ms"] - 1) * 100, pvalue=0.01)]
+
+    monkeypatch.setattr(changepoints, "change_points", detect, raising=False)
+    monkeypatch.chdir(repo)
+    db, out = tmp_path / "h.sqlite", tmp_path / "site"
+    _fill(db, shas)
+    assert main(["dashboard", "--history", str(db), "--out", str(out)]) == 0
+    assert seen == [["run0", "run1", "run2", "run3"]] * 2
+    data = _data(out / "bench" / page_name(NAMES[0], "cpu-x"))
+    assert data["subjects"] == {s: f"change {i} <x>" for i, s in enumerate(shas)}
+    (c,) = data["changes"]
+    assert c["pos"] == 2 and c["range"] == f"{shas[1][:9]}..{shas[2][:9]}" and c["slower"]
+    assert f"gpuperf bisect {shas[1][:9]} {shas[2][:9]} -- " in c["bisect"]
+    assert f"{shas[1][:9]}..{shas[2][:9]}" in (out / "regressions.html").read_text(encoding="utf-8")
