@@ -1,5 +1,6 @@
 """The ``gpuperf`` command (and ``python -m pytest_gpuperf``): ``compare`` and ``show`` from
-:mod:`pytest_gpuperf.cli.reports`, plus ``bisect`` from :mod:`pytest_gpuperf.cli.bisect` and ``history`` from :mod:`pytest_gpuperf.cli.history`.
+:mod:`pytest_gpuperf.cli.reports`, plus ``bisect`` from :mod:`pytest_gpuperf.cli.bisect`, ``history`` from :mod:`pytest_gpuperf.cli.history`
+and ``changes`` from :mod:`pytest_gpuperf.cli.changes`.
 
 The command-line applications live in this package, the top layer beside the pytest plugin
 (``docs/architecture.md``): they read reports and baselines, and ``bisect`` runs A/B measurements;
@@ -16,9 +17,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import functools
     import sys
 
-    from pytest_gpuperf.cli import history
+    from pytest_gpuperf.cli import changes, history
     from pytest_gpuperf.cli.bisect import register, split_pytest_args
     from pytest_gpuperf.cli.reports import main as cli_main
 
     own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
-    return cli_main(own, extra=(functools.partial(register, pytest_args=pytest_args), history.register))
+    return cli_main(own, extra=(functools.partial(register, pytest_args=pytest_args), history.register, changes.register))
