@@ -1,6 +1,6 @@
 """``gpuperf dashboard`` (issue 34): a store filled through ``HistoryStore.append`` becomes a site;
 a bad URL or a missing plotly is exit code 2 naming what to do; the change points come from
-``verdict.changepoints``' detection function; commit subjects from ``git log``."""
+``verdict.changepoints.find_change_points``; commit subjects from the store, else ``git log``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from gitrepo import commit, init
 from pytest_gpuperf.cli import main
 from pytest_gpuperf.reporting.dashboard import page_name
 from pytest_gpuperf.storage.history import HistoryStore, ResultRow, RunRecord
-from pytest_gpuperf.verdict.changepoints import ChangePoint
 
 pytest.importorskip("plotly")
 
@@ -78,36 +77,32 @@ def test_an_unwritable_out_is_exit_code_2(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_change_points_and_subjects_reach_the_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The command hands each series (one benchmark, device key and branch) to the detection
-    function of ``verdict.changepoints`` and draws what it returns; subjects come from git."""
-    from pytest_gpuperf.verdict import changepoints
-
+    """The real detector (verdict.changepoints.find_change_points) finds the +20% step of both
+    benchmarks at the sixth of 10 runs; its commit range, bisect command and the subjects (from the
+    store where the run recorded one, else from the checkout's git log) reach the pages."""
     repo = tmp_path / "repo"
     repo.mkdir()
     init(repo)
     shas = []
-    for i in range(4):
+    for i in range(10):
         (repo / "f.txt").write_text(str(i))
         shas.append(commit(repo, f"change {i} <x>"))
-    seen = []
-
-    def detect(series):  # a stand-in: the step at the third run
-        seen.append([r["run_id"] for r in series])
-        b, a = series[1], series[2]
-        return [ChangePoint(benchmark=a["benchmark"], device_key=a["device_key"], index=2, before_commit=b["commit"],
-                            after_commit=a["commit"], before_run=b["run_id"], after_run=a["run_id"],
-                            median_before_ms=b["median_ms"], median_after_ms=a["median_ms"],
-                            change_pct=(a["median_ms"] / b["median_ms"] - 1) * 100, pvalue=0.01)]
-
-    monkeypatch.setattr(changepoints, "change_points", detect, raising=False)
     monkeypatch.chdir(repo)
     db, out = tmp_path / "h.sqlite", tmp_path / "site"
-    _fill(db, shas)
+    with HistoryStore(db) as store:
+        for i, sha in enumerate(shas):
+            run = RunRecord(run_id=f"run{i}", created_utc=f"2026-01-{i + 1:02d}T00:00:00+00:00", mode="compare",
+                            commit=sha, branch="main", machine="box", device_key="cpu-x",
+                            subject="recorded subject" if i == 0 else None)
+            level = (1.2 if i >= 5 else 1.0) * (1 + 0.004 * ((i * 7) % 5 - 2))  # +20% from run 5; jitter
+            rows = [ResultRow(benchmark=n, median_ms=level * (1 + j), rounds=10, device_key="cpu-x",
+                              process_medians_ms=tuple(level * (1 + j) * (1 + 0.003 * k) for k in (-1, 0, 1)))
+                    for j, n in enumerate(NAMES)]
+            assert store.append(run, rows)
     assert main(["dashboard", "--history", str(db), "--out", str(out)]) == 0
-    assert seen == [["run0", "run1", "run2", "run3"]] * 2
     data = _data(out / "bench" / page_name(NAMES[0], "cpu-x"))
-    assert data["subjects"] == {s: f"change {i} <x>" for i, s in enumerate(shas)}
+    assert data["subjects"] == {s: "recorded subject" if i == 0 else f"change {i} <x>" for i, s in enumerate(shas)}
     (c,) = data["changes"]
-    assert c["pos"] == 2 and c["range"] == f"{shas[1][:9]}..{shas[2][:9]}" and c["slower"]
-    assert f"gpuperf bisect {shas[1][:9]} {shas[2][:9]} -- " in c["bisect"]
-    assert f"{shas[1][:9]}..{shas[2][:9]}" in (out / "regressions.html").read_text(encoding="utf-8")
+    assert c["pos"] == 5 and c["range"] == f"{shas[4][:9]}..{shas[5][:9]}" and c["slower"]
+    assert f"gpuperf bisect {shas[4][:9]} {shas[5][:9]} -- " in c["bisect"]
+    assert f"{shas[4][:9]}..{shas[5][:9]}" in (out / "regressions.html").read_text(encoding="utf-8")

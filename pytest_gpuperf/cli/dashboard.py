@@ -72,14 +72,11 @@ def _series_of(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def _changes(rows: Sequence[dict[str, Any]]) -> list[Any]:
     """The change points (:class:`~pytest_gpuperf.verdict.changepoints.ChangePoint`) of every series
-    in ``rows``, by :mod:`pytest_gpuperf.verdict.changepoints`' detection function; none where this
-    version of that module has none."""
-    from pytest_gpuperf.verdict import changepoints
+    in ``rows`` (one per benchmark, device key and branch: a branch's runs are a series of their
+    own), by :func:`pytest_gpuperf.verdict.changepoints.find_change_points` at its defaults."""
+    from pytest_gpuperf.verdict.changepoints import find_change_points
 
-    detect = getattr(changepoints, "change_points", None)
-    if detect is None:
-        return []
-    return [c for series in _series_of(rows) for c in detect(series)]
+    return [c for series in _series_of(rows) for c in find_change_points(series)]
 
 
 def cmd_dashboard(args: Any) -> int:

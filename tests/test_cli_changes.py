@@ -1,0 +1,171 @@
+"""``gpuperf changes`` (issue 34): a store filled through ``HistoryStore.append`` with a step at a
+known run; the output names the commit range and the ``gpuperf bisect`` command for it, ``--json``
+says the same for machines, and an unusable store is exit code 2."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_gpuperf.cli import main
+from pytest_gpuperf.cli.changes import pytest_node_id
+from pytest_gpuperf.storage.history import HistoryStore, ResultRow, RunRecord
+
+STEP = "tests/perf/test_w.py::test_gemm[64-fp16]"
+FLAT = "tests/perf/test_w.py::TestConv::test_conv::forward"
+
+
+def sha(i: int) -> str:
+    return hashlib.sha1(f"commit {i}".encode()).hexdigest()
+
+
+def _fill(url: str | Path, runs: int = 10, step_at: int = 5, step: float = 1.2, seed: int = 0,
+          branch: str = "main", key: str = "cpu-x", first: int = 0) -> None:
+    """``runs`` runs (commits ``sha(first + i)``), each with three process medians per benchmark
+    (between-process CV 2%); STEP is ``step`` times slower from run ``step_at`` (0-based) on."""
+    rng = np.random.default_rng(seed)
+    with HistoryStore(url) as store:
+        for i in range(runs):
+            rows = []
+            for bench, level in ((STEP, step if i >= step_at else 1.0), (FLAT, 2.0)):
+                pm = tuple(float(level * (1 + rng.normal(0, 0.02))) for _ in range(3))
+                rows.append(ResultRow(benchmark=bench, median_ms=float(np.median(pm)), rounds=20, device_key=key,
+                                      process_medians_ms=pm))
+            run = RunRecord(run_id=f"{branch}-{key}-{first + i}", created_utc=f"2025-02-{first + i + 1:02d}T00:00:00Z",
+                            mode="compare", commit=sha(first + i), branch=branch, device_key=key)
+            assert store.append(run, rows)
+
+
+def test_a_step_at_run_6_names_its_commit_range_and_the_bisect_command(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "h.sqlite"
+    _fill(db)
+    assert main(["changes", "--history", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert STEP in out and FLAT not in out  # the flat benchmark prints nothing
+    assert f"commits {sha(4)[:12]}..{sha(5)[:12]}" in out and "slower +" in out and "from run 6 of 10" in out
+    assert f"gpuperf bisect {sha(4)[:12]} {sha(5)[:12]} -- '{STEP}'" in out
+    assert "1 change(s) in 1 of 2 series" in out
+
+
+def test_json_says_the_same_for_machines(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "h.sqlite"
+    _fill(db)
+    assert main(["changes", "--history", str(db), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["series"] == 2 and data["pvalue"] == 0.001 and data["min_runs"] == 3
+    (c,) = data["changes"]
+    assert (c["benchmark"], c["device_key"], c["index"], c["runs"]) == (STEP, "cpu-x", 5, 10)
+    assert (c["before_commit"], c["after_commit"]) == (sha(4), sha(5))
+    assert (c["before_run"], c["after_run"]) == ("main-cpu-x-4", "main-cpu-x-5")
+    assert c["slower"] and 15 < c["change_pct"] < 25 and c["pvalue"] < 0.001
+    assert c["median_after_ms"] / c["median_before_ms"] == pytest.approx(1 + c["change_pct"] / 100)
+    assert c["bisect"] == f"gpuperf bisect {sha(4)[:12]} {sha(5)[:12]} -- '{STEP}'" and c["no_bisect_because"] is None
+
+
+def test_no_change_says_so_and_a_speedup_has_no_bisect_command(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "h.sqlite"
+    _fill(db, step=1.0)
+    assert main(["changes", "--history", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "no change in 2 series" in out and STEP not in out
+    faster = tmp_path / "f.sqlite"
+    _fill(faster, step=0.7)
+    assert main(["changes", "--history", str(faster)]) == 0
+    out = capsys.readouterr().out
+    assert "faster -" in out and "gpuperf bisect searches for slowdowns" in out and "gpuperf bisect " + sha(4)[:12] not in out
+
+
+def test_branch_device_and_k_select_the_series(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "h.sqlite"
+    _fill(db, step=1.0, key="cpu-x")
+    _fill(db, key="cuda-y", first=20)  # the step is on cuda-y only
+    _fill(db, branch="feature", step=3.0, key="cuda-y", first=40, seed=1)
+    assert main(["changes", "--history", str(db), "--json", "--branch", "main"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["series"] == 4 and [(c["device_key"], c["index"]) for c in data["changes"]] == [("cuda-y", 5)]
+    assert main(["changes", "--history", str(db), "--json", "--branch", "main", "--device", "cpu-x"]) == 0
+    assert json.loads(capsys.readouterr().out)["changes"] == []
+    assert main(["changes", "--history", str(db), "--json", "--branch", "main", "-k", "TestConv"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["series"] == 2 and data["changes"] == []
+    assert main(["changes", "--history", str(db), "-k", "no_such_benchmark"]) == 0
+    assert "no benchmark in the store matches" in capsys.readouterr().err
+
+
+def test_min_change_and_min_runs_and_pvalue_options(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "h.sqlite"
+    _fill(db)
+    assert main(["changes", "--history", str(db), "--min-change", "50"]) == 0
+    assert "no change in 2 series" in capsys.readouterr().out
+    assert main(["changes", "--history", str(db), "--min-runs", "6"]) == 0  # 5 runs after the step: too few
+    assert "no change" in capsys.readouterr().out
+    assert main(["changes", "--history", str(db), "--pvalue", "1e-30"]) == 0
+    assert "no change" in capsys.readouterr().out
+    for bad in (["--pvalue", "0"], ["--pvalue", "x"], ["--min-runs", "1"], ["--min-change", "-1"]):
+        assert main(["changes", "--history", str(db), *bad]) == 2
+        assert bad[0] in capsys.readouterr().err
+
+
+def test_an_unusable_store_or_url_is_exit_code_2(tmp_path: Path, capsys) -> None:
+    assert main(["changes", "--history", str(tmp_path / "missing.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert "no history store at" in err and "missing.sqlite" in err
+    assert not (tmp_path / "missing.sqlite").exists()  # reading never creates a store
+    assert main(["changes", "--history", "ftp://host/x"]) == 2
+    assert "scheme 'ftp' is not accepted" in capsys.readouterr().err
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 100)
+    assert main(["changes", "--history", str(junk)]) == 2
+    assert "junk.sqlite" in capsys.readouterr().err
+
+
+def test_the_default_store_is_under_the_current_folder(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["changes"]) == 2
+    assert ".gpuperf/history.sqlite" in capsys.readouterr().err
+    _fill(tmp_path / ".gpuperf" / "history.sqlite")
+    assert main(["changes"]) == 0
+    assert "1 change(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, node", [
+    ("tests/perf/test_w.py::test_gemm", "tests/perf/test_w.py::test_gemm"),
+    ("tests/perf/test_w.py::test_gemm::forward", "tests/perf/test_w.py::test_gemm"),
+    ("tests/perf/test_w.py::TestConv::test_conv[3-a::b]::fwd", "tests/perf/test_w.py::TestConv::test_conv[3-a::b]"),
+    ("tests/perf/test_w.py::TestOuter::TestInner::test_x", "tests/perf/test_w.py::TestOuter::TestInner::test_x"),
+    ("tests/perf/test_w.py", "tests/perf/test_w.py"),
+])
+def test_a_benchmark_name_maps_to_the_pytest_node_id_that_selects_it(name: str, node: str) -> None:
+    assert pytest_node_id(name) == node
+
+
+# ------------------------------------------------------------------ PostgreSQL (a real server)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    from pgcluster import Cluster, bindir
+
+    pytest.importorskip("psycopg")
+    if bindir() is None:
+        pytest.skip("no PostgreSQL server installed (initdb, pg_ctl)")
+    cluster = Cluster()
+    yield cluster
+    cluster.stop()
+
+
+def test_postgresql_store_gives_the_same_change_and_hides_its_password(pg, capsys) -> None:
+    from pgcluster import PASSWORD
+
+    _fill(pg.url)
+    assert main(["changes", "--history", pg.url, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(c["benchmark"], c["index"], c["after_commit"]) for c in data["changes"]] == [(STEP, 5, sha(5))]
+    assert PASSWORD not in data["history"] and "***" in data["history"]
+    assert main(["changes", "--history", pg.url.replace(PASSWORD, "wrong-pw")]) == 2
+    err = capsys.readouterr().err
+    assert "wrong-pw" not in err and PASSWORD not in err
