@@ -83,8 +83,27 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
+#: The modules of the longest tests (worker processes, A/B pairs, bisect steps: a minute or more
+#: each on CI's 2-core machine; measured with --durations, docs/development.md), in the order they
+#: start. Under pytest-xdist a long test that starts last can leave the other worker idle for its
+#: whole run; started first, the short tests fill in around them. Whole modules move, so a module's
+#: tests stay together (their module-scoped recordings are made once). The order changes no outcome.
+SLOW_FIRST = (
+    "test_bisect_e2e.py", "test_simulated_cuda_e2e.py", "test_why_e2e.py", "test_ab_confirm_e2e.py",
+    "test_replicates_e2e.py", "test_ci_reports.py", "test_ab_e2e.py", "test_benchmark_compat.py",
+    "test_extras_process_e2e.py", "test_user_rough_edges.py",
+)
+
+
+def _slow_rank(item: pytest.Item) -> int:
+    name = item.path.name
+    return SLOW_FIRST.index(name) if name in SLOW_FIRST and item.path.parent.name == "tests" else len(SLOW_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``GPUPERF_TEST_CUDA=1``: keep only the tests that need a CUDA GPU."""
+    """The longest tests first (:data:`SLOW_FIRST`; a stable sort, the same in every xdist worker);
+    ``GPUPERF_TEST_CUDA=1``: keep only the tests that need a CUDA GPU."""
+    items.sort(key=_slow_rank)
     if not CUDA_RUN:
         return
     def needs_cuda(item: pytest.Item) -> bool:

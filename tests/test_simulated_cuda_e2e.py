@@ -15,6 +15,9 @@ pytest.importorskip("torch")
 pytest_plugins = ["pytester"]
 
 RUN = ("-p", "no:cacheprovider")
+# the op profile (why it got slower: seconds of torch.profiler per worker process) where a test does
+# not check it; tests/unit/test_opdiff.py profiles on the simulated device
+NO_WHY = (*RUN, "--gpuperf-no-why")
 
 
 def sim(devices: int | str) -> tuple[str, ...]:
@@ -42,7 +45,7 @@ def test_kernel(gpu_bench):
 def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_sim=BENCH)
     rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "--gpuperf-max-processes=1",
-                                        *sim(1), *RUN)
+                                        *sim(1), *NO_WHY)
     rec.assert_outcomes(passed=1)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     assert path.parent.name == "cuda-simulated-gpu"
@@ -50,13 +53,13 @@ def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, 
     assert entry["process_medians_ms"] == [pytest.approx(1.0, rel=0.01)] * 2
     assert entry["peak_memory_bytes"] == 4 << 20
     same = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-json=r.json",
-                                         "--gpuperf-max-processes=1", *sim(1), *RUN)
+                                         "--gpuperf-max-processes=1", *sim(1), *NO_WHY)
     same.assert_outcomes(passed=1)
     c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_sim.py::test_kernel"]
     assert c["device"] == "cuda:0" and c["comparison"]["verdict"] == "unchanged"
     monkeypatch.setenv("KERNEL_MS", "1.3")
     slow = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm",
-                                         "--gpuperf-max-processes=1", *sim(1), *RUN)
+                                         "--gpuperf-max-processes=1", *sim(1), *NO_WHY)
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(["regressed 1.3*", "  test_sim.py::test_kernel: *1.3*"])
 
