@@ -7,8 +7,7 @@ Usage (pytest-gpuperf, plotly and playwright installed; Debian's ``chromium`` at
 It makes a throw-away git repository of 40 commits with ordinary subjects, a SQLite store of one
 run per commit and 6 benchmarks (``benchmarks/dashboard_scale.py``'s :func:`fill`: seeded, 2% noise,
 a 15% step from the 27th run in the first benchmark), finds the change points as ``gpuperf dashboard``
-does (where this version of ``verdict.changepoints`` has no detection function, the known step is
-the change point), writes the site with the commits' subjects from the repository, opens the first
+does (``verdict.changepoints.find_change_points`` per series), writes the site with the commits' subjects from the repository, opens the first
 benchmark's page (branch ``main``) in headless chromium (1200 px wide), shows the hover of the newest
 run and saves the top of the page — the plot and the change-point table — as a PNG.
 """
@@ -50,24 +49,6 @@ def _repo(path: Path, n: int) -> list[str]:
     return shas
 
 
-def _known_step(rows: Sequence[dict[str, Any]], at: int) -> list[Any]:
-    """The change point of the step :func:`fill` puts in the first benchmark at run ``at`` of ``main``."""
-    import statistics
-
-    from pytest_gpuperf.verdict.changepoints import ChangePoint
-
-    first = rows[0]["benchmark"]
-    series = [r for r in rows if r["benchmark"] == first and r["branch"] == "main"]
-    k = next(i for i, r in enumerate(series) if int(r["run_id"].rsplit("-", 1)[1]) >= at)
-    before = statistics.median(m for r in series[:k] for m in r["process_medians_ms"])
-    after = statistics.median(m for r in series[k:] for m in r["process_medians_ms"])
-    b, a = series[k - 1], series[k]
-    return [ChangePoint(benchmark=first, device_key=a["device_key"], index=k, before_commit=b["commit"],
-                        after_commit=a["commit"], before_run=b["run_id"], after_run=a["run_id"],
-                        median_before_ms=before, median_after_ms=after, change_pct=(after / before - 1) * 100,
-                        pvalue=0.001)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(HERE.parent / "docs" / "img" / "dashboard.png"))
@@ -87,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         fill(db, n, 6, commits=shas, step_every=6, step=0.15)
         with HistoryStore(db) as store:
             runs, rows = store.runs(), store.series()
-        changes = _changes(rows) or _known_step(rows, 2 * n // 3)
+        changes = _changes(rows)  # the real detector, as gpuperf dashboard runs it
+        if not changes:
+            raise SystemExit("dashboard_screenshot: the detector found no change point in the synthetic history")
         subjects = {c: s for c, (s, _) in commit_subjects(Path(tmp) / "repo", shas).items()}
         write_site(site, runs, rows, changes, subjects=subjects)
         page = site / "bench" / page_name(rows[0]["benchmark"], rows[0]["device_key"])
