@@ -75,6 +75,20 @@ def _inner_session_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_PLUGINS", "pytest_gpuperf.plugin,xdist.plugin,xdist.looponfail")
 
 
+@pytest.fixture(scope="module")
+def pg():
+    """A throwaway PostgreSQL cluster for a test module (``tests/pgcluster.py``: initdb into a
+    temporary folder, a free loopback port), stopped after it; skips where no server is installed."""
+    from pgcluster import Cluster, bindir
+
+    pytest.importorskip("psycopg")
+    if bindir() is None:
+        pytest.skip("no PostgreSQL server installed (initdb, pg_ctl)")
+    cluster = Cluster()
+    yield cluster
+    cluster.stop()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Hide the GPU from the suite (see the top of this file), not from the perf suite alone."""
     targets = [Path(config.invocation_params.dir, str(a).split("::")[0]).resolve() for a in config.args]

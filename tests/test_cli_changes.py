@@ -146,16 +146,7 @@ def test_a_benchmark_name_maps_to_the_pytest_node_id_that_selects_it(name: str, 
 # ------------------------------------------------------------------ PostgreSQL (a real server)
 
 
-@pytest.fixture(scope="module")
-def pg():
-    from pgcluster import Cluster, bindir
-
-    pytest.importorskip("psycopg")
-    if bindir() is None:
-        pytest.skip("no PostgreSQL server installed (initdb, pg_ctl)")
-    cluster = Cluster()
-    yield cluster
-    cluster.stop()
+# the `pg` fixture (a throwaway cluster per module): tests/conftest.py
 
 
 def test_postgresql_store_gives_the_same_change_and_hides_its_password(pg, capsys) -> None:

@@ -201,16 +201,7 @@ def test_redact_hides_the_password_only() -> None:
 # ------------------------------------------------------------------ PostgreSQL (a real server)
 
 
-@pytest.fixture(scope="module")
-def pg():
-    from pgcluster import Cluster, bindir
-
-    pytest.importorskip("psycopg")
-    if bindir() is None:
-        pytest.skip("no PostgreSQL server installed (initdb, pg_ctl)")
-    cluster = Cluster()
-    yield cluster
-    cluster.stop()
+# the `pg` fixture (a throwaway cluster per module): tests/conftest.py
 
 
 def test_postgresql_runs_read_back_and_writers_at_once_lose_no_row(pg) -> None:

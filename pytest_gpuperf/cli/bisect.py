@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_gpuperf.cli.argtypes import at_least
+
 _EPILOG = """\
 examples:
   {prog} bisect v1.4 HEAD -- tests/perf -k test_conv
@@ -45,13 +47,13 @@ def register(sub: Any, prog: str, pytest_args: Sequence[str] = ()) -> None:
     )
     b.add_argument("good", metavar="GOOD", help="a commit where the benchmark was fast (older)")
     b.add_argument("bad", metavar="BAD", help="a commit where it is slow (newer; e.g. HEAD)")
-    b.add_argument("--processes", type=_positive, default=1, metavar="N",
+    b.add_argument("--processes", type=at_least(1), default=1, metavar="N",
                    help="pairs of worker processes per step (default 1; a step that cannot decide adds its "
                         "benchmark's `confirm` pairs)")
-    b.add_argument("--max-pairs", type=_positive, default=6, metavar="N",
+    b.add_argument("--max-pairs", type=at_least(1), default=6, metavar="N",
                    help="a step that cannot decide measures more, one pair of worker processes at a time, up to N "
                         "pairs (default 6)")
-    b.add_argument("--max-regressions", type=_positive, default=3, metavar="N",
+    b.add_argument("--max-regressions", type=at_least(1), default=3, metavar="N",
                    help="regressions searched per benchmark (default 3): after a culprit, BAD is measured "
                         "against it and the search goes on while it is still slower")
     b.add_argument("--pythonpath", default="", metavar="PATHS",
@@ -63,16 +65,6 @@ def register(sub: Any, prog: str, pytest_args: Sequence[str] = ()) -> None:
     b.add_argument("--json", metavar="PATH", help="write the report as JSON")
     b.add_argument("--markdown", metavar="PATH", help="write the report as Markdown (a PR comment or job summary)")
     b.set_defaults(func=cmd_bisect, pytest_args=list(pytest_args))
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
 
 
 class _Terminated(BaseException):

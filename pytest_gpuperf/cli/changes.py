@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuperf.cli.argtypes import at_least
+
 EXIT_INPUT = 2
 #: Characters of a commit shown (and passed to ``gpuperf bisect``), as the Linux kernel's
 #: convention: unique in all but the largest repositories.
@@ -58,7 +60,7 @@ def register(sub: Any, prog: str) -> None:
     c.add_argument("--device", default=None, metavar="KEY", help="only this device key (e.g. cpu-amd-epyc)")
     c.add_argument("--pvalue", type=_level, default=DEFAULT_PVALUE, metavar="P",
                    help=f"significance level of a change (adjusted p-value; default {DEFAULT_PVALUE})")
-    c.add_argument("--min-runs", type=_min_runs, default=DEFAULT_MIN_RUNS, metavar="N",
+    c.add_argument("--min-runs", type=at_least(2), default=DEFAULT_MIN_RUNS, metavar="N",
                    help=f"fewest runs on each side of a change (default {DEFAULT_MIN_RUNS}; at least 2)")
     c.add_argument("--min-change", type=_percent, default=0.0, metavar="PCT",
                    help="leave out changes smaller than PCT percent (default 0: every significant change)")
@@ -73,16 +75,6 @@ def _level(text: str) -> float:
         value = math.nan
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"expected a significance level between 0 and 1 (e.g. 0.001), got {text!r}")
-    return value
-
-
-def _min_runs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 2, got {text!r}")
     return value
 
 

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_gpuperf.cli.argtypes import at_least
+
 EXIT_INPUT = 2
 _EPILOG = """\
 examples:
@@ -46,20 +48,8 @@ def register(sub: Any, prog: str) -> None:
                         "(default .gpuperf/history.sqlite)")
     d.add_argument("--out", default="gpuperf-dashboard", metavar="DIR",
                    help="the folder to write the site into (default gpuperf-dashboard)")
-    d.add_argument("--limit", type=_positive, default=None, metavar="N", help="only the newest N runs")
+    d.add_argument("--limit", type=at_least(1), default=None, metavar="N", help="only the newest N runs")
     d.set_defaults(func=cmd_dashboard)
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return n
 
 
 def _series_of(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
