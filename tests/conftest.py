@@ -100,8 +100,9 @@ def pytest_configure(config: pytest.Config) -> None:
 #: The modules of the longest tests (worker processes, A/B pairs, bisect steps: a minute or more
 #: each on CI's 2-core machine; measured with --durations, docs/development.md), in the order they
 #: start. Under pytest-xdist a long test that starts last can leave the other worker idle for its
-#: whole run; started first, the short tests fill in around them. Whole modules move, so a module's
-#: tests stay together (their module-scoped recordings are made once). The order changes no outcome.
+#: whole run; started first (tox.ini hands out one test at a time: --dist load --maxschedchunk 1),
+#: both workers share the long tests and the short ones fill in around them. Whole modules move, so
+#: a module's tests stay in order. The order changes no outcome.
 SLOW_FIRST = (
     "test_bisect_e2e.py", "test_simulated_cuda_e2e.py", "test_why_e2e.py", "test_ab_confirm_e2e.py",
     "test_replicates_e2e.py", "test_ci_reports.py", "test_ab_e2e.py", "test_benchmark_compat.py",
