@@ -97,28 +97,58 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-#: The modules of the longest tests (worker processes, A/B pairs, bisect steps: a minute or more
-#: each on CI's 2-core machine; measured with --durations, docs/development.md), in the order they
-#: start. Under pytest-xdist a long test that starts last can leave the other worker idle for its
-#: whole run; started first (tox.ini hands out one test at a time: --dist load --maxschedchunk 1),
-#: both workers share the long tests and the short ones fill in around them. Whole modules move, so
-#: a module's tests stay in order. The order changes no outcome.
-SLOW_FIRST = (
-    "test_bisect_e2e.py", "test_simulated_cuda_e2e.py", "test_why_e2e.py", "test_ab_confirm_e2e.py",
-    "test_replicates_e2e.py", "test_ci_reports.py", "test_ab_e2e.py", "test_benchmark_compat.py",
-    "test_extras_process_e2e.py", "test_user_rough_edges.py",
-)
+#: The modules of the longest tests (worker processes, A/B pairs, bisect steps) with their rough
+#: cost in seconds on CI's 2-core machine (--durations, docs/development.md). pytest-xdist's
+#: worksteal scheduler gives each worker a contiguous share of the tests and an idle worker steals
+#: the *back* half of another's queue: so that the long tests do not end up queued behind each other
+#: on one worker (or run last, with the other worker idle), :func:`_spread_slow_modules` splits
+#: these modules between the workers' shares and starts each share with its own. The order
+#: changes no outcome.
+SLOW_MODULES = {
+    "test_replicates_e2e.py": 650, "test_simulated_cuda_e2e.py": 300, "test_why_e2e.py": 340,
+    "test_ab_confirm_e2e.py": 320, "test_bisect_e2e.py": 300, "test_ab_e2e.py": 275, "test_ci_reports.py": 195,
+    "test_benchmark_compat.py": 170, "test_user_rough_edges.py": 105, "test_extras_process_e2e.py": 70,
+}
 
 
-def _slow_rank(item: pytest.Item) -> int:
-    name = item.path.name
-    return SLOW_FIRST.index(name) if name in SLOW_FIRST and item.path.parent.name == "tests" else len(SLOW_FIRST)
+def _spread_slow_modules(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` reordered for ``workers`` xdist workers: the :data:`SLOW_MODULES` dealt into one
+    group per worker (longest first, each to the group with the least so far), and worker k's
+    contiguous share (worksteal hands out ``len(pending) // workers_left`` tests in turn) starting
+    with group k, then short tests; whole modules stay together, every other test keeps its order.
+    The same in every worker (they must collect one order)."""
+    def module(item: pytest.Item) -> str | None:
+        name = item.path.name
+        return name if name in SLOW_MODULES and item.path.parent.name == "tests" else None
+
+    slow: dict[str, list[pytest.Item]] = {}
+    rest = []
+    for item in items:
+        m = module(item)
+        (slow.setdefault(m, []) if m else rest).append(item)
+    if workers < 2 or not slow:
+        return [i for m in sorted(slow, key=lambda m: -SLOW_MODULES[m]) for i in slow[m]] + rest
+    groups: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for m in sorted(slow, key=lambda m: (-SLOW_MODULES[m], m)):
+        k = load.index(min(load))
+        groups[k].extend(slow[m])
+        load[k] += SLOW_MODULES[m]
+    out: list[pytest.Item] = []
+    left = len(items)
+    for k in range(workers):
+        share = left // (workers - k)  # what worksteal sends worker k first
+        fill = max(0, share - len(groups[k]))
+        out += groups[k] + rest[:fill]
+        rest = rest[fill:]
+        left -= len(groups[k]) + fill
+    return out + rest
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest tests first (:data:`SLOW_FIRST`; a stable sort, the same in every xdist worker);
+    """The longest modules spread over the xdist workers (:func:`_spread_slow_modules`);
     ``GPUPERF_TEST_CUDA=1``: keep only the tests that need a CUDA GPU."""
-    items.sort(key=_slow_rank)
+    items[:] = _spread_slow_modules(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if not CUDA_RUN:
         return
     def needs_cuda(item: pytest.Item) -> bool:
