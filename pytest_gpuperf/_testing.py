@@ -134,11 +134,11 @@ class ScriptedMeasurer(Measurer):
         self.probe_calls += 1
 
     def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_calls=None,
-                progress=None, calls_per_round=None, probe=None):
+                progress=None, calls_per_round=None, probe=None, lockstep=None):
         probe = self._probe if probe is not None and self.probe_script is not None else None
         return measure(self._timed(fn), args, kwargs, options=options, device="cpu", setup=setup, rounds=rounds,
                        warmup_calls=warmup_calls, progress=progress, clock=self.fake,
-                       calls_per_round=calls_per_round, probe=probe)
+                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep)
 
     def once(self, fn, args, kwargs, device):
         return time_once(self._timed(fn), args, kwargs, "cpu", clock=self.fake)

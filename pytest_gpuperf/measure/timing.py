@@ -41,7 +41,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.stats import ci_half_width_fraction
@@ -168,13 +168,26 @@ def prepare_call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
     raise TypeError("setup must return None or a tuple (args, kwargs)")
 
 
+class Lockstep(Protocol):
+    """What keeps the ranks of a ``torchrun`` session in step while they time one benchmark
+    (:class:`pytest_gpuperf.measure.distributed.Ranks`): rank 0's decision and numbers, on every rank.
+    Each call is a collective, so every rank makes the same calls in the same order."""
+
+    def decide(self, local: bool) -> bool: ...
+
+    def choose(self, local: int) -> int: ...
+
+
 class _RoundLoop:
-    """Decides when to stop timing rounds (shared by both backends)."""
+    """Decides when to stop timing rounds (shared by both backends). With a ``lockstep`` (under
+    torchrun) rank 0's decision is every rank's, sent before each round or block of rounds: the
+    rounds stay aligned and the collective is the barrier before each timed block, never inside it."""
 
     def __init__(self, options: BenchOptions, fixed_rounds: int | None, progress: Progress | None = None,
-                 clock: Clock = time.perf_counter_ns) -> None:
+                 clock: Clock = time.perf_counter_ns, lockstep: Lockstep | None = None) -> None:
         import scipy.stats  # noqa: F401  (imported here so its import never eats the time budget)
 
+        self.lockstep = lockstep
         self.o = options
         self.fixed = fixed_rounds
         self.clock = clock
@@ -188,6 +201,15 @@ class _RoundLoop:
         return self.clock() / 1e9
 
     def done(self, samples: list[float]) -> bool:
+        """Whether to stop timing (rank 0's answer on every rank under a lockstep)."""
+        local = self._done(samples)
+        return local if self.lockstep is None else self.lockstep.decide(local)
+
+    def agree(self, n: int) -> int:
+        """``n`` (a block's rounds), rank 0's under a lockstep."""
+        return n if self.lockstep is None else self.lockstep.choose(n)
+
+    def _done(self, samples: list[float]) -> bool:
         n = len(samples)
         if self.progress is not None and n and self.now() >= self.next_progress:
             import statistics
@@ -223,8 +245,10 @@ def _warmup(
     warmup_calls: int | None,
     sync: Callable[[], None],
     clock: Clock = time.perf_counter_ns,
+    lockstep: Lockstep | None = None,
 ) -> tuple[int, float, Any]:
-    """Warm up; return (calls made, estimated seconds per call, last return value)."""
+    """Warm up; return (calls made, estimated seconds per call, last return value). Under a
+    ``lockstep`` every rank makes rank 0's number of calls."""
     calls, value = 0, None
     t0 = clock()
     per_call: list[float] = []
@@ -240,9 +264,12 @@ def _warmup(
 
     while True:
         if warmup_calls is not None:
-            if calls >= warmup_calls:
-                break
-        elif calls >= MIN_WARMUP_CALLS and (clock() - t0) / 1e9 >= warmup_time:
+            stop = calls >= warmup_calls
+        else:
+            stop = calls >= MIN_WARMUP_CALLS and (clock() - t0) / 1e9 >= warmup_time
+        if lockstep is not None and warmup_calls is None:
+            stop = lockstep.decide(stop)
+        if stop:
             break
         value = timed_call()
         calls += 1
@@ -399,6 +426,7 @@ def measure(
     clock: Clock = time.perf_counter_ns,
     calls_per_round: int | None = None,
     probe: Callable[[], Any] | None = None,
+    lockstep: Lockstep | None = None,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
@@ -409,17 +437,19 @@ def measure(
     (rounds done, elapsed s, current median ms). ``clock`` (ns) times CPU rounds and every time
     budget (warmup, ``max_time``); CUDA rounds are timed with CUDA events. ``probe`` (a
     :class:`pytest_gpuperf.measure.probe.Probe` or any callable; None: none) is timed interleaved with
-    the rounds, with the rounds' clock (``Timing.probe_ms``, see the module doc). Exceptions from
-    ``fn`` (or ``probe``) propagate unchanged.
+    the rounds, with the rounds' clock (``Timing.probe_ms``, see the module doc). ``lockstep``
+    (under torchrun, a :class:`Lockstep`): every rank makes rank 0's warmup calls, calls per round
+    and rounds (CPU; on CUDA the rounds, blocks and calls per round; the CUDA warmup is not yet in
+    step). Exceptions from ``fn`` (or ``probe``) propagate unchanged.
     """
     if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
                                         or calls_per_round < 1 or (setup is not None and calls_per_round > 1)):
         raise ValueError(f"calls_per_round={calls_per_round!r}: expected an integer >= 1 (1 with a setup function)")
     if getattr(device, "type", "cpu") == "cuda":
         return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress, clock,
-                             calls_per_round, probe)
+                             calls_per_round, probe, lockstep)
     return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress, clock, calls_per_round,
-                        probe)
+                        probe, lockstep)
 
 
 class Measurer:
@@ -461,12 +491,14 @@ class Measurer:
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
                 setup: Setup | None = None, rounds: int | None = None, warmup_calls: int | None = None,
                 progress: Progress | None = None, calls_per_round: int | None = None,
-                probe: Callable[[], Any] | None = None) -> Timing:
+                probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
         """Warm up and time rounds of ``fn`` (see :func:`measure`); per-call times in ms. ``probe``:
-        a machine-speed probe timed interleaved with the rounds (``Timing.probe_ms``; None: none)."""
+        a machine-speed probe timed interleaved with the rounds (``Timing.probe_ms``; None: none);
+        ``lockstep``: under torchrun, what keeps the ranks' rounds aligned (a backend whose
+        ``measure`` has no ``lockstep`` keyword cannot time under torchrun)."""
         return measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
                        warmup_calls=warmup_calls, progress=progress, clock=self.clock,
-                       calls_per_round=calls_per_round, probe=probe)
+                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep)
 
     def once(self, fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
         """Smoke mode: one synchronized call (see :func:`time_once`)."""
@@ -475,10 +507,13 @@ class Measurer:
 
 def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress=None,
                  clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                 probe: Callable[[], Any] | None = None) -> Timing:
-    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_calls, lambda: None, clock)
+                 probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
+    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_calls, lambda: None, clock,
+                                 lockstep)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
     cpr = calls_per_round or cpr
+    if lockstep is not None and calls_per_round is None:
+        cpr = lockstep.choose(cpr)
     every = probe_every(_probe_estimate_s(probe, lambda: None, clock), est * cpr) if probe is not None else 1
     probes: list[float] = []
 
@@ -488,7 +523,7 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
         probe()
         probes.append(max(clock() - t0, 1) / 1e6)
 
-    loop = _RoundLoop(options, rounds, progress, clock)
+    loop = _RoundLoop(options, rounds, progress, clock, lockstep)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
@@ -512,7 +547,7 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
 
 def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
                   clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                  probe: Callable[[], Any] | None = None) -> Timing:
+                  probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
     import torch
 
     with torch.cuda.device(device):
@@ -530,17 +565,19 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
         est = min(w.per_call_s, w.device_s) if setup is None and not options.flush_l2 else w.per_call_s
         cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
                                    calls_per_round=calls_per_round)
+        if lockstep is not None:
+            cpr = lockstep.choose(cpr)
         flush = _l2_flusher(device) if options.flush_l2 else None
         prober = _CudaProber(probe, sync, clock, est * cpr)
         if probe is not None and flush is None:  # the probe's warmup evicted the L2: re-warm (see below)
             ra, rk = prepare_call(fn, args, kwargs, setup)
             fn(*ra, **rk)
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-        loop = _RoundLoop(options, rounds, progress, clock)
+        loop = _RoundLoop(options, rounds, progress, clock, lockstep)
         samples: list[float] = []
         with gc_disabled():
             while not loop.done(samples):
-                n = min(block, max(1, loop.remaining(len(samples))))
+                n = loop.agree(min(block, max(1, loop.remaining(len(samples)))))
                 pairs = []
                 for _ in range(n):
                     a, k = prepare_call(fn, args, kwargs, setup)

@@ -68,6 +68,8 @@ class BenchContext:
     process: nothing timed, each extra from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls).
     ``op_profile``: where the extras are made, also profile the ops (why it got slower, issue 32):
     for the baseline while updating, or to diff a stored regression against its baseline's profile.
+    ``ranks``: under ``torchrun``, this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`
+    (the rounds are aligned across ranks and their samples combined; None: one process).
     """
 
     test_id: str
@@ -96,6 +98,7 @@ class BenchContext:
     fail: Callable[[str], Any] | None = None
     extras: str = "inline"
     op_profile: bool = False
+    ranks: Any = None
 
 
 class GpuBench:

@@ -71,6 +71,10 @@ class SessionSettings:
     (:class:`ProcessLimits`);
     ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``);
     ``op_profile`` (an extras process: profile the ops too; hidden ``--gpuperf-op-profile``).
+    ``ranks``: under ``torchrun`` (``WORLD_SIZE`` > 1), this process's
+    :class:`~pytest_gpuperf.measure.distributed.Ranks`; then ``processes`` is 1 (no replicate
+    worker processes per rank yet), and pytest-xdist, ``--gpuperf-ab`` and ``--gpuperf-bisect`` are
+    refused. None in every other session.
     """
 
     measuring: bool
@@ -108,6 +112,7 @@ class SessionSettings:
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     select_file: Path | None = None
     op_profile: bool = False
+    ranks: Any = None
 
     @property
     def replicate_slot(self) -> tuple[int, int] | None:
@@ -119,6 +124,12 @@ class SessionSettings:
         """This session measures through replicate worker processes (``--gpuperf-processes`` >= 2)."""
         return (self.measuring and self.processes >= 2 and self.ab is None and not self.in_ab_worker
                 and self.replicate_slot is None)
+
+    @property
+    def device_index(self) -> int | None:
+        """The GPU index a benchmark's ``"cuda"`` means when it names none: ``LOCAL_RANK`` under
+        torchrun, the pytest-xdist worker's number k otherwise (None: the current device)."""
+        return self.ranks.local_rank if self.ranks is not None else self.worker_index
 
     @property
     def worker_index(self) -> int | None:
@@ -159,6 +170,9 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
             if value:
                 _check_output_path(option, value)
     processes, replicate = _processes(config, worker_id)
+    ranks = _ranks(config)
+    if ranks is not None:
+        processes = 1  # replicates under torchrun are whole torchrun launches: not yet (issue 35)
     measuring = (bool(config.getoption("--gpuperf")) or updating) and not compat.disabled
     if replicate is not None:
         measuring, updating = True, False
@@ -181,6 +195,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         owns_xdist_dir=owns,
         processes=processes,
         replicate=replicate,
+        ranks=ranks,
         **paths,
         **_switches(config),
         **ab_fields,
@@ -319,6 +334,29 @@ def _xdist_dir(config: pytest.Config, worker_id: str | None) -> tuple[Path | Non
 
         return Path(tempfile.mkdtemp(prefix="gpuperf-xdist-")), True
     return None, False
+
+
+def _ranks(config: pytest.Config) -> Any:
+    """Under torchrun (``WORLD_SIZE`` > 1) this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`,
+    else None. Raises ``pytest.UsageError`` for torchrun's variables that are unusable, and for what
+    does not run under torchrun yet: pytest-xdist, ``--gpuperf-ab``, ``--gpuperf-bisect``."""
+    from pytest_gpuperf.measure.distributed import RankEnvironmentError, Ranks
+
+    try:
+        ranks = Ranks.from_environment()
+    except RankEnvironmentError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf under torchrun: {exc}") from None
+    if ranks is None:
+        return None
+    asked = [flag for flag, on in (
+        ("pytest-xdist (-n/--dist)", getattr(config.option, "numprocesses", None)
+         or getattr(config.option, "dist", "no") != "no"),
+        ("--gpuperf-ab", config.getoption("--gpuperf-ab", None)),
+        ("--gpuperf-bisect", config.getoption("--gpuperf-bisect", None))) if on]
+    if asked:
+        raise pytest.UsageError(f"pytest-gpuperf under torchrun (WORLD_SIZE={ranks.world_size}): "
+                                f"{', '.join(asked)} cannot be used there yet; run them without torchrun")
+    return ranks
 
 
 def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, Any]:
