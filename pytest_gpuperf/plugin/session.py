@@ -233,7 +233,7 @@ class GpuPerfSession:
             self.ab_worker.hello([item.nodeid for item in session.items])
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.settings.owns_xdist_dir and self.settings.xdist_dir is not None:
+        if self.settings.owns_xdist_dir:
             import shutil
 
             shutil.rmtree(self.settings.xdist_dir, ignore_errors=True)
@@ -316,7 +316,6 @@ class GpuPerfSession:
         s, item = self.settings, request.node
         return BenchContext(
             test_id=_split_nodeid(item.nodeid)[1],
-            module=stored.module,
             options=options,
             device=device,
             measuring=measuring,

@@ -96,7 +96,6 @@ class SessionSettings:
     verbose: int = 0
     worker_id: str | None = None
     xdist_dir: Path | None = None
-    owns_xdist_dir: bool = False
     processes: int = 1
     replicate: Any = None
     ab_confirm: bool = True
@@ -124,6 +123,11 @@ class SessionSettings:
         """This session measures through replicate worker processes (``--gpuperf-processes`` >= 2)."""
         return (self.measuring and self.processes >= 2 and self.ab is None and not self.in_ab_worker
                 and self.replicate_slot is None)
+
+    @property
+    def owns_xdist_dir(self) -> bool:
+        """This process made the run's shared folder (the pytest-xdist controller) and removes it."""
+        return self.xdist_dir is not None and self.worker_id is None
 
     @property
     def device_index(self) -> int | None:
@@ -181,7 +185,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         measuring = True
     in_worker = worker_id is not None or replicate is not None or bool(ab_fields.get("in_ab_worker"))
     bisect_fields = _bisect(config, in_worker, updating, ab_fields)
-    xdist_dir, owns = _xdist_dir(config, worker_id)  # last: nothing after it raises
+    xdist_dir = _xdist_dir(config, worker_id)  # last: nothing after it raises
     return SessionSettings(
         measuring=measuring,
         updating=updating,
@@ -192,7 +196,6 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         thresholds=thresholds,
         worker_id=worker_id,
         xdist_dir=xdist_dir,
-        owns_xdist_dir=owns,
         processes=processes,
         replicate=replicate,
         ranks=ranks,
@@ -322,18 +325,18 @@ def _thresholds(config: pytest.Config) -> Any:
 XDIST_DIR_KEY = "gpuperf_xdist_dir"
 
 
-def _xdist_dir(config: pytest.Config, worker_id: str | None) -> tuple[Path | None, bool]:
-    """The run's shared folder under pytest-xdist and whether this process made it: a worker reads
-    it from its ``workerinput`` (:data:`XDIST_DIR_KEY`); the controller makes it and hands it to each
-    worker it starts (``pytest_configure_node``)."""
+def _xdist_dir(config: pytest.Config, worker_id: str | None) -> Path | None:
+    """The run's shared folder under pytest-xdist: a worker reads it from its ``workerinput``
+    (:data:`XDIST_DIR_KEY`); the controller makes it (and owns it: ``SessionSettings.owns_xdist_dir``)
+    and hands it to each worker it starts (``pytest_configure_node``)."""
     if worker_id is not None:
         folder = getattr(config, "workerinput", {}).get(XDIST_DIR_KEY)
-        return (Path(folder) if folder else None), False
+        return Path(folder) if folder else None
     if getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
         import tempfile
 
-        return Path(tempfile.mkdtemp(prefix="gpuperf-xdist-")), True
-    return None, False
+        return Path(tempfile.mkdtemp(prefix="gpuperf-xdist-"))
+    return None
 
 
 def _ranks(config: pytest.Config) -> Any:
