@@ -51,6 +51,11 @@ MIN_WARMUP_CALLS = 3
 #: CPU: a timed round lasts at least this long (s). Reading perf_counter_ns took ~61 ns here
 #: (2-core EPYC VM, 20 x 200,000 reads); two reads per round are ~0.12% of 100 µs.
 CPU_MIN_ROUND_S = 100e-6
+#: Under torchrun (a lockstep), the CPU loop asks rank 0 whether to stop about once per this many
+#: seconds of rounds (each ask is a broadcast: ~0.4 ms with gloo on a loaded 2-core VM), at most
+#: every :data:`LOCKSTEP_MAX_EVERY` rounds; the rounds in between are decided by their count alone.
+LOCKSTEP_EVERY_S = 5e-3
+LOCKSTEP_MAX_EVERY = 100
 #: CUDA: calls shorter than this (s) are batched per event pair (events resolve ~0.5 µs). Each
 #: round costs the host an event pair and the loop around it: measured on an H200 (torch 2.11,
 #: 2026-11-26), a 2^10-element add timed 10.1 µs per call with 20 µs rounds, 6.8 µs with 2 ms
@@ -188,6 +193,7 @@ class _RoundLoop:
         import scipy.stats  # noqa: F401  (imported here so its import never eats the time budget)
 
         self.lockstep = lockstep
+        self.every = 1  # under a lockstep: ask rank 0 every this many rounds (the same on every rank)
         self.o = options
         self.fixed = fixed_rounds
         self.clock = clock
@@ -201,9 +207,19 @@ class _RoundLoop:
         return self.clock() / 1e9
 
     def done(self, samples: list[float]) -> bool:
-        """Whether to stop timing (rank 0's answer on every rank under a lockstep)."""
-        local = self._done(samples)
-        return local if self.lockstep is None else self.lockstep.decide(local)
+        """Whether to stop timing. Under a lockstep, what the round count decides (fixed rounds,
+        ``max_rounds``, ``min_rounds``) is decided on every rank alike, and the rest (the time
+        budget, the precision) is rank 0's answer, asked every :attr:`every` rounds."""
+        if self.lockstep is None:
+            return self._done(samples)
+        n = len(samples)
+        if self.fixed is not None:
+            return n >= self.fixed
+        if n >= self.o.max_rounds:
+            return True
+        if n < self.o.min_rounds or (n - self.o.min_rounds) % self.every:
+            return False
+        return self.lockstep.decide(self._done(samples))
 
     def agree(self, n: int) -> int:
         """``n`` (a block's rounds), rank 0's under a lockstep."""
@@ -524,6 +540,8 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
         probes.append(max(clock() - t0, 1) / 1e6)
 
     loop = _RoundLoop(options, rounds, progress, clock, lockstep)
+    if lockstep is not None:  # rank 0's: ask it about once per LOCKSTEP_EVERY_S of rounds
+        loop.every = lockstep.choose(max(1, min(LOCKSTEP_MAX_EVERY, math.ceil(LOCKSTEP_EVERY_S / (est * cpr)))))
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):

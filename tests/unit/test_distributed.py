@@ -138,35 +138,46 @@ def test_unusable_torchrun_variables_are_named(env: dict[str, str], match: str) 
 
 
 class Rank0Says:
-    """A lockstep whose rank 0 stops after ``rounds`` rounds and warms up ``warmup`` calls, with
-    ``cpr`` calls per round: what a rank receives, whatever it decided itself."""
+    """A lockstep that answers as rank 0 would: warm up ``warmup`` calls, then ``choose`` gives
+    ``numbers`` in order (calls per round, then how often to ask), and the round loop stops at the
+    ``stop_at``-th question; what this rank decided itself is recorded and ignored."""
 
-    def __init__(self, rounds: int, warmup: int, cpr: int) -> None:
-        self.rounds, self.warmup, self.cpr = rounds, warmup, cpr
-        self.decisions: list[bool] = []
-        self.phase = "warmup"
-        self.count = 0
+    def __init__(self, warmup: int, numbers: list[int], stop_at: int) -> None:
+        self.warmup, self.numbers, self.stop_at = warmup, list(numbers), stop_at
+        self.warmup_questions = self.round_questions = 0
 
     def decide(self, local: bool) -> bool:
-        self.decisions.append(local)
-        self.count += 1
-        if self.phase == "warmup":
-            return self.count > self.warmup
-        return self.count > self.rounds
+        if self.numbers:  # still warming up (the numbers come after the warmup)
+            self.warmup_questions += 1
+            return self.warmup_questions > self.warmup
+        self.round_questions += 1
+        return self.round_questions >= self.stop_at
 
     def choose(self, local: int) -> int:
-        self.phase, self.count = "rounds", 0  # calls per round are chosen between warmup and rounds
-        return self.cpr
+        return self.numbers.pop(0)
 
 
 def test_a_rank_makes_rank_0s_warmup_calls_calls_per_round_and_rounds() -> None:
-    lock = Rank0Says(rounds=7, warmup=4, cpr=3)
+    lock = Rank0Says(warmup=4, numbers=[3, 2], stop_at=3)  # 3 calls per round, ask every 2 rounds
     m = ScriptedMeasurer(1.0)
     t = m.measure(lambda: None, (), {}, options=BenchOptions(max_time=10.0, min_rounds=2), device="cpu",
                   lockstep=lock)
-    assert (t.rounds, t.calls_per_round, t.warmup_calls) == (7, 3, 4)
-    assert m.calls == 4 + 7 * 3
-    assert len(t.samples_ms) == 7 and all(s == pytest.approx(1.0) for s in t.samples_ms)
+    # asked at 2, 4 and 6 rounds (min_rounds, then every 2): stops at the third
+    assert (t.rounds, t.calls_per_round, t.warmup_calls) == (6, 3, 4)
+    assert lock.round_questions == 3
+    assert m.calls == 4 + 6 * 3
+    assert len(t.samples_ms) == 6 and all(s == pytest.approx(1.0) for s in t.samples_ms)
+
+
+def test_under_a_lockstep_the_round_count_rules_need_no_question() -> None:
+    lock = Rank0Says(warmup=1, numbers=[1, 1], stop_at=10 ** 6)  # rank 0 never says stop
+    t = ScriptedMeasurer(1.0).measure(lambda: None, (), {}, options=BenchOptions(max_time=10.0, min_rounds=2,
+                                      max_rounds=5), device="cpu", lockstep=lock)
+    assert t.rounds == 5 and lock.round_questions == 3  # asked at 2, 3, 4; 5 = max_rounds on every rank
+    fixed = Rank0Says(warmup=0, numbers=[1, 1], stop_at=10 ** 6)
+    t = ScriptedMeasurer(1.0).measure(lambda: None, (), {}, options=BenchOptions(), device="cpu", rounds=4,
+                                      warmup_calls=1, lockstep=fixed)
+    assert t.rounds == 4 and fixed.round_questions == 0 and fixed.warmup_questions == 0
 
 
 def test_without_a_lockstep_the_loop_decides_alone() -> None:
