@@ -91,3 +91,35 @@ def pytest_collection_modifyitems(config, items):
     message = ("the ranks collected different tests: test 1 is test_d.py::test_local on rank 0 but "
                "test_d.py::test_step on rank 1")
     assert out.count(message) == 2, out
+
+
+def test_a_hung_rank_fails_the_benchmark_within_the_timeout_and_writes_no_baseline(pytester: pytest.Pytester) -> None:
+    """Rank 1 hangs in a benchmark: rank 0's collective times out (the suite's own process group,
+    5 s), its test fails naming rank 1, later benchmarks fail at once instead of waiting again, no
+    baseline is written, and torchrun's exit code is non-zero."""
+    pytester.makepyfile(test_d="""
+import os, time
+import pytest
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_hangs(gpu_bench):
+    gpu_bench(lambda: time.sleep(30) if os.environ.get("RANK") == "1" else None)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_after(gpu_bench):
+    gpu_bench(lambda: None)
+""")
+    script_timings(pytester, {"ms": 2.0}, conftest="""
+import datetime, os
+import torch.distributed as dist
+
+def pytest_configure(config):  # the suite's own process group: the plugin uses it as it is
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+""")
+    result = torchrun(pytester, "--gpuperf-update-baselines")
+    out = result.stdout.str()
+    assert result.ret != 0
+    assert re.search(r"test_d\.py::test_hangs: rank 0 of 2: broadcast failed, a rank crashed or hung: .*; rank 1 did "
+                     r"not answer", out), out
+    assert "test_d.py::test_after: not measured in step: an earlier collective failed" in out, out
+    assert not (pytester.path / "baselines").exists()

@@ -33,6 +33,12 @@ DEFAULT_TIMEOUT_S = 300.0
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+class DistributedFault(RuntimeError):
+    """A collective of the session failed: a rank crashed, hung past the process group's timeout,
+    or ran other code. Every later collective of the session raises it at once (one timeout paid,
+    not one per test)."""
+
+
 class RankEnvironmentError(ValueError):
     """torchrun's variables are present but unusable (the message names the variable and value)."""
 
@@ -44,6 +50,8 @@ class Ranks:
     ``rank``/``world_size``: global; ``local_rank``/``local_world_size``: on this node (the device
     index on CUDA: ``cuda:LOCAL_RANK``); ``master``: ``MASTER_ADDR:MASTER_PORT`` (for messages).
     ``owns_group``: :meth:`start` created the default process group (and :meth:`stop` destroys it).
+    ``broken``: why a collective failed (None: none did); after that every collective raises
+    :class:`DistributedFault` at once.
     """
 
     rank: int
@@ -52,6 +60,8 @@ class Ranks:
     local_world_size: int = 1
     master: str = ""
     owns_group: bool = field(default=False, compare=False)
+    broken: str | None = field(default=None, compare=False)
+    timeout_s: float | None = field(default=None, compare=False)  # set when start() made the group
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Ranks | None":
@@ -114,6 +124,7 @@ class Ranks:
 
             torch.cuda.set_device(self.local_rank)
             backend = "nccl"
+        self.timeout_s = timeout_s
         try:
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
         except Exception as exc:  # noqa: BLE001 - said once, with where it was
@@ -135,15 +146,15 @@ class Ranks:
         """Wait for every rank (nothing when the default process group is gone or was never made)."""
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()
+        if dist.is_available() and dist.is_initialized() and self.broken is None:
+            self._collective("barrier", dist.barrier)
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (picklable), in rank order, on every rank (``all_gather_object``)."""
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        self._collective("all_gather_object", lambda: dist.all_gather_object(out, obj))
         return out
 
     def broadcast(self, obj: Any) -> Any:
@@ -151,7 +162,7 @@ class Ranks:
         import torch.distributed as dist
 
         box = [obj if self.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0)
+        self._collective("broadcast_object_list", lambda: dist.broadcast_object_list(box, src=0))
         return box[0]
 
     def decide(self, local: bool) -> bool:
@@ -171,5 +182,29 @@ class Ranks:
         if dist.get_backend() == "nccl":
             device = f"cuda:{torch.cuda.current_device()}"
         t = torch.tensor(values, dtype=torch.int64, device=device)
-        dist.broadcast(t, src=0)
+        self._collective("broadcast", lambda: dist.broadcast(t, src=0))
         return [int(v) for v in t.tolist()]
+
+    def _collective(self, name: str, op: Any) -> Any:
+        """Run the collective ``op()``; when it fails (a rank crashed or hung past the timeout),
+        record why in :attr:`broken`, with the rank that did not answer where it can be told
+        (:meth:`_missing_ranks`), and raise :class:`DistributedFault`. Raises it at once when an
+        earlier collective failed."""
+        if self.broken is not None:
+            raise DistributedFault(f"not measured in step: an earlier collective failed: {self.broken}")
+        try:
+            return op()
+        except Exception as exc:  # noqa: BLE001 - the collective's own error, kept in the message
+            within = f" (process group timeout {self.timeout_s:g} s)" if self.timeout_s is not None else ""
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            self.broken = (f"rank {self.rank} of {self.world_size}: {name} failed{within}, a rank crashed or hung: "
+                           f"{type(exc).__name__}: {first}"
+                           + self._missing_ranks())
+            raise DistributedFault(self.broken) from exc
+
+    def _missing_ranks(self) -> str:
+        """Which rank did not answer, where it can be told: with two ranks, the other one (empty
+        otherwise; torchrun's own report names a rank that exited)."""
+        if self.world_size != 2:
+            return ""
+        return f"; rank {1 - self.rank} did not answer (crashed, hung, or still running)"

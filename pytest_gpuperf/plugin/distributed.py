@@ -70,7 +70,7 @@ class DistributedSession:
         """After the plugin's own verdict (an inner hook): the ranks agree on the call's outcome."""
         outcome = yield
         report = outcome.get_result()
-        if report.when != "call":
+        if report.when != "call" or self.ranks.broken is not None:  # a failed collective: no more waiting
             return
         from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
 
@@ -93,7 +93,13 @@ class DistributedSession:
 
         torchrun stops every rank as soon as one exits non-zero, so no rank leaves before rank 0
         wrote its summary, reports and history (they are written at session finish)."""
+        from pytest_gpuperf.measure.distributed import DistributedFault
+
         try:
             self.ranks.barrier()
+        except DistributedFault as exc:  # a rank never reached the end: say so, the exit code says the rest
+            import sys
+
+            sys.stderr.write(f"pytest-gpuperf under torchrun: {exc}\n")
         finally:
             self.ranks.stop()

@@ -388,6 +388,20 @@ class InProcess(Measuring):
     """A timed process: measured here, under pytest-xdist one worker at a time per device."""
 
     def measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
+        if self.context.ranks is None:
+            return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
+        from pytest_gpuperf.measure.distributed import DistributedFault
+
+        try:
+            return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
+        except DistributedFault as exc:
+            fault = exc
+        if self.context.fail is not None:  # a rank crashed or hung: the reason once, without the collective's traceback
+            self.context.fail(f"{self._full_id(bid)}: {fault}")
+        raise fault
+
+    def _measure_locked(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
+                        calls_per_round=None) -> BenchResult:
         if self.context.device_lock is None:
             return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
         with self.context.device_lock():  # pytest-xdist: never let two workers time the same device at once

@@ -417,7 +417,8 @@ class GpuPerfSession:
         if self.settings.updating:
             # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).
             # under torchrun rank 0 alone writes (the verdict is agreed after this hook: plugin.distributed)
-            writer = self.settings.ranks is None or self.settings.ranks.is_writer
+            ranks = self.settings.ranks  # never from a run where a collective failed (a rank crashed or hung)
+            writer = ranks is None or (ranks.is_writer and ranks.broken is None)
             problem = (("baseline not updated: " + "\n".join(messages)) if messages
                        else write_baselines(self, item) if writer else None)
             if problem:
