@@ -320,12 +320,13 @@ CUDA_WARMUP_CHUNK_S = 5e-3
 
 
 def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None, warmup_time: float,
-                 warmup_calls: int | None, sync: Callable[[], None], clock: Clock = time.perf_counter_ns
-                 ) -> CudaWarmup:
+                 warmup_calls: int | None, sync: Callable[[], None], clock: Clock = time.perf_counter_ns,
+                 lockstep: Lockstep | None = None) -> CudaWarmup:
     """Warm up on CUDA: two lone synchronized calls (wall and event time of one call), then calls
     back to back, each between an event pair, synchronized once per chunk of about
     :data:`CUDA_WARMUP_CHUNK_S`, until ``warmup_time`` (at least :data:`MIN_WARMUP_CALLS` calls) or
-    ``warmup_calls`` calls in all."""
+    ``warmup_calls`` calls in all. Under a ``lockstep`` every rank makes rank 0's chunks and stops
+    when rank 0 does."""
     import torch
 
     def events() -> tuple[Any, Any]:
@@ -348,13 +349,16 @@ def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
         lone_event.append(max(start.elapsed_time(end) / 1e3, 1e-9))
     calls = 2
     chunk = max(1, int(CUDA_WARMUP_CHUNK_S / lone_wall[-1]))
+    if lockstep is not None:
+        chunk = lockstep.choose(chunk)
     per_call: list[float] = []
     device: list[float] = []
 
     def more() -> bool:
         if warmup_calls is not None:
             return calls < warmup_calls
-        return calls < MIN_WARMUP_CALLS or (clock() - t0) / 1e9 < warmup_time
+        going = calls < MIN_WARMUP_CALLS or (clock() - t0) / 1e9 < warmup_time
+        return going if lockstep is None else not lockstep.decide(not going)
 
     while more():
         n = chunk if warmup_calls is None else min(chunk, warmup_calls - calls)
@@ -455,8 +459,8 @@ def measure(
     :class:`pytest_gpuperf.measure.probe.Probe` or any callable; None: none) is timed interleaved with
     the rounds, with the rounds' clock (``Timing.probe_ms``, see the module doc). ``lockstep``
     (under torchrun, a :class:`Lockstep`): every rank makes rank 0's warmup calls, calls per round
-    and rounds (CPU; on CUDA the rounds, blocks and calls per round; the CUDA warmup is not yet in
-    step). Exceptions from ``fn`` (or ``probe``) propagate unchanged.
+    and rounds (on CUDA also its warmup chunks, blocks of rounds and timing loop). Exceptions from
+    ``fn`` (or ``probe``) propagate unchanged.
     """
     if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
                                         or calls_per_round < 1 or (setup is not None and calls_per_round > 1)):
@@ -572,12 +576,15 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
         if options.cuda_graph:
             return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress,
-                                       clock, calls_per_round, probe)
-        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock)
+                                       clock, calls_per_round, probe, lockstep)
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock, lockstep)
         n_warm, value = w.calls, w.value
-        if off_stream(w.wall_s, w.event_s):
+        wall_timed = off_stream(w.wall_s, w.event_s)
+        if lockstep is not None:  # rank 0 says which loop every rank runs
+            wall_timed = bool(lockstep.choose(int(wall_timed)))
+        if wall_timed:
             return _measure_wall_synchronized(fn, args, kwargs, options, setup, rounds, progress, clock, sync,
-                                              n_warm, value, w.wall_s, w.event_s, device)
+                                              n_warm, value, w.wall_s, w.event_s, device, lockstep)
         # a call's time back to back: events see the device time, or the launch spacing when the
         # host is slower (the synchronized wall time of a lone call adds ~10-20 µs of overhead)
         est = min(w.per_call_s, w.device_s) if setup is None and not options.flush_l2 else w.per_call_s
@@ -637,10 +644,10 @@ def off_stream(wall_s: float, event_s: float) -> bool:
 
 
 def _measure_wall_synchronized(fn, args, kwargs, options, setup, rounds, progress, clock, sync, n_warm, value,
-                               wall_s, event_s, device) -> Timing:
+                               wall_s, event_s, device, lockstep: Lockstep | None = None) -> Timing:
     """Rounds of one call each, timed by the host clock between device-wide synchronizations:
     for work that CUDA events on the current stream cannot see (see :func:`off_stream`)."""
-    loop = _RoundLoop(options, rounds, progress, clock)
+    loop = _RoundLoop(options, rounds, progress, clock, lockstep)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
@@ -747,7 +754,7 @@ def cuda_calls_per_round(est_s: float, *, setup_given: bool, flush_l2: bool,
 
 def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
                         clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                        probe: Callable[[], Any] | None = None) -> Timing:
+                        probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
     """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
     import torch
 
@@ -755,13 +762,15 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
-        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock)
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock, lockstep)
         n_warm, value = w.calls, w.value
         est = min(w.per_call_s, w.device_s) if setup is None else w.per_call_s
     torch.cuda.current_stream(device).wait_stream(side)
     sync()
     cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
                                calls_per_round=calls_per_round)
+    if lockstep is not None:
+        cpr = lockstep.choose(cpr)
     graph = torch.cuda.CUDAGraph()
     # the captured calls use what setup returns, as the warmup's calls did (replays reuse those
     # tensors: a per-round setup may only refill them in place)
@@ -779,11 +788,11 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     if probe is not None and flush is None:
         graph.replay()  # untimed: the probe's warmup evicted the L2 (see _measure_cuda)
     block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-    loop = _RoundLoop(options, rounds, progress, clock)
+    loop = _RoundLoop(options, rounds, progress, clock, lockstep)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
-            n = min(block, max(1, loop.remaining(len(samples))))
+            n = loop.agree(min(block, max(1, loop.remaining(len(samples)))))
             pairs = []
             for _ in range(n):
                 if setup is not None:

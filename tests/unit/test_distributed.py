@@ -185,3 +185,38 @@ def test_without_a_lockstep_the_loop_decides_alone() -> None:
     t = m.measure(lambda: None, (), {}, options=BenchOptions(max_time=0.02, min_rounds=3, target_precision=0.0),
                   device="cpu")
     assert t.rounds >= 3 and t.rounds != 7
+
+
+class Recording:
+    """A lockstep that passes this rank's own decisions through and records every question
+    (what a rank 0 does): the CUDA loops must ask the same questions in the same order on every rank."""
+
+    def __init__(self) -> None:
+        self.questions: list[tuple[str, object]] = []
+
+    def decide(self, local: bool) -> bool:
+        self.questions.append(("decide", local))
+        return local
+
+    def choose(self, local: int) -> int:
+        self.questions.append(("choose", local))
+        return local
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_the_cuda_loops_ask_rank_0_for_warmup_calls_per_round_and_blocks(monkeypatch: pytest.MonkeyPatch,
+                                                                         cuda_graph: bool) -> None:
+    import torch
+
+    from pytest_gpuperf.measure import timing
+    from pytest_gpuperf.testing import SimulatedCuda
+
+    sim = SimulatedCuda(devices=2).install(monkeypatch)
+    lock = Recording()
+    t = timing.Measurer(clock=sim.clock).measure(lambda: sim.kernel(ms=1.0), (), {}, device=torch.device("cuda", 1),
+                                                 options=BenchOptions(max_time=0.2, cuda_graph=cuda_graph),
+                                                 lockstep=lock)
+    kinds = [k for k, _ in lock.questions]
+    assert kinds.count("choose") >= 2 and "decide" in kinds  # warmup chunk, calls per round (and blocks)
+    assert [v for k, v in lock.questions if k == "decide"][-1] is True  # the last question stopped the rounds
+    assert t.rounds >= 1 and all(s == pytest.approx(1.0, rel=0.05) for s in t.samples_ms)
