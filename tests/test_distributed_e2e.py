@@ -51,7 +51,8 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     entry = stored["benchmarks"]["test_local"]
     assert len(entry["history"]) == 1  # one writer: rank 0
     assert entry["ranks"]["world_size"] == 2 and len(entry["ranks"]["medians_ms"]) == 2
-    assert update.stdout.str().count("gpuperf: 2 benchmark(s)") == 1  # the summary: rank 0 only
+    header = "gpuperf: 2 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
+    assert update.stdout.str().count(header) == 1  # the summary: rank 0 only
 
     rerun = torchrun(pytester, "--gpuperf")
     assert rerun.ret == 0, rerun.stdout.str()
