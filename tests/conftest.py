@@ -104,7 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
 #: tests stay together (their module-scoped recordings are made once). The order changes no outcome.
 SLOW_FIRST = (
     "test_bisect_e2e.py", "test_simulated_cuda_e2e.py", "test_why_e2e.py", "test_ab_confirm_e2e.py",
-    "test_replicates_e2e.py", "test_ci_reports.py", "test_ab_e2e.py", "test_benchmark_compat.py",
+    "test_replicates_e2e.py", "test_ci_reports.py", "test_ab_e2e.py", "test_distributed_e2e.py",
+    "test_benchmark_compat.py",
     "test_extras_process_e2e.py", "test_user_rough_edges.py",
 )
 

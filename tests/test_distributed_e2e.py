@@ -15,7 +15,8 @@ import pytest
 
 from scripted import script_timings, set_timings
 
-pytest.importorskip("torch.distributed")
+dist = pytest.importorskip("torch.distributed")
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available in this torch build")
 
 BENCHES = """
 import pytest
