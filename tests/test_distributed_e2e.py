@@ -95,13 +95,19 @@ def pytest_collection_modifyitems(config, items):
     assert out.count(message) == 2, out
 
 
-def test_a_hung_rank_fails_the_benchmark_within_the_timeout_and_writes_no_baseline(pytester: pytest.Pytester) -> None:
-    """Rank 1 hangs in a benchmark: rank 0's collective times out (the suite's own process group,
-    5 s), its test fails naming rank 1, later benchmarks fail at once instead of waiting again, no
-    baseline is written, and torchrun's exit code is non-zero."""
+def test_a_failed_or_hung_rank_fails_the_benchmark_everywhere_and_writes_no_baseline(pytester: pytest.Pytester) -> None:
+    """An update run. A test that fails after measuring on rank 1 only fails on both ranks naming
+    rank 1, and rank 0 writes no baseline for it. Then rank 1 hangs in a benchmark: rank 0's
+    collective times out (the suite's own process group, 5 s), its test fails naming rank 1, later
+    benchmarks fail at once instead of waiting again, and torchrun's exit code is non-zero."""
     pytester.makepyfile(test_d="""
 import os, time
 import pytest
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_fails_on_rank_1(gpu_bench):
+    gpu_bench(lambda: None)
+    assert os.environ["RANK"] != "1", "rank 1's own check"
 
 @pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
 def test_hangs(gpu_bench):
@@ -121,6 +127,7 @@ def pytest_configure(config):  # the suite's own process group: the plugin uses 
     result = torchrun(pytester, "--gpuperf-update-baselines")
     out = result.stdout.str()
     assert result.ret != 0
+    assert out.count("rank 1 failed: ") >= 2 and "rank 1's own check" in out, out  # on both ranks
     assert re.search(r"test_d\.py::test_hangs: rank 0 of 2: broadcast failed, a rank crashed or hung: .*; rank 1 did "
                      r"not answer", out), out
     assert "test_d.py::test_after: not measured in step: an earlier collective failed" in out, out

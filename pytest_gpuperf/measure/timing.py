@@ -349,8 +349,7 @@ def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
         lone_event.append(max(start.elapsed_time(end) / 1e3, 1e-9))
     calls = 2
     chunk = max(1, int(CUDA_WARMUP_CHUNK_S / lone_wall[-1]))
-    if lockstep is not None:
-        chunk = lockstep.choose(chunk)
+    chunk = lockstep.choose(chunk) if lockstep is not None else chunk
     per_call: list[float] = []
     device: list[float] = []
 
@@ -375,13 +374,14 @@ def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
         per_call.append(max(clock() - s, 1) / 1e9 / n)
         device.extend(max(x.elapsed_time(y) / 1e3, 1e-9) for x, y in pairs)
         calls += n
+    return CudaWarmup(calls, lone_wall[-1], lone_event[-1], _later_median(per_call, lone_wall[-1]),
+                      _later_median(device, lone_event[-1]), value)
 
-    def later_median(xs: list[float], default: float) -> float:
-        late = sorted(xs[len(xs) // 2:])
-        return late[len(late) // 2] if late else default
 
-    return CudaWarmup(calls, lone_wall[-1], lone_event[-1], later_median(per_call, lone_wall[-1]),
-                      later_median(device, lone_event[-1]), value)
+def _later_median(xs: list[float], default: float) -> float:
+    """The median of the later half of ``xs`` (steady state: first calls are cold), else ``default``."""
+    late = sorted(xs[len(xs) // 2:])
+    return late[len(late) // 2] if late else default
 
 
 #: Probe calls made (untimed, after the benchmark's warmup) to warm the probe up and estimate its time.

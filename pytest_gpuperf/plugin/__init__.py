@@ -102,9 +102,11 @@ def pytest_configure(config: pytest.Config) -> None:
     ranks = session.settings.ranks  # under torchrun (WORLD_SIZE > 1): rank 0 alone reports and writes
     writer = ranks is None or ranks.is_writer
     if ranks is not None:
-        from pytest_gpuperf.plugin.distributed import DistributedSession
+        from pytest_gpuperf.plugin.distributed import DistributedSession, RaisedOnAnyRank
 
-        config.pluginmanager.register(DistributedSession(session.settings, ranks), "gpuperf-distributed")
+        distributed = DistributedSession(session.settings, ranks)
+        config.pluginmanager.register(distributed, "gpuperf-distributed")
+        config.pluginmanager.register(RaisedOnAnyRank(distributed), "gpuperf-distributed-raised")
     if session.settings.worker_id is None and writer:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
     if ReportWriter.wanted(session.settings) and writer:

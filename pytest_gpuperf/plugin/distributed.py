@@ -10,10 +10,10 @@ Its hooks:
 * collection finish: every rank must run the same tests in the same order (one
   ``all_gather_object`` of the node ids); a mismatch is one usage error naming the first differing
   test and the ranks, not a hang in the first benchmark's collectives;
-* each test's call report: one ``all_gather_object`` of the ranks' outcomes, and every rank
-  reports the one agreed outcome (:func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`):
-  rank 0 judges, and a test that raised on another rank fails everywhere, naming it. So exit codes
-  agree.
+* each test's call report, twice: before the plugin's verdict (:class:`RaisedOnAnyRank`: a test
+  that raised on any rank fails on every rank, naming it, so no baseline is written for it), and
+  after it (every rank reports rank 0's verdict:
+  :func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`). So exit codes agree.
 
 Rank 0 alone writes baselines, reports and history (:mod:`pytest_gpuperf.plugin` registers the
 writers there only; :mod:`pytest_gpuperf.plugin.session` writes baselines on rank 0).
@@ -67,17 +67,23 @@ class DistributedSession:
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-        """After the plugin's own verdict (an inner hook): the ranks agree on the call's outcome."""
+        """After the plugin's own verdict (this wrapper is outside the session's): the ranks agree on
+        the call's outcome, rank 0's verdict for all (:func:`_agree`)."""
         outcome = yield
         report = outcome.get_result()
-        if report.when != "call" or self.ranks.broken is not None:  # a failed collective: no more waiting
+        if report.when == "call":
+            self._agree(report, call)
+
+    def _agree(self, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
+        """One ``all_gather_object`` of the ranks' outcomes, and this rank's report made the agreed
+        one (:func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`); nothing once a collective failed."""
+        if self.ranks.broken is not None:  # a rank crashed or hung: no more waiting
             return
         from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
 
         raised = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
         text = str(report.longrepr)[-TEXT_TAIL:] if report.longrepr is not None and not report.passed else ""
-        mine = RankOutcome(report.outcome, raised, text)
-        agreed, why = agreed_outcome(self.ranks.gather(mine))
+        agreed, why = agreed_outcome(self.ranks.gather(RankOutcome(report.outcome, raised, text)))
         if agreed == report.outcome:
             return
         if agreed == "failed":
@@ -86,6 +92,7 @@ class DistributedSession:
         elif agreed == "passed":  # rank 0 judged it passed: this rank's own verdict does not count
             report.outcome, report.longrepr = "passed", None
         # rank 0 skipped but this rank did not: keep this rank's own (the test ran here)
+
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -103,3 +110,19 @@ class DistributedSession:
             sys.stderr.write(f"pytest-gpuperf under torchrun: {exc}\n")
         finally:
             self.ranks.stop()
+
+
+class RaisedOnAnyRank:
+    """Before the plugin's verdict and baseline writing (a wrapper inside the session's): a test
+    that raised on any rank fails on every rank first, so rank 0 writes no baseline for a benchmark
+    whose test failed on another rank. Registered beside :class:`DistributedSession`."""
+
+    def __init__(self, session: DistributedSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "call":
+            self.session._agree(report, call)  # before any verdict: only a rank that raised fails the others
