@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -134,11 +135,11 @@ class ScriptedMeasurer(Measurer):
         self.probe_calls += 1
 
     def measure(self, fn, args, kwargs, *, options, device, setup=None, rounds=None, warmup_calls=None,
-                progress=None, calls_per_round=None, probe=None):
+                progress=None, calls_per_round=None, probe=None, lockstep=None):
         probe = self._probe if probe is not None and self.probe_script is not None else None
         return measure(self._timed(fn), args, kwargs, options=options, device="cpu", setup=setup, rounds=rounds,
                        warmup_calls=warmup_calls, progress=progress, clock=self.fake,
-                       calls_per_round=calls_per_round, probe=probe)
+                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep)
 
     def once(self, fn, args, kwargs, device):
         return time_once(self._timed(fn), args, kwargs, "cpu", clock=self.fake)
@@ -175,9 +176,17 @@ class ScriptedMeasurer(Measurer):
         (cores used by other processes while it ran); ``"process_factors"``: ``[f0, f1, ...]``, in
         replicate worker process k (``slot`` ``(k, P)``, the process's role) every time is f_k times longer (a
         process-level speed mode). In a worker, the noise seed is offset by 1000 k, so each process
-        draws its own noise. ``"ops"``: scripted op profiles (:meth:`profile_ops`)."""
+        draws its own noise. ``"rank_factors"``: ``[f0, f1, ...]``, under ``torchrun`` rank r (its
+        ``RANK``) takes f_r times longer, and each rank draws its own noise (seed offset by 100 r): a
+        straggler rank. ``"ops"``: scripted op profiles (:meth:`profile_ops`)."""
         probe = spec.get("probe")
         machine = _machine_of(spec.get("machine"))
+        rank = int(os.environ.get("RANK", "0") or 0) if os.environ.get("WORLD_SIZE") else 0
+        if spec.get("rank_factors"):
+            rf, inner_m = float(spec["rank_factors"][rank % len(spec["rank_factors"])]), machine
+            machine = (lambda i: rf * inner_m(i)) if inner_m is not None else (lambda _i: rf)
+        if rank and "sequence" not in spec:
+            spec = dict(spec, seed=int(spec.get("seed", 0)) + 100 * rank)
         load = spec.get("host_load")
         k = slot[0] if slot and slot[0] >= 0 else 0  # the extras process (k < 0) times nothing
         factors = spec.get("process_factors")

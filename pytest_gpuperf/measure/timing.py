@@ -41,7 +41,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.stats import ci_half_width_fraction
@@ -51,6 +51,11 @@ MIN_WARMUP_CALLS = 3
 #: CPU: a timed round lasts at least this long (s). Reading perf_counter_ns took ~61 ns here
 #: (2-core EPYC VM, 20 x 200,000 reads); two reads per round are ~0.12% of 100 µs.
 CPU_MIN_ROUND_S = 100e-6
+#: Under torchrun (a lockstep), the CPU loop asks rank 0 whether to stop about once per this many
+#: seconds of rounds (each ask is a broadcast: ~0.4 ms with gloo on a loaded 2-core VM), at most
+#: every :data:`LOCKSTEP_MAX_EVERY` rounds; the rounds in between are decided by their count alone.
+LOCKSTEP_EVERY_S = 5e-3
+LOCKSTEP_MAX_EVERY = 100
 #: CUDA: calls shorter than this (s) are batched per event pair (events resolve ~0.5 µs). Each
 #: round costs the host an event pair and the loop around it: measured on an H200 (torch 2.11,
 #: 2026-11-26), a 2^10-element add timed 10.1 µs per call with 20 µs rounds, 6.8 µs with 2 ms
@@ -168,13 +173,27 @@ def prepare_call(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
     raise TypeError("setup must return None or a tuple (args, kwargs)")
 
 
+class Lockstep(Protocol):
+    """What keeps the ranks of a ``torchrun`` session in step while they time one benchmark
+    (:class:`pytest_gpuperf.measure.distributed.Ranks`): rank 0's decision and numbers, on every rank.
+    Each call is a collective, so every rank makes the same calls in the same order."""
+
+    def decide(self, local: bool) -> bool: ...
+
+    def choose(self, local: int) -> int: ...
+
+
 class _RoundLoop:
-    """Decides when to stop timing rounds (shared by both backends)."""
+    """Decides when to stop timing rounds (shared by both backends). With a ``lockstep`` (under
+    torchrun) rank 0's decision is every rank's, sent before each round or block of rounds: the
+    rounds stay aligned and the collective is the barrier before each timed block, never inside it."""
 
     def __init__(self, options: BenchOptions, fixed_rounds: int | None, progress: Progress | None = None,
-                 clock: Clock = time.perf_counter_ns) -> None:
+                 clock: Clock = time.perf_counter_ns, lockstep: Lockstep | None = None) -> None:
         import scipy.stats  # noqa: F401  (imported here so its import never eats the time budget)
 
+        self.lockstep = lockstep
+        self.every = 1  # under a lockstep: ask rank 0 every this many rounds (the same on every rank)
         self.o = options
         self.fixed = fixed_rounds
         self.clock = clock
@@ -188,6 +207,25 @@ class _RoundLoop:
         return self.clock() / 1e9
 
     def done(self, samples: list[float]) -> bool:
+        """Whether to stop timing. Under a lockstep, what the round count decides (fixed rounds,
+        ``max_rounds``, ``min_rounds``) is decided on every rank alike, and the rest (the time
+        budget, the precision) is rank 0's answer, asked every :attr:`every` rounds."""
+        if self.lockstep is None:
+            return self._done(samples)
+        n = len(samples)
+        if self.fixed is not None:
+            return n >= self.fixed
+        if n >= self.o.max_rounds:
+            return True
+        if n < self.o.min_rounds or (n - self.o.min_rounds) % self.every:
+            return False
+        return self.lockstep.decide(self._done(samples))
+
+    def agree(self, n: int) -> int:
+        """``n`` (a block's rounds), rank 0's under a lockstep."""
+        return n if self.lockstep is None else self.lockstep.choose(n)
+
+    def _done(self, samples: list[float]) -> bool:
         n = len(samples)
         if self.progress is not None and n and self.now() >= self.next_progress:
             import statistics
@@ -223,8 +261,10 @@ def _warmup(
     warmup_calls: int | None,
     sync: Callable[[], None],
     clock: Clock = time.perf_counter_ns,
+    lockstep: Lockstep | None = None,
 ) -> tuple[int, float, Any]:
-    """Warm up; return (calls made, estimated seconds per call, last return value)."""
+    """Warm up; return (calls made, estimated seconds per call, last return value). Under a
+    ``lockstep`` every rank makes rank 0's number of calls."""
     calls, value = 0, None
     t0 = clock()
     per_call: list[float] = []
@@ -240,9 +280,12 @@ def _warmup(
 
     while True:
         if warmup_calls is not None:
-            if calls >= warmup_calls:
-                break
-        elif calls >= MIN_WARMUP_CALLS and (clock() - t0) / 1e9 >= warmup_time:
+            stop = calls >= warmup_calls
+        else:
+            stop = calls >= MIN_WARMUP_CALLS and (clock() - t0) / 1e9 >= warmup_time
+        if lockstep is not None and warmup_calls is None:
+            stop = lockstep.decide(stop)
+        if stop:
             break
         value = timed_call()
         calls += 1
@@ -277,12 +320,13 @@ CUDA_WARMUP_CHUNK_S = 5e-3
 
 
 def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup | None, warmup_time: float,
-                 warmup_calls: int | None, sync: Callable[[], None], clock: Clock = time.perf_counter_ns
-                 ) -> CudaWarmup:
+                 warmup_calls: int | None, sync: Callable[[], None], clock: Clock = time.perf_counter_ns,
+                 lockstep: Lockstep | None = None) -> CudaWarmup:
     """Warm up on CUDA: two lone synchronized calls (wall and event time of one call), then calls
     back to back, each between an event pair, synchronized once per chunk of about
     :data:`CUDA_WARMUP_CHUNK_S`, until ``warmup_time`` (at least :data:`MIN_WARMUP_CALLS` calls) or
-    ``warmup_calls`` calls in all."""
+    ``warmup_calls`` calls in all. Under a ``lockstep`` every rank makes rank 0's chunks and stops
+    when rank 0 does."""
     import torch
 
     def events() -> tuple[Any, Any]:
@@ -305,13 +349,15 @@ def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
         lone_event.append(max(start.elapsed_time(end) / 1e3, 1e-9))
     calls = 2
     chunk = max(1, int(CUDA_WARMUP_CHUNK_S / lone_wall[-1]))
+    chunk = lockstep.choose(chunk) if lockstep is not None else chunk
     per_call: list[float] = []
     device: list[float] = []
 
     def more() -> bool:
         if warmup_calls is not None:
             return calls < warmup_calls
-        return calls < MIN_WARMUP_CALLS or (clock() - t0) / 1e9 < warmup_time
+        going = calls < MIN_WARMUP_CALLS or (clock() - t0) / 1e9 < warmup_time
+        return going if lockstep is None else not lockstep.decide(not going)
 
     while more():
         n = chunk if warmup_calls is None else min(chunk, warmup_calls - calls)
@@ -328,13 +374,14 @@ def _warmup_cuda(fn: Callable[..., Any], args: tuple, kwargs: dict, setup: Setup
         per_call.append(max(clock() - s, 1) / 1e9 / n)
         device.extend(max(x.elapsed_time(y) / 1e3, 1e-9) for x, y in pairs)
         calls += n
+    return CudaWarmup(calls, lone_wall[-1], lone_event[-1], _later_median(per_call, lone_wall[-1]),
+                      _later_median(device, lone_event[-1]), value)
 
-    def later_median(xs: list[float], default: float) -> float:
-        late = sorted(xs[len(xs) // 2:])
-        return late[len(late) // 2] if late else default
 
-    return CudaWarmup(calls, lone_wall[-1], lone_event[-1], later_median(per_call, lone_wall[-1]),
-                      later_median(device, lone_event[-1]), value)
+def _later_median(xs: list[float], default: float) -> float:
+    """The median of the later half of ``xs`` (steady state: first calls are cold), else ``default``."""
+    late = sorted(xs[len(xs) // 2:])
+    return late[len(late) // 2] if late else default
 
 
 #: Probe calls made (untimed, after the benchmark's warmup) to warm the probe up and estimate its time.
@@ -399,6 +446,7 @@ def measure(
     clock: Clock = time.perf_counter_ns,
     calls_per_round: int | None = None,
     probe: Callable[[], Any] | None = None,
+    lockstep: Lockstep | None = None,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
@@ -409,7 +457,9 @@ def measure(
     (rounds done, elapsed s, current median ms). ``clock`` (ns) times CPU rounds and every time
     budget (warmup, ``max_time``); CUDA rounds are timed with CUDA events. ``probe`` (a
     :class:`pytest_gpuperf.measure.probe.Probe` or any callable; None: none) is timed interleaved with
-    the rounds, with the rounds' clock (``Timing.probe_ms``, see the module doc). Exceptions from
+    the rounds, with the rounds' clock (``Timing.probe_ms``, see the module doc). ``lockstep``
+    (under torchrun, a :class:`Lockstep`): every rank makes rank 0's warmup calls, calls per round
+    and rounds (on CUDA also its warmup chunks, blocks of rounds and timing loop). Exceptions from
     ``fn`` (or ``probe``) propagate unchanged.
     """
     if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
@@ -417,9 +467,9 @@ def measure(
         raise ValueError(f"calls_per_round={calls_per_round!r}: expected an integer >= 1 (1 with a setup function)")
     if getattr(device, "type", "cpu") == "cuda":
         return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress, clock,
-                             calls_per_round, probe)
+                             calls_per_round, probe, lockstep)
     return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress, clock, calls_per_round,
-                        probe)
+                        probe, lockstep)
 
 
 class Measurer:
@@ -461,12 +511,14 @@ class Measurer:
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
                 setup: Setup | None = None, rounds: int | None = None, warmup_calls: int | None = None,
                 progress: Progress | None = None, calls_per_round: int | None = None,
-                probe: Callable[[], Any] | None = None) -> Timing:
+                probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
         """Warm up and time rounds of ``fn`` (see :func:`measure`); per-call times in ms. ``probe``:
-        a machine-speed probe timed interleaved with the rounds (``Timing.probe_ms``; None: none)."""
+        a machine-speed probe timed interleaved with the rounds (``Timing.probe_ms``; None: none);
+        ``lockstep``: under torchrun, what keeps the ranks' rounds aligned (a backend whose
+        ``measure`` has no ``lockstep`` keyword cannot time under torchrun)."""
         return measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
                        warmup_calls=warmup_calls, progress=progress, clock=self.clock,
-                       calls_per_round=calls_per_round, probe=probe)
+                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep)
 
     def once(self, fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
         """Smoke mode: one synchronized call (see :func:`time_once`)."""
@@ -475,10 +527,13 @@ class Measurer:
 
 def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress=None,
                  clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                 probe: Callable[[], Any] | None = None) -> Timing:
-    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_calls, lambda: None, clock)
+                 probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
+    n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_calls, lambda: None, clock,
+                                 lockstep)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
     cpr = calls_per_round or cpr
+    if lockstep is not None and calls_per_round is None:
+        cpr = lockstep.choose(cpr)
     every = probe_every(_probe_estimate_s(probe, lambda: None, clock), est * cpr) if probe is not None else 1
     probes: list[float] = []
 
@@ -488,7 +543,9 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
         probe()
         probes.append(max(clock() - t0, 1) / 1e6)
 
-    loop = _RoundLoop(options, rounds, progress, clock)
+    loop = _RoundLoop(options, rounds, progress, clock, lockstep)
+    if lockstep is not None:  # rank 0's: ask it about once per LOCKSTEP_EVERY_S of rounds
+        loop.every = lockstep.choose(max(1, min(LOCKSTEP_MAX_EVERY, math.ceil(LOCKSTEP_EVERY_S / (est * cpr)))))
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
@@ -512,35 +569,40 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
 
 def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
                   clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                  probe: Callable[[], Any] | None = None) -> Timing:
+                  probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
     import torch
 
     with torch.cuda.device(device):
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
         if options.cuda_graph:
             return _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress,
-                                       clock, calls_per_round, probe)
-        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock)
+                                       clock, calls_per_round, probe, lockstep)
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock, lockstep)
         n_warm, value = w.calls, w.value
-        if off_stream(w.wall_s, w.event_s):
+        wall_timed = off_stream(w.wall_s, w.event_s)
+        if lockstep is not None:  # rank 0 says which loop every rank runs
+            wall_timed = bool(lockstep.choose(int(wall_timed)))
+        if wall_timed:
             return _measure_wall_synchronized(fn, args, kwargs, options, setup, rounds, progress, clock, sync,
-                                              n_warm, value, w.wall_s, w.event_s, device)
+                                              n_warm, value, w.wall_s, w.event_s, device, lockstep)
         # a call's time back to back: events see the device time, or the launch spacing when the
         # host is slower (the synchronized wall time of a lone call adds ~10-20 µs of overhead)
         est = min(w.per_call_s, w.device_s) if setup is None and not options.flush_l2 else w.per_call_s
         cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
                                    calls_per_round=calls_per_round)
+        if lockstep is not None:
+            cpr = lockstep.choose(cpr)
         flush = _l2_flusher(device) if options.flush_l2 else None
         prober = _CudaProber(probe, sync, clock, est * cpr)
         if probe is not None and flush is None:  # the probe's warmup evicted the L2: re-warm (see below)
             ra, rk = prepare_call(fn, args, kwargs, setup)
             fn(*ra, **rk)
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-        loop = _RoundLoop(options, rounds, progress, clock)
+        loop = _RoundLoop(options, rounds, progress, clock, lockstep)
         samples: list[float] = []
         with gc_disabled():
             while not loop.done(samples):
-                n = min(block, max(1, loop.remaining(len(samples))))
+                n = loop.agree(min(block, max(1, loop.remaining(len(samples)))))
                 pairs = []
                 for _ in range(n):
                     a, k = prepare_call(fn, args, kwargs, setup)
@@ -582,10 +644,10 @@ def off_stream(wall_s: float, event_s: float) -> bool:
 
 
 def _measure_wall_synchronized(fn, args, kwargs, options, setup, rounds, progress, clock, sync, n_warm, value,
-                               wall_s, event_s, device) -> Timing:
+                               wall_s, event_s, device, lockstep: Lockstep | None = None) -> Timing:
     """Rounds of one call each, timed by the host clock between device-wide synchronizations:
     for work that CUDA events on the current stream cannot see (see :func:`off_stream`)."""
-    loop = _RoundLoop(options, rounds, progress, clock)
+    loop = _RoundLoop(options, rounds, progress, clock, lockstep)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
@@ -692,7 +754,7 @@ def cuda_calls_per_round(est_s: float, *, setup_given: bool, flush_l2: bool,
 
 def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
                         clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                        probe: Callable[[], Any] | None = None) -> Timing:
+                        probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
     """Capture ``calls_per_round`` calls in one CUDA graph on a side stream and time replays."""
     import torch
 
@@ -700,13 +762,15 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
-        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock)
+        w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock, lockstep)
         n_warm, value = w.calls, w.value
         est = min(w.per_call_s, w.device_s) if setup is None else w.per_call_s
     torch.cuda.current_stream(device).wait_stream(side)
     sync()
     cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
                                calls_per_round=calls_per_round)
+    if lockstep is not None:
+        cpr = lockstep.choose(cpr)
     graph = torch.cuda.CUDAGraph()
     # the captured calls use what setup returns, as the warmup's calls did (replays reuse those
     # tensors: a per-round setup may only refill them in place)
@@ -724,11 +788,11 @@ def _measure_cuda_graph(fn, args, kwargs, options, device, setup, rounds, warmup
     if probe is not None and flush is None:
         graph.replay()  # untimed: the probe's warmup evicted the L2 (see _measure_cuda)
     block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
-    loop = _RoundLoop(options, rounds, progress, clock)
+    loop = _RoundLoop(options, rounds, progress, clock, lockstep)
     samples: list[float] = []
     with gc_disabled():
         while not loop.done(samples):
-            n = min(block, max(1, loop.remaining(len(samples))))
+            n = loop.agree(min(block, max(1, loop.remaining(len(samples)))))
             pairs = []
             for _ in range(n):
                 if setup is not None:

@@ -99,14 +99,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "gpuperf-session")
     from pytest_gpuperf.plugin.reports import ReportWriter, TerminalSummary
 
-    if session.settings.worker_id is None:
+    ranks = session.settings.ranks  # under torchrun (WORLD_SIZE > 1): rank 0 alone reports and writes
+    writer = ranks is None or ranks.is_writer
+    if ranks is not None:
+        from pytest_gpuperf.plugin.distributed import DistributedSession, RaisedOnAnyRank
+
+        distributed = DistributedSession(session.settings, ranks)
+        config.pluginmanager.register(distributed, "gpuperf-distributed")
+        config.pluginmanager.register(RaisedOnAnyRank(distributed), "gpuperf-distributed-raised")
+    if session.settings.worker_id is None and writer:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
-    if ReportWriter.wanted(session.settings):
+    if ReportWriter.wanted(session.settings) and writer:
         config.pluginmanager.register(ReportWriter(session), "gpuperf-reports")
     from pytest_gpuperf.plugin.history import HistoryRecorder, history_url
 
     url = history_url(config, session.settings)  # None: not measuring, a worker process, or history off
-    if url is not None:
+    if url is not None and writer:
         config.pluginmanager.register(HistoryRecorder(session, url), "gpuperf-history")
 
 
@@ -206,7 +214,7 @@ def memory_budget(request: pytest.FixtureRequest) -> Any:
         try:
             # the fixture's default is the GPU gpu_bench measures (xdist worker k: GPU k), and current
             dev = resolve_device(str(device) if device is not None else default_device,
-                                 default_index=gpuperf.settings.worker_index)
+                                 default_index=gpuperf.settings.device_index)
         except DeviceUnavailable as exc:
             pytest.skip(f"pytest-gpuperf: {exc}")
         if device is None:

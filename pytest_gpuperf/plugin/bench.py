@@ -43,7 +43,7 @@ def assign_extra_info(target: dict[str, Any], value: Mapping[str, Any], name: st
 class BenchContext:
     """Everything one test's ``gpu_bench`` needs, resolved once by the plugin (frozen).
 
-    ``test_id``/``module``: the test's id and module path; ``options``: its resolved options;
+    ``test_id``: the test's id (its module path is :attr:`module`, from ``nodeid``); ``options``: its resolved options;
     ``device``: a ``torch.device``; ``measuring``: ``--gpuperf`` (else smoke mode); ``baseline``:
     the module's :class:`~pytest_gpuperf.storage.baseline.BaselineFile` (None: none stored) and
     ``baseline_file`` its path for messages; ``snapshot_dir``/``artifacts_dir``: where CUDA memory
@@ -68,13 +68,14 @@ class BenchContext:
     process: nothing timed, each extra from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls).
     ``op_profile``: where the extras are made, also profile the ops (why it got slower, issue 32):
     for the baseline while updating, or to diff a stored regression against its baseline's profile.
+    ``ranks``: under ``torchrun``, this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`
+    (the rounds are aligned across ranks and their samples combined; None: one process).
     """
 
     test_id: str
     options: BenchOptions
     device: Any
     measuring: bool
-    module: str = ""
     baseline: BaselineFile | None = None
     baseline_file: str | None = None
     snapshot_dir: str | None = None
@@ -96,6 +97,12 @@ class BenchContext:
     fail: Callable[[str], Any] | None = None
     extras: str = "inline"
     op_profile: bool = False
+    ranks: Any = None
+
+    @property
+    def module(self) -> str:
+        """The test's module path, from its node id (``""`` without one)."""
+        return self.nodeid.partition("::")[0] if "::" in self.nodeid else ""
 
 
 class GpuBench:

@@ -388,6 +388,20 @@ class InProcess(Measuring):
     """A timed process: measured here, under pytest-xdist one worker at a time per device."""
 
     def measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
+        if self.context.ranks is None:
+            return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
+        from pytest_gpuperf.measure.distributed import DistributedFault
+
+        try:
+            return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
+        except DistributedFault as exc:
+            fault = exc
+        if self.context.fail is not None:  # a rank crashed or hung: the reason once, without the collective's traceback
+            self.context.fail(f"{self._full_id(bid)}: {fault}")
+        raise fault
+
+    def _measure_locked(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
+                        calls_per_round=None) -> BenchResult:
         if self.context.device_lock is None:
             return self._measure_unlocked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
         with self.context.device_lock():  # pytest-xdist: never let two workers time the same device at once
@@ -399,9 +413,11 @@ class InProcess(Measuring):
         untimed extra calls for peak memory and exact counts (:meth:`_extra_calls`), the verdict
         (:meth:`_evaluate`, which may re-measure), and the bottleneck and trace (:meth:`_explain`)."""
         ctx = self.context
-        # the interleaved machine-speed probe, for a measurer that supports it
-        probe = self._probe() if ctx.measurer.supports_probe else None
-        fixed = {} if probe is None else {"probe": probe}
+        # the interleaved machine-speed probe, for a measurer that supports it (not yet under torchrun)
+        probe = self._probe() if ctx.measurer.supports_probe and ctx.ranks is None else None
+        fixed: dict[str, Any] = {} if probe is None else {"probe": probe}
+        if ctx.ranks is not None:
+            fixed["lockstep"] = _lockstep_of(ctx.measurer, ctx.ranks)
 
         def timed(progress: Any = None) -> Timing:
             return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
@@ -411,6 +427,9 @@ class InProcess(Measuring):
         inline = ctx.extras == "inline"  # a timed replicate worker makes no extra call: the extras process does
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts and inline else None
         t, telemetry, elapsed_s = self._timed_rounds(timed)
+        ranks = None
+        if ctx.ranks is not None:  # torchrun: one gather of every rank's rounds, the slowest rank's per round
+            t, ranks = _combine_ranks(ctx.ranks, t)
         compiled = None
         if self.options.counts and inline:  # torch.compile's compiles since the first call
             from pytest_gpuperf.measure.counting import compile_snapshot
@@ -443,7 +462,7 @@ class InProcess(Measuring):
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
             count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
-            **probe_stored, **common
+            ranks=ranks, **probe_stored, **common
         )
 
     def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
@@ -481,7 +500,8 @@ class InProcess(Measuring):
                      counts=counts,
                      throttle=throttle_verdict(telemetry), device=str(ctx.device)),
             Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
-            remeasure=remeasure if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
+            # under torchrun a re-measure would have to be in step on every rank: not yet (issue 35)
+            remeasure=remeasure if ctx.confirm_regressions and ctx.ranks is None else None, drift=self._drift_ratio(entry),
             fixed_rounds=rounds is not None,
             can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
             probe=self._probe_evidence(t, probe, entry), machine_reference=self._reference_ratio(entry),
@@ -519,7 +539,8 @@ class InProcess(Measuring):
             notes.append(f"{self._full_id(bid)}: expected {'/'.join(expected)}-bound, measured "
                          f"{bottleneck.kind}-bound while {busy}: the bottleneck check is not trusted "
                          f"(fails with --gpuperf-strict); rerun on a quiet machine")
-        if (regressed or mismatch) and ctx.artifacts_dir is not None:
+        # under torchrun only rank 0's verdict counts, so extra profiled calls would differ between ranks
+        if (regressed or mismatch) and ctx.artifacts_dir is not None and ctx.ranks is None:
             traced = contained(TRACE, lambda: self._trace(fn, a, k, prof, median_ms, bid, notes), unavailable)
             trace_path, top_ops = traced or (None, None)
         return bottleneck, trace_path, top_ops
@@ -602,6 +623,32 @@ def strategy_for(context: Any) -> Measuring:
     if context.extras == "only":
         return ExtrasOnly(context)
     return InProcess(context)
+
+
+def _lockstep_of(measurer: Any, ranks: Any) -> Any:
+    """``ranks`` as the timing backend's lockstep; raises :class:`GpuBenchUsageError` for a backend
+    whose ``measure`` takes no ``lockstep`` keyword (it cannot keep the ranks' rounds aligned)."""
+    import inspect
+
+    try:
+        takes = "lockstep" in inspect.signature(measurer.measure).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        raise GpuBenchUsageError(f"gpu_bench under torchrun: the timing backend {type(measurer).__name__}.measure "
+                                 f"takes no lockstep= keyword, so the ranks' rounds cannot be kept aligned")
+    return ranks
+
+
+def _combine_ranks(ranks: Any, t: Timing) -> tuple[Timing, Any]:
+    """Under torchrun: every rank's samples gathered once (one ``all_gather_object``), the timing of
+    the benchmark (each round the slowest rank's, :func:`~pytest_gpuperf.verdict.distributed.combine_rounds`)
+    and the :class:`~pytest_gpuperf.verdict.distributed.RankTiming` (per-rank medians, imbalance)."""
+    from pytest_gpuperf.verdict.distributed import combine_rounds, rank_timing
+
+    per_rank = ranks.gather(list(t.samples_ms))
+    combined = combine_rounds(per_rank)
+    return dataclasses.replace(t, samples_ms=combined, rounds=len(combined)), rank_timing(per_rank)
 
 
 def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:

@@ -233,7 +233,7 @@ class GpuPerfSession:
             self.ab_worker.hello([item.nodeid for item in session.items])
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.settings.owns_xdist_dir and self.settings.xdist_dir is not None:
+        if self.settings.owns_xdist_dir:
             import shutil
 
             shutil.rmtree(self.settings.xdist_dir, ignore_errors=True)
@@ -268,7 +268,7 @@ class GpuPerfSession:
         except opts.OptionError as exc:
             raise pytest.fail.Exception(str(exc), pytrace=False) from None  # the reason once, without the chained traceback
         try:
-            device = resolve_device(options.device, default_index=self.settings.worker_index) if device is None else device
+            device = resolve_device(options.device, default_index=self.settings.device_index) if device is None else device
         except DeviceUnavailable as exc:
             pytest.skip(f"pytest-gpuperf: {exc}")
         use_device(device)  # "cuda" in the test's own code now means the GPU measured (xdist worker k: GPU k)
@@ -295,6 +295,8 @@ class GpuPerfSession:
             return _Stored(module)
         env = fingerprint(device) if s.replicated else self.environment(device)
         key = device_key(env)
+        if s.ranks is not None:  # under torchrun: a folder per world size, so 2-rank and 8-rank runs never mix
+            key += s.ranks.key_suffix
         from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
 
         path = baseline_path(s.baseline_dir, key, module)
@@ -314,7 +316,6 @@ class GpuPerfSession:
         s, item = self.settings, request.node
         return BenchContext(
             test_id=_split_nodeid(item.nodeid)[1],
-            module=stored.module,
             options=options,
             device=device,
             measuring=measuring,
@@ -339,6 +340,7 @@ class GpuPerfSession:
             fail=lambda message: pytest.fail(message, pytrace=False),
             extras=_extras_mode(s.replicate_slot),
             op_profile=_op_profile_mode(s),
+            ranks=s.ranks,
         )
 
     def _record(self, item: pytest.Item, bench: Any, device: Any, stored: "_Stored", result: Any) -> None:
@@ -414,7 +416,11 @@ class GpuPerfSession:
                 report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
         if self.settings.updating:
             # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).
-            problem = ("baseline not updated: " + "\n".join(messages)) if messages else write_baselines(self, item)
+            # under torchrun rank 0 alone writes (the verdict is agreed after this hook: plugin.distributed)
+            ranks = self.settings.ranks  # never from a run where a collective failed (a rank crashed or hung)
+            writer = ranks is None or (ranks.is_writer and ranks.broken is None)
+            problem = (("baseline not updated: " + "\n".join(messages)) if messages
+                       else write_baselines(self, item) if writer else None)
             if problem:
                 report.outcome = "failed"
                 report.longrepr = problem

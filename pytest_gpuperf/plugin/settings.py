@@ -71,6 +71,10 @@ class SessionSettings:
     (:class:`ProcessLimits`);
     ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``);
     ``op_profile`` (an extras process: profile the ops too; hidden ``--gpuperf-op-profile``).
+    ``ranks``: under ``torchrun`` (``WORLD_SIZE`` > 1), this process's
+    :class:`~pytest_gpuperf.measure.distributed.Ranks`; then ``processes`` is 1 (no replicate
+    worker processes per rank yet), and pytest-xdist, ``--gpuperf-ab`` and ``--gpuperf-bisect`` are
+    refused. None in every other session.
     """
 
     measuring: bool
@@ -92,7 +96,6 @@ class SessionSettings:
     verbose: int = 0
     worker_id: str | None = None
     xdist_dir: Path | None = None
-    owns_xdist_dir: bool = False
     processes: int = 1
     replicate: Any = None
     ab_confirm: bool = True
@@ -108,6 +111,7 @@ class SessionSettings:
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     select_file: Path | None = None
     op_profile: bool = False
+    ranks: Any = None
 
     @property
     def replicate_slot(self) -> tuple[int, int] | None:
@@ -119,6 +123,17 @@ class SessionSettings:
         """This session measures through replicate worker processes (``--gpuperf-processes`` >= 2)."""
         return (self.measuring and self.processes >= 2 and self.ab is None and not self.in_ab_worker
                 and self.replicate_slot is None)
+
+    @property
+    def owns_xdist_dir(self) -> bool:
+        """This process made the run's shared folder (the pytest-xdist controller) and removes it."""
+        return self.xdist_dir is not None and self.worker_id is None
+
+    @property
+    def device_index(self) -> int | None:
+        """The GPU index a benchmark's ``"cuda"`` means when it names none: ``LOCAL_RANK`` under
+        torchrun, the pytest-xdist worker's number k otherwise (None: the current device)."""
+        return self.ranks.local_rank if self.ranks is not None else self.worker_index
 
     @property
     def worker_index(self) -> int | None:
@@ -159,6 +174,9 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
             if value:
                 _check_output_path(option, value)
     processes, replicate = _processes(config, worker_id)
+    ranks = _ranks(config)
+    if ranks is not None:
+        processes = 1  # replicates under torchrun are whole torchrun launches: not yet (issue 35)
     measuring = (bool(config.getoption("--gpuperf")) or updating) and not compat.disabled
     if replicate is not None:
         measuring, updating = True, False
@@ -167,7 +185,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         measuring = True
     in_worker = worker_id is not None or replicate is not None or bool(ab_fields.get("in_ab_worker"))
     bisect_fields = _bisect(config, in_worker, updating, ab_fields)
-    xdist_dir, owns = _xdist_dir(config, worker_id)  # last: nothing after it raises
+    xdist_dir = _xdist_dir(config, worker_id)  # last: nothing after it raises
     return SessionSettings(
         measuring=measuring,
         updating=updating,
@@ -178,9 +196,9 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         thresholds=thresholds,
         worker_id=worker_id,
         xdist_dir=xdist_dir,
-        owns_xdist_dir=owns,
         processes=processes,
         replicate=replicate,
+        ranks=ranks,
         **paths,
         **_switches(config),
         **ab_fields,
@@ -307,18 +325,41 @@ def _thresholds(config: pytest.Config) -> Any:
 XDIST_DIR_KEY = "gpuperf_xdist_dir"
 
 
-def _xdist_dir(config: pytest.Config, worker_id: str | None) -> tuple[Path | None, bool]:
-    """The run's shared folder under pytest-xdist and whether this process made it: a worker reads
-    it from its ``workerinput`` (:data:`XDIST_DIR_KEY`); the controller makes it and hands it to each
-    worker it starts (``pytest_configure_node``)."""
+def _xdist_dir(config: pytest.Config, worker_id: str | None) -> Path | None:
+    """The run's shared folder under pytest-xdist: a worker reads it from its ``workerinput``
+    (:data:`XDIST_DIR_KEY`); the controller makes it (and owns it: ``SessionSettings.owns_xdist_dir``)
+    and hands it to each worker it starts (``pytest_configure_node``)."""
     if worker_id is not None:
         folder = getattr(config, "workerinput", {}).get(XDIST_DIR_KEY)
-        return (Path(folder) if folder else None), False
+        return Path(folder) if folder else None
     if getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
         import tempfile
 
-        return Path(tempfile.mkdtemp(prefix="gpuperf-xdist-")), True
-    return None, False
+        return Path(tempfile.mkdtemp(prefix="gpuperf-xdist-"))
+    return None
+
+
+def _ranks(config: pytest.Config) -> Any:
+    """Under torchrun (``WORLD_SIZE`` > 1) this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`,
+    else None. Raises ``pytest.UsageError`` for torchrun's variables that are unusable, and for what
+    does not run under torchrun yet: pytest-xdist, ``--gpuperf-ab``, ``--gpuperf-bisect``."""
+    from pytest_gpuperf.measure.distributed import RankEnvironmentError, Ranks
+
+    try:
+        ranks = Ranks.from_environment()
+    except RankEnvironmentError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf under torchrun: {exc}") from None
+    if ranks is None:
+        return None
+    asked = [flag for flag, on in (
+        ("pytest-xdist (-n/--dist)", getattr(config.option, "numprocesses", None)
+         or getattr(config.option, "dist", "no") != "no"),
+        ("--gpuperf-ab", config.getoption("--gpuperf-ab", None)),
+        ("--gpuperf-bisect", config.getoption("--gpuperf-bisect", None))) if on]
+    if asked:
+        raise pytest.UsageError(f"pytest-gpuperf under torchrun (WORLD_SIZE={ranks.world_size}): "
+                                f"{', '.join(asked)} cannot be used there yet; run them without torchrun")
+    return ranks
 
 
 def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, Any]:

@@ -272,7 +272,7 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
             if not _also_failing(r, check, strict, updating):
                 continue
         if check == "timing":
-            out.append(with_why(comparison_message(r.comparison), r))
+            out.append(with_why(with_straggler(comparison_message(r.comparison), r), r))
             if r.trace_path and not r.misclassified:
                 out.append(f"{label}: trace of the profiled calls: {r.trace_path}")
         elif check == "memory":
@@ -282,6 +282,25 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
         elif check == "bottleneck":
             out.append(f"{label}: {bottleneck_message(r)}")
     return out
+
+
+def straggler_text(ranks: Any) -> str | None:
+    """``"rank 1 is the straggler (median 3.1 ms vs 2.2 ms on the others)"`` when one rank of a
+    distributed benchmark (:class:`~pytest_gpuperf.verdict.distributed.RankTiming`) is well slower
+    than the others (:meth:`~pytest_gpuperf.verdict.distributed.RankTiming.straggler`), else None."""
+    s = ranks.straggler() if ranks is not None else None
+    if s is None:
+        return None
+    return f"rank {s.rank} is the straggler (median {format_ms(s.median_ms)} vs {format_ms(s.others_ms)} on the others)"
+
+
+def with_straggler(message: str, r: Any) -> str:
+    """A timing message whose first line ends with the straggler rank, when one rank carries it (issue 35)."""
+    text = straggler_text(getattr(r, "ranks", None))
+    if text is None:
+        return message
+    head, sep, rest = message.partition("\n")
+    return f"{head}: {text}{sep}{rest}"
 
 
 def with_why(message: str, r: Any) -> str:

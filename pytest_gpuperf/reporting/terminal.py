@@ -39,7 +39,8 @@ class SessionSummary:
     telemetry notes; ``warnings``: the session's warnings (each distinct one printed once);
     ``workers_seen``: pytest-xdist workers merged; ``written``: (label, path) of reports written;
     ``errors``: why a report could not be written; ``width``: the terminal's width (characters; the
-    table and its legend fit it; None: no limit)."""
+    table and its legend fit it; None: no limit); ``world_size``: under torchrun, the ranks (None:
+    not under torchrun)."""
 
     rows: Sequence[Row]
     measuring: bool = True
@@ -57,6 +58,7 @@ class SessionSummary:
     written: Sequence[tuple[str, str]] = ()
     errors: Sequence[str] = ()
     width: int | None = None
+    world_size: int | None = None
 
 
 def summary(s: SessionSummary) -> list[Line]:
@@ -125,6 +127,8 @@ def _header(s: SessionSummary) -> list[Line]:
     mode = "update baselines" if s.updating else "compare"
     if s.replicated:
         mode += f" ({s.processes} worker processes per benchmark)"
+    elif s.world_size is not None:
+        mode += f" (torchrun: {s.world_size} ranks in step, one process each; a round's time is the slowest rank's)"
     else:
         mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
     if s.ab_label is not None:

@@ -39,7 +39,9 @@ class BenchTiming:
     that measured it (``--gpuperf-processes`` >= 2, in process order; ``samples_ms`` is their
     samples concatenated), None when one process measured it. ``probe_ms``: the median time (ms) of
     the interleaved machine-speed probe named ``probe`` (:mod:`pytest_gpuperf.measure.probe`), None
-    when no probe ran.
+    when no probe ran. ``ranks``: under ``torchrun``, each rank's median, the slowest rank and the
+    imbalance (:class:`~pytest_gpuperf.verdict.distributed.RankTiming`; ``samples_ms`` is then the
+    slowest rank's time of each round), None in one process.
     """
 
     samples_ms: tuple[float, ...]
@@ -50,6 +52,7 @@ class BenchTiming:
     process_medians_ms: tuple[float, ...] | None = None
     probe_ms: float | None = None
     probe: str | None = None
+    ranks: Any = None  # pytest_gpuperf.verdict.distributed.RankTiming
 
     @classmethod
     def of(cls, samples_ms: Sequence[float], **fields: Any) -> "BenchTiming":
@@ -187,6 +190,7 @@ class BenchResult:
     process_medians_ms = _via("timing", "process_medians_ms")
     probe_ms = _via("timing", "probe_ms")
     probe = _via("timing", "probe")
+    ranks = _via("timing", "ranks")
     mean_ms = _stat("mean_ms")
     std_ms = _stat("std_ms")
     min_ms = _stat("min_ms")

@@ -161,7 +161,8 @@ def test_summary_table_cuts_long_names_in_the_middle():
 
 
 def _bench(module: str = "tests/test_m.py") -> GpuBench:
-    return GpuBench(BenchContext(test_id="t", options=BenchOptions(), device=None, measuring=False, module=module))
+    return GpuBench(BenchContext(test_id="t", options=BenchOptions(), device=None, measuring=False,
+                                 nodeid=f"{module}::t"))
 
 
 def test_trace_names_are_bounded_and_distinct():

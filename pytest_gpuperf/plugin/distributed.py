@@ -1,0 +1,128 @@
+"""The plugin's role under ``torchrun``: one object that keeps a distributed session's ranks agreeing (issue 35).
+
+Registered at configure time when torchrun started this process with ``WORLD_SIZE`` > 1 (see
+:class:`~pytest_gpuperf.measure.distributed.Ranks`); in every other session it does not exist.
+Its hooks:
+
+* session start: create the default process group when the user's code has not (gloo on the CPU,
+  nccl on CUDA, with a timeout), destroyed at the end (after a last barrier: torchrun stops every
+  rank once one exits non-zero) only if it was created here;
+* collection finish: every rank must run the same tests in the same order (one
+  ``all_gather_object`` of the node ids); a mismatch is one usage error naming the first differing
+  test and the ranks, not a hang in the first benchmark's collectives;
+* each test's call report, twice: before the plugin's verdict (:class:`RaisedOnAnyRank`: a test
+  that raised on any rank fails on every rank, naming it, so no baseline is written for it), and
+  after it (every rank reports rank 0's verdict:
+  :func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`). So exit codes agree.
+
+Rank 0 alone writes baselines, reports and history (:mod:`pytest_gpuperf.plugin` registers the
+writers there only; :mod:`pytest_gpuperf.plugin.session` writes baselines on rank 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+#: Characters of a rank's failure text sent to the others (its tail: where it failed).
+TEXT_TAIL = 2000
+
+
+class DistributedSession:
+    """The hooks of a session under torchrun (see the module doc): ``settings`` (the session's
+    :class:`~pytest_gpuperf.plugin.settings.SessionSettings`) and ``ranks`` (this process's
+    :class:`~pytest_gpuperf.measure.distributed.Ranks`)."""
+
+    def __init__(self, settings: Any, ranks: Any) -> None:
+        self.settings = settings
+        self.ranks = ranks
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Create the default process group (when the user's code has not) on the session's device kind."""
+        self.ranks.start(self._device_type())
+
+    def _device_type(self) -> str:
+        """``"cuda"`` when the session's benchmarks default to a GPU that exists here, else ``"cpu"``."""
+        requested = self.settings.options.device
+        if requested is not None and str(requested).startswith("cpu"):
+            return "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Every rank collected the same tests in the same order, or one usage error says where not."""
+        from pytest_gpuperf.verdict.distributed import first_mismatch
+
+        mismatch = first_mismatch(self.ranks.gather([item.nodeid for item in session.items]))
+        if mismatch is None:
+            return
+        position, rank, ours, theirs = mismatch
+        raise pytest.UsageError(
+            f"pytest-gpuperf under torchrun: the ranks collected different tests: test {position + 1} is "
+            f"{ours or '(none: the list ended)'} on rank 0 but {theirs or '(none: the list ended)'} on rank {rank}; "
+            f"every rank must run the same tests in the same order (same arguments, -k and selection on every rank)")
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        """After the plugin's own verdict (this wrapper is outside the session's): the ranks agree on
+        the call's outcome, rank 0's verdict for all (:func:`_agree`)."""
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "call":
+            self._agree(report, call)
+
+    def _agree(self, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
+        """One ``all_gather_object`` of the ranks' outcomes, and this rank's report made the agreed
+        one (:func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`); nothing once a collective failed."""
+        if self.ranks.broken is not None:  # a rank crashed or hung: no more waiting
+            return
+        from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
+
+        raised = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
+        text = str(report.longrepr)[-TEXT_TAIL:] if report.longrepr is not None and not report.passed else ""
+        agreed, why = agreed_outcome(self.ranks.gather(RankOutcome(report.outcome, raised, text)))
+        if agreed == report.outcome:
+            return
+        if agreed == "failed":
+            report.outcome = "failed"
+            report.longrepr = why
+        elif agreed == "passed":  # rank 0 judged it passed: this rank's own verdict does not count
+            report.outcome, report.longrepr = "passed", None
+        # rank 0 skipped but this rank did not: keep this rank's own (the test ran here)
+
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The last barrier, then destroy the default process group when it was created here.
+
+        torchrun stops every rank as soon as one exits non-zero, so no rank leaves before rank 0
+        wrote its summary, reports and history (they are written at session finish)."""
+        from pytest_gpuperf.measure.distributed import DistributedFault
+
+        try:
+            self.ranks.barrier()
+        except DistributedFault as exc:  # a rank never reached the end: say so, the exit code says the rest
+            import sys
+
+            sys.stderr.write(f"pytest-gpuperf under torchrun: {exc}\n")
+        finally:
+            self.ranks.stop()
+
+
+class RaisedOnAnyRank:
+    """Before the plugin's verdict and baseline writing (a wrapper inside the session's): a test
+    that raised on any rank fails on every rank first, so rank 0 writes no baseline for a benchmark
+    whose test failed on another rank. Registered beside :class:`DistributedSession`."""
+
+    def __init__(self, session: DistributedSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "call":
+            self.session._agree(report, call)  # before any verdict: only a rank that raised fails the others

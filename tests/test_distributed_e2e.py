@@ -1,0 +1,134 @@
+"""Benchmarks under torchrun (issue 35, first increment): 2-rank gloo sessions on the CPU.
+
+Each session is ``python -m torch.distributed.run --standalone --nproc-per-node 2 -m pytest ...``
+in the ``pytester`` folder, with scripted timings (``rank_factors``: rank 1 slower), so every
+verdict here is the same on any machine. Each rank imports torch: four sessions in all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from scripted import script_timings, set_timings
+
+dist = pytest.importorskip("torch.distributed")
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available in this torch build")
+
+BENCHES = """
+import pytest
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_local(gpu_bench):
+    gpu_bench(lambda: None)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_step(gpu_bench):
+    gpu_bench(lambda: None)
+"""
+
+
+def torchrun(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Two ranks of ``pytest ARGS`` under torchrun (the CPU, gloo)."""
+    return pytester.run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "pytest", "-p", "no:cacheprovider", *args, timeout=120)
+
+
+def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None:
+    """Update: one baseline file, written by rank 0, in a folder keyed by world size; an unchanged
+    rerun passes on both ranks; rank 1 made 1.5x slower in one benchmark fails that benchmark on
+    both ranks naming rank 1, while the other benchmark passes; the JSON report has per-rank medians."""
+    pytester.makepyfile(test_d=BENCHES)
+    script_timings(pytester, {"ms": 2.0})
+    update = torchrun(pytester, "--gpuperf-update-baselines")
+    assert update.ret == 0, update.stdout.str()
+    files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "baselines").rglob("*.json"))
+    assert len(files) == 1 and files[0].endswith("-ws2/test_d.json"), files
+    stored = json.loads((pytester.path / files[0]).read_text())
+    assert stored["device_key"].endswith("-ws2")
+    entry = stored["benchmarks"]["test_local"]
+    assert len(entry["history"]) == 1  # one writer: rank 0
+    assert entry["ranks"]["world_size"] == 2 and len(entry["ranks"]["medians_ms"]) == 2
+    header = "gpuperf: 2 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
+    assert update.stdout.str().count(header) == 1  # the summary: rank 0 only
+
+    rerun = torchrun(pytester, "--gpuperf")
+    assert rerun.ret == 0, rerun.stdout.str()
+    assert rerun.stdout.str().count("2 passed") == 2  # each rank's own line
+
+    set_timings(pytester, {"ms": 2.0}, test_step={"ms": 2.0, "rank_factors": [1.0, 1.5]})
+    slow = torchrun(pytester, "--gpuperf", "--gpuperf-json", "report.json")
+    out = slow.stdout.str()
+    assert slow.ret == 1, out
+    assert out.count("1 failed, 1 passed") == 2, out  # the same outcome on both ranks
+    assert "FAILED test_d.py::test_step" in out and "FAILED test_d.py::test_local" not in out
+    assert re.search(r"regressed 1\.\d+x .*: rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
+                     out), out
+    report = json.loads((pytester.path / "report.json").read_text())
+    step, local = report["benchmarks"]["test_d.py::test_step"], report["benchmarks"]["test_d.py::test_local"]
+    assert step["ranks"]["slowest_rank"] == 1 and step["ranks"]["imbalance"] == pytest.approx(1.5, rel=0.05)
+    assert step["ranks"]["medians_ms"][0] == pytest.approx(2.0, rel=0.05)
+    assert step["ranks"]["medians_ms"][1] == pytest.approx(3.0, rel=0.05)
+    assert step["stats"]["median_ms"] == pytest.approx(3.0, rel=0.05)  # each round: the slowest rank's
+    assert local["ranks"]["imbalance"] < 1.1
+
+
+def test_ranks_that_collect_different_tests_get_one_clear_error(pytester: pytest.Pytester) -> None:
+    """A rank that collects other tests: a usage error naming the first differing test and the
+    ranks, on every rank, not a hang in the first benchmark's collectives."""
+    pytester.makepyfile(test_d=BENCHES)
+    script_timings(pytester, {"ms": 2.0}, conftest="""
+import os
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("RANK") == "1":
+        items[:] = items[1:]
+""")
+    result = torchrun(pytester, "--gpuperf")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret != 0
+    message = ("the ranks collected different tests: test 1 is test_d.py::test_local on rank 0 but "
+               "test_d.py::test_step on rank 1")
+    assert out.count(message) == 2, out
+
+
+def test_a_failed_or_hung_rank_fails_the_benchmark_everywhere_and_writes_no_baseline(pytester: pytest.Pytester) -> None:
+    """An update run. A test that fails after measuring on rank 1 only fails on both ranks naming
+    rank 1, and rank 0 writes no baseline for it. Then rank 1 hangs in a benchmark: rank 0's
+    collective times out (the suite's own process group, 5 s), its test fails naming rank 1, later
+    benchmarks fail at once instead of waiting again, and torchrun's exit code is non-zero."""
+    pytester.makepyfile(test_d="""
+import os, time
+import pytest
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_fails_on_rank_1(gpu_bench):
+    gpu_bench(lambda: None)
+    assert os.environ["RANK"] != "1", "rank 1's own check"
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_hangs(gpu_bench):
+    gpu_bench(lambda: time.sleep(30) if os.environ.get("RANK") == "1" else None)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_after(gpu_bench):
+    gpu_bench(lambda: None)
+""")
+    script_timings(pytester, {"ms": 2.0}, conftest="""
+import datetime, os
+import torch.distributed as dist
+
+def pytest_configure(config):  # the suite's own process group: the plugin uses it as it is
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+""")
+    result = torchrun(pytester, "--gpuperf-update-baselines")
+    out = result.stdout.str()
+    assert result.ret != 0
+    assert out.count("rank 1 failed: ") >= 2 and "rank 1's own check" in out, out  # on both ranks
+    assert re.search(r"test_d\.py::test_hangs: rank 0 of 2: broadcast failed, a rank crashed or hung: .*; rank 1 did "
+                     r"not answer", out), out
+    assert "test_d.py::test_after: not measured in step: an earlier collective failed" in out, out
+    assert not (pytester.path / "baselines").exists()

@@ -1,0 +1,222 @@
+"""Unit tests of benchmarks under torchrun (issue 35) without torchrun: the pure combining and
+straggler logic (pytest_gpuperf.verdict.distributed), torchrun's environment
+(pytest_gpuperf.measure.distributed.Ranks), the round loop's lockstep on a fake clock, the JSON
+codec's ``ranks``, and the straggler in a regression's message."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpuperf._testing import ScriptedMeasurer
+from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.measure.distributed import RankEnvironmentError, Ranks
+from pytest_gpuperf.verdict.distributed import (RankOutcome, RankTiming, agreed_outcome, combine_rounds,
+                                                first_mismatch, rank_timing)
+from pytest_gpuperf.verdict.result import BenchResult
+
+
+# ----------------------------------------------------------------------------- combining ranks
+
+
+def test_each_round_costs_what_its_slowest_rank_took() -> None:
+    assert combine_rounds([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == (3.0, 5.0, 2.5)
+
+
+def test_ranks_with_different_round_counts_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"different numbers of rounds \[2, 3\]"):
+        combine_rounds([[1.0, 2.0], [1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError):
+        combine_rounds([])
+
+
+def test_rank_timing_names_the_slowest_rank_and_the_imbalance() -> None:
+    rt = rank_timing([[2.0, 2.2, 1.8], [3.1, 3.0, 3.2], [2.1, 2.3, 2.2]])
+    assert rt.medians_ms == (2.0, 3.1, 2.2) and rt.world_size == 3
+    assert rt.slowest_rank == 1
+    assert rt.imbalance == pytest.approx(3.1 / 2.0)
+    s = rt.straggler()
+    assert (s.rank, s.median_ms, s.others_ms) == (1, 3.1, pytest.approx(2.1))
+
+
+def test_balanced_ranks_have_no_straggler() -> None:
+    assert RankTiming.of([2.0, 2.05, 2.1]).straggler() is None  # within STRAGGLER_RATIO
+    assert RankTiming.of([2.0]).straggler() is None  # one rank
+    assert RankTiming.of([2.0, 2.3]).straggler(ratio=1.2) is None
+
+
+@pytest.mark.parametrize("bad", [[], [0.0, 1.0], [float("nan")], [float("inf"), 1.0]])
+def test_rank_timing_refuses_unusable_medians(bad: list[float]) -> None:
+    with pytest.raises(ValueError, match="one positive finite median"):
+        RankTiming.of(bad)
+
+
+def test_rank_timing_round_trips_through_its_json_form() -> None:
+    rt = RankTiming.of([2.0, 3.0])
+    d = rt.to_dict()
+    assert d == {"world_size": 2, "medians_ms": [2.0, 3.0], "slowest_rank": 1, "imbalance": 1.5}
+    assert RankTiming.from_dict(d) == rt
+    assert RankTiming.from_dict(None) is None and RankTiming.from_dict({"medians_ms": "x"}) is None
+
+
+def test_the_codec_keeps_per_rank_medians() -> None:
+    from pytest_gpuperf.storage.codec import decode_result, encode_result
+
+    r = BenchResult.from_samples([3.0, 3.1], name="t", device="cpu", rounds=2, calls_per_round=1, warmup_calls=1,
+                                 benchmark_id="t", ranks=RankTiming.of([2.0, 3.05]))
+    entry = encode_result(r, environment={}, git_commit=None, timestamp_utc="")
+    assert entry["ranks"]["medians_ms"] == [2.0, 3.05] and entry["ranks"]["slowest_rank"] == 1
+    assert decode_result(entry).ranks == r.ranks
+    plain = BenchResult.from_samples([3.0], name="t", device="cpu", rounds=1, calls_per_round=1, warmup_calls=0)
+    assert "ranks" not in encode_result(plain, environment={}, git_commit=None, timestamp_utc="")
+
+
+def test_a_regression_carried_by_one_rank_names_it() -> None:
+    from pytest_gpuperf.reporting.messages import straggler_text, with_straggler
+
+    r = BenchResult.from_samples([3.1], name="t", device="cpu", rounds=1, calls_per_round=1, warmup_calls=0,
+                                 ranks=RankTiming.of([2.2, 3.1]))
+    assert straggler_text(r.ranks) == "rank 1 is the straggler (median 3.1 ms vs 2.2 ms on the others)"
+    assert with_straggler("t: regressed 1.42x\n  details", r) == (
+        "t: regressed 1.42x: rank 1 is the straggler (median 3.1 ms vs 2.2 ms on the others)\n  details")
+    balanced = r.replace(ranks=RankTiming.of([3.0, 3.1]))
+    assert with_straggler("t: regressed 1.42x", balanced) == "t: regressed 1.42x"
+
+
+# ----------------------------------------------------------------------------- one decision
+
+
+def test_rank_0_judges_for_every_rank() -> None:
+    assert agreed_outcome([RankOutcome("failed", False, "regressed"), RankOutcome("passed")]) == ("failed", "regressed")
+    # another rank's own verdict does not count; rank 0's pass stands
+    assert agreed_outcome([RankOutcome("passed"), RankOutcome("failed", False, "regressed")]) == ("passed", "")
+
+
+def test_a_test_that_raised_on_another_rank_fails_everywhere_naming_it() -> None:
+    got = agreed_outcome([RankOutcome("passed"), RankOutcome("passed"), RankOutcome("failed", True, "ZeroDivisionError")])
+    assert got == ("failed", "rank 2 failed: ZeroDivisionError")
+    with pytest.raises(ValueError):
+        agreed_outcome([])
+
+
+def test_first_mismatch_names_the_position_the_rank_and_both_tests() -> None:
+    assert first_mismatch([["a", "b"], ["a", "b"]]) is None
+    assert first_mismatch([["a", "b", "c"], ["a", "b", "c"], ["a", "c"]]) == (1, 2, "b", "c")
+    assert first_mismatch([["a", "b"], ["a"]]) == (1, 1, "b", None)
+    assert first_mismatch([["a"], ["a", "x"]]) == (1, 1, None, "x")
+
+
+# ----------------------------------------------------------------------------- torchrun's environment
+
+
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_ranks_read_torchruns_environment() -> None:
+    r = Ranks.from_environment(TORCHRUN)
+    assert (r.rank, r.world_size, r.local_rank, r.local_world_size) == (1, 2, 1, 2)
+    assert r.master == "127.0.0.1:29500" and not r.is_writer and r.key_suffix == "-ws2"
+    assert Ranks.from_environment({**TORCHRUN, "RANK": "0"}).is_writer
+
+
+@pytest.mark.parametrize("env", [{}, {"WORLD_SIZE": ""}, {"WORLD_SIZE": "1", "RANK": "0"}])
+def test_no_ranks_outside_torchrun_or_with_one_rank(env: dict[str, str]) -> None:
+    assert Ranks.from_environment(env) is None
+
+
+@pytest.mark.parametrize("env, match", [
+    ({"WORLD_SIZE": "2"}, "RANK is not set while WORLD_SIZE='2'"),
+    ({**TORCHRUN, "RANK": "two"}, "RANK='two': expected a whole number"),
+    ({**TORCHRUN, "RANK": "2"}, "RANK=2 with WORLD_SIZE=2: expected a rank from 0 to 1"),
+])
+def test_unusable_torchrun_variables_are_named(env: dict[str, str], match: str) -> None:
+    with pytest.raises(RankEnvironmentError, match=match):
+        Ranks.from_environment(env)
+
+
+# ----------------------------------------------------------------------------- the round loop in step
+
+
+class Rank0Says:
+    """A lockstep that answers as rank 0 would: warm up ``warmup`` calls, then ``choose`` gives
+    ``numbers`` in order (calls per round, then how often to ask), and the round loop stops at the
+    ``stop_at``-th question; what this rank decided itself is recorded and ignored."""
+
+    def __init__(self, warmup: int, numbers: list[int], stop_at: int) -> None:
+        self.warmup, self.numbers, self.stop_at = warmup, list(numbers), stop_at
+        self.warmup_questions = self.round_questions = 0
+
+    def decide(self, local: bool) -> bool:
+        if self.numbers:  # still warming up (the numbers come after the warmup)
+            self.warmup_questions += 1
+            return self.warmup_questions > self.warmup
+        self.round_questions += 1
+        return self.round_questions >= self.stop_at
+
+    def choose(self, local: int) -> int:
+        return self.numbers.pop(0)
+
+
+def test_a_rank_makes_rank_0s_warmup_calls_calls_per_round_and_rounds() -> None:
+    lock = Rank0Says(warmup=4, numbers=[3, 2], stop_at=3)  # 3 calls per round, ask every 2 rounds
+    m = ScriptedMeasurer(1.0)
+    t = m.measure(lambda: None, (), {}, options=BenchOptions(max_time=10.0, min_rounds=2), device="cpu",
+                  lockstep=lock)
+    # asked at 2, 4 and 6 rounds (min_rounds, then every 2): stops at the third
+    assert (t.rounds, t.calls_per_round, t.warmup_calls) == (6, 3, 4)
+    assert lock.round_questions == 3
+    assert m.calls == 4 + 6 * 3
+    assert len(t.samples_ms) == 6 and all(s == pytest.approx(1.0) for s in t.samples_ms)
+
+
+def test_under_a_lockstep_the_round_count_rules_need_no_question() -> None:
+    lock = Rank0Says(warmup=1, numbers=[1, 1], stop_at=10 ** 6)  # rank 0 never says stop
+    t = ScriptedMeasurer(1.0).measure(lambda: None, (), {}, options=BenchOptions(max_time=10.0, min_rounds=2,
+                                      max_rounds=5), device="cpu", lockstep=lock)
+    assert t.rounds == 5 and lock.round_questions == 3  # asked at 2, 3, 4; 5 = max_rounds on every rank
+    fixed = Rank0Says(warmup=0, numbers=[1, 1], stop_at=10 ** 6)
+    t = ScriptedMeasurer(1.0).measure(lambda: None, (), {}, options=BenchOptions(), device="cpu", rounds=4,
+                                      warmup_calls=1, lockstep=fixed)
+    assert t.rounds == 4 and fixed.round_questions == 0 and fixed.warmup_questions == 0
+
+
+def test_without_a_lockstep_the_loop_decides_alone() -> None:
+    m = ScriptedMeasurer(1.0)
+    t = m.measure(lambda: None, (), {}, options=BenchOptions(max_time=0.02, min_rounds=3, target_precision=0.0),
+                  device="cpu")
+    assert t.rounds >= 3 and t.rounds != 7
+
+
+class Recording:
+    """A lockstep that passes this rank's own decisions through and records every question
+    (what a rank 0 does): the CUDA loops must ask the same questions in the same order on every rank."""
+
+    def __init__(self) -> None:
+        self.questions: list[tuple[str, object]] = []
+
+    def decide(self, local: bool) -> bool:
+        self.questions.append(("decide", local))
+        return local
+
+    def choose(self, local: int) -> int:
+        self.questions.append(("choose", local))
+        return local
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_the_cuda_loops_ask_rank_0_for_warmup_calls_per_round_and_blocks(monkeypatch: pytest.MonkeyPatch,
+                                                                         cuda_graph: bool) -> None:
+    import torch
+
+    from pytest_gpuperf.measure import timing
+    from pytest_gpuperf.testing import SimulatedCuda
+
+    sim = SimulatedCuda(devices=2).install(monkeypatch)
+    lock = Recording()
+    t = timing.Measurer(clock=sim.clock).measure(lambda: sim.kernel(ms=1.0), (), {}, device=torch.device("cuda", 1),
+                                                 options=BenchOptions(max_time=0.2, cuda_graph=cuda_graph),
+                                                 lockstep=lock)
+    kinds = [k for k, _ in lock.questions]
+    assert kinds.count("choose") >= 2 and "decide" in kinds  # warmup chunk, calls per round (and blocks)
+    assert [v for k, v in lock.questions if k == "decide"][-1] is True  # the last question stopped the rounds
+    assert t.rounds >= 1 and all(s == pytest.approx(1.0, rel=0.05) for s in t.samples_ms)
