@@ -381,6 +381,23 @@ def test_baseline_dir_space_form_outside_the_project_is_a_usage_error(pytester: 
     inside.assert_outcomes(passed=1)
 
 
+@pytest.mark.parametrize("flag", ["--gpuperf-history", "--gpuperf-json"])
+def test_other_path_flags_in_the_space_form_outside_the_project_are_usage_errors(
+        pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, flag: str) -> None:
+    """The bug the real-history study hit: ``--gpuperf-history /abs/store.sqlite`` moved the rootdir,
+    every benchmark missed its baseline and the commit was recorded as None, with no error."""
+    outside = tmp_path_factory.mktemp("elsewhere") / "store.sqlite"
+    outside.write_bytes(b"kept")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    rec = pytester.runpytest(flag, str(outside), "-p", "no:cacheprovider")
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"write {flag}={outside} (with '=')" in rec.stderr.str()
+    assert outside.read_bytes() == b"kept"
+    # a value that does not exist yet is not read as a test path: no error
+    fresh = outside.with_name("new.json")
+    pytester.runpytest("--gpuperf-json", str(fresh), "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
 def test_long_calls_under_xdist_give_one_warning_line_in_the_controller(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_bench=LOOP, test_other=LOOP.replace("def test_loop", "def test_other"))

@@ -162,6 +162,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
             k: v for k, v in cli_values(config).items() if v is not None}}, ini_values(config))
     except opts.OptionError as exc:
         raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+    _check_spaced_paths(config)
     invocation_dir = Path(config.invocation_params.dir)
     updating = bool(config.getoption("--gpuperf-update-baselines"))
     baseline_dir = _baseline_dir(config).resolve()
@@ -281,7 +282,6 @@ def _baseline_dir(config: pytest.Config) -> Path:
     (from the ini file's folder), else ``baselines/`` under the rootdir."""
     cli_dir = config.getoption("--gpuperf-baseline-dir")
     ini_dir = config.getini("gpuperf_baseline_dir")
-    _check_baseline_dir_form(config, cli_dir)
     if cli_dir:
         return Path(config.invocation_params.dir, cli_dir)
     if ini_dir:
@@ -289,23 +289,35 @@ def _baseline_dir(config: pytest.Config) -> Path:
     return config.rootpath / "baselines"
 
 
-def _check_baseline_dir_form(config: pytest.Config, cli_dir: str | None) -> None:
-    """``--gpuperf-baseline-dir DIR`` (space form) with DIR outside the invocation folder is a
-    usage error: pytest picks the rootdir before plugins add their options, so it reads DIR as a
-    test path and moves the rootdir to a common ancestor (every id changes, nothing matches its
-    baseline, and the gate is silently off). ``--gpuperf-baseline-dir=DIR`` is safe."""
-    if not cli_dir:
-        return
-    args = list(config.invocation_params.args)
-    spaced = any(a == "--gpuperf-baseline-dir" and i + 1 < len(args) and args[i + 1] == cli_dir
-                 for i, a in enumerate(args))
-    where = Path(config.invocation_params.dir, cli_dir).resolve()
+def _check_spaced_paths(config: pytest.Config) -> None:
+    """A plugin flag that takes a value (``--gpuperf-baseline-dir DIR``, ``--gpuperf-history PATH``,
+    ``--gpuperf-json PATH``, ``--benchmark-json PATH``...) written with a space, whose value is an
+    existing path outside the invocation folder, is a usage error.
+
+    pytest picks the rootdir before plugins add their options: it reads such a value as a test path
+    and moves the rootdir to a common ancestor of the invocation folder and that path, so every
+    benchmark id changes, nothing matches its baseline, and the gate is silently off. The ``=`` form
+    (``--gpuperf-history=PATH``) is safe; so is a value inside the invocation folder or one that does
+    not exist yet (pytest ignores those), or any value when ``--rootdir`` is given."""
+    from pytest_gpuperf.core.flags import BENCHMARK_FLAGS, PLUGIN_FLAGS, SIMULATED_CUDA
+
+    takes_value = {f.name for f in (*PLUGIN_FLAGS, *BENCHMARK_FLAGS, SIMULATED_CUDA)
+                   if f.metavar is not None and f.nargs is None}
+    args = [str(a) for a in config.invocation_params.args]
+    if any(a == "--rootdir" or a.startswith("--rootdir=") for a in args):
+        return  # the rootdir was given: pytest does not derive it from the paths
     here = Path(config.invocation_params.dir).resolve()
-    if spaced and here != where and here not in where.parents:
+    for i, flag in enumerate(args[:-1]):
+        if flag not in takes_value:
+            continue
+        value = args[i + 1]
+        where = Path(here, value.split("::")[0]).resolve()
+        if not where.exists() or where == here or here in where.parents:
+            continue
         raise pytest.UsageError(
-            f"pytest-gpuperf: write --gpuperf-baseline-dir={cli_dir} (with '='): with a space, pytest "
-            f"reads {cli_dir} as a test path when it picks the rootdir, which then moves to a common "
-            f"ancestor of {here} and {where} and every baseline is missed"
+            f"pytest-gpuperf: write {flag}={value} (with '='): with a space, pytest reads {value} as a "
+            f"test path when it picks the rootdir, which then moves to a common ancestor of {here} and "
+            f"{where} and every baseline is missed"
         )
 
 
