@@ -178,7 +178,12 @@ class ScriptedMeasurer(Measurer):
         process-level speed mode). In a worker, the noise seed is offset by 1000 k, so each process
         draws its own noise. ``"rank_factors"``: ``[f0, f1, ...]``, under ``torchrun`` rank r (its
         ``RANK``) takes f_r times longer, and each rank draws its own noise (seed offset by 100 r): a
-        straggler rank. ``"ops"``: scripted op profiles (:meth:`profile_ops`)."""
+        straggler rank. ``"world_size_ms"``: ``{"1": 2.0, "2": 1.25, ...}``, the ``ms`` of each world
+        size (torchrun's ``WORLD_SIZE``; 1 without it), for scaling tables. ``"ops"``: scripted op
+        profiles (:meth:`profile_ops`)."""
+        if spec.get("world_size_ms"):
+            world = int(os.environ.get("WORLD_SIZE") or 1)
+            spec = dict(spec, ms=float(spec["world_size_ms"][str(world)]))
         probe = spec.get("probe")
         machine = _machine_of(spec.get("machine"))
         rank = int(os.environ.get("RANK", "0") or 0) if os.environ.get("WORLD_SIZE") else 0

@@ -32,4 +32,6 @@ SAMPLES: dict[str, tuple[tuple[str, object], tuple[object, object] | None, tuple
     "items_per_call": (("64", 64.0), None, (128, 128.0)),
     "items": (("samples", "samples"), None, ("tokens", "tokens")),
     "processes": (("2", 2), None, (1, 1)),
+    "scaling": (("weak", "weak"), None, ("strong", "strong")),
+    "min_scaling_efficiency": (("0.5", 0.5), None, (0.8, 0.8)),
 }

@@ -32,7 +32,11 @@ class BenchOptions:
     ``max_syncs``/``max_recompiles`` are declared budgets (``None``: none). ``items_per_call`` is
     the work one call does in ``items`` (e.g. 64 "samples"), reported as items/s. ``processes``:
     how many of the session's worker processes measure this benchmark (None: all of them, see
-    ``--gpuperf-processes``; at most the session's number).
+    ``--gpuperf-processes``; at most the session's number). ``scaling``: how the benchmark's work
+    changes with the ranks under ``torchrun`` (``"strong"``: the same problem split over them;
+    ``"weak"``: the same work per rank), for its scaling efficiency; ``min_scaling_efficiency``: the
+    lowest efficiency (a fraction in (0, 1]) a run at N ranks may have against the baseline at a
+    smaller world size (None: no gate; see :mod:`pytest_gpuperf.verdict.scaling`).
     """
 
     group: str | None = None
@@ -60,6 +64,8 @@ class BenchOptions:
     items_per_call: float | None = None
     items: str = "items"
     processes: int | None = None
+    scaling: str = "strong"
+    min_scaling_efficiency: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +111,10 @@ OPTION_HELP: dict[str, str] = {
     "items": f"name of the items_per_call unit, e.g. samples or tokens (default {DEFAULTS.items!r})",
     "processes": f"worker processes that measure a benchmark (at most --gpuperf-processes, default {DEFAULT_PROCESSES}; "
                  "1: one process, which cannot see run-to-run spread)",
+    "scaling": "under torchrun: strong (the same problem split over the ranks: efficiency T1 / (N·TN)) or weak "
+               "(the same work per rank: T1 / TN) (default strong)",
+    "min_scaling_efficiency": "under torchrun: fail when the scaling efficiency against the baseline at a smaller "
+                              "world size is below this fraction in (0, 1], e.g. 0.8 (default none)",
 }
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
@@ -184,6 +194,19 @@ def _items(name: str, value: Any) -> str:
     raise OptionError(f"{name}={value!r}: expected the name of a unit, e.g. 'samples' or 'tokens'")
 
 
+def _scaling(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower() in ("strong", "weak"):
+        return value.strip().lower()
+    raise OptionError(f"{name}={value!r}: expected 'strong' (the same problem split over the ranks) or "
+                      f"'weak' (the same work per rank)")
+
+
+def _min_efficiency(name: str, value: Any) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    return _num(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.8 (or none)")(name, value)
+
+
 def _expect(name: str, value: Any) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -219,6 +242,8 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "items_per_call": _items_per_call,
     "items": _items,
     "processes": lambda name, v: None if v is None else _num(int, lambda x: x >= 1, "an integer >= 1")(name, v),
+    "scaling": _scaling,
+    "min_scaling_efficiency": _min_efficiency,
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

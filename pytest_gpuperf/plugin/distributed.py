@@ -21,7 +21,8 @@ writers there only; :mod:`pytest_gpuperf.plugin.session` writes baselines on ran
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -126,3 +127,40 @@ class RaisedOnAnyRank:
         report = outcome.get_result()
         if report.when == "call":
             self.session._agree(report, call)  # before any verdict: only a rank that raised fails the others
+
+
+def scaling_reference(load: Callable[[Path], Any], baseline_dir: Path, device_key: str, module: str,
+                      world_size: int, shown: Callable[[Path], str]) -> Callable[[str], tuple[int, float, str] | None]:
+    """The lookup of a benchmark's baseline at a smaller world size, for its scaling efficiency
+    (:class:`~pytest_gpuperf.verdict.scaling.ScalingCheck`; issue 35).
+
+    ``load``: reads a baseline file (once per session, None when absent; raises ``BaselineError``);
+    ``baseline_dir``: the session's baseline folder; ``device_key``: this device's key without
+    ``-wsN``; ``module``: the test module's path; ``world_size``: this run's ranks; ``shown``: a path
+    as messages show it. The lookup maps a benchmark id to ``(world size, newest stored median in ms,
+    file as shown)`` of the smallest world size below ``world_size`` (the folder ``device_key`` is
+    world size 1, ``device_key-wsM`` world size M) whose file has the benchmark, or None. An
+    unreadable file, or one of another module, is passed over (its own run reports it)."""
+    from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
+    from pytest_gpuperf.verdict.scaling import reference_world_size, split_world_size
+
+    def lookup(bid: str) -> tuple[int, float, str] | None:
+        folders = sorted(baseline_dir.iterdir()) if baseline_dir.is_dir() else []
+        found: dict[int, tuple[float, str]] = {}
+        for folder in folders:
+            key, n = split_world_size(folder.name)
+            if key != device_key or n >= world_size or not folder.is_dir():
+                continue
+            path = baseline_path(baseline_dir, folder.name, module)
+            try:
+                stored = load(path)
+                check_module(stored, module)
+            except BaselineError:
+                continue
+            entry = stored.get(bid) if stored is not None else None
+            if entry is not None and entry.history:
+                found[n] = (entry.history[-1].median_ms, shown(path))
+        n0 = reference_world_size(found, world_size)
+        return None if n0 is None else (n0, *found[n0])
+
+    return lookup

@@ -455,6 +455,7 @@ class InProcess(Measuring):
                                                         evaluation.comparison.failed, bid, notes, unavailable)
         op_profile = (self._op_profile(fn, args, kwargs, setup, statistics.median(t.samples_ms), bid, notes)
                       if inline and ctx.op_profile else None)
+        scaling = self._scaling(t, bid, notes)
         return BenchResult.from_samples(
             t.samples_ms, rounds=t.rounds, calls_per_round=t.calls_per_round,
             warmup_calls=t.warmup_calls, comparison=evaluation.comparison,
@@ -462,8 +463,30 @@ class InProcess(Measuring):
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
             count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
-            ranks=ranks, **probe_stored, **common
+            ranks=ranks, scaling=scaling, **probe_stored, **common
         )
+
+    def _scaling(self, t: Timing, bid: str, notes: list[str]) -> Any:
+        """Under torchrun, this run's :class:`~pytest_gpuperf.verdict.scaling.ScalingCheck` against
+        the benchmark's baseline at a smaller world size (with ``min_scaling_efficiency``, the gate);
+        None outside torchrun or without such a baseline (then, with the option, a note says the gate
+        could not be applied)."""
+        ctx = self.context
+        if ctx.ranks is None or ctx.scaling_reference is None:
+            return None
+        from pytest_gpuperf.verdict.scaling import ScalingCheck, not_applied_note, split_world_size
+
+        minimum = self.options.min_scaling_efficiency
+        reference = ctx.scaling_reference(bid)
+        if reference is None:
+            if minimum is not None:
+                folder = Path(ctx.baseline_file or "baselines/-").parent
+                base = folder.parent / split_world_size(folder.name)[0]
+                notes.append(f"{self._full_id(bid)}: {not_applied_note(ctx.ranks.world_size, minimum, base.as_posix())}")
+            return None
+        n0, ms0, file = reference
+        return ScalingCheck(self.options.scaling, ctx.ranks.world_size, statistics.median(t.samples_ms), n0, ms0,
+                            file, minimum)
 
     def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
         """The timed rounds (``timed(progress)``), with background telemetry (daemon, bounded):

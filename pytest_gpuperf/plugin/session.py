@@ -48,6 +48,7 @@ class _Stored:
     key: str | None = None
     path: Path | None = None
     baseline: "BaselineFile | None" = None
+    scaling: Any = None  # under torchrun: bid -> its baseline at a smaller world size (plugin.distributed)
 
 _REFERENCE_CACHE: dict[str, dict[str, Any]] = {}
 
@@ -294,8 +295,11 @@ class GpuPerfSession:
         if not s.measuring:
             return _Stored(module)
         env = fingerprint(device) if s.replicated else self.environment(device)
-        key = device_key(env)
+        key, scaling = device_key(env), None
         if s.ranks is not None:  # under torchrun: a folder per world size, so 2-rank and 8-rank runs never mix
+            from pytest_gpuperf.plugin.distributed import scaling_reference
+
+            scaling = scaling_reference(self.baseline, Path(s.baseline_dir), key, module, s.ranks.world_size, s.relpath)
             key += s.ranks.key_suffix
         from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
 
@@ -305,7 +309,7 @@ class GpuPerfSession:
             check_module(baseline, module)  # a file of another module is neither compared nor written
         except BaselineError as exc:
             raise pytest.fail.Exception(str(exc), pytrace=False) from None  # the reason once, without the chained traceback
-        return _Stored(module, env, key, path, baseline)
+        return _Stored(module, env, key, path, baseline, scaling)
 
     def _context(self, request: pytest.FixtureRequest, measurer: Any, options: opts.BenchOptions, device: Any,
                  measuring: bool, stored: "_Stored") -> Any:
@@ -341,6 +345,7 @@ class GpuPerfSession:
             extras=_extras_mode(s.replicate_slot),
             op_profile=_op_profile_mode(s),
             ranks=s.ranks,
+            scaling_reference=stored.scaling,
         )
 
     def _record(self, item: pytest.Item, bench: Any, device: Any, stored: "_Stored", result: Any) -> None:

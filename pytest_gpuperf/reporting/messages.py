@@ -281,6 +281,8 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
             out.extend(gate_messages(r.count_comparison, include_regression=not updating))
         elif check == "bottleneck":
             out.append(f"{label}: {bottleneck_message(r)}")
+        elif check == "scaling":
+            out.append(f"{label}: {r.scaling.message()}")
     return out
 
 

@@ -133,6 +133,8 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
         text += ", over count budget"
     if r.misclassified:
         text += ", misclassified" if r.misclassification_trusted else ", misclassified (host busy: not trusted)"
+    if r.scaling is not None and r.scaling.failed:
+        text += ", below min_scaling_efficiency"
     if r.comparison is not None and r.comparison.machine_differs and r.comparison.machine_ratio is not None:
         text += f" (machine differs: {(r.comparison.machine_ratio - 1) * 100:+.0f}%)"
     elif r.comparison is not None and r.comparison.confirmed is True:

@@ -14,6 +14,7 @@ from pytest_gpuperf.core import containment
 from pytest_gpuperf.storage.baseline import SCHEMA_VERSION
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.distributed import RankTiming
+from pytest_gpuperf.verdict.scaling import ScalingCheck
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.verdict.stats import thin
 
@@ -153,6 +154,8 @@ def encode_result(
         cc = result.count_comparison
         entry["count_comparison"] = count_comparison_to_dict(cc)
         entry["trace_path"] = result.trace_path
+        if result.scaling is not None:  # under torchrun: the efficiency against a smaller world size's baseline
+            entry["scaling"] = result.scaling.to_dict()
     return entry
 
 
@@ -250,6 +253,7 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         probe=entry.get("probe"),
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
         ranks=RankTiming.from_dict(entry.get("ranks")),
+        scaling=ScalingCheck.from_dict(entry.get("scaling")),
         unavailable=containment.from_dict(entry.get("unavailable")),
         peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
         op_diff=decode_op_diff(entry.get("op_diff")),

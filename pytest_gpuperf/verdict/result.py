@@ -91,12 +91,15 @@ class BenchEvaluation:
     ``memory_comparison`` (peak memory against the baseline's and ``max_memory``),
     ``count_comparison`` (:class:`~pytest_gpuperf.verdict.counts.CountComparison`: the count gate
     and the declared budgets) and ``op_diff`` (:class:`~pytest_gpuperf.verdict.opdiff.OpDiff`: why
-    a verdict moved, op by op). Each None when not decided (smoke mode, no baseline for it)."""
+    a verdict moved, op by op), ``scaling`` (:class:`~pytest_gpuperf.verdict.scaling.ScalingCheck`:
+    under torchrun, the efficiency against the baseline at a smaller world size and the
+    ``min_scaling_efficiency`` gate). Each None when not decided (smoke mode, no baseline for it)."""
 
     comparison: Comparison | None = None
     memory_comparison: MemoryComparison | None = None
     count_comparison: Any = None  # pytest_gpuperf.verdict.counts.CountComparison
     op_diff: Any = None  # pytest_gpuperf.verdict.opdiff.OpDiff
+    scaling: Any = None  # pytest_gpuperf.verdict.scaling.ScalingCheck
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ class BenchResult:
     memory_comparison = _via("evaluation", "memory_comparison")
     count_comparison = _via("evaluation", "count_comparison")
     op_diff = _via("evaluation", "op_diff")
+    scaling = _via("evaluation", "scaling")
     trace_path = _via("diagnostics", "trace_path")
     top_ops = _via("diagnostics", "top_ops")
     op_profile = _via("diagnostics", "op_profile")
@@ -263,7 +267,7 @@ class BenchResult:
 
     def failing(self, *, strict: bool = False, updating: bool = False) -> tuple[str, ...]:
         """Which checks fail this result's test, in order: ``"timing"``, ``"memory"``, ``"counts"``,
-        ``"bottleneck"`` (empty: it passes). :func:`pytest_gpuperf.reporting.messages.failure_messages`
+        ``"bottleneck"``, ``"scaling"`` (empty: it passes). :func:`pytest_gpuperf.reporting.messages.failure_messages`
         words them.
 
         The one place that decides pass or fail, for the plugin and the reports alike: a timing
@@ -272,8 +276,9 @@ class BenchResult:
         (``max_syncs``...), a misclassified bottleneck (on a busy host only with ``strict``, see
         :attr:`misclassification_trusted`), and an extra the user asked for by an option
         (``max_memory``, a count budget, ``expect_bottleneck``) that could not be measured
-        (:attr:`missing_requested`). While ``updating`` baselines only the hard
-        checks count (``max_memory``, the count budgets, ``expect_bottleneck``): a new baseline
+        (:attr:`missing_requested`), a scaling efficiency below ``min_scaling_efficiency`` (under
+        torchrun). While ``updating`` baselines only the hard checks count (``max_memory``, the
+        count budgets, ``expect_bottleneck``, ``min_scaling_efficiency``): a new baseline
         may be slower than the old one, but never over its own budget.
         """
         out = []
@@ -287,6 +292,8 @@ class BenchResult:
             out.append("counts")
         if (self.misclassified and (strict or updating or self.misclassification_trusted)) or "bottleneck" in missing:
             out.append("bottleneck")
+        if self.scaling is not None and self.scaling.failed:
+            out.append("scaling")
         return tuple(out)
 
     def missing_requested(self) -> dict[str, str]:
