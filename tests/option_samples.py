@@ -32,4 +32,6 @@ SAMPLES: dict[str, tuple[tuple[str, object], tuple[object, object] | None, tuple
     "items_per_call": (("64", 64.0), None, (128, 128.0)),
     "items": (("samples", "samples"), None, ("tokens", "tokens")),
     "processes": (("2", 2), None, (1, 1)),
+    "collective": (("all_gather", "all_gather"), None, ("all_reduce", "all_reduce")),
+    "bytes_per_call": (("1 KiB", 1024), None, (4096, 4096)),
 }

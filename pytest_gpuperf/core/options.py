@@ -32,7 +32,9 @@ class BenchOptions:
     ``max_syncs``/``max_recompiles`` are declared budgets (``None``: none). ``items_per_call`` is
     the work one call does in ``items`` (e.g. 64 "samples"), reported as items/s. ``processes``:
     how many of the session's worker processes measure this benchmark (None: all of them, see
-    ``--gpuperf-processes``; at most the session's number).
+    ``--gpuperf-processes``; at most the session's number). ``collective`` (one of
+    :data:`COLLECTIVES`) and ``bytes_per_call`` (bytes, nccl-tests' size S) declare a benchmark of
+    a bare collective: under torchrun its algorithm and bus bandwidth (GB/s) are reported.
     """
 
     group: str | None = None
@@ -60,6 +62,8 @@ class BenchOptions:
     items_per_call: float | None = None
     items: str = "items"
     processes: int | None = None
+    collective: str | None = None
+    bytes_per_call: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -73,6 +77,11 @@ DEFAULTS = BenchOptions()
 #: Worker processes per benchmark when nothing says otherwise (``--gpuperf-processes``; the
 #: marker's ``processes`` takes at most that many).
 DEFAULT_PROCESSES = 3
+
+#: The accepted values of ``collective`` (nccl-tests' collectives; the bus-bandwidth factors are
+#: :data:`pytest_gpuperf.verdict.communication.BUS_FACTORS`).
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+                                "send_recv")
 
 #: One line of help per option (plain text: ``%`` is literal), with the default from :data:`DEFAULTS`.
 OPTION_HELP: dict[str, str] = {
@@ -105,6 +114,9 @@ OPTION_HELP: dict[str, str] = {
     "items": f"name of the items_per_call unit, e.g. samples or tokens (default {DEFAULTS.items!r})",
     "processes": f"worker processes that measure a benchmark (at most --gpuperf-processes, default {DEFAULT_PROCESSES}; "
                  "1: one process, which cannot see run-to-run spread)",
+    "collective": "under torchrun, a benchmark of one bare collective: " + ", ".join(COLLECTIVES)
+                  + " (reports algbw and busbw with bytes_per_call; default none)",
+    "bytes_per_call": "bytes one call of the collective moves, e.g. '64 MiB' (nccl-tests' size; default none)",
 }
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
@@ -184,6 +196,22 @@ def _items(name: str, value: Any) -> str:
     raise OptionError(f"{name}={value!r}: expected the name of a unit, e.g. 'samples' or 'tokens'")
 
 
+def _bytes_per_call(name: str, value: Any) -> int | None:
+    size = _size(name, value)
+    if size == 0:
+        raise OptionError(f"{name}={value!r}: expected a size > 0, e.g. 1048576 or '64 MiB'")
+    return size
+
+
+def _collective(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    s = str(value).strip().lower().replace("-", "_") if isinstance(value, str) else None
+    if s not in COLLECTIVES:
+        raise OptionError(f"{name}={value!r}: expected one of {', '.join(COLLECTIVES)}")
+    return s
+
+
 def _expect(name: str, value: Any) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -219,6 +247,8 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "items_per_call": _items_per_call,
     "items": _items,
     "processes": lambda name, v: None if v is None else _num(int, lambda x: x >= 1, "an integer >= 1")(name, v),
+    "collective": _collective,
+    "bytes_per_call": _bytes_per_call,
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 
