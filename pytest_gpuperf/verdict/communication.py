@@ -58,6 +58,9 @@ CHANGE_POINTS = 0.10
 #: same for ``c10d::broadcast_``/``gloo:broadcast``, ``c10d::_allgather_base_``/``gloo:all_gather``.
 #: No ``record_param_comms`` on gloo there; older torch and nccl's CPU side record that name.
 CPU_COMM_PREFIXES: tuple[str, ...] = ("gloo:", "c10d::", "nccl:", "record_param_comms")
+#: On CUDA (torch 2.11, NCCL 2.28.9, one H100, WORLD_SIZE 1) one ``dist.all_reduce`` records
+#: ``c10d::allreduce_``, ``record_param_comms`` and ``nccl:all_reduce`` on the CPU and, with one
+#: rank, no NCCL kernel at all: the kernel names below are from HTA and NCCL, not yet seen here.
 #: Name prefixes of NCCL's kernels (``ncclKernel_AllReduce_RING_LL_Sum_float``; NCCL >= 2.19:
 #: ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``).
 CUDA_COMM_PREFIXES: tuple[str, ...] = ("ncclKernel", "ncclDevKernel")
