@@ -34,4 +34,6 @@ SAMPLES: dict[str, tuple[tuple[str, object], tuple[object, object] | None, tuple
     "processes": (("2", 2), None, (1, 1)),
     "scaling": (("weak", "weak"), None, ("strong", "strong")),
     "min_scaling_efficiency": (("0.5", 0.5), None, (0.8, 0.8)),
+    "collective": (("all_gather", "all_gather"), None, ("all_reduce", "all_reduce")),
+    "bytes_per_call": (("1 KiB", 1024), None, (4096, 4096)),
 }

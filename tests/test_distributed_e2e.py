@@ -30,6 +30,18 @@ def test_step(gpu_bench):
     gpu_bench(lambda: None)
 """
 
+#: A bare collective, really run: the timings are scripted (2 ms), the profiled calls are not.
+COMM_BENCH = """
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10, collective="all_reduce", bytes_per_call=4 * 2**16)
+def test_all_reduce(gpu_bench):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(2**16)
+    gpu_bench(lambda: dist.all_reduce(t))
+"""
+
 
 def torchrun(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """Two ranks of ``pytest ARGS`` under torchrun (the CPU, gloo)."""
@@ -40,30 +52,33 @@ def torchrun(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None:
     """Update: one baseline file, written by rank 0, in a folder keyed by world size; an unchanged
     rerun passes on both ranks; rank 1 made 1.5x slower in one benchmark fails that benchmark on
-    both ranks naming rank 1, while the other benchmark passes; the JSON report has per-rank medians."""
-    pytester.makepyfile(test_d=BENCHES)
+    both ranks naming rank 1, while the other benchmarks pass; the JSON report has per-rank medians
+    and each rank's communication (a real gloo all-reduce: its share, and nccl-tests' bandwidths at
+    the scripted 2 ms)."""
+    pytester.makepyfile(test_d=BENCHES + COMM_BENCH)
     script_timings(pytester, {"ms": 2.0})
     update = torchrun(pytester, "--gpuperf-update-baselines")
     assert update.ret == 0, update.stdout.str()
     files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "baselines").rglob("*.json"))
     assert len(files) == 1 and files[0].endswith("-ws2/test_d.json"), files
     stored = json.loads((pytester.path / files[0]).read_text())
+    assert 0 < min(stored["benchmarks"]["test_all_reduce"]["communication"]["share"]) <= 1
     assert stored["device_key"].endswith("-ws2")
     entry = stored["benchmarks"]["test_local"]
     assert len(entry["history"]) == 1  # one writer: rank 0
     assert entry["ranks"]["world_size"] == 2 and len(entry["ranks"]["medians_ms"]) == 2
-    header = "gpuperf: 2 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
+    header = "gpuperf: 3 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
     assert update.stdout.str().count(header) == 1  # the summary: rank 0 only
 
     rerun = torchrun(pytester, "--gpuperf")
     assert rerun.ret == 0, rerun.stdout.str()
-    assert rerun.stdout.str().count("2 passed") == 2  # each rank's own line
+    assert rerun.stdout.str().count("3 passed") == 2  # each rank's own line
 
     set_timings(pytester, {"ms": 2.0}, test_step={"ms": 2.0, "rank_factors": [1.0, 1.5]})
     slow = torchrun(pytester, "--gpuperf", "--gpuperf-json", "report.json")
     out = slow.stdout.str()
     assert slow.ret == 1, out
-    assert out.count("1 failed, 1 passed") == 2, out  # the same outcome on both ranks
+    assert out.count("1 failed, 2 passed") == 2, out  # the same outcome on both ranks
     assert "FAILED test_d.py::test_step" in out and "FAILED test_d.py::test_local" not in out
     assert re.search(r"regressed 1\.\d+x .*: rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
                      out), out
@@ -74,6 +89,15 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     assert step["ranks"]["medians_ms"][1] == pytest.approx(3.0, rel=0.05)
     assert step["stats"]["median_ms"] == pytest.approx(3.0, rel=0.05)  # each round: the slowest rank's
     assert local["ranks"]["imbalance"] < 1.1
+    comm = report["benchmarks"]["test_d.py::test_all_reduce"]["communication"]
+    assert len(comm["share"]) == 2 and all(0 < s <= 1 for s in comm["share"]), comm  # real times: ranges only
+    assert all(ms > 0 for ms in comm["per_call_ms"]) and all(0 <= o <= 1 for o in comm["overlap"]), comm
+    assert comm["backend"] == "gloo" and comm["collectives"]["all_reduce"] == {"calls": 1.0, "bytes": 262144.0}
+    rates = report["benchmarks"]["test_d.py::test_all_reduce"]["throughput"]
+    assert rates["algbw_gb_per_s"] == pytest.approx(262144 / 2e-3 / 1e9, rel=0.05)  # the scripted 2 ms
+    assert rates["busbw_gb_per_s"] == pytest.approx(rates["algbw_gb_per_s"])  # all-reduce, 2 ranks: 2(n-1)/n = 1
+    assert local["communication"]["share"] == [0.0, 0.0]  # nothing communicated
+    assert re.search(r"algbw +busbw", out) and "GB/s" in out, out
 
 
 def test_ranks_that_collect_different_tests_get_one_clear_error(pytester: pytest.Pytester) -> None:

@@ -26,7 +26,9 @@ from typing import Any, Callable, Mapping, MutableMapping, TypeVar
 MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT = "peak memory", "counts", "bottleneck", "trace", "memory snapshot"
 #: The per-op diff of an A/B decision ("why it got slower": profiles of both sides).
 OP_DIFF = "op diff"
-PARTS = (MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT, OP_DIFF)
+#: Under torchrun: each rank's communication time, share of the step and overlap (issue 35).
+COMMUNICATION = "communication"
+PARTS = (MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT, OP_DIFF, COMMUNICATION)
 #: How many frames of the traceback a reason names (innermost last).
 FRAMES = 3
 #: Frames from these packages are torch's or ours, not the user's: skipped when naming where it failed.

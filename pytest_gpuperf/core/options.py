@@ -36,7 +36,9 @@ class BenchOptions:
     changes with the ranks under ``torchrun`` (``"strong"``: the same problem split over them;
     ``"weak"``: the same work per rank), for its scaling efficiency; ``min_scaling_efficiency``: the
     lowest efficiency (a fraction in (0, 1]) a run at N ranks may have against the baseline at a
-    smaller world size (None: no gate; see :mod:`pytest_gpuperf.verdict.scaling`).
+    smaller world size (None: no gate; see :mod:`pytest_gpuperf.verdict.scaling`). ``collective`` (one of
+    :data:`COLLECTIVES`) and ``bytes_per_call`` (bytes, nccl-tests' size S) declare a benchmark of
+    a bare collective: under torchrun its algorithm and bus bandwidth (GB/s) are reported.
     """
 
     group: str | None = None
@@ -66,6 +68,8 @@ class BenchOptions:
     processes: int | None = None
     scaling: str = "strong"
     min_scaling_efficiency: float | None = None
+    collective: str | None = None
+    bytes_per_call: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -79,6 +83,11 @@ DEFAULTS = BenchOptions()
 #: Worker processes per benchmark when nothing says otherwise (``--gpuperf-processes``; the
 #: marker's ``processes`` takes at most that many).
 DEFAULT_PROCESSES = 3
+
+#: The accepted values of ``collective`` (nccl-tests' collectives; the bus-bandwidth factors are
+#: :data:`pytest_gpuperf.verdict.communication.BUS_FACTORS`).
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+                                "send_recv")
 
 #: One line of help per option (plain text: ``%`` is literal), with the default from :data:`DEFAULTS`.
 OPTION_HELP: dict[str, str] = {
@@ -115,6 +124,9 @@ OPTION_HELP: dict[str, str] = {
                "(the same work per rank: T1 / TN) (default strong)",
     "min_scaling_efficiency": "under torchrun: fail when the scaling efficiency against the baseline at a smaller "
                               "world size is below this fraction in (0, 1], e.g. 0.8 (default none)",
+    "collective": "under torchrun, a benchmark of one bare collective: " + ", ".join(COLLECTIVES)
+                  + " (reports algbw and busbw with bytes_per_call; default none)",
+    "bytes_per_call": "bytes one call of the collective moves, e.g. '64 MiB' (nccl-tests' size; default none)",
 }
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
@@ -205,6 +217,20 @@ def _min_efficiency(name: str, value: Any) -> float | None:
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         return None
     return _num(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.8 (or none)")(name, value)
+def _bytes_per_call(name: str, value: Any) -> int | None:
+    size = _size(name, value)
+    if size == 0:
+        raise OptionError(f"{name}={value!r}: expected a size > 0, e.g. 1048576 or '64 MiB'")
+    return size
+
+
+def _collective(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    s = str(value).strip().lower().replace("-", "_") if isinstance(value, str) else None
+    if s not in COLLECTIVES:
+        raise OptionError(f"{name}={value!r}: expected one of {', '.join(COLLECTIVES)}")
+    return s
 
 
 def _expect(name: str, value: Any) -> tuple[str, ...] | None:
@@ -244,6 +270,8 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "processes": lambda name, v: None if v is None else _num(int, lambda x: x >= 1, "an integer >= 1")(name, v),
     "scaling": _scaling,
     "min_scaling_efficiency": _min_efficiency,
+    "collective": _collective,
+    "bytes_per_call": _bytes_per_call,
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

@@ -446,6 +446,8 @@ class InProcess(Measuring):
             mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, compiled, bid, notes,
                                                         unavailable)
         entry = self.context.baseline.get(bid) if self.context.baseline is not None else None
+        communication = (self._communication(fn, a, k, entry, unavailable)
+                         if ctx.ranks is not None and inline else None)
         evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid)
         memory = evaluation.memory
         if memory is not None and memory.failed:
@@ -463,7 +465,7 @@ class InProcess(Measuring):
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
             count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
-            ranks=ranks, scaling=scaling, **probe_stored, **common
+            ranks=ranks, scaling=scaling, communication=communication, **probe_stored, **common
         )
 
     def _scaling(self, t: Timing, bid: str, notes: list[str]) -> Any:
@@ -487,6 +489,35 @@ class InProcess(Measuring):
         n0, ms0, file = reference
         return ScalingCheck(self.options.scaling, ctx.ranks.world_size, statistics.median(t.samples_ms), n0, ms0,
                             file, minimum)
+
+    def _communication(self, fn, a, k, entry: BaselineEntry | None, unavailable: dict[str, Any]) -> Any:
+        """Under torchrun: every rank profiles the same few calls (after the timed rounds,
+        :func:`pytest_gpuperf.measure.communication.profile_communication`), and one gather brings
+        each rank's figures to every rank. Contained: a rank that could not measure makes the
+        part unavailable on every rank (naming the rank); the timing stands. With the baseline's
+        figures, the result carries the evidence line of a regression (``change``)."""
+        from pytest_gpuperf.core.containment import COMMUNICATION, Unavailable, contained
+        from pytest_gpuperf.measure.communication import profile_communication
+        from pytest_gpuperf.verdict.communication import Communication, change_text
+
+        ranks, local = self.context.ranks, {}
+        mine = contained(COMMUNICATION, lambda: profile_communication(fn, a, k, self.context.device,
+                                                                      align=ranks.barrier), local)
+        gathered = ranks.gather(mine if mine is not None else local[COMMUNICATION])
+        failed = [(r, g) for r, g in enumerate(gathered) if isinstance(g, Unavailable) or g is None]
+        if failed:
+            r, why = failed[0]
+            unavailable.setdefault(COMMUNICATION, Unavailable(
+                COMMUNICATION, f"rank {r}: {why.error if why is not None else 'nothing measured'}",
+                why.where if why is not None else ""))
+            return None
+        import torch.distributed as dist
+
+        o = self.options
+        now = Communication.of(gathered, backend=str(dist.get_backend()), bytes_per_call=o.bytes_per_call,
+                               collective=o.collective)
+        then = Communication.from_dict(entry.data.get("communication")) if entry is not None else None
+        return dataclasses.replace(now, change=change_text(then, now))
 
     def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
         """The timed rounds (``timed(progress)``), with background telemetry (daemon, bounded):

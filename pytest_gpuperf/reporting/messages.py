@@ -272,7 +272,7 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
             if not _also_failing(r, check, strict, updating):
                 continue
         if check == "timing":
-            out.append(with_why(with_straggler(comparison_message(r.comparison), r), r))
+            out.append(with_communication(with_why(with_straggler(comparison_message(r.comparison), r), r), r))
             if r.trace_path and not r.misclassified:
                 out.append(f"{label}: trace of the profiled calls: {r.trace_path}")
         elif check == "memory":
@@ -303,6 +303,18 @@ def with_straggler(message: str, r: Any) -> str:
         return message
     head, sep, rest = message.partition("\n")
     return f"{head}: {text}{sep}{rest}"
+
+
+def with_communication(message: str, r: Any) -> str:
+    """A timing message with ``communication share 12% -> 41% of the step (gloo all_reduce)`` as
+    an evidence line after the verdict line, when the share of communication or its overlap with
+    computation moved against the baseline's (:func:`pytest_gpuperf.verdict.communication.change_text`,
+    set while measuring under torchrun; issue 35)."""
+    text = getattr(getattr(r, "communication", None), "change", None)
+    if not text:
+        return message
+    head, sep, rest = message.partition("\n")
+    return f"{head}\n  {text}" + (f"\n{rest}" if sep else "")
 
 
 def with_why(message: str, r: Any) -> str:

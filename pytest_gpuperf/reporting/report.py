@@ -215,11 +215,26 @@ def items_text(r: BenchResult) -> str:
     return f"{scaled:.3g}{prefix} {r.options.items}/s"
 
 
-def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False) -> tuple[str, ...]:
+def bus_cells(r: BenchResult) -> tuple[str, str]:
+    """The ``algbw`` and ``busbw`` cells (``12.3 GB/s``) of a bare collective
+    (:meth:`~pytest_gpuperf.verdict.result.BenchResult.bus_bandwidth`), else ``-``."""
+    bus = r.bus_bandwidth() if not r.smoke else {}
+    if not bus:
+        return "-", "-"
+    return f"{bus['algbw_gb_per_s']:.3g} GB/s", f"{bus['busbw_gb_per_s']:.3g} GB/s"
+
+
+#: Headers of the bus-bandwidth columns (shown when a benchmark declares ``collective=``).
+BUS_COLUMNS = ("algbw", "busbw")
+
+
+def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False,
+                bus: bool = False) -> tuple[str, ...]:
     """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s).
 
     ``items``: add the items/s cell (the table has the column when a benchmark declares
-    ``items_per_call``), just before the verdict."""
+    ``items_per_call``), just before the verdict; ``bus``: then the algbw and busbw cells (a
+    benchmark declares ``collective=`` and ``bytes_per_call=`` under torchrun)."""
     c = r.comparison
     iqr = f"{r.iqr_fraction * 100:.1f}%" if not r.smoke else "-"
     rates = r.rates()
@@ -239,7 +254,7 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
         _rate_text(rates, "bytes_per_s", "B/s"),
         _bottleneck_text(r),
     )
-    return row + ((items_text(r),) if items else ()) + (_verdict_text(r, updated),)
+    return row + ((items_text(r),) if items else ()) + (bus_cells(r) if bus else ()) + (_verdict_text(r, updated),)
 
 
 def _centre_ms(r: BenchResult) -> float:
@@ -363,8 +378,11 @@ def summary_lines(
     units = {r.options.items for _, r, _ in items if r.options.items_per_call}
     with_items = bool(units)
     rate_column = f"{units.pop()}/s" if len(units) == 1 else "items/s"
-    all_keys = COLUMN_KEYS[:-1] + (("items",) if with_items else ()) + COLUMN_KEYS[-1:]
-    all_headers = COLUMNS[:-1] + ((rate_column,) if with_items else ()) + COLUMNS[-1:]
+    with_bus = any(not r.smoke and r.bus_bandwidth() for _, r, _ in items)
+    all_keys = (COLUMN_KEYS[:-1] + (("items",) if with_items else ()) + (BUS_COLUMNS if with_bus else ())
+                + COLUMN_KEYS[-1:])
+    all_headers = (COLUMNS[:-1] + ((rate_column,) if with_items else ()) + (BUS_COLUMNS if with_bus else ())
+                   + COLUMNS[-1:])
     keys = None
     if columns is not None:
         unknown = [c for c in columns if c not in COLUMN_KEYS and c not in EXTRA_COLUMNS and c != "items"]
@@ -381,7 +399,7 @@ def summary_lines(
         members = groups[group]
         if order is not None:
             members = sorted(members, key=lambda m: order(m[0], m[1]))
-        rows = [summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items)
+        rows = [summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items, bus=with_bus)
                 for label, r, updated in members]
         header: Sequence[str] = all_headers
         if keys is not None:
@@ -390,7 +408,7 @@ def summary_lines(
             header = [all_headers[all_keys.index(k)] if k in all_keys else EXTRA_COLUMNS[k][0] for k in keys]
         if group or len(groups) > 1:
             lines.append(f"group: {group or '(none)'}")
-        numeric = NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column}
+        numeric = NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column} | set(BUS_COLUMNS)
         if width is not None and keys is None:
             names = [label for label, _, _ in members]
             lines.extend(fit_table(rows, header, numeric, width, names))

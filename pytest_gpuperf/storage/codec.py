@@ -13,6 +13,7 @@ from typing import Any
 from pytest_gpuperf.core import containment
 from pytest_gpuperf.storage.baseline import SCHEMA_VERSION
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
+from pytest_gpuperf.verdict.communication import Communication
 from pytest_gpuperf.verdict.distributed import RankTiming
 from pytest_gpuperf.verdict.scaling import ScalingCheck
 from pytest_gpuperf.verdict.result import BenchResult
@@ -96,6 +97,8 @@ def _optional_parts(result: BenchResult, kept: int) -> dict[str, Any]:
         entry["process_medians_ms"] = list(result.process_medians_ms)
     if result.ranks is not None:  # under torchrun: each rank's median, the slowest rank, the imbalance
         entry["ranks"] = result.ranks.to_dict()
+    if result.communication is not None:  # under torchrun: communication per call, share, overlap
+        entry["communication"] = result.communication.to_dict()
     if result.peak_memory_low_bytes is not None:  # the peak differed between the calls measured
         entry["peak_memory_low_bytes"] = result.peak_memory_low_bytes
     if result.unavailable:  # extras that could not be measured: left out above, with why
@@ -254,6 +257,7 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
         ranks=RankTiming.from_dict(entry.get("ranks")),
         scaling=ScalingCheck.from_dict(entry.get("scaling")),
+        communication=Communication.from_dict(entry.get("communication")),
         unavailable=containment.from_dict(entry.get("unavailable")),
         peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
         op_diff=decode_op_diff(entry.get("op_diff")),

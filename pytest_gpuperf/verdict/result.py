@@ -71,7 +71,9 @@ class BenchExtras:
     one call (:class:`~pytest_gpuperf.verdict.counts.Counts`: ops, kernels, syncs, copies, FLOPs,
     bytes, recompiles); ``bottleneck``: the :class:`~pytest_gpuperf.verdict.bottleneck.Bottleneck`;
     ``telemetry``: what the machine did during the timed rounds (GPU: NVML SM clock, throttle
-    reasons, utilization, temperature, power; CPU: frequency and load). Each None when not measured.
+    reasons, utilization, temperature, power; CPU: frequency and load); ``communication``: under
+    torchrun, each rank's communication per call, its share of the step and its overlap with
+    computation (:class:`~pytest_gpuperf.verdict.communication.Communication`). Each None when not measured.
     ``unavailable`` maps an extra that could not be measured (``"counts"``, ``"peak memory"``,
     ``"bottleneck"``, ``"trace"``, ``"memory snapshot"``) to why
     (:class:`~pytest_gpuperf.core.containment.Unavailable`); the timing and the other checks stand.
@@ -83,6 +85,7 @@ class BenchExtras:
     bottleneck: Any = None  # pytest_gpuperf.verdict.bottleneck.Bottleneck
     telemetry: dict[str, Any] | None = None
     unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
+    communication: Any = None  # pytest_gpuperf.verdict.communication.Communication
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ class BenchResult:
     bottleneck = _via("extras", "bottleneck")
     telemetry = _via("extras", "telemetry")
     unavailable = _via("extras", "unavailable")
+    communication = _via("extras", "communication")
     comparison = _via("evaluation", "comparison")
     memory_comparison = _via("evaluation", "memory_comparison")
     count_comparison = _via("evaluation", "count_comparison")
@@ -231,16 +235,33 @@ class BenchResult:
 
     def rates(self) -> dict[str, float] | None:
         """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum
-        traffic), ``items_per_s`` (with the ``items_per_call`` option) and ``pct_of_peak_flops`` /
-        ``pct_of_peak_bytes`` (percent of the calibrated peak, when the benchmark was classified).
+        traffic), ``items_per_s`` (with the ``items_per_call`` option), ``pct_of_peak_flops`` /
+        ``pct_of_peak_bytes`` (percent of the calibrated peak, when the benchmark was classified)
+        and ``algbw_gb_per_s`` / ``busbw_gb_per_s`` (a bare collective: :meth:`bus_bandwidth`).
         None in smoke mode or when nothing was counted or declared."""
         if self.smoke:
             return None
         from pytest_gpuperf.verdict.counts import throughput
 
         ev = getattr(self.bottleneck, "evidence", None)
-        return throughput(self.median_ms, self.counts, self.options.items_per_call,
-                          getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
+        out = throughput(self.median_ms, self.counts, self.options.items_per_call,
+                         getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
+        bus = self.bus_bandwidth()
+        return {**(out or {}), **bus} if bus else out
+
+    def bus_bandwidth(self) -> dict[str, float]:
+        """``{"algbw_gb_per_s", "busbw_gb_per_s"}`` (GB/s: 1e9 bytes/s) of a bare collective at the
+        median call time, with nccl-tests' formulas
+        (:func:`~pytest_gpuperf.verdict.communication.bandwidth`), for a benchmark that declares
+        ``collective=`` and ``bytes_per_call=`` and ran under torchrun (the ranks: ``ranks``'s world
+        size); empty otherwise."""
+        o = self.options
+        if not (o.collective and o.bytes_per_call and self.ranks is not None and self.median_ms > 0):
+            return {}
+        from pytest_gpuperf.verdict.communication import bandwidth
+
+        algbw, busbw = bandwidth(o.collective, o.bytes_per_call, self.median_ms / 1e3, self.ranks.world_size)
+        return {"algbw_gb_per_s": algbw, "busbw_gb_per_s": busbw}
 
     @property
     def misclassified(self) -> bool:
