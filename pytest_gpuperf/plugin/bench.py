@@ -43,7 +43,7 @@ def assign_extra_info(target: dict[str, Any], value: Mapping[str, Any], name: st
 class BenchContext:
     """Everything one test's ``gpu_bench`` needs, resolved once by the plugin (frozen).
 
-    ``test_id``: the test's id (its module path is :attr:`module`, from ``nodeid``); ``options``: its resolved options;
+    ``options``: its resolved options;
     ``device``: a ``torch.device``; ``measuring``: ``--gpuperf`` (else smoke mode); ``baseline``:
     the module's :class:`~pytest_gpuperf.storage.baseline.BaselineFile` (None: none stored) and
     ``baseline_file`` its path for messages; ``snapshot_dir``/``artifacts_dir``: where CUDA memory
@@ -61,7 +61,7 @@ class BenchContext:
     user's session ``ab_results`` maps a benchmark's full id to its finished result, measured by
     the A/B workers or by the replicate workers (:mod:`pytest_gpuperf.plugin.replicates`), or to a string
     saying why it has none (the test then fails with it through ``fail``); the benchmark is not
-    measured again. ``nodeid``: the test's pytest node id. ``fail``: fails the test with a message
+    measured again. ``nodeid``: the test's pytest node id (:attr:`test_id` and :attr:`module` are its parts). ``fail``: fails the test with a message
     (the plugin passes ``pytest.fail``). ``extras``: where the auxiliary measurements (peak memory,
     counts, bottleneck) are made: ``"inline"`` after this benchmark's timed rounds (one process),
     ``"none"`` (a timed replicate worker: the extras process makes them), ``"only"`` (the extras
@@ -75,7 +75,6 @@ class BenchContext:
     :class:`~pytest_gpuperf.verdict.scaling.ScalingCheck`); None outside torchrun.
     """
 
-    test_id: str
     options: BenchOptions
     device: Any
     measuring: bool
@@ -102,6 +101,12 @@ class BenchContext:
     op_profile: bool = False
     ranks: Any = None
     scaling_reference: Callable[[str], Any] | None = None
+
+    @property
+    def test_id(self) -> str:
+        """The test's id within its module (from ``nodeid``: ``test_f[1]`` of ``m.py::test_f[1]``)."""
+        module, _, rest = self.nodeid.partition("::")
+        return rest or module
 
     @property
     def module(self) -> str:

@@ -319,7 +319,6 @@ class GpuPerfSession:
 
         s, item = self.settings, request.node
         return BenchContext(
-            test_id=_split_nodeid(item.nodeid)[1],
             options=options,
             device=device,
             measuring=measuring,

@@ -181,5 +181,5 @@ def not_applied_note(world_size: int, minimum: float, device_key: str) -> str:
     """Why ``min_scaling_efficiency`` could not be applied at ``world_size`` ranks: no baseline of
     the benchmark at a smaller world size (``device_key``: the device key without ``-wsN``)."""
     return (f"min_scaling_efficiency={minimum:g} not applied at {world_size} ranks: no baseline at a smaller world "
-            f"size (record one in {device_key}/ with pytest --gpuperf-update-baselines without torchrun, or in "
+            f"size (record one in {device_key}/ by updating the baselines without torchrun, or in "
             f"{device_key}-wsM/ with fewer ranks); the test passes")

@@ -161,7 +161,7 @@ def test_summary_table_cuts_long_names_in_the_middle():
 
 
 def _bench(module: str = "tests/test_m.py") -> GpuBench:
-    return GpuBench(BenchContext(test_id="t", options=BenchOptions(), device=None, measuring=False,
+    return GpuBench(BenchContext(options=BenchOptions(), device=None, measuring=False,
                                  nodeid=f"{module}::t"))
 
 
