@@ -156,3 +156,28 @@ def pytest_configure(config):  # the suite's own process group: the plugin uses 
                      r"not answer", out), out
     assert "test_d.py::test_after: not measured in step: an earlier collective failed" in out, out
     assert not (pytester.path / "baselines").exists()
+
+
+def test_a_killed_rank_stops_the_launch_and_no_baseline_is_written(pytester: pytest.Pytester) -> None:
+    """An update run in which rank 1 is killed (SIGKILL) in its second benchmark, after the first
+    benchmark passed on both ranks: torchrun stops rank 0 and exits non-zero naming rank 1 and its
+    signal, and no baseline is written at all, not even the first benchmark's (rank 0 writes only
+    once every rank reached the end of the session)."""
+    pytester.makepyfile(test_d="""
+import os, signal
+import pytest
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_first(gpu_bench):
+    gpu_bench(lambda: None)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_killed(gpu_bench):
+    gpu_bench(lambda: os.kill(os.getpid(), signal.SIGKILL) if os.environ.get("RANK") == "1" else None)
+""")
+    script_timings(pytester, {"ms": 2.0})
+    result = torchrun(pytester, "--gpuperf-update-baselines")
+    assert result.ret != 0
+    text = result.stdout.str() + result.stderr.str()
+    assert re.search(r"rank\s*:\s*1 .*\n?.*exitcode\s*:\s*-9", text), text  # torchrun's report of the failure
+    assert not (pytester.path / "baselines").exists(), sorted(p.name for p in (pytester.path / "baselines").rglob("*"))

@@ -31,7 +31,7 @@ from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.handoff import Recorded, merge_workers, worker_payload
 from pytest_gpuperf.plugin.keys import BENCH_KEY
 from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
-from pytest_gpuperf.plugin.updating import write_baselines
+from pytest_gpuperf.plugin.updating import write_baselines, write_when_every_rank_finished
 
 if TYPE_CHECKING:
     from pytest_gpuperf.storage.baseline import BaselineFile
@@ -94,6 +94,7 @@ class GpuPerfSession:
         self.overruns: list[tuple[str, Any]] = []  # (module::id, Overrun): one summary line for all
         self.inconclusive: list[str] = []  # module::id of inconclusive verdicts that pass: one line for all
         self.errors: dict[str, str] = {}
+        self.pending_writes: list[pytest.Item] = []  # under torchrun: tests whose baselines rank 0 writes at the end
         self._progress_line: Any = None  # ProgressLine, made when long work starts
         self.workers_seen = 0
         self.ab_worker: Any = None
@@ -420,11 +421,14 @@ class GpuPerfSession:
                 report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
         if self.settings.updating:
             # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).
-            # under torchrun rank 0 alone writes (the verdict is agreed after this hook: plugin.distributed)
-            ranks = self.settings.ranks  # never from a run where a collective failed (a rank crashed or hung)
-            writer = ranks is None or (ranks.is_writer and ranks.broken is None)
-            problem = (("baseline not updated: " + "\n".join(messages)) if messages
-                       else write_baselines(self, item) if writer else None)
+            # under torchrun rank 0 alone writes, and only once every rank reached the end of the
+            # session (pytest_sessionfinish): never from a run where a rank crashed or hung
+            ranks = self.settings.ranks
+            if ranks is not None and not messages:
+                if ranks.is_writer:
+                    self.pending_writes.append(item)
+                return
+            problem = ("baseline not updated: " + "\n".join(messages)) if messages else write_baselines(self, item)
             if problem:
                 report.outcome = "failed"
                 report.longrepr = problem
@@ -458,6 +462,8 @@ class GpuPerfSession:
                 write_atomic(self.settings.xdist_dir / f"worker-{self.settings.worker_id}.json", dumps(worker_payload(self)))
             return
         merge_workers(self)
+        if self.settings.ranks is not None:
+            write_when_every_rank_finished(self, session)
         self.recorded.sort(key=lambda rec: (rec.nodeid, rec.result.benchmark_id))  # the reports' order
 
 

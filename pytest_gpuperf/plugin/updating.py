@@ -44,6 +44,30 @@ def write_baselines(session: Any, item: pytest.Item) -> str | None:
     return None
 
 
+def write_when_every_rank_finished(session: Any, pytest_session: pytest.Session) -> None:
+    """Under torchrun, on every rank at session finish: a barrier; then rank 0 writes the baselines
+    of the tests that passed (``session.pending_writes``: ``session`` is the
+    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`). When the barrier fails (a rank crashed
+    or hung; torchrun stops the others when a rank exits) nothing is written, so no baseline comes
+    from a run in which a rank failed. A baseline that cannot be written is an error of the summary
+    and fails the session (``pytest_session.exitstatus``)."""
+    from pytest_gpuperf.measure.distributed import DistributedFault
+
+    try:
+        session.settings.ranks.barrier()
+    except DistributedFault as exc:
+        if session.pending_writes:
+            session.errors["baselines"] = (f"no baseline written ({len(session.pending_writes)} test(s) passed): "
+                                           f"not every rank finished the session: {exc}")
+            pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    for item in session.pending_writes:
+        problem = write_baselines(session, item)
+        if problem:
+            session.errors[f"baselines:{item.nodeid}"] = f"{item.nodeid}: {problem}"
+            pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:
     """A baseline entry with its op profile in the compact form a baseline stores
     (:func:`~pytest_gpuperf.verdict.opdiff.compact_profile`: a few KB), or without one that cannot be read."""
