@@ -3,14 +3,17 @@
 Each "node" is its own torchrun launch, ``--nnodes 2 --nproc-per-node 1`` with a c10d rendezvous on
 loopback, both started at once in the ``pytester`` folder (``subprocess.Popen``: one launch waits
 for the other in the rendezvous). With the c10d backend the rendezvous numbers the nodes
-(``--node-rank`` is ignored, with a warning): the launch that hosts the rendezvous store, the
-first to start, got node 0 in every try here, but the test does not depend on which one it is.
+(``--node-rank`` is ignored, with a warning): torch 2.13 sorts the nodes by address (the host
+name, or ``--local-addr``), then the launcher's process id, so on one machine node 0 is usually the
+launch started first. The first test does not depend on which one it is; the second pins it with
+``--local-addr``.
 Each rank sees ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, ``WORLD_SIZE=2``. Scripted timings, so
 every verdict is the same on any machine.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -107,10 +110,7 @@ def test_two_nodes_update_then_rerun(pytester: pytest.Pytester) -> None:
                     for r in (0, 1)], seen
     files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "baselines").rglob("*.json"))
     assert len(files) == 1 and files[0].endswith("-ws2/test_d.json"), files
-    stored = (pytester.path / files[0]).read_text()
-    import json
-
-    entry = json.loads(stored)["benchmarks"]["test_local"]
+    entry = json.loads((pytester.path / files[0]).read_text())["benchmarks"]["test_local"]
     assert len(entry["history"]) == 1 and entry["ranks"]["world_size"] == 2  # one writer
     header = "gpuperf: 2 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
     writers = [i for i, (_, out) in enumerate(update) if header in out]
