@@ -5,8 +5,7 @@ loopback, both started at once in the ``pytester`` folder (``subprocess.Popen``:
 for the other in the rendezvous). With the c10d backend the rendezvous numbers the nodes
 (``--node-rank`` is ignored, with a warning): torch 2.13 sorts the nodes by address (the host
 name, or ``--local-addr``), then the launcher's process id, so on one machine node 0 is usually the
-launch started first. The first test does not depend on which one it is; the second pins it with
-``--local-addr``.
+launch started first; the test pins it with ``--local-addr``.
 Each rank sees ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, ``WORLD_SIZE=2``. Scripted timings, so
 every verdict is the same on any machine.
 """
@@ -95,41 +94,14 @@ def two_nodes(pytester: pytest.Pytester, *args: str, folders: tuple[Path, Path] 
     return list(zip(codes, texts))
 
 
-def test_two_nodes_update_then_rerun(pytester: pytest.Pytester) -> None:
-    """Two "nodes" of one rank each: both launches exit 0; each rank sees LOCAL_RANK 0 and
-    LOCAL_WORLD_SIZE 1 of WORLD_SIZE 2; the update writes exactly one baseline file, once (global
-    rank 0 alone), in a folder keyed ``-ws2`` (the world size, not the node's 1 process); the
-    summary is printed by the launch of global rank 0 only; a ``--gpuperf`` rerun passes the same
-    tests on both nodes."""
-    pytester.makepyfile(test_d=BENCHES)
-    script_timings(pytester, {"ms": 2.0})
-    update = two_nodes(pytester, "--gpuperf-update-baselines")
-    assert [code for code, _ in update] == [0, 0], "\n----\n".join(out for _, out in update)
-    seen = sorted(line.split("ENV ", 1)[1] for _, out in update for line in out.splitlines() if "ENV {" in line)
-    assert seen == [f"{{'RANK': '{r}', 'WORLD_SIZE': '2', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}"
-                    for r in (0, 1)], seen
-    files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "baselines").rglob("*.json"))
-    assert len(files) == 1 and files[0].endswith("-ws2/test_d.json"), files
-    entry = json.loads((pytester.path / files[0]).read_text())["benchmarks"]["test_local"]
-    assert len(entry["history"]) == 1 and entry["ranks"]["world_size"] == 2  # one writer
-    header = "gpuperf: 2 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
-    writers = [i for i, (_, out) in enumerate(update) if header in out]
-    assert len(writers) == 1 and update[writers[0]][1].count(header) == 1, update
-    rank0 = writers[0]
-    assert "'RANK': '0'" in update[rank0][1]  # the summary's launch is global rank 0's
-
-    rerun = two_nodes(pytester, "--gpuperf")
-    assert [code for code, _ in rerun] == [0, 0], "\n----\n".join(out for _, out in rerun)
-    assert all("3 passed" in out for _, out in rerun), rerun  # each node's own line, the same counts
-    assert sum("gpuperf: 2 benchmark(s)" in out for _, out in rerun) == 1, rerun  # rank 0's launch only
-    assert len(list((pytester.path / "baselines").rglob("*.json"))) == 1
-
-
-def test_nodes_with_their_own_folders(pytester: pytest.Pytester) -> None:
-    """Two "nodes" that each run in their own copy of the suite (as on two machines), the node of
-    global rank 0 pinned by its ``--local-addr`` (``127.0.0.1`` sorts before ``localhost``): the
-    update writes the baseline in rank 0's folder only; a ``--gpuperf`` rerun passes on both nodes
-    although the other node has no baseline (rank 0 judges), and writes nothing there."""
+def test_two_nodes_with_their_own_folders_update_then_rerun(pytester: pytest.Pytester) -> None:
+    """Two "nodes" of one rank each, each in its own copy of the suite (as on two machines), the
+    node of global rank 0 pinned by its ``--local-addr`` (``127.0.0.1`` sorts before ``localhost``):
+    both launches exit 0; each rank sees LOCAL_RANK 0 and LOCAL_WORLD_SIZE 1 of WORLD_SIZE 2; the
+    update writes exactly one baseline file, once (global rank 0 alone), in rank 0's folder, keyed
+    ``-ws2`` (the world size, not the node's 1 process), and only rank 0's launch prints the
+    summary; a ``--gpuperf`` rerun passes the same tests on both nodes although the other node has
+    no baseline (rank 0 judges), and writes nothing there. (One launch pair costs about 25 s.)"""
     folders = (pytester.mkdir("node_a"), pytester.mkdir("node_b"))
     for folder in folders:
         (folder / "test_d.py").write_text(BENCHES)
@@ -141,9 +113,15 @@ def test_nodes_with_their_own_folders(pytester: pytest.Pytester) -> None:
     addrs = ("localhost", "127.0.0.1")  # node_b's launch is global rank 0
     update = two_nodes(pytester, "--gpuperf-update-baselines", folders=folders, local_addrs=addrs)
     assert [code for code, _ in update] == [0, 0], "\n----\n".join(out for _, out in update)
+    seen = sorted(line.split("ENV ", 1)[1] for _, out in update for line in out.splitlines() if "ENV {" in line)
+    assert seen == [f"{{'RANK': '{r}', 'WORLD_SIZE': '2', 'LOCAL_RANK': '0', 'LOCAL_WORLD_SIZE': '1'}}"
+                    for r in (0, 1)], seen
     assert "'RANK': '0'" in update[1][1] and "gpuperf: 2 benchmark(s)" in update[1][1], update[1][1]
+    assert "gpuperf: 2 benchmark(s)" not in update[0][1]  # the summary: rank 0's launch only
     files = sorted(p.relative_to(pytester.path).as_posix() for p in pytester.path.rglob("baselines/**/*.json"))
     assert len(files) == 1 and files[0].startswith("node_b/baselines/") and files[0].endswith("-ws2/test_d.json"), files
+    entry = json.loads((pytester.path / files[0]).read_text())["benchmarks"]["test_local"]
+    assert len(entry["history"]) == 1 and entry["ranks"]["world_size"] == 2  # one writer
 
     rerun = two_nodes(pytester, "--gpuperf", folders=folders, local_addrs=addrs)
     assert [code for code, _ in rerun] == [0, 0], "\n----\n".join(out for _, out in rerun)
