@@ -316,3 +316,31 @@ def test_nan_error_message():
         summarize([1.0, float("nan")])
     with pytest.raises(ValueError, match="non-empty"):
         summarize([])
+
+
+@pytest.mark.parametrize("confidence", [0.95, 0.9, 0.99])
+def test_median_ci_is_scipys_quantile_test_interval_without_importing_scipy_stats(confidence: float) -> None:
+    """median_ci gives exactly ``scipy.stats.quantile_test(x, p=0.5).confidence_interval`` (its
+    bounds, and None where that has a NaN bound) for every n up to 400 and some large ones, while
+    computing it from scipy.special (a worker process need not import scipy.stats)."""
+    import numpy as np
+    from scipy import stats as sps
+
+    from pytest_gpuperf.verdict.stats import median_ci
+
+    rng = np.random.default_rng(7)
+    for n in [*range(2, 401), 1000, 4999, 65536]:
+        x = rng.lognormal(size=n)
+        ci = sps.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(confidence)
+        expected = None if np.isnan(ci.low) or np.isnan(ci.high) else (float(ci.low), float(ci.high))
+        assert median_ci(x, confidence) == expected, n
+
+
+def test_median_ci_ranks_need_no_scipy_stats() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from pytest_gpuperf.verdict.stats import median_ci_ranks; "
+            "print(median_ci_ranks(100), 'scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "(39, 60) False"
