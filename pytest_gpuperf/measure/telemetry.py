@@ -163,8 +163,10 @@ def own_pids(status: str | None = None) -> set[int]:
 
 
 #: Environment variables that mark a worker process of this test session (pytest-xdist, an A/B
-#: side): its parent and siblings are the same session, not other users.
-WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_WORKER")
+#: side, a rank that torchrun started): its parent and siblings are the same session, not other users.
+#: torchrun sets it in every rank's environment (torch.distributed.elastic).
+TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
+WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_WORKER", TORCHRUN_ENV)
 #: The argument that marks a process replicate (``plugin.replicates.ROLE_OPTION``; named here, below the plugin layer).
 WORKER_ARG = "--gpuperf-role"
 
@@ -458,6 +460,36 @@ def own_cpu_s() -> float:
     return t.user + t.system
 
 
+def process_cpu_s(pid: int, proc: str = "/proc") -> float | None:
+    """CPU time of process ``pid``, user + system (s), from ``/proc/PID/stat`` (fields 14 and 15,
+    in clock ticks); None when it is gone or unreadable."""
+    text = _read(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        return None
+
+
+def job_cpu_reader(environ: Any = None, proc: str = "/proc") -> Callable[[], float]:
+    """What :class:`HostLoadMeter` subtracts as this job's own CPU time (s): this process's
+    (:func:`own_cpu_s`), plus, under ``torchrun`` (``TORCHELASTIC_RUN_ID`` set), that of the other
+    processes of the launch on this node (the launcher's other ranks, found once as in
+    :func:`session_pids`): on the CPU the ranks share the cores, and a rank computing beside this one
+    is the benchmark's own load, not another user's. Outside torchrun: :func:`own_cpu_s` itself."""
+    env = os.environ if environ is None else environ
+    if not env.get(TORCHRUN_ENV):
+        return own_cpu_s
+    others = sorted(session_pids(env, proc) - own_pids())
+
+    def job_cpu_s() -> float:
+        return own_cpu_s() + sum(process_cpu_s(pid, proc) or 0.0 for pid in others)
+
+    return job_cpu_s
+
+
 class HostLoadMeter:
     """Other processes' CPU load over one or more measured spans (CPU backend).
 
@@ -585,7 +617,7 @@ def sampler_for(device: Any) -> Any:
     Its ``summary()`` after the block is the result's ``telemetry``.
     """
     if getattr(device, "type", "cpu") != "cuda":
-        return CpuSampler(HostLoadMeter())
+        return CpuSampler(HostLoadMeter(own=job_cpu_reader()))
     index = device.index or 0
     handle = handle_for(index)
     s = GpuSampler(handle)

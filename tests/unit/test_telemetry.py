@@ -932,3 +932,34 @@ def test_session_pids_include_sibling_workers_only_in_a_worker(tmp_path):
     assert {me, 100, 201, 202, 400} <= worker and 300 not in worker
     alone = session_pids({}, proc=str(tmp_path))
     assert {me, 400} <= alone and not {100, 201, 202, 300} & alone
+
+
+def test_under_torchrun_the_host_load_leaves_out_the_other_ranks(tmp_path):
+    """On the CPU, torchrun's ranks share the cores: the other ranks of the launch (the launcher's
+    other children) are the job's own load, not another user's. A fake /proc: launcher 100 -> ranks
+    (us, 201); 300 unrelated. Outside torchrun only this process counts."""
+    import os
+
+    from pytest_gpuperf.measure.telemetry import HostLoadMeter, job_cpu_reader, own_cpu_s, process_cpu_s
+
+    me = os.getpid()
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def proc(pid: int, ppid: int, ticks: int = 0) -> None:
+        d = tmp_path / str(pid)
+        d.mkdir(exist_ok=True)
+        (d / "stat").write_text(f"{pid} (python3 -m pytest) R {ppid} 1 1 0 -1 0 0 0 0 0 {ticks} 0 0 0")
+
+    for pid, ppid in ((me, 100), (100, 1), (201, 100), (300, 1)):
+        proc(pid, ppid)
+    assert process_cpu_s(201, str(tmp_path)) == 0.0 and process_cpu_s(999, str(tmp_path)) is None
+    assert job_cpu_reader({}, str(tmp_path)) is own_cpu_s
+    job = job_cpu_reader({"TORCHELASTIC_RUN_ID": "x"}, str(tmp_path))
+    busy = iter([(0.0, 0.0), (3.0, 0.0)])  # the machine's cores: 3 s busy over the span
+    clock = iter([0.0, 2.0])
+    meter = HostLoadMeter(stat=lambda: next(busy), own=job, clock=lambda: next(clock))
+    with meter.span():
+        proc(201, 100, ticks=2 * tick)  # the other rank used 2 s of CPU meanwhile
+        proc(300, 1, ticks=tick)  # an unrelated process: it stays "other"
+    # 3 s busy - (this process's few ms + 2 s of rank 201): about 1 s; without rank 201 it was 3 s
+    assert 0.5 < meter.other_s <= 1.0, meter.other_s
