@@ -2,7 +2,7 @@
 
 Usage (run from a checkout; the children get it first on PYTHONPATH)::
 
-    python benchmarks/distributed_aa.py [--runs 20] [--ranks 2] [--out DIR]
+    python benchmarks/distributed_aa.py [--runs 20] [--ranks 2] [--updates 1] [--out DIR]
 
 A throw-away project with four real CPU benchmarks is measured under
 ``python -m torch.distributed.run --standalone --nproc-per-node N -m pytest``:
@@ -12,7 +12,9 @@ A throw-away project with four real CPU benchmarks is measured under
 * ``test_all_reduce``: a bare gloo all-reduce of 256 KiB (``collective="all_reduce"``);
 * ``test_step``: a small data-parallel step: a 256x256 matmul, then an all-reduce of its result.
 
-One ``--gpuperf-update-baselines`` session records the baselines, then ``--runs`` sessions with
+``--updates`` ``--gpuperf-update-baselines`` sessions record the baselines (each appends a run to
+every entry: with 2 or more the gate counts the stored runs as replicates and knows the spread
+from one session to the next), then ``--runs`` sessions with
 ``--gpuperf`` (nothing changed: an A/A rerun) compare with them, each writing its JSON report.
 A test that fails in an A/A rerun (pytest's ``-rf`` summary) is a false alarm. It prints, per benchmark, the verdicts over the
 runs and the false alarms, the total rate (false alarms / benchmark-runs), the session wall times
@@ -86,6 +88,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=20, help="A/A reruns after the update (default 20)")
     ap.add_argument("--ranks", type=int, default=2, help="ranks per session (default 2)")
+    ap.add_argument("--updates", type=int, default=1, help="update sessions before the A/A reruns (default 1)")
     ap.add_argument("--out", help="keep the project, the reports and summary.json here")
     args = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -99,14 +102,15 @@ def main() -> int:
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "test_dist.py").write_text(BENCHES)
     try:
-        t0 = time.perf_counter()
-        update = subprocess.run([*torchrun, "--gpuperf-update-baselines"], cwd=project, env=env, capture_output=True,
-                                text=True)
-        update_s = time.perf_counter() - t0
-        print(f"update: exit {update.returncode} in {update_s:.1f} s", flush=True)
-        if update.returncode != 0:
-            print(update.stdout[-4000:], update.stderr[-4000:], sep="\n")
-            return 1
+        for u in range(args.updates):
+            t0 = time.perf_counter()
+            update = subprocess.run([*torchrun, "--gpuperf-update-baselines"], cwd=project, env=env,
+                                    capture_output=True, text=True)
+            update_s = time.perf_counter() - t0
+            print(f"update {u + 1}/{args.updates}: exit {update.returncode} in {update_s:.1f} s", flush=True)
+            if update.returncode != 0:
+                print(update.stdout[-4000:], update.stderr[-4000:], sep="\n")
+                return 1
         verdicts: dict[str, list[str]] = collections.defaultdict(list)
         failed: dict[str, int] = collections.Counter()
         walls, loads, exits = [], [], []
@@ -144,7 +148,7 @@ def main() -> int:
               f"update {update_s:.1f} s; load average at start: {min(l for l in loads if l is not None):.2f}"
               f" to {max(l for l in loads if l is not None):.2f}")
         (out / "summary.json").write_text(json.dumps({
-            "runs": args.runs, "ranks": args.ranks, "verdicts": verdicts, "false_alarms": dict(failed),
+            "runs": args.runs, "ranks": args.ranks, "updates": args.updates, "verdicts": verdicts, "false_alarms": dict(failed),
             "benchmark_runs": total, "failed_sessions": exits.count(1), "wall_s": walls, "update_s": update_s,
             "load_average": loads}, indent=1))
         return 0

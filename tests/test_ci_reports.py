@@ -138,7 +138,10 @@ def test_xdist_four_workers_lose_no_baseline_and_summarize_everything(pytester: 
             gpu_bench(sum, range(100 * (n + 1)))
         """
     )
-    rec = pytester.runpytest_subprocess("-n", "4", "--gpuperf-update-baselines", "--gpuperf-json", "r.json", *RUN)
+    # each xdist worker measures and hands its results over itself (no replicate worker processes:
+    # they would measure every benchmark before the tests, in the controller's pipeline)
+    rec = pytester.runpytest_subprocess("-n", "4", "--gpuperf-update-baselines", "--gpuperf-json", "r.json",
+                                        "--gpuperf-processes=1", *RUN)
     rec.assert_outcomes(passed=12)
     (path,) = pytester.path.joinpath("baselines").rglob("test_many.json")
     stored = json.loads(path.read_text())["benchmarks"]
@@ -151,7 +154,8 @@ def test_xdist_four_workers_lose_no_baseline_and_summarize_everything(pytester: 
     assert len(report["benchmarks"]) == 12
     validate(report, "report")
     # a second update from 4 workers appends a run to every entry, again losing nothing
-    pytester.runpytest_subprocess("-n", "4", "--gpuperf-update-baselines", *RUN).assert_outcomes(passed=12)
+    pytester.runpytest_subprocess("-n", "4", "--gpuperf-update-baselines", "--gpuperf-processes=1",
+                                  *RUN).assert_outcomes(passed=12)
     stored = json.loads(path.read_text())["benchmarks"]
     assert sorted(len(e["history"]) for e in stored.values()) == [2] * 12
     assert not list(pytester.path.joinpath("baselines").rglob("*.lock"))

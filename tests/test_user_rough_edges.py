@@ -46,7 +46,7 @@ def test_xdist_workers_share_one_reference_measurement(pytester: pytest.Pytester
         """
     )
     script_timings(pytester, STEADY)
-    rec = pytester.runpytest_subprocess("-n", "2", "--gpuperf", "--gpuperf-json", "r.json", *RUN)
+    rec = pytester.runpytest_subprocess("-n", "2", "--gpuperf", "--gpuperf-json", "r.json", "--gpuperf-processes=1", *RUN)
     rec.assert_outcomes(passed=6)
     assert "results of 2 worker(s) merged" in rec.stdout.str()  # both workers measured
     report = json.loads(pytester.path.joinpath("r.json").read_text())
@@ -402,7 +402,7 @@ def test_long_calls_under_xdist_give_one_warning_line_in_the_controller(pytester
     pytest.importorskip("xdist")
     pytester.makepyfile(test_bench=LOOP, test_other=LOOP.replace("def test_loop", "def test_other"))
     script_timings(pytester, {"ms": 300.0, "cv": 0.0})
-    rec = pytester.runpytest_subprocess("--gpuperf", "-n", "2", *RUN)
+    rec = pytester.runpytest_subprocess("--gpuperf", "-n", "2", "--gpuperf-processes=1", *RUN)
     rec.assert_outcomes(passed=2)
     lines = [ln for ln in rec.outlines if "took far longer than their max_time" in ln]
     assert len(lines) == 1 and lines[0].startswith("warning: 2 benchmark(s)"), lines  # merged from both workers
