@@ -73,6 +73,8 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     rerun = torchrun(pytester, "--gpuperf")
     assert rerun.ret == 0, rerun.stdout.str()
     assert rerun.stdout.str().count("3 passed") == 2  # each rank's own line
+    # one stored run: the summary asks for more (the spread from one session to the next)
+    assert "the baseline has 1 stored run(s): record it in 2 more update run(s)" in rerun.stdout.str()
 
     set_timings(pytester, {"ms": 2.0}, test_step={"ms": 2.0, "rank_factors": [1.0, 1.5]})
     slow = torchrun(pytester, "--gpuperf", "--gpuperf-json", "report.json")

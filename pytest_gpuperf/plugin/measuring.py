@@ -35,6 +35,13 @@ from pytest_gpuperf.storage.baseline import BaselineEntry
 from pytest_gpuperf.verdict.result import BenchResult, Overrun
 
 
+
+#: Under torchrun (no replicate processes, no re-measure, no A/B confirmation) the gate knows the
+#: spread from one session to the next only from the baseline's stored runs: with fewer, a note asks
+#: for more. Measured (docs/distributed.md, benchmarks/distributed_aa.py): 16% false alarms with one
+#: stored run, far fewer with three.
+TORCHRUN_BASELINE_RUNS = 3
+
 class GpuBenchUsageError(RuntimeError):
     """The fixture was used in a way it does not support (the message says how to fix it)."""
 
@@ -445,7 +452,7 @@ class InProcess(Measuring):
         if inline:
             mem, counts, flop_dtype = self._extra_calls(fn, a, k, args, kwargs, setup, compiled, bid, notes,
                                                         unavailable)
-        entry = self.context.baseline.get(bid) if self.context.baseline is not None else None
+        entry = self._baseline_entry(bid, notes)
         communication = (self._communication(fn, a, k, entry, unavailable)
                          if ctx.ranks is not None and inline else None)
         evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid)
@@ -467,6 +474,20 @@ class InProcess(Measuring):
             count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
             ranks=ranks, scaling=scaling, communication=communication, **probe_stored, **common
         )
+
+    def _baseline_entry(self, bid: str, notes: list[str]) -> BaselineEntry | None:
+        """The benchmark's stored entry (None: none). Under torchrun, comparing with one of fewer than
+        :data:`TORCHRUN_BASELINE_RUNS` stored runs adds the note that asks for more to ``notes``."""
+        ctx = self.context
+        entry = ctx.baseline.get(bid) if ctx.baseline is not None else None
+        if ctx.ranks is not None and ctx.confirm_regressions and entry is not None \
+                and len(entry.history) < TORCHRUN_BASELINE_RUNS:
+            n = len(entry.history)
+            notes.append(f"{self._full_id(bid)}: under torchrun a verdict rests on one measurement per session and "
+                         f"the baseline has {n} stored run(s): record it in {TORCHRUN_BASELINE_RUNS - n} more update "
+                         f"run(s) (--gpuperf-update-baselines under torchrun) so that the gate knows the spread from "
+                         f"one session to the next")
+        return entry
 
     def _scaling(self, t: Timing, bid: str, notes: list[str]) -> Any:
         """Under torchrun, this run's :class:`~pytest_gpuperf.verdict.scaling.ScalingCheck` against
