@@ -28,7 +28,7 @@ def _events(prof: Any) -> tuple[list[ProfEvent], tuple[float, float] | None]:
     """The profiler's events as :class:`ProfEvent` (µs) and the span of the ``gpuperf::region``
     annotation (µs), from the public ``prof.events()`` (``FunctionEvent``: ``time_range`` in µs,
     ``thread``, ``device_type``; kernels are device events there on torch >= 2.4)."""
-    from pytest_gpuperf.measure.trace import _device, _FunctionEventView, event_activity
+    from pytest_gpuperf.measure.trace import _device, _FunctionEventView, event_activity, event_kind
 
     out: list[ProfEvent] = []
     span = None
@@ -39,9 +39,7 @@ def _events(prof: Any) -> tuple[list[ProfEvent], tuple[float, float] | None]:
         if name == REGION_NAME and _device(view) == "cpu":
             span = (start, end) if span is None else (min(span[0], start), max(span[1], end))
             continue
-        activity = event_activity(view)
-        kind = {"cpu_op": "cpu_op", "kernel": "kernel", "gpu_memcpy": "memcpy",
-                "gpu_memset": "memset", "user_annotation": "annotation"}.get(activity, "other")
+        kind = event_kind(event_activity(view))  # CUDA runtime calls are "runtime": neither side
         out.append(ProfEvent(name, _device(view), start, end, int(getattr(fe, "thread", 0) or 0), kind))
     return out, span
 

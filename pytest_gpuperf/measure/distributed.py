@@ -103,7 +103,9 @@ class Ranks:
     @property
     def key_suffix(self) -> str:
         """What a baseline folder's device key gets (``-ws2``): 2-rank and 8-rank baselines never mix."""
-        return f"-ws{self.world_size}"
+        from pytest_gpuperf.verdict.scaling import world_size_suffix
+
+        return world_size_suffix(self.world_size)
 
     def start(self, device_type: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         """Create the default process group when the user's code has not (backend ``nccl`` for

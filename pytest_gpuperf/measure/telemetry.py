@@ -171,11 +171,15 @@ WORKER_ENV = ("PYTEST_XDIST_WORKER", "GPUPERF_AB_WORKER", TORCHRUN_ENV)
 WORKER_ARG = "--gpuperf-role"
 
 
-def _ppid(pid: int, proc: str = "/proc") -> int | None:
+def _stat_fields(pid: int, proc: str = "/proc") -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (field 3, the state, first); empty
+    when the process is gone or the file unreadable."""
     text = _read(f"{proc}/{pid}/stat")
-    if not text or ")" not in text:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
+    return text.rsplit(")", 1)[1].split() if text and ")" in text else []
+
+
+def _ppid(pid: int, proc: str = "/proc") -> int | None:
+    fields = _stat_fields(pid, proc)
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
@@ -463,10 +467,7 @@ def own_cpu_s() -> float:
 def process_cpu_s(pid: int, proc: str = "/proc") -> float | None:
     """CPU time of process ``pid``, user + system (s), from ``/proc/PID/stat`` (fields 14 and 15,
     in clock ticks); None when it is gone or unreadable."""
-    text = _read(f"{proc}/{pid}/stat")
-    if not text or ")" not in text:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid, proc)
     try:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (IndexError, ValueError, OSError):

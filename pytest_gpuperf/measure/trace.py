@@ -129,6 +129,11 @@ def _infer_activity(e: Any, name: str, cpu_annotations: frozenset[str] | set[str
     return ""
 
 
+def event_kind(activity: str) -> str:
+    """The :class:`TraceEvent` kind of a profiler activity type (:data:`_KINDS`; ``"other"`` for the rest)."""
+    return _KINDS.get(activity, "other")
+
+
 def _cpu_annotation_names(events: Iterable[Any]) -> frozenset[str]:
     """Names of the CPU-side ``record_function`` ranges (only needed where neither
     ``activity_type`` nor ``is_user_annotation`` tells the GPU-side copies apart)."""
@@ -193,7 +198,7 @@ def trace_events_from(events: Sequence[Any]) -> list[TraceEvent]:
         if name.startswith("ProfilerStep#"):  # the schedule's own step annotation (profile_calls' warm-up)
             continue
         activity = str(e.activity_type()) if native else _infer_activity(e, name, cpu_annotations)
-        kind = _KINDS.get(activity, "other")
+        kind = event_kind(activity)
         if kind == "other":
             continue
         start = int(e.start_ns())

@@ -70,9 +70,9 @@ class BenchContext:
     for the baseline while updating, or to diff a stored regression against its baseline's profile.
     ``ranks``: under ``torchrun``, this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`
     (the rounds are aligned across ranks and their samples combined; None: one process).
-    ``scaling_reference``: under ``torchrun``, maps a benchmark id to ``(world size, median ms, file)``
-    of its baseline at a smaller world size, or None (for its scaling efficiency:
-    :class:`~pytest_gpuperf.verdict.scaling.ScalingCheck`); None outside torchrun.
+    ``scaling_reference``: under ``torchrun``, the :class:`~pytest_gpuperf.plugin.distributed.ScalingReference`
+    of the test's module (a benchmark id -> its baseline at a smaller world size, for its scaling
+    efficiency); None outside torchrun.
     """
 
     options: BenchOptions
@@ -100,7 +100,7 @@ class BenchContext:
     extras: str = "inline"
     op_profile: bool = False
     ranks: Any = None
-    scaling_reference: Callable[[str], Any] | None = None
+    scaling_reference: Any = None
 
     @property
     def test_id(self) -> str:

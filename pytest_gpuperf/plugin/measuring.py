@@ -497,15 +497,14 @@ class InProcess(Measuring):
         ctx = self.context
         if ctx.ranks is None or ctx.scaling_reference is None:
             return None
-        from pytest_gpuperf.verdict.scaling import ScalingCheck, not_applied_note, split_world_size
+        from pytest_gpuperf.verdict.scaling import ScalingCheck, not_applied_note
 
         minimum = self.options.min_scaling_efficiency
         reference = ctx.scaling_reference(bid)
         if reference is None:
             if minimum is not None:
-                folder = Path(ctx.baseline_file or "baselines/-").parent
-                base = folder.parent / split_world_size(folder.name)[0]
-                notes.append(f"{self._full_id(bid)}: {not_applied_note(ctx.ranks.world_size, minimum, base.as_posix())}")
+                folder = ctx.scaling_reference.folder
+                notes.append(f"{self._full_id(bid)}: {not_applied_note(ctx.ranks.world_size, minimum, folder)}")
             return None
         n0, ms0, file = reference
         return ScalingCheck(self.options.scaling, ctx.ranks.world_size, statistics.median(t.samples_ms), n0, ms0,

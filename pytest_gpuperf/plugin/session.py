@@ -298,9 +298,9 @@ class GpuPerfSession:
         env = fingerprint(device) if s.replicated else self.environment(device)
         key, scaling = device_key(env), None
         if s.ranks is not None:  # under torchrun: a folder per world size, so 2-rank and 8-rank runs never mix
-            from pytest_gpuperf.plugin.distributed import scaling_reference
+            from pytest_gpuperf.plugin.distributed import ScalingReference
 
-            scaling = scaling_reference(self.baseline, Path(s.baseline_dir), key, module, s.ranks.world_size, s.relpath)
+            scaling = ScalingReference(self.baseline, Path(s.baseline_dir), key, module, s.ranks.world_size, s.relpath)
             key += s.ranks.key_suffix
         from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
 

@@ -98,6 +98,12 @@ def scaling_table(medians_ms: Mapping[int, float], kind: str = "strong") -> tupl
                               efficiency(kind, n0, t0, n, float(medians_ms[n]))) for n in sizes)
 
 
+def world_size_suffix(world_size: int) -> str:
+    """What a baseline folder's device key gets under torchrun with ``world_size`` ranks (``-ws4``;
+    :func:`split_world_size` reads it back), so that 2-rank and 8-rank baselines never mix."""
+    return f"-ws{world_size}"
+
+
 def split_world_size(device_key: str) -> tuple[str, int]:
     """A baseline folder's device key split into ``(key without the -wsN suffix, N)``:
     ``"cpu-amd-epyc-ws4"`` -> ``("cpu-amd-epyc", 4)``, ``"cpu-amd-epyc"`` -> ``("cpu-amd-epyc", 1)``
@@ -177,9 +183,10 @@ class ScalingCheck:
             return None
 
 
-def not_applied_note(world_size: int, minimum: float, device_key: str) -> str:
+def not_applied_note(world_size: int, minimum: float, folder: str) -> str:
     """Why ``min_scaling_efficiency`` could not be applied at ``world_size`` ranks: no baseline of
-    the benchmark at a smaller world size (``device_key``: the device key without ``-wsN``)."""
+    the benchmark at a smaller world size (``folder``: the world-size-1 baseline folder,
+    ``baselines/<device key>``, as messages show it)."""
     return (f"min_scaling_efficiency={minimum:g} not applied at {world_size} ranks: no baseline at a smaller world "
-            f"size (record one in {device_key}/ by updating the baselines without torchrun, or in "
-            f"{device_key}-wsM/ with fewer ranks); the test passes")
+            f"size (record one in {folder}/ by updating the baselines without torchrun, or in "
+            f"{folder}-wsM/ with fewer ranks); the test passes")

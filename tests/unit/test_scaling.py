@@ -136,7 +136,7 @@ def write(root: Path, key: str, entries: dict[str, float], module: str = "test_d
 
 
 def test_the_plugin_finds_the_smallest_smaller_world_size_with_the_benchmark(tmp_path: Path) -> None:
-    from pytest_gpuperf.plugin.distributed import scaling_reference
+    from pytest_gpuperf.plugin.distributed import ScalingReference
     from pytest_gpuperf.storage.baseline import load
 
     write(tmp_path, "cpu-x", {"test_a": 8.0})
@@ -144,11 +144,12 @@ def test_the_plugin_finds_the_smallest_smaller_world_size_with_the_benchmark(tmp
     write(tmp_path, "cpu-x-ws8", {"test_a": 1.0, "test_b": 1.0})
     write(tmp_path, "cpu-y", {"test_b": 9.0})  # another device
     write(tmp_path, "cpu-x", {"test_c": 9.0}, module="other.py")
-    lookup = scaling_reference(load, tmp_path, "cpu-x", "test_d.py", 4, lambda p: p.relative_to(tmp_path).as_posix())
+    lookup = ScalingReference(load, tmp_path, "cpu-x", "test_d.py", 4, lambda p: p.relative_to(tmp_path).as_posix())
+    assert lookup.folder == "cpu-x"  # where a world-size-1 reference would be recorded
     assert lookup("test_a") == (1, 8.0, "cpu-x/test_d.json")
     assert lookup("test_b") == (2, 3.0, "cpu-x-ws2/test_d.json")
     assert lookup("test_c") is None
-    assert scaling_reference(load, tmp_path / "none", "cpu-x", "test_d.py", 4, str)("test_a") is None
+    assert ScalingReference(load, tmp_path / "none", "cpu-x", "test_d.py", 4, str)("test_a") is None
 
 
 def test_gpuperf_scaling_prints_a_table_per_benchmark_at_several_world_sizes(tmp_path: Path, capsys) -> None:
@@ -194,3 +195,9 @@ def test_gpuperf_scaling_errors_are_clear(tmp_path: Path, capsys) -> None:
     bad.write_text("{not json")
     assert main(["scaling", "--baseline-dir", str(tmp_path / "b")]) == 2
     assert f"{bad}: unreadable: " in capsys.readouterr().err
+
+
+def test_the_folder_suffix_reads_back() -> None:
+    from pytest_gpuperf.verdict.scaling import split_world_size, world_size_suffix
+
+    assert split_world_size("cpu-x" + world_size_suffix(8)) == ("cpu-x", 8)
