@@ -165,6 +165,27 @@ def _tables(meta: Any) -> dict[str, Any]:
     return {"schema": schema, "runs": runs, "results": results}
 
 
+def _wal(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_MS / 1000) -> None:
+    """``PRAGMA journal_mode = WAL`` on a new SQLite connection, retried while the file is locked.
+
+    Switching a new database file to WAL takes an exclusive lock, and SQLite returns "database is
+    locked" at once there instead of calling the busy handler: several writers opening a new store
+    at the same moment (CI shards, ``tests/test_history_store.py``'s four writers) failed to open it.
+    Waits up to ``timeout_s`` (the busy timeout), then raises the driver's error."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class HistoryStore:
     """A history store at ``url`` (see :func:`normalize_url`; ``root``: where a relative SQLite path
     starts). Opening creates the tables when the store is new (a SQLite file's folder too) and
@@ -207,7 +228,7 @@ class HistoryStore:
                 dbapi_conn.isolation_level = None  # transactions are begun below, not by the driver
                 cur = dbapi_conn.cursor()
                 cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-                cur.execute("PRAGMA journal_mode = WAL")
+                _wal(cur)
                 cur.execute("PRAGMA foreign_keys = ON")
                 cur.close()
 
