@@ -16,10 +16,17 @@ once, and:
 
 The collection check (:func:`first_mismatch`) is here too: all ranks must run the same tests in
 the same order, or the collectives of the round loop would pair different benchmarks.
+
+Faults (a rank that crashes or hangs) are bounded by time: :func:`collective_budget` is how long
+each of a benchmark's collectives after its first may wait (s), :func:`roll_call_timeout` how
+long the roll call after a failed collective waits for the ranks, :func:`missing_ranks_of` reads
+the ranks that did not answer out of ``torch.distributed.monitored_barrier``'s error and
+:func:`roll_call_text` says it in a failure message.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -159,3 +166,91 @@ def agreed_outcome(per_rank: Sequence[RankOutcome]) -> tuple[str, str]:
         if o.outcome == "failed" and o.raised:
             return "failed", f"rank {rank} failed: {o.text}"
     return first.outcome, first.text
+
+
+# ----------------------------------------------------------------------------- faults: how long to wait
+
+#: The shortest wait (s) of a benchmark's collectives after its first: enough for a slow rank's
+#: round, extra calls or profile on a busy machine, whatever the benchmark's own time.
+MIN_BUDGET_S = 30.0
+#: A benchmark's collectives after its first wait up to this many times its own time
+#: (``warmup_time + max_time``): the ranks are in step then, and a wait that long is a fault.
+BUDGET_FACTOR = 4.0
+#: The longest wait (s) of the roll call after a failed collective (the ranks that are still
+#: there arrive within moments of each other).
+ROLL_CALL_S = 10.0
+
+
+def collective_budget(warmup_time_s: float, max_time_s: float, rank_timeout_s: float) -> float:
+    """How long (s) each collective of a benchmark after its first may wait for the other ranks:
+    ``min(rank_timeout_s, max(MIN_BUDGET_S, BUDGET_FACTOR * (warmup_time_s + max_time_s)))``.
+
+    ``warmup_time_s``/``max_time_s``: the benchmark's ``warmup_time`` and ``max_time`` (s);
+    ``rank_timeout_s``: ``--gpuperf-rank-timeout`` (s), which also bounds the first collective
+    (the ranks may still be in their own setup then) and is never exceeded. Raises ``ValueError``
+    for a negative time or a ``rank_timeout_s`` that is not > 0."""
+    if not (warmup_time_s >= 0 and max_time_s >= 0 and rank_timeout_s > 0):
+        raise ValueError(f"collective_budget({warmup_time_s!r}, {max_time_s!r}, {rank_timeout_s!r}): expected times "
+                         f">= 0 s and a rank timeout > 0 s")
+    return min(float(rank_timeout_s), max(MIN_BUDGET_S, BUDGET_FACTOR * (warmup_time_s + max_time_s)))
+
+
+def roll_call_timeout(rank_timeout_s: float) -> float:
+    """How long (s) rank 0's roll call after a failed collective waits for the others:
+    ``min(ROLL_CALL_S, rank_timeout_s)``."""
+    return min(ROLL_CALL_S, float(rank_timeout_s))
+
+
+_MONITORED = re.compile(r"\bRanks?\s+(\d+(?:\s*,\s*\d+)*)\s+failed to pass monitoredBarrier")
+
+
+def missing_ranks_of(text: str) -> tuple[int, ...] | None:
+    """The ranks that ``torch.distributed.monitored_barrier``'s error on rank 0 names, sorted:
+    ``"[Rank 0]: Ranks 2, 3 failed to pass monitoredBarrier in 5000 ms"`` gives ``(2, 3)`` (torch
+    also writes ``"Rank 2 failed ..."`` for one rank, and logs one such line per rank before the
+    summary: every line counts). None when the text names no rank this way (another error: the
+    caller keeps the text)."""
+    found = {int(n) for m in _MONITORED.finditer(text) for n in re.split(r"\s*,\s*", m.group(1))}
+    return tuple(sorted(found)) if found else None
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.3g} s"
+
+
+def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, text: str = "",
+                   caller_answered: bool = True, roll_call_s: float | None = None) -> str:
+    """What a failure message says of the ranks that did not answer (after a failed collective).
+
+    ``missing``: the ranks that did not answer rank 0's roll call (empty: every rank answered;
+    None: not known, then ``text``, the roll call's own error, is shown); ``waited_s``: how long
+    the failed collective waited (s; None: the process group's own timeout, not known here);
+    ``caller_answered``: False when rank 0, which calls the roll, sent no result to this rank
+    within ``roll_call_s`` s (it crashed or hung itself).
+    """
+    within = f" within {_seconds(waited_s)}" if waited_s is not None else ""
+    if not caller_answered:
+        late = f" within {_seconds(roll_call_s)}" if roll_call_s is not None else ""
+        return (f"rank 0, which calls the roll of the ranks, sent no answer{late}: rank 0 crashed or hung "
+                f"(if it hung, its traceback (faulthandler) is in its output)")
+    if missing is None:
+        first = (text.strip().splitlines() or ["no text"])[0][:300]
+        return f"the roll call of the ranks failed: {first}"
+    if not missing:
+        return (f"every rank answered the roll call afterwards: one was late{within}, not gone (a longer "
+                f"--gpuperf-rank-timeout or max_time gives it more time)")
+    if len(missing) == 1:
+        return (f"rank {missing[0]} did not answer{within} (crashed, hung, or still running): if it hung, its "
+                f"traceback (faulthandler) is in its output")
+    names = ", ".join(str(r) for r in missing)
+    return (f"ranks {names} did not answer{within} (crashed, hung, or still running): if they hung, their "
+            f"tracebacks (faulthandler) are in their output")
+
+
+def watchdog_delay(wait_s: float, rank_timeout_s: float) -> float:
+    """When (s after one of the plugin's collectives starts, during a benchmark) a rank that has
+    not started the next one writes every thread's traceback (``faulthandler``): ``wait_s`` (that
+    collective's wait) plus half the roll call's (:func:`roll_call_timeout`). So a rank that only
+    waits in a collective fails it first (and disarms), and a rank hung in its own code writes
+    its traceback before the other ranks' roll call ends and they exit (torchrun then stops it)."""
+    return float(wait_s) + roll_call_timeout(rank_timeout_s) / 2

@@ -1,7 +1,8 @@
 """Unit tests of benchmarks under torchrun (issue 35) without torchrun: the pure combining and
 straggler logic (pytest_gpuperf.verdict.distributed), torchrun's environment
 (pytest_gpuperf.measure.distributed.Ranks), the round loop's lockstep on a fake clock, the JSON
-codec's ``ranks``, and the straggler in a regression's message."""
+codec's ``ranks``, the straggler in a regression's message, and faults: each collective's wait,
+the roll call's reading of ``monitored_barrier``'s error and the message that names the ranks."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from pytest_gpuperf._testing import ScriptedMeasurer
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.measure.distributed import RankEnvironmentError, Ranks
-from pytest_gpuperf.verdict.distributed import (RankOutcome, RankTiming, agreed_outcome, combine_rounds,
-                                                first_mismatch, rank_timing)
+from pytest_gpuperf.verdict.distributed import (RankOutcome, RankTiming, agreed_outcome, collective_budget,
+                                                combine_rounds, first_mismatch, missing_ranks_of, rank_timing,
+                                                roll_call_text, roll_call_timeout, watchdog_delay)
 from pytest_gpuperf.verdict.result import BenchResult
 
 
@@ -220,3 +222,58 @@ def test_the_cuda_loops_ask_rank_0_for_warmup_calls_per_round_and_blocks(monkeyp
     assert kinds.count("choose") >= 2 and "decide" in kinds  # warmup chunk, calls per round (and blocks)
     assert [v for k, v in lock.questions if k == "decide"][-1] is True  # the last question stopped the rounds
     assert t.rounds >= 1 and all(s == pytest.approx(1.0, rel=0.05) for s in t.samples_ms)
+
+
+# ----------------------------------------------------------------------------- faults: waits and the roll call
+
+
+@pytest.mark.parametrize("warmup, max_time, rank_timeout, budget", [
+    (0.025, 1.0, 300.0, 30.0),  # the defaults: the 30 s floor
+    (2.0, 10.0, 300.0, 48.0),  # 4 x (2 + 10)
+    (5.0, 100.0, 300.0, 300.0),  # 4 x 105 = 420: never more than the rank timeout
+    (0.0, 0.05, 5.0, 5.0),  # a rank timeout below the floor bounds everything
+])
+def test_a_benchmarks_collectives_wait_four_times_its_time_at_least_30_s_at_most_the_rank_timeout(
+        warmup: float, max_time: float, rank_timeout: float, budget: float) -> None:
+    assert collective_budget(warmup, max_time, rank_timeout) == pytest.approx(budget)
+
+
+@pytest.mark.parametrize("args", [(-1.0, 1.0, 300.0), (0.0, 1.0, 0.0), (0.0, float("nan"), 300.0)])
+def test_the_budget_refuses_unusable_times(args: tuple[float, float, float]) -> None:
+    with pytest.raises(ValueError, match="expected times >= 0 s and a rank timeout > 0 s"):
+        collective_budget(*args)
+
+
+def test_the_roll_call_waits_10_s_or_the_rank_timeout_and_the_watchdog_fires_inside_it() -> None:
+    assert roll_call_timeout(300.0) == 10.0 and roll_call_timeout(5.0) == 5.0
+    # after the collective's own wait (a rank that only waits fails first), before the roll call ends
+    assert watchdog_delay(30.0, 300.0) == 35.0 and watchdog_delay(5.0, 5.0) == 7.5
+
+
+@pytest.mark.parametrize("text, ranks", [
+    ("[Rank 0]: Ranks 2 failed to pass monitoredBarrier in 5000 ms", (2,)),  # torch 2.13, wait_all_ranks=True
+    ("[Rank 0]: Ranks 1, 3, 12 failed to pass monitoredBarrier in 10000 ms", (1, 3, 12)),
+    ("[Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms\n Original exception: \n[gloo/transport/tcp/"
+     "pair.cc:598] Connection closed by peer [::1]:8594", (1,)),  # wait_all_ranks=False
+    ("[Rank 0]: Rank 2 failed to pass monitoredBarrier in 5000 ms\n[Rank 0]: Rank 4 failed to pass monitoredBarrier "
+     "in 5000 ms\n[Rank 0]: Ranks 2, 4 failed to pass monitoredBarrier in 5000 ms", (2, 4)),  # the log lines too
+    ("Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0", None),
+    ("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:925", None),
+    ("", None),
+])
+def test_the_ranks_that_missed_the_roll_call_are_read_from_monitored_barriers_error(
+        text: str, ranks: tuple[int, ...] | None) -> None:
+    assert missing_ranks_of(text) == ranks
+
+
+def test_the_failure_message_names_the_ranks_that_did_not_answer_and_where_to_look() -> None:
+    assert roll_call_text((2,), 5.0) == ("rank 2 did not answer within 5 s (crashed, hung, or still running): if it "
+                                         "hung, its traceback (faulthandler) is in its output")
+    assert roll_call_text((2, 5), 30.0).startswith("ranks 2, 5 did not answer within 30 s (crashed, hung, or still "
+                                                   "running): if they hung, their tracebacks (faulthandler)")
+    assert roll_call_text((1,), None).startswith("rank 1 did not answer (crashed")  # the group's own wait: unknown
+    assert roll_call_text((), 30.0).startswith("every rank answered the roll call afterwards: one was late within 30 s")
+    assert roll_call_text(None, 5.0, text="RuntimeError: boom\nmore") == "the roll call of the ranks failed: " \
+                                                                          "RuntimeError: boom"
+    assert roll_call_text(None, 5.0, caller_answered=False, roll_call_s=20.0).startswith(
+        "rank 0, which calls the roll of the ranks, sent no answer within 20 s: rank 0 crashed or hung")
