@@ -103,6 +103,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("--gpuperf-worker-timeout", False, "SECONDS",
          "stop a worker process still running after this many seconds; the benchmarks it had not reported fail "
          "with its output (ini gpuperf_worker_timeout; default {worker_timeout_s:g})"),
+    Flag("--gpuperf-rank-timeout", False, "SECONDS",
+         "under torchrun: how long a rank waits for the others where they may still be in their own setup (the "
+         "session's collectives, the first of each benchmark), and the timeout of the process group the plugin "
+         "creates; a benchmark's later collectives wait at most min(this, max(30, 4 x (warmup_time + max_time))) "
+         "(ini gpuperf_rank_timeout; default {rank_timeout_s:g})"),
     Flag("--gpuperf-select", False, "FILE", None),  # a worker's node ids (added by the coordinator)
     Flag("--gpuperf-role", False, "JSON", None),  # a replicate worker's role (added by the coordinator)
     Flag("--gpuperf-op-profile", False, help=None),  # an extras process that profiles the ops too

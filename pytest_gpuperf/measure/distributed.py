@@ -16,27 +16,42 @@ CUDA, with a timeout, so that a rank that never arrives fails the collective ins
 * :meth:`gather`: every rank's object to every rank (``all_gather_object``), once per benchmark
   for the samples, once per session for the collected tests, once per test for the outcomes.
 
+**Faults.** Every collective waits a bounded time (on a gloo group; see :class:`Ranks` for nccl):
+``rank_timeout_s`` (``--gpuperf-rank-timeout``) where the other ranks may still be in their own
+setup (the session's collectives, the first collective of each benchmark), then the benchmark's
+budget (:func:`~pytest_gpuperf.verdict.distributed.collective_budget`) until its test's outcome
+is agreed. The wait is the group's own timeout (``ProcessGroup.set_timeout``): gloo then ends
+the operation itself (a ``Work.wait(timeout)`` on gloo raises at its timeout but leaves the
+operation running until the group's timeout, holding the process at exit that long). The first
+collective that fails marks the session broken; the ranks still there then take a roll call
+(``monitored_barrier`` on a gloo side group) and rank 0 tells them which ranks did not answer.
+During a benchmark a rank that has not reached the plugin's next collective in time writes
+every thread's traceback to its stderr (``faulthandler``), so a hung rank shows where it hangs.
+
 Imports torch only inside its methods.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-#: The process group's timeout (s) when the plugin creates it: a collective that waits longer for
-#: a rank (crashed, hung, or running other tests) raises instead of hanging.
+#: ``--gpuperf-rank-timeout``'s default (s): how long a rank waits for the others where they may
+#: still be in their own setup, and the process group's timeout when the plugin creates it.
 DEFAULT_TIMEOUT_S = 300.0
+#: Bytes of rank 0's roll-call result sent to the other ranks (JSON, zero-padded).
+ANSWER_BYTES = 1 << 16
 
 #: torchrun's variables this module reads (the launcher's, not the plugin's).
 RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 class DistributedFault(RuntimeError):
-    """A collective of the session failed: a rank crashed, hung past the process group's timeout,
-    or ran other code. Every later collective of the session raises it at once (one timeout paid,
-    not one per test)."""
+    """A collective of the session failed: a rank crashed, hung past its wait, or ran other code.
+    Every later collective of the session raises it at once (one wait paid, not one per test)."""
 
 
 class RankEnvironmentError(ValueError):
@@ -49,9 +64,19 @@ class Ranks:
 
     ``rank``/``world_size``: global; ``local_rank``/``local_world_size``: on this node (the device
     index on CUDA: ``cuda:LOCAL_RANK``); ``master``: ``MASTER_ADDR:MASTER_PORT`` (for messages).
+    ``rank_timeout_s``: ``--gpuperf-rank-timeout`` (s): the wait of the collectives where the
+    other ranks may still be in their own setup (the session's, the first of each benchmark) and
+    the timeout of the group :meth:`start` creates. ``watchdog_file``: a file descriptor for the
+    hung-rank tracebacks (None: no watchdog, e.g. pytest's own ``faulthandler_timeout`` is set).
     ``owns_group``: :meth:`start` created the default process group (and :meth:`stop` destroys it).
     ``broken``: why a collective failed (None: none did); after that every collective raises
     :class:`DistributedFault` at once.
+
+    The waits are set on the default group with ``ProcessGroup.set_timeout`` when it is a gloo
+    group whose own timeout can be read back (to restore it after each benchmark): one the plugin
+    created, or the suite's own. On nccl the group's own timeout stays (a shorter one makes nccl's
+    watchdog abort the whole process instead of failing the collective); the roll call still runs
+    on gloo side groups.
     """
 
     rank: int
@@ -59,9 +84,16 @@ class Ranks:
     local_rank: int = 0
     local_world_size: int = 1
     master: str = ""
+    rank_timeout_s: float = DEFAULT_TIMEOUT_S
+    watchdog_file: int | None = field(default=None, compare=False)
     owns_group: bool = field(default=False, compare=False)
     broken: str | None = field(default=None, compare=False)
-    timeout_s: float | None = field(default=None, compare=False)  # set when start() made the group
+    _resting_s: float | None = field(default=None, compare=False, repr=False)  # the group's own timeout; None: not managed
+    _wait_s: float | None = field(default=None, compare=False, repr=False)  # the group's timeout now (managed)
+    _budget_s: float | None = field(default=None, compare=False, repr=False)  # the benchmark's; None: in none
+    _in_step: bool = field(default=False, compare=False, repr=False)  # the benchmark's first collective passed
+    _watching: bool = field(default=False, compare=False, repr=False)
+    _side: Any = field(default=None, compare=False, repr=False)  # the roll call's two gloo groups
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Ranks | None":
@@ -107,42 +139,148 @@ class Ranks:
 
         return world_size_suffix(self.world_size)
 
-    def start(self, device_type: str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    @property
+    def roll_call_s(self) -> float:
+        """How long (s) rank 0's roll call after a failed collective waits for the other ranks."""
+        from pytest_gpuperf.verdict.distributed import roll_call_timeout
+
+        return roll_call_timeout(self.rank_timeout_s)
+
+    def start(self, device_type: str = "cpu") -> None:
         """Create the default process group when the user's code has not (backend ``nccl`` for
         ``device_type`` ``"cuda"``, else ``gloo``), from torchrun's environment, with a timeout of
-        ``timeout_s`` s; on CUDA, make ``cuda:LOCAL_RANK`` the current device first. Raises
-        ``RuntimeError`` naming the rank and the master address when it cannot be created."""
+        ``rank_timeout_s`` s (on CUDA, make ``cuda:LOCAL_RANK`` the current device first); then,
+        whoever created it, the roll call's two gloo side groups (every rank creates them here).
+        Raises ``RuntimeError`` naming the rank and the master address when the group cannot be
+        created."""
         import datetime
 
         import torch.distributed as dist
 
         if not dist.is_available():
             raise RuntimeError("torch.distributed is not available in this torch build: cannot run under torchrun")
-        if dist.is_initialized():
-            return
-        backend = "gloo"
-        if device_type == "cuda":
-            import torch
+        if not dist.is_initialized():
+            backend = "gloo"
+            if device_type == "cuda":
+                import torch
 
-            torch.cuda.set_device(self.local_rank)
-            backend = "nccl"
-        self.timeout_s = timeout_s
-        try:
-            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
-        except Exception as exc:  # noqa: BLE001 - said once, with where it was
-            raise RuntimeError(f"rank {self.rank} of {self.world_size}: could not create the {backend} process "
-                               f"group at {self.master}: {type(exc).__name__}: {exc}") from exc
-        self.owns_group = True
+                torch.cuda.set_device(self.local_rank)
+                backend = "nccl"
+            try:
+                dist.init_process_group(backend, timeout=datetime.timedelta(seconds=self.rank_timeout_s))
+            except Exception as exc:  # noqa: BLE001 - said once, with where it was
+                raise RuntimeError(f"rank {self.rank} of {self.world_size}: could not create the {backend} process "
+                                   f"group at {self.master}: {type(exc).__name__}: {exc}") from exc
+            self.owns_group = True
+        self._resting_s = self._own_timeout_s()
+        self._wait_s = self._resting_s
+        try:  # the roll call's groups: a collective of every rank, right after the default group exists
+            made = datetime.timedelta(seconds=self.rank_timeout_s)
+            self._side = (dist.new_group(backend="gloo", timeout=made), dist.new_group(backend="gloo", timeout=made))
+            for group in self._side:  # the other ranks' wait for rank 0 in the roll call
+                group.set_timeout(datetime.timedelta(seconds=2 * self.roll_call_s))
+        except Exception:  # noqa: BLE001 - no roll call then: a failure message says the ranks are not known
+            self._side = None
 
-    def stop(self) -> None:
-        """Destroy the default process group when :meth:`start` created it (else leave it to its owner)."""
-        if not self.owns_group:
-            return
+    def _own_timeout_s(self) -> float | None:
+        """The default group's own timeout (s) when the plugin manages its waits (a gloo group: the
+        one it created, or the suite's own whose timeout it can read back), else None."""
         import torch.distributed as dist
 
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        self.owns_group = False
+        if dist.get_backend() != "gloo":
+            return None
+        if self.owns_group:
+            return self.rank_timeout_s
+        try:  # torch has no public getter; _set_pg_timeout reads the backend the same way
+            import torch
+
+            return float(dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+        except Exception:  # noqa: BLE001 - unreadable: the group keeps its own timeout for every wait
+            return None
+
+    def stop(self) -> None:
+        """Destroy the roll call's groups, and the default process group when :meth:`start` created
+        it (else leave it to its owner)."""
+        self._unwatch()
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            self._side, self.owns_group = None, False
+            return
+        if self.owns_group:
+            dist.destroy_process_group()  # every group
+        elif self._side is not None:
+            for group in self._side:
+                try:
+                    dist.destroy_process_group(group)
+                except Exception:  # noqa: BLE001 - already gone with its owner's
+                    pass
+        self._side, self.owns_group = None, False
+
+    # ------------------------------------------------------------------------- a benchmark's waits
+
+    def begin_benchmark(self, budget_s: float) -> None:
+        """A benchmark starts measuring: its first collective waits ``rank_timeout_s``, each later
+        one (until :meth:`end_benchmark`) ``budget_s`` s
+        (:func:`~pytest_gpuperf.verdict.distributed.collective_budget`); the hung-rank watchdog is
+        armed now (for the first collective's wait: the function may run before it, e.g. a first
+        call that compiles) and again at each collective."""
+        self._budget_s, self._in_step = float(budget_s), False
+        if self.broken is None:  # else its collectives fail at once
+            self._watch(self._wait_now())
+
+    def end_benchmark(self) -> None:
+        """The benchmark's test is over (its outcome agreed): disarm the watchdog and give the
+        default group its own timeout back. Nothing when no benchmark was measured."""
+        if self._budget_s is None:
+            return
+        self._budget_s, self._in_step = None, False
+        self._unwatch()
+        self._set_wait(self._resting_s)
+
+    def _wait_now(self) -> float | None:
+        """How long (s) the next collective waits (None: the group's own timeout, not known here)."""
+        if self._resting_s is None:  # not managed: the group's own timeout
+            return self.rank_timeout_s if self.owns_group else None
+        if self._budget_s is not None and self._in_step:
+            return self._budget_s
+        return self.rank_timeout_s
+
+    def _set_wait(self, seconds: float | None) -> None:
+        """Make ``seconds`` the default group's timeout (a managed group only; a no-op when it is already)."""
+        if self._resting_s is None or seconds is None or seconds == self._wait_s:
+            return
+        import datetime
+
+        import torch.distributed as dist
+
+        try:
+            dist.group.WORLD.set_timeout(datetime.timedelta(seconds=seconds))
+            self._wait_s = seconds
+        except Exception:  # noqa: BLE001 - the group is gone (the session's end): nothing left to bound
+            pass
+
+    def _watch(self, wait_s: float | None) -> None:
+        """During a benchmark: arm the watchdog (``faulthandler.dump_traceback_later``) for this
+        collective's wait plus a grace (:func:`~pytest_gpuperf.verdict.distributed.watchdog_delay`)."""
+        if self.watchdog_file is None or self._budget_s is None or wait_s is None:
+            return
+        import faulthandler
+
+        from pytest_gpuperf.verdict.distributed import watchdog_delay
+
+        faulthandler.dump_traceback_later(watchdog_delay(wait_s, self.rank_timeout_s), exit=False,
+                                          file=self.watchdog_file)
+        self._watching = True
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            import faulthandler
+
+            faulthandler.cancel_dump_traceback_later()
+            self._watching = False
+
+    # ------------------------------------------------------------------------- the collectives
 
     def barrier(self) -> None:
         """Wait for every rank (nothing when the default process group is gone or was never made)."""
@@ -188,25 +326,97 @@ class Ranks:
         return [int(v) for v in t.tolist()]
 
     def _collective(self, name: str, op: Any) -> Any:
-        """Run the collective ``op()``; when it fails (a rank crashed or hung past the timeout),
-        record why in :attr:`broken`, with the rank that did not answer where it can be told
-        (:meth:`_missing_ranks`), and raise :class:`DistributedFault`. Raises it at once when an
-        earlier collective failed."""
+        """Run the collective ``op()`` with its wait (:meth:`_wait_now`) as the group's timeout.
+
+        When it fails (a rank crashed or hung past the wait), record why in :attr:`broken`, with
+        the ranks that did not answer (:meth:`_roll_call`), and raise :class:`DistributedFault`;
+        raise it at once when an earlier collective failed. The first collective of a benchmark
+        that passes makes the benchmark's budget the wait of the next ones; outside a benchmark
+        the group's own timeout is restored after each collective."""
         if self.broken is not None:
             raise DistributedFault(f"not measured in step: an earlier collective failed: {self.broken}")
+        wait = self._wait_now()
+        self._set_wait(wait)
+        self._watch(wait)
         try:
-            return op()
+            out = op()
         except Exception as exc:  # noqa: BLE001 - the collective's own error, kept in the message
-            within = f" (process group timeout {self.timeout_s:g} s)" if self.timeout_s is not None else ""
+            self._unwatch()  # this rank is not hung: it is handling the fault
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            self.broken = (f"rank {self.rank} of {self.world_size}: {name} failed{within}, a rank crashed or hung: "
-                           f"{type(exc).__name__}: {first}"
-                           + self._missing_ranks())
+            self.broken = (f"rank {self.rank} of {self.world_size}: {name} failed, a rank crashed or hung: "
+                           f"{type(exc).__name__}: {first}; {self._roll_call(wait)}")
             raise DistributedFault(self.broken) from exc
+        if self._budget_s is None:
+            self._set_wait(self._resting_s)
+        elif not self._in_step:  # every rank is in this benchmark now: the budget from here on
+            self._in_step = True
+            self._set_wait(self._wait_now())
+        return out
 
-    def _missing_ranks(self) -> str:
-        """Which rank did not answer, where it can be told: with two ranks, the other one (empty
-        otherwise; torchrun's own report names a rank that exited)."""
-        if self.world_size != 2:
-            return ""
-        return f"; rank {1 - self.rank} did not answer (crashed, hung, or still running)"
+    # ------------------------------------------------------------------------- the roll call
+
+    def _roll_call(self, waited_s: float | None) -> str:
+        """After a failed collective: which ranks did not answer, as the failure message says it
+        (:func:`~pytest_gpuperf.verdict.distributed.roll_call_text`). Every rank still there calls
+        it once (the session is broken after)."""
+        from pytest_gpuperf.verdict.distributed import roll_call_text
+
+        if self._side is None:
+            return "the ranks that did not answer are not known (no roll-call group)"
+        try:
+            answer = self._call_roll()
+        except Exception as exc:  # noqa: BLE001 - on another rank: rank 0 sent nothing in time
+            if self.rank == 0:
+                return roll_call_text(None, waited_s, text=f"{type(exc).__name__}: {exc}")
+            return roll_call_text(None, waited_s, caller_answered=False, roll_call_s=2 * self.roll_call_s)
+        missing = answer.get("missing")
+        return roll_call_text(None if missing is None else tuple(missing), waited_s, text=answer.get("text", ""))
+
+    def _call_roll(self) -> dict[str, Any]:
+        """The roll call: ``torch.distributed.monitored_barrier`` on the first side group (rank 0
+        waits up to :attr:`roll_call_s` s for the other ranks, and its error names those that did
+        not arrive, :func:`~pytest_gpuperf.verdict.distributed.missing_ranks_of`; the others wait
+        up to twice that for rank 0), then rank 0 sends
+        ``{"missing": [...] or None, "text": ...}`` to every rank that answered, on the second side
+        group (gloo closes a group's connections when one of its waits times out, so the answer
+        cannot go on the first). Raises on a rank that got no answer from rank 0 in time."""
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        from pytest_gpuperf.verdict.distributed import missing_ranks_of
+
+        call, answer_group = self._side
+        wait = datetime.timedelta(seconds=self.roll_call_s)
+        buf = torch.zeros(ANSWER_BYTES, dtype=torch.uint8)
+        if self.rank != 0:
+            try:  # the other ranks wait the group's own timeout (2x the roll call's) for rank 0
+                dist.monitored_barrier(group=call, timeout=wait, wait_all_ranks=True)
+            except Exception:  # noqa: BLE001 - rank 0's roll call ended without a release: its answer says why
+                pass
+            dist.irecv(buf, src=0, group=answer_group).wait(timeout=datetime.timedelta(seconds=2 * self.roll_call_s))
+            return json.loads(bytes(buf.tolist()).rstrip(b"\0").decode("utf-8", "replace") or "{}")
+        text = ""
+        try:
+            dist.monitored_barrier(group=call, timeout=wait, wait_all_ranks=True)
+            missing: tuple[int, ...] | None = ()
+        except Exception as exc:  # noqa: BLE001 - its message names the ranks that did not arrive
+            text = str(exc)
+            missing = missing_ranks_of(text)
+        answer = {"missing": None if missing is None else list(missing),
+                  "text": (text.strip().splitlines() or [""])[0][:300]}
+        data = json.dumps(answer).encode()
+        if len(data) > ANSWER_BYTES:
+            data = json.dumps({"missing": None, "text": f"{len(missing or ())} ranks did not answer"}).encode()
+        buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+        deadline = time.monotonic() + 2 * self.roll_call_s
+        for r in range(1, self.world_size):
+            if missing is not None and r in missing:
+                continue
+            try:
+                dist.isend(buf, dst=r, group=answer_group).wait(
+                    timeout=datetime.timedelta(seconds=max(0.1, deadline - time.monotonic())))
+            except Exception:  # noqa: BLE001 - that rank left since: its own message says so
+                pass
+        return answer

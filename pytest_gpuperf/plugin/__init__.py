@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from pytest_gpuperf.core import flags, options as opts
+from pytest_gpuperf.measure.distributed import DEFAULT_TIMEOUT_S as RANK_TIMEOUT_S
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.keys import SESSION_KEY  # shared with benchmark_compat
 from pytest_gpuperf.plugin.session import GpuPerfSession
@@ -37,6 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
     defaults = dict(max_processes=_LIMITS.max_processes, more_time_s=_LIMITS.more_time_s,
                     worker_timeout_s=_LIMITS.worker_timeout_s, bisect_timeout_s=BISECT_TIMEOUT_S,
+                    rank_timeout_s=RANK_TIMEOUT_S,
                     columns=", ".join(benchmark_compat.TABLE_COLUMNS), sort_keys=", ".join(benchmark_compat.SORT_KEYS),
                     default_sort=benchmark_compat.DEFAULT_SORT)
     for flag in flags.PLUGIN_FLAGS:  # declared once, with whether a worker process gets each (core/flags.py)
@@ -63,6 +65,8 @@ def _ini_values(parser: pytest.Parser) -> None:
                   f"this many seconds of them (default {_LIMITS.more_time_s:g})", default="")
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
                   f"(default {_LIMITS.worker_timeout_s:g})", default="")
+    parser.addini("gpuperf_rank_timeout", "under torchrun: how long a rank waits for the others in their setup, "
+                  f"and the timeout of the process group the plugin creates (default {RANK_TIMEOUT_S:g})", default="")
     parser.addini("gpuperf_bisect_timeout", f"bisection: start no step after this many seconds (default "
                   f"{BISECT_TIMEOUT_S:g})", default="")
     parser.addini("gpuperf_host_load", "CPU backend: measure other processes' CPU load while benchmarks run "

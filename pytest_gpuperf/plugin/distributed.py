@@ -5,15 +5,17 @@ Registered at configure time when torchrun started this process with ``WORLD_SIZ
 Its hooks:
 
 * session start: create the default process group when the user's code has not (gloo on the CPU,
-  nccl on CUDA, with a timeout), destroyed at the end (after a last barrier: torchrun stops every
-  rank once one exits non-zero) only if it was created here;
+  nccl on CUDA, with ``--gpuperf-rank-timeout`` as its timeout), destroyed at the end (after a
+  last barrier: torchrun stops every rank once one exits non-zero) only if it was created here,
+  and the roll call's gloo side groups (:class:`~pytest_gpuperf.measure.distributed.Ranks`);
 * collection finish: every rank must run the same tests in the same order (one
   ``all_gather_object`` of the node ids); a mismatch is one usage error naming the first differing
   test and the ranks, not a hang in the first benchmark's collectives;
 * each test's call report, twice: before the plugin's verdict (:class:`RaisedOnAnyRank`: a test
   that raised on any rank fails on every rank, naming it, so no baseline is written for it), and
   after it (every rank reports rank 0's verdict:
-  :func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`). So exit codes agree.
+  :func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`). So exit codes agree. After that the
+  test's benchmark is over: its collectives' budget and the hung-rank watchdog end.
 
 Rank 0 alone writes baselines, reports and history (:mod:`pytest_gpuperf.plugin` registers the
 writers there only; :mod:`pytest_gpuperf.plugin.session` writes baselines on rank 0).
@@ -41,7 +43,9 @@ class DistributedSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Create the default process group (when the user's code has not) on the session's device kind."""
+        """Create the default process group (when the user's code has not) on the session's device
+        kind, and the hung-rank watchdog's file (:func:`_watchdog_file`)."""
+        self.ranks.watchdog_file = _watchdog_file(session.config)
         self.ranks.start(self._device_type())
 
     def _device_type(self) -> str:
@@ -73,7 +77,10 @@ class DistributedSession:
         outcome = yield
         report = outcome.get_result()
         if report.when == "call":
-            self._agree(report, call)
+            try:
+                self._agree(report, call)
+            finally:  # the test's benchmark is over everywhere: its waits and watchdog end
+                self.ranks.end_benchmark()
 
     def _agree(self, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
         """One ``all_gather_object`` of the ranks' outcomes, and this rank's report made the agreed
@@ -111,6 +118,34 @@ class DistributedSession:
             sys.stderr.write(f"pytest-gpuperf under torchrun: {exc}\n")
         finally:
             self.ranks.stop()
+            fd, self.ranks.watchdog_file = self.ranks.watchdog_file, None
+            if fd is not None:
+                import os
+
+                os.close(fd)
+
+
+def _watchdog_file(config: pytest.Config) -> int | None:
+    """A copy of this process's stderr descriptor for the hung-rank tracebacks (``faulthandler``
+    writes there while pytest captures fd 2; torchrun streams it), or None when pytest's own
+    ``faulthandler_timeout`` is set (its watchdog is the process's only one: the plugin's would
+    replace it) or stderr has no descriptor."""
+    import os
+    import sys
+
+    try:
+        if float(config.getini("faulthandler_timeout") or 0) > 0:
+            return None
+    except (ValueError, TypeError):  # pytest's faulthandler plugin is off (-p no:faulthandler)
+        pass
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            fd = stream.fileno()  # type: ignore[union-attr]
+            if fd >= 0:
+                return os.dup(fd)
+        except (AttributeError, ValueError, OSError):
+            continue
+    return None
 
 
 class RaisedOnAnyRank:

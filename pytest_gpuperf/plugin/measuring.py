@@ -398,7 +398,12 @@ class InProcess(Measuring):
         if self.context.ranks is None:
             return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
         from pytest_gpuperf.measure.distributed import DistributedFault
+        from pytest_gpuperf.verdict.distributed import collective_budget
 
+        o, ranks = self.options, self.context.ranks
+        # the first collective waits --gpuperf-rank-timeout, the later ones (and the test's outcome
+        # exchange) this benchmark's budget; ended when the ranks agreed on the test's outcome
+        ranks.begin_benchmark(collective_budget(o.warmup_time, o.max_time, ranks.rank_timeout_s))
         try:
             return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
         except DistributedFault as exc:

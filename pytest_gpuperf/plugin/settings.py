@@ -352,17 +352,22 @@ def _xdist_dir(config: pytest.Config, worker_id: str | None) -> Path | None:
 
 
 def _ranks(config: pytest.Config) -> Any:
-    """Under torchrun (``WORLD_SIZE`` > 1) this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`,
-    else None. Raises ``pytest.UsageError`` for torchrun's variables that are unusable, and for what
-    does not run under torchrun yet: pytest-xdist, ``--gpuperf-ab``, ``--gpuperf-bisect``."""
+    """Under torchrun (``WORLD_SIZE`` > 1) this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`
+    (with ``--gpuperf-rank-timeout``, ini ``gpuperf_rank_timeout``, s), else None. Raises
+    ``pytest.UsageError`` for a rank timeout that is not a finite number of seconds > 0 (in every
+    session), torchrun's variables that are unusable, and for what does not run under torchrun
+    yet: pytest-xdist, ``--gpuperf-ab``, ``--gpuperf-bisect``."""
     from pytest_gpuperf.measure.distributed import RankEnvironmentError, Ranks
 
+    rank_timeout = _number_option(config, "--gpuperf-rank-timeout", "gpuperf_rank_timeout", float, finite=True)
     try:
         ranks = Ranks.from_environment()
     except RankEnvironmentError as exc:
         raise pytest.UsageError(f"pytest-gpuperf under torchrun: {exc}") from None
     if ranks is None:
         return None
+    if rank_timeout is not None:
+        ranks.rank_timeout_s = rank_timeout
     asked = [flag for flag, on in (
         ("pytest-xdist (-n/--dist)", getattr(config.option, "numprocesses", None)
          or getattr(config.option, "dist", "no") != "no"),
@@ -437,20 +442,9 @@ def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: d
                                    ("--gpuperf-max-processes", "gpuperf_max_processes", "max_processes", int),
                                    ("--gpuperf-more-processes-time", "gpuperf_more_processes_time", "more_time_s", float),
                                    ("--gpuperf-worker-timeout", "gpuperf_worker_timeout", "worker_timeout_s", float)):
-        raw = config.getoption(option)
-        source = option
-        if raw is None:
-            raw, source = (config.getini(ini) or "").strip() or None, f"ini {ini}"
-        if raw is None:
-            continue
-        try:
-            value = kind(raw)
-        except ValueError:
-            value = -1
-        if value < 0 or (kind is float and value == 0):
-            raise pytest.UsageError(f"pytest-gpuperf: {source} {raw}: expected "
-                                    + ("a whole number >= 0" if kind is int else "a number of seconds > 0"))
-        (limits if key in _LIMITS else out)[key] = value
+        value = _number_option(config, option, ini, kind)
+        if value is not None:
+            (limits if key in _LIMITS else out)[key] = value
     out["limits"] = ProcessLimits(**limits)
     n = config.getoption("--gpuperf-ab-processes")
     if n is not None and str(n).isdigit() and int(n) >= 1:
@@ -467,6 +461,26 @@ def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: d
                                 "be combined with --gpuperf-update-baselines or --gpuperf-ab")
     out["bisect"] = (good, bad)
     return out
+
+
+def _number_option(config: pytest.Config, option: str, ini: str, kind: type, *, finite: bool = False) -> Any:
+    """The number of ``option`` (command line), else of ini ``ini``, else None; ``kind`` ``int``:
+    a whole number >= 0, ``float``: a number of seconds > 0 (``finite``: not ``inf`` nor ``nan``
+    either). Raises ``pytest.UsageError`` naming the option (or the ini) and what it accepts."""
+    raw = config.getoption(option)
+    source = option
+    if raw is None:
+        raw, source = (config.getini(ini) or "").strip() or None, f"ini {ini}"
+    if raw is None:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = -1
+    if value < 0 or (kind is float and value == 0) or (finite and not 0 <= value < float("inf")):
+        raise pytest.UsageError(f"pytest-gpuperf: {source} {raw}: expected " + (
+            "a whole number >= 0" if kind is int else f"a {'finite ' if finite else ''}number of seconds > 0"))
+    return value
 
 
 def _check_device_option(config: pytest.Config, session_options: opts.BenchOptions) -> None:

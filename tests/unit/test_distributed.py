@@ -10,7 +10,7 @@ import pytest
 
 from pytest_gpuperf._testing import ScriptedMeasurer
 from pytest_gpuperf.core.options import BenchOptions
-from pytest_gpuperf.measure.distributed import RankEnvironmentError, Ranks
+from pytest_gpuperf.measure.distributed import DistributedFault, RankEnvironmentError, Ranks
 from pytest_gpuperf.verdict.distributed import (RankOutcome, RankTiming, agreed_outcome, collective_budget,
                                                 combine_rounds, first_mismatch, missing_ranks_of, rank_timing,
                                                 roll_call_text, roll_call_timeout, watchdog_delay)
@@ -277,3 +277,119 @@ def test_the_failure_message_names_the_ranks_that_did_not_answer_and_where_to_lo
                                                                           "RuntimeError: boom"
     assert roll_call_text(None, 5.0, caller_answered=False, roll_call_s=20.0).startswith(
         "rank 0, which calls the roll of the ranks, sent no answer within 20 s: rank 0 crashed or hung")
+
+
+class Timeouts(Ranks):
+    """A :class:`Ranks` whose process group is a list of the timeouts it was given (s), a managed
+    gloo group with its own timeout ``resting``; the roll call answers ``missing``."""
+
+    def __init__(self, resting: float | None = 600.0, missing: tuple[int, ...] = (2,), **kw) -> None:
+        super().__init__(rank=0, world_size=3, rank_timeout_s=60.0, **kw)
+        self._resting_s = self._wait_s = resting
+        self.set: list[float] = []
+        self.missing = missing
+
+    def _set_wait(self, seconds: float | None) -> None:
+        if self._resting_s is not None and seconds is not None and seconds != self._wait_s:
+            self.set.append(seconds)
+            self._wait_s = seconds
+
+    def _roll_call(self, waited_s: float | None) -> str:
+        return roll_call_text(self.missing, waited_s)
+
+
+def test_a_benchmarks_first_collective_waits_the_rank_timeout_the_later_ones_its_budget() -> None:
+    r = Timeouts()
+    r._collective("all_gather_object", lambda: None)  # the session's: the rank timeout, then the group's own again
+    assert r.set == [60.0, 600.0]
+    r.begin_benchmark(30.0)
+    for _ in range(3):
+        r._collective("broadcast", lambda: None)
+    assert r.set == [60.0, 600.0, 60.0, 30.0]  # the first waited 60 s; from then on 30 s, set once
+    r.end_benchmark()
+    assert r.set[-1] == 600.0 and r._wait_now() == 60.0
+    r.end_benchmark()  # idempotent
+    assert r.set[-1] == 600.0 and len(r.set) == 5
+
+
+def test_a_group_whose_timeout_is_not_managed_keeps_its_own() -> None:
+    r = Timeouts(resting=None)
+    r.begin_benchmark(30.0)
+    r._collective("broadcast", lambda: None)
+    r._collective("broadcast", lambda: None)
+    assert r.set == [] and r._wait_now() is None  # the suite's own nccl group, say: its own timeout
+    r.owns_group = True
+    assert r._wait_now() == 60.0  # the plugin made it with the rank timeout
+
+
+def test_a_failed_collective_names_the_missing_ranks_and_every_later_one_fails_at_once() -> None:
+    r = Timeouts()
+    r.begin_benchmark(30.0)
+    r._collective("broadcast", lambda: None)
+
+    def timed_out() -> None:
+        raise RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 30000ms for send operation\nx")
+
+    with pytest.raises(DistributedFault) as fault:
+        r._collective("broadcast", timed_out)
+    assert str(fault.value) == (
+        "rank 0 of 3: broadcast failed, a rank crashed or hung: RuntimeError: [gloo/transport/tcp/unbound_buffer.cc"
+        ":129] Timed out waiting 30000ms for send operation; rank 2 did not answer within 30 s (crashed, hung, or "
+        "still running): if it hung, its traceback (faulthandler) is in its output")
+    ran = []
+    with pytest.raises(DistributedFault, match="not measured in step: an earlier collective failed: rank 0 of 3"):
+        r._collective("all_gather_object", lambda: ran.append(1))
+    assert ran == []  # no second wait
+
+
+def test_the_watchdog_is_armed_at_each_collective_of_a_benchmark_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import faulthandler
+
+    armed: list[float] = []
+    monkeypatch.setattr(faulthandler, "dump_traceback_later", lambda t, exit, file: armed.append(t))
+    monkeypatch.setattr(faulthandler, "cancel_dump_traceback_later", lambda: armed.append(0.0))
+    r = Timeouts(watchdog_file=2)
+    r._collective("all_gather_object", lambda: None)
+    assert armed == []  # outside a benchmark: none
+    r.begin_benchmark(30.0)
+    assert armed == [65.0]  # the first collective's wait (60 s) + half the roll call's (10 s)
+    r._collective("broadcast", lambda: None)
+    r._collective("broadcast", lambda: None)
+    assert armed == [65.0, 65.0, 35.0]
+    r.end_benchmark()
+    assert armed[-1] == 0.0  # cancelled
+
+
+class Options:
+    """What ``_ranks`` reads of a pytest config: the command line ``cli`` and the ini ``ini``."""
+
+    def __init__(self, cli: dict[str, str] | None = None, ini: dict[str, str] | None = None) -> None:
+        self.cli, self.ini = cli or {}, ini or {}
+        self.option = type("option", (), {"numprocesses": None, "dist": "no"})()
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.cli.get(name, default)
+
+    def getini(self, name: str) -> str:
+        return self.ini.get(name, "")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf", "nan"])
+def test_the_rank_timeout_is_checked_in_every_session(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from pytest_gpuperf.plugin.settings import _ranks
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # not under torchrun: checked all the same
+    with pytest.raises(pytest.UsageError, match=f"--gpuperf-rank-timeout {value}: expected a finite number of seconds > 0"):
+        _ranks(Options(cli={"--gpuperf-rank-timeout": value}))
+    with pytest.raises(pytest.UsageError, match=f"ini gpuperf_rank_timeout {value}: expected a finite number of seconds > 0"):
+        _ranks(Options(ini={"gpuperf_rank_timeout": value}))
+
+
+def test_the_rank_timeout_comes_from_the_command_line_else_the_ini_else_300_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpuperf.plugin.settings import _ranks
+
+    for name, value in TORCHRUN.items():
+        monkeypatch.setenv(name, value)
+    assert _ranks(Options()).rank_timeout_s == 300.0
+    assert _ranks(Options(ini={"gpuperf_rank_timeout": "45"})).rank_timeout_s == 45.0
+    assert _ranks(Options(cli={"--gpuperf-rank-timeout": "5"}, ini={"gpuperf_rank_timeout": "45"})).rank_timeout_s == 5.0
