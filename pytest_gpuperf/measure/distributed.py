@@ -94,6 +94,7 @@ class Ranks:
     _in_step: bool = field(default=False, compare=False, repr=False)  # the benchmark's first collective passed
     _watching: bool = field(default=False, compare=False, repr=False)
     _side: Any = field(default=None, compare=False, repr=False)  # the roll call's two gloo groups
+    _answered: tuple[int, ...] = field(default=(), compare=False, repr=False)  # got rank 0's roll-call answer
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Ranks | None":
@@ -396,6 +397,7 @@ class Ranks:
             except Exception:  # noqa: BLE001 - rank 0's roll call ended without a release: its answer says why
                 pass
             dist.irecv(buf, src=0, group=answer_group).wait(timeout=datetime.timedelta(seconds=2 * self.roll_call_s))
+            self._answered = (self.rank,)
             return json.loads(bytes(buf.tolist()).rstrip(b"\0").decode("utf-8", "replace") or "{}")
         text = ""
         try:
@@ -411,12 +413,39 @@ class Ranks:
             data = json.dumps({"missing": None, "text": f"{len(missing or ())} ranks did not answer"}).encode()
         buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
         deadline = time.monotonic() + 2 * self.roll_call_s
+        answered = []
         for r in range(1, self.world_size):
             if missing is not None and r in missing:
                 continue
             try:
                 dist.isend(buf, dst=r, group=answer_group).wait(
                     timeout=datetime.timedelta(seconds=max(0.1, deadline - time.monotonic())))
+                answered.append(r)
             except Exception:  # noqa: BLE001 - that rank left since: its own message says so
                 pass
+        self._answered = tuple(answered)
         return answer
+
+    def farewell(self) -> None:
+        """At the end of a session in which a collective failed (the last barrier is skipped then):
+        rank 0 tells each rank that got its roll-call answer that it is done (its summary and
+        reports are written), and those ranks wait for that, up to ``rank_timeout_s``, before they
+        exit, since torchrun stops every rank as soon as one exits and would cut rank 0's output
+        short. Nothing in a session without a fault; never raises."""
+        if self.broken is None or self._side is None or not self._answered:
+            return
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        wait = datetime.timedelta(seconds=self.rank_timeout_s)
+        token = torch.zeros(1, dtype=torch.uint8)
+        try:
+            if self.rank != 0:
+                dist.irecv(token, src=0, group=self._side[1], tag=1).wait(timeout=wait)
+                return
+            for r in self._answered:
+                dist.isend(token, dst=r, group=self._side[1], tag=1).wait(timeout=wait)
+        except Exception:  # noqa: BLE001 - rank 0 or that rank is gone: nothing more to wait for
+            pass

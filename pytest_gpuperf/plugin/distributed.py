@@ -104,7 +104,8 @@ class DistributedSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        """The last barrier, then destroy the default process group when it was created here.
+        """The last barrier (after a fault: rank 0's farewell to the ranks still there instead), then
+        destroy the default process group when it was created here.
 
         torchrun stops every rank as soon as one exits non-zero, so no rank leaves before rank 0
         wrote its summary, reports and history (they are written at session finish)."""
@@ -117,6 +118,7 @@ class DistributedSession:
 
             sys.stderr.write(f"pytest-gpuperf under torchrun: {exc}\n")
         finally:
+            self.ranks.farewell()  # after a fault: the ranks still there leave after rank 0's output
             self.ranks.stop()
             fd, self.ranks.watchdog_file = self.ranks.watchdog_file, None
             if fd is not None:
