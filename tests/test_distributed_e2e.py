@@ -2,7 +2,8 @@
 
 Each session is ``python -m torch.distributed.run --standalone --nproc-per-node 2 -m pytest ...``
 in the ``pytester`` folder, with scripted timings (``rank_factors``: rank 1 slower), so every
-verdict here is the same on any machine. Each rank imports torch: four sessions in all.
+verdict here is the same on any machine. Each rank imports torch: four sessions in all (one of
+three ranks).
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def test_all_reduce(gpu_bench):
 """
 
 
-def torchrun(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """Two ranks of ``pytest ARGS`` under torchrun (the CPU, gloo)."""
-    return pytester.run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+def torchrun(pytester: pytest.Pytester, *args: str, ranks: int = 2) -> pytest.RunResult:
+    """``ranks`` ranks of ``pytest ARGS`` under torchrun (the CPU, gloo), within 120 s."""
+    return pytester.run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
                         "-m", "pytest", "-p", "no:cacheprovider", *args, timeout=120)
 
 
@@ -122,10 +123,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def test_a_failed_or_hung_rank_fails_the_benchmark_everywhere_and_writes_no_baseline(pytester: pytest.Pytester) -> None:
-    """An update run. A test that fails after measuring on rank 1 only fails on both ranks naming
-    rank 1, and rank 0 writes no baseline for it. Then rank 1 hangs in a benchmark: rank 0's
-    collective times out (the suite's own process group, 5 s), its test fails naming rank 1, later
-    benchmarks fail at once instead of waiting again, and torchrun's exit code is non-zero."""
+    """An update run on three ranks, in the suite's own process group (its timeout an hour: the
+    plugin's waits bound it). A test that fails after measuring on rank 1 only fails on every rank
+    naming rank 1, and rank 0 writes no baseline for it. Then rank 2 hangs in a benchmark's
+    function (its third call, in the warmup): with ``--gpuperf-rank-timeout 5`` ranks 0 and 1 fail
+    that benchmark after its 5 s budget, both naming rank 2 (the roll call), later benchmarks fail
+    at once instead of waiting again, rank 2 writes its threads' tracebacks (faulthandler: it hangs
+    in test_d.py), torchrun's exit code is non-zero, and the whole launch ends within the 120 s it
+    is given (never the hour, nor 300 s)."""
     pytester.makepyfile(test_d="""
 import os, time
 import pytest
@@ -135,28 +140,38 @@ def test_fails_on_rank_1(gpu_bench):
     gpu_bench(lambda: None)
     assert os.environ["RANK"] != "1", "rank 1's own check"
 
+calls = []
+
+def hang_on_rank_2():  # from its third call: the ranks are in step by then (the benchmark's budget applies)
+    calls.append(1)
+    if os.environ.get("RANK") == "2" and len(calls) >= 3:
+        time.sleep(3600)
+
 @pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
 def test_hangs(gpu_bench):
-    gpu_bench(lambda: time.sleep(30) if os.environ.get("RANK") == "1" else None)
+    gpu_bench(hang_on_rank_2)
 
 @pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
 def test_after(gpu_bench):
     gpu_bench(lambda: None)
 """)
     script_timings(pytester, {"ms": 2.0}, conftest="""
-import datetime, os
+import datetime
 import torch.distributed as dist
 
-def pytest_configure(config):  # the suite's own process group: the plugin uses it as it is
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+def pytest_configure(config):  # the suite's own process group: the plugin bounds its waits all the same
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3600))
 """)
-    result = torchrun(pytester, "--gpuperf-update-baselines")
-    out = result.stdout.str()
-    assert result.ret != 0
-    assert out.count("rank 1 failed: ") >= 2 and "rank 1's own check" in out, out  # on both ranks
-    assert re.search(r"test_d\.py::test_hangs: rank 0 of 2: broadcast failed, a rank crashed or hung: .*; rank 1 did "
-                     r"not answer", out), out
-    assert "test_d.py::test_after: not measured in step: an earlier collective failed" in out, out
+    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5", ranks=3)  # 120 s at most
+    out = result.stdout.str() + "\n" + result.stderr.str()
+    assert result.ret != 0, out
+    assert out.count("rank 1 failed: ") >= 2 and "rank 1's own check" in out, out  # on ranks 0 and 2 at least
+    for rank in (0, 1):  # the ranks still there both name rank 2
+        assert re.search(rf"test_d\.py::test_hangs: rank {rank} of 3: \w+ failed, a rank crashed or hung: .*; rank 2 "
+                         rf"did not answer within 5 s \(crashed, hung, or still running\): if it hung, its traceback "
+                         rf"\(faulthandler\) is in its output", out), out
+        assert f"test_d.py::test_after: not measured in step: an earlier collective failed: rank {rank} of 3: " in out, out
+    assert re.search(r"Thread 0x[0-9a-f]+.*\n(?:.*\n)*?\s+File \".*test_d\.py\", line \d+ in hang_on_rank_2", out), out
     assert not (pytester.path / "baselines").exists()
 
 
