@@ -92,7 +92,7 @@ class Ranks:
     _wait_s: float | None = field(default=None, compare=False, repr=False)  # the group's timeout now (managed)
     _budget_s: float | None = field(default=None, compare=False, repr=False)  # the benchmark's; None: in none
     _in_step: bool = field(default=False, compare=False, repr=False)  # the benchmark's first collective passed
-    _watching: bool = field(default=False, compare=False, repr=False)
+    _watching: tuple[float, float] | None = field(default=None, compare=False, repr=False)  # (armed at, delay s)
     _side: Any = field(default=None, compare=False, repr=False)  # the roll call's two gloo groups
     _answered: tuple[int, ...] = field(default=(), compare=False, repr=False)  # got rank 0's roll-call answer
 
@@ -263,23 +263,31 @@ class Ranks:
 
     def _watch(self, wait_s: float | None) -> None:
         """During a benchmark: arm the watchdog (``faulthandler.dump_traceback_later``) for this
-        collective's wait plus a grace (:func:`~pytest_gpuperf.verdict.distributed.watchdog_delay`)."""
+        collective's wait plus a grace (:func:`~pytest_gpuperf.verdict.distributed.watchdog_delay`).
+
+        Re-armed for the same wait at most once per ``min(1 s, grace / 2)`` (each arming restarts
+        faulthandler's thread, about 0.1 ms): the dump then comes at least half the grace after
+        the wait of the collective in progress, so a rank that only waits in it fails it first."""
         if self.watchdog_file is None or self._budget_s is None or wait_s is None:
             return
         import faulthandler
 
         from pytest_gpuperf.verdict.distributed import watchdog_delay
 
-        faulthandler.dump_traceback_later(watchdog_delay(wait_s, self.rank_timeout_s), exit=False,
-                                          file=self.watchdog_file)
-        self._watching = True
+        delay, now = watchdog_delay(wait_s, self.rank_timeout_s), time.monotonic()
+        if self._watching is not None:
+            armed_at, armed = self._watching
+            if armed == delay and now - armed_at < min(1.0, (delay - wait_s) / 2):
+                return
+        faulthandler.dump_traceback_later(delay, exit=False, file=self.watchdog_file)
+        self._watching = (now, delay)
 
     def _unwatch(self) -> None:
-        if self._watching:
+        if self._watching is not None:
             import faulthandler
 
             faulthandler.cancel_dump_traceback_later()
-            self._watching = False
+            self._watching = None
 
     # ------------------------------------------------------------------------- the collectives
 

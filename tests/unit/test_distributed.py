@@ -342,20 +342,28 @@ def test_a_failed_collective_names_the_missing_ranks_and_every_later_one_fails_a
     assert ran == []  # no second wait
 
 
-def test_the_watchdog_is_armed_at_each_collective_of_a_benchmark_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_watchdog_is_armed_at_the_collectives_of_a_benchmark_only(monkeypatch: pytest.MonkeyPatch) -> None:
     import faulthandler
 
+    from pytest_gpuperf.measure import distributed
+
     armed: list[float] = []
+    now = [100.0]
     monkeypatch.setattr(faulthandler, "dump_traceback_later", lambda t, exit, file: armed.append(t))
     monkeypatch.setattr(faulthandler, "cancel_dump_traceback_later", lambda: armed.append(0.0))
+    monkeypatch.setattr(distributed.time, "monotonic", lambda: now[0])
     r = Timeouts(watchdog_file=2)
     r._collective("all_gather_object", lambda: None)
     assert armed == []  # outside a benchmark: none
     r.begin_benchmark(30.0)
     assert armed == [65.0]  # the first collective's wait (60 s) + half the roll call's (10 s)
+    r._collective("broadcast", lambda: None)  # the same wait, at once: no second arming
+    r._collective("broadcast", lambda: None)  # in step: the budget's
     r._collective("broadcast", lambda: None)
+    assert armed == [65.0, 35.0]
+    now[0] += 1.0  # re-armed at most once a second
     r._collective("broadcast", lambda: None)
-    assert armed == [65.0, 65.0, 35.0]
+    assert armed == [65.0, 35.0, 35.0]
     r.end_benchmark()
     assert armed[-1] == 0.0  # cancelled
 
