@@ -932,7 +932,9 @@ class SimulatedNccl:
       a CUDA ``device_id``) creates a **gloo** group underneath, so collectives really run between
       the ranks' processes (the data moves as on the CPU); any other backend is torch's own;
     * ``get_backend`` says ``"nccl"`` for that group (the default group only: groups made with
-      ``new_group`` are gloo's);
+      ``new_group`` are gloo's), and ``monitored_barrier`` on it raises torch's ``ValueError``
+      (``monitored_barrier is only implemented for GLOO backend.``), as on a real nccl group,
+      although gloo underneath could run it;
     * ``all_reduce`` and ``broadcast`` of a simulated CUDA tensor (:class:`SimBuffer`) run gloo's
       collective on its values (``torch.tensor(data, device="cuda")`` buffers: the results are
       real) or, for a buffer of bytes only, on a one-element stand-in (the ranks meet, no bytes
@@ -953,7 +955,7 @@ class SimulatedNccl:
     """
 
     #: ``torch.distributed`` functions replaced while the simulator is installed.
-    API = ("init_process_group", "get_backend", "all_reduce", "broadcast")
+    API = ("init_process_group", "get_backend", "monitored_barrier", "all_reduce", "broadcast")
     #: The simulated NCCL's version (``torch.cuda.nccl.version()``): one that names its kernels
     #: ``ncclDevKernel_*`` (>= 2.19).
     VERSION = (2, 27, 5)
@@ -965,6 +967,13 @@ class SimulatedNccl:
     def __init__(self, sim: "SimulatedCuda") -> None:
         self.sim = sim
         self.groups: list[Any] = []
+
+    def owns(self, group: Any = None) -> bool:
+        """Whether ``group`` (None: the default group) is a process group created here as nccl."""
+        import torch.distributed as dist
+
+        pg = group if group is not None else (dist.group.WORLD if dist.is_initialized() else None)
+        return pg is not None and any(pg is g for g in self.groups)
 
     @staticmethod
     def is_nccl(backend: Any, device_id: Any = None) -> bool:
@@ -1001,10 +1010,12 @@ class SimulatedNccl:
             return out
 
         def get_backend(group=None):  # type: ignore[no-untyped-def]
-            pg = group if group is not None else (dist.group.WORLD if dist.is_initialized() else None)
-            if pg is not None and any(pg is g for g in nccl.groups):
-                return dist.Backend.NCCL
-            return real["get_backend"](group)
+            return dist.Backend.NCCL if nccl.owns(group) else real["get_backend"](group)
+
+        def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):  # type: ignore[no-untyped-def]
+            if nccl.owns(group):  # torch's check, which sees gloo underneath
+                raise ValueError("monitored_barrier is only implemented for GLOO backend.")
+            return real["monitored_barrier"](group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
 
         def all_reduce(tensor, op=SUM, group=None, async_op=False):  # type: ignore[no-untyped-def]
             if not isinstance(tensor, SimBuffer):
@@ -1019,8 +1030,8 @@ class SimulatedNccl:
                                      group_src=group_src)
             return nccl._launch("broadcast", tensor, "SUM", group, async_op, work)
 
-        made = {"init_process_group": init_process_group, "get_backend": get_backend, "all_reduce": all_reduce,
-                "broadcast": broadcast}
+        made = {"init_process_group": init_process_group, "get_backend": get_backend,
+                "monitored_barrier": monitored_barrier, "all_reduce": all_reduce, "broadcast": broadcast}
         for name, fn in made.items():
             fn.__wrapped__ = real[name]  # type: ignore[attr-defined]
         return made
