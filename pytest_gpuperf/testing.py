@@ -36,7 +36,16 @@ A/B sides, bisect steps, pytest-xdist workers) get the same two arguments. The p
 ``gpuperf_simulated_cuda`` installs it for one test and puts the two arguments in
 ``PYTEST_ADDOPTS`` for the ``pytester`` sessions the test runs. Simulated CUDA tensors are
 :class:`SimBuffer` objects (``torch.empty/zeros/ones(..., device="cuda")`` return one while the
-simulator is installed); a workload launches kernels with :meth:`SimulatedCuda.kernel`.
+simulator is installed; ``torch.tensor(data, device="cuda")`` one holding its values); a workload
+launches kernels with :meth:`SimulatedCuda.kernel`.
+
+Under ``torchrun`` (issue 35) the simulator is also the nccl the ranks lack (:class:`SimulatedNccl`):
+``init_process_group("nccl")`` creates a gloo group underneath that ``get_backend`` calls ``"nccl"``,
+and ``all_reduce``/``broadcast`` of a simulated tensor really run between the ranks (gloo) and launch
+an NCCL-named kernel (:meth:`SimulatedCuda.collective`, of a latency + bytes / bus bandwidth cost
+model: :meth:`SimulatedCuda.collective_ms`), which the plugin's communication profile reads on the
+simulated clock. Give each rank ``--gpuperf-simulated-cuda=N`` with N >= ranks per node: rank r
+measures ``cuda:LOCAL_RANK``.
 """
 
 from __future__ import annotations
