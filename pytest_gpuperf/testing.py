@@ -89,10 +89,10 @@ NCCL_OPS = {"SUM": "Sum", "PRODUCT": "Prod", "MIN": "MinMax", "MAX": "MinMax", "
 
 def nccl_kernel_name(collective: str, dtype: Any = None, op: Any = "SUM") -> str:
     """The name NCCL >= 2.19 gives the kernel of ``collective`` (a key of :data:`NCCL_FUNCTIONS`)
-    with its default ring algorithm and LL protocol: ``ncclDevKernel_<Func>_<Op>_<type>_RING_LL``
-    for the reducing collectives (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``), ``ncclDevKernel_<Func>
-    _RING_LL`` for the others (``ncclDevKernel_Broadcast_RING_LL``), ``ncclDevKernel_SendRecv`` for
-    all-to-all and send/receive. ``dtype``: a torch dtype or its name (None: float32, the default
+    with its default ring algorithm and LL protocol: for the reducing collectives
+    ``ncclDevKernel_<Func>_<Op>_<type>_RING_LL`` (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``), for
+    the others ``ncclDevKernel_<Func>_RING_LL`` (``ncclDevKernel_Broadcast_RING_LL``), and
+    ``ncclDevKernel_SendRecv`` for all-to-all and send/receive. ``dtype``: a torch dtype or its name (None: float32, the default
     of a simulated buffer); ``op``: a ``torch.distributed.ReduceOp`` or its name. Raises
     ``ValueError`` for another collective."""
     func = NCCL_FUNCTIONS.get(collective)

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from pytest_gpuperf.measure import communication, trace  # noqa: E402
-from pytest_gpuperf.testing import SimulatedCuda, SimulatedNccl, nccl_kernel_name  # noqa: E402
+from pytest_gpuperf.testing import SimulatedCuda, SimulatedCudaError, SimulatedNccl, nccl_kernel_name  # noqa: E402
 from pytest_gpuperf.verdict.communication import ProfEvent, classify, rank_communication  # noqa: E402
 
 needs_dist = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available in this torch build")
@@ -160,7 +160,7 @@ def test_collectives_move_the_values_of_a_simulated_tensor_and_launch_no_kernel_
     cpu = torch.ones(2)
     dist.all_reduce(cpu)  # a CPU tensor: gloo's, as it is
     assert cpu.tolist() == [1.0, 1.0]
-    with pytest.raises(Exception, match="holds no values"):
+    with pytest.raises(SimulatedCudaError, match="holds no values"):
         torch.empty(4, device="cuda").tolist()
 
 
