@@ -36,7 +36,16 @@ A/B sides, bisect steps, pytest-xdist workers) get the same two arguments. The p
 ``gpuperf_simulated_cuda`` installs it for one test and puts the two arguments in
 ``PYTEST_ADDOPTS`` for the ``pytester`` sessions the test runs. Simulated CUDA tensors are
 :class:`SimBuffer` objects (``torch.empty/zeros/ones(..., device="cuda")`` return one while the
-simulator is installed); a workload launches kernels with :meth:`SimulatedCuda.kernel`.
+simulator is installed; ``torch.tensor(data, device="cuda")`` one holding its values); a workload
+launches kernels with :meth:`SimulatedCuda.kernel`.
+
+Under ``torchrun`` (issue 35) the simulator is also the nccl the ranks lack (:class:`SimulatedNccl`):
+``init_process_group("nccl")`` creates a gloo group underneath that ``get_backend`` calls ``"nccl"``,
+and ``all_reduce``/``broadcast`` of a simulated tensor really run between the ranks (gloo) and launch
+an NCCL-named kernel (:meth:`SimulatedCuda.collective`, of a latency + bytes / bus bandwidth cost
+model: :meth:`SimulatedCuda.collective_ms`), which the plugin's communication profile reads on the
+simulated clock. Give each rank ``--gpuperf-simulated-cuda=N`` with N >= ranks per node: rank r
+measures ``cuda:LOCAL_RANK``.
 """
 
 from __future__ import annotations
@@ -63,6 +72,44 @@ _ACTIVE: "SimulatedCuda | None" = None
 def active() -> "SimulatedCuda | None":
     """The installed simulator (None when the real ``torch.cuda`` is in use)."""
     return _ACTIVE
+
+
+#: NCCL's name of each collective in its kernel names (``all_to_all`` and send/receive run its
+#: ``SendRecv`` kernel); the keys are :data:`pytest_gpuperf.verdict.communication.COLLECTIVES`.
+NCCL_FUNCTIONS = {"all_reduce": "AllReduce", "broadcast": "Broadcast", "reduce": "Reduce", "all_gather": "AllGather",
+                  "reduce_scatter": "ReduceScatter", "all_to_all": "SendRecv", "send_recv": "SendRecv"}
+#: NCCL's data type names in its kernel names, by torch dtype name.
+NCCL_TYPES = {"int8": "i8", "uint8": "u8", "bool": "u8", "int32": "i32", "uint32": "u32", "int64": "i64",
+              "uint64": "u64", "float16": "f16", "float32": "f32", "float64": "f64", "bfloat16": "bf16",
+              "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
+#: NCCL's reduction names in its kernel names, by ``torch.distributed.ReduceOp`` name (``AVG``:
+#: ``PreMulSum`` on floating types, ``SumPostDiv`` on integers, as NCCL implements ``ncclAvg``).
+NCCL_OPS = {"SUM": "Sum", "PRODUCT": "Prod", "MIN": "MinMax", "MAX": "MinMax", "PREMUL_SUM": "PreMulSum"}
+
+
+def nccl_kernel_name(collective: str, dtype: Any = None, op: Any = "SUM") -> str:
+    """The name NCCL >= 2.19 gives the kernel of ``collective`` (a key of :data:`NCCL_FUNCTIONS`)
+    with its default ring algorithm and LL protocol: for the reducing collectives
+    ``ncclDevKernel_<Func>_<Op>_<type>_RING_LL`` (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``), for
+    the others ``ncclDevKernel_<Func>_RING_LL`` (``ncclDevKernel_Broadcast_RING_LL``), and
+    ``ncclDevKernel_SendRecv`` for all-to-all and send/receive. ``dtype``: a torch dtype or its name (None: float32, the default
+    of a simulated buffer); ``op``: a ``torch.distributed.ReduceOp`` or its name. Raises
+    ``ValueError`` for another collective."""
+    func = NCCL_FUNCTIONS.get(collective)
+    if func is None:
+        raise ValueError(f"collective={collective!r}: expected one of {', '.join(NCCL_FUNCTIONS)}")
+    if func == "SendRecv":
+        return "ncclDevKernel_SendRecv"
+    if collective not in ("all_reduce", "reduce", "reduce_scatter"):
+        return f"ncclDevKernel_{func}_RING_LL"
+    type_name = str(dtype if dtype is not None else "float32").rpartition(".")[2]
+    nccl_type = NCCL_TYPES.get(type_name, type_name)
+    op_name = (getattr(op, "name", None) or str(op).rpartition(".")[2]).upper()
+    if op_name == "AVG":
+        reduction = "PreMulSum" if nccl_type.startswith(("f", "bf")) else "SumPostDiv"
+    else:
+        reduction = NCCL_OPS.get(op_name, op_name.title())
+    return f"ncclDevKernel_{func}_{reduction}_{nccl_type}_RING_LL"
 
 
 class SimulatedCudaError(RuntimeError):
@@ -144,11 +191,15 @@ class SimKinetoEvent:
     ``cudaDeviceSynchronize``...) and kernels, copies and memsets on the device timeline, with
     wall-clock (epoch) nanosecond timestamps like kineto's. Runtime calls take the real time the
     simulator call took, so they nest inside the real profiler's CPU ops and ``record_function``
-    ranges; device events take the simulated durations."""
+    ranges; device events take the simulated durations. ``sim_start_ns``: a device event's start on
+    the simulated device clock (ns; None for runtime calls), for the analyses that need the
+    simulated timeline itself (the communication overlap: :meth:`SimulatedCuda.install`)."""
 
-    def __init__(self, name: str, activity: str, start_ns: int, duration_ns: int, correlation: int) -> None:
+    def __init__(self, name: str, activity: str, start_ns: int, duration_ns: int, correlation: int,
+                 sim_start_ns: int | None = None) -> None:
         self._name, self._activity = name, activity
         self._start, self._duration, self._correlation = int(start_ns), max(0, int(duration_ns)), correlation
+        self.sim_start_ns = sim_start_ns
 
     def name(self) -> str:
         return self._name
@@ -234,10 +285,14 @@ class _Device:
 class SimBuffer:
     """A simulated CUDA tensor: ``nbytes`` of device memory; ``zero_``/``fill_``/``copy_`` launch
     a memory-bound kernel (bytes / ``bandwidth_bytes_per_s``). Freed with :meth:`free` (or when
-    garbage-collected)."""
+    garbage-collected).
 
-    def __init__(self, sim: "SimulatedCuda", nbytes: int, device: int, dtype: Any = None) -> None:
-        self.sim, self.nbytes, self.device_index, self.dtype = sim, int(nbytes), device, dtype
+    ``host``: its values, a CPU tensor, for a buffer made by ``torch.tensor(data, device="cuda")``
+    (None for ``torch.empty/zeros/ones``: bytes only). A collective on the simulated nccl group
+    moves them between the ranks (:class:`SimulatedNccl`) and :meth:`tolist` reads them."""
+
+    def __init__(self, sim: "SimulatedCuda", nbytes: int, device: int, dtype: Any = None, host: Any = None) -> None:
+        self.sim, self.nbytes, self.device_index, self.dtype, self.host = sim, int(nbytes), device, dtype, host
         self.addr = sim._alloc(self.nbytes, device)
         self.freed = False
 
@@ -267,6 +322,17 @@ class SimBuffer:
     def copy_(self, other: Any, non_blocking: bool = False) -> "SimBuffer":
         return self._touch("copy_")
 
+    def tolist(self) -> Any:
+        """The values (``host``), after the host waited for the buffer's device's current stream,
+        as a device-to-host copy does. Raises :class:`SimulatedCudaError` for a buffer without values."""
+        if self.host is None:
+            raise SimulatedCudaError("this simulated buffer holds no values (only torch.tensor(data, device='cuda') "
+                                     "makes one with values)")
+        self.sim._check_not_capturing("Tensor.tolist")
+        s = self.sim.current_stream(self.device_index)
+        self.sim._wait("cudaStreamSynchronize", max(self.sim.host_ns, s.busy_until_ns))
+        return self.host.tolist()
+
     def free(self) -> None:
         if not self.freed:
             self.freed = True
@@ -285,13 +351,16 @@ class SimulatedCuda:
     ``launch_us``: host time of one kernel launch (µs; the host clock advances by it, and a kernel
     starts no earlier than its launch ends); ``sync_us``: host time of a synchronize call;
     ``total_memory_bytes``/``l2_bytes``/``sm_count``/``name``: the device properties;
-    ``bandwidth_bytes_per_s``: speed of :class:`SimBuffer` writes. ``calls`` logs the API calls
-    (name, args) in order, for tests of synchronization order and routing.
+    ``bandwidth_bytes_per_s``: speed of :class:`SimBuffer` writes; ``nccl_latency_us`` (µs) and
+    ``nccl_bus_gb_per_s`` (GB/s, 1e9 bytes/s): the cost model of a collective's NCCL kernel
+    (:meth:`collective_ms`). ``calls`` logs the API calls (name, args) in order, for tests of
+    synchronization order and routing.
     """
 
     def __init__(self, devices: int = 1, *, launch_us: float = 5.0, sync_us: float = 10.0,
                  total_memory_bytes: int = 80 << 30, l2_bytes: int = 50 << 20, sm_count: int = 132,
-                 name: str = "Simulated GPU", bandwidth_bytes_per_s: float = 2e12) -> None:
+                 name: str = "Simulated GPU", bandwidth_bytes_per_s: float = 2e12, nccl_latency_us: float = 10.0,
+                 nccl_bus_gb_per_s: float = 100.0) -> None:
         if devices < 1:
             raise ValueError(f"devices={devices!r}: expected an integer >= 1")
         self.host_ns = 0
@@ -302,6 +371,11 @@ class SimulatedCuda:
         self.sm_count = sm_count
         self.name = name
         self.bandwidth_bytes_per_s = float(bandwidth_bytes_per_s)
+        self.nccl_latency_ns = int(nccl_latency_us * 1e3)
+        self.nccl_bus_bytes_per_s = float(nccl_bus_gb_per_s) * 1e9
+        self._nccl_streams: dict[int, SimStream] = {}  # NCCL's internal stream per device (async collectives)
+        #: the simulated nccl side of ``torch.distributed`` (:class:`SimulatedNccl`; set by :meth:`install`)
+        self.nccl: SimulatedNccl | None = None
         self._devices = []
         for i in range(devices):
             default = SimStream(self, i, name=f"cuda:{i}/default")
@@ -341,7 +415,10 @@ class SimulatedCuda:
             if self._warm.get(key) != self.l2_epoch[s.device]:
                 ms = cold_ms
             self._warm[key] = self.l2_epoch[s.device]
-        ns = max(1, int(ms * 1e6))
+        self._launch(s, max(1, int(ms * 1e6)), name, bytes_written)
+
+    def _launch(self, s: SimStream, ns: int, name: str, bytes_written: int = 0) -> None:
+        """Enqueue a kernel of ``ns`` device time on stream ``s`` (see :meth:`kernel`)."""
         self.kernels_launched += 1
         if bytes_written >= self.l2_bytes:
             self.l2_epoch[s.device] += 1
@@ -361,7 +438,52 @@ class SimulatedCuda:
         self.kineto.append(SimKinetoEvent("cudaLaunchKernel", "cuda_runtime", wall, time.time_ns() - wall, self._corr))
         # at the launch's real time: a simulated queue delay mapped onto the real clock would put a
         # kernel of an earlier block inside a later profile's window
-        self.kineto.append(SimKinetoEvent(device_name, activity, wall, ns, self._corr))
+        self.kineto.append(SimKinetoEvent(device_name, activity, wall, ns, self._corr, sim_start_ns=start))
+
+    def collective_ms(self, collective: str, nbytes: int, world_size: int) -> float:
+        """The device time (ms) of one collective's NCCL kernel, the simulator's cost model:
+        ``nccl_latency_us`` + ``nbytes`` × factor(``world_size``) / ``nccl_bus_gb_per_s``, the
+        factor being nccl-tests' bus factor (``2(n-1)/n`` for ``all_reduce``, ``(n-1)/n`` for
+        ``all_gather`` and ``reduce_scatter``, 1 for ``broadcast`` and ``reduce``:
+        :data:`pytest_gpuperf.verdict.communication.BUS_FACTORS`), so that a bare collective's
+        measured bus bandwidth is about ``nccl_bus_gb_per_s``. ``nbytes``: nccl-tests' size, the
+        whole array (for all-gather and reduce-scatter the gathered size). A stand-in, not NCCL's
+        tuning model (no algorithm or protocol choice, no topology)."""
+        return self._collective_ns(collective, nbytes, world_size) / 1e6
+
+    def _collective_ns(self, collective: str, nbytes: int, world_size: int) -> int:
+        from pytest_gpuperf.verdict.communication import BUS_FACTORS
+
+        if collective not in NCCL_FUNCTIONS:
+            raise ValueError(f"collective={collective!r}: expected one of {', '.join(NCCL_FUNCTIONS)}")
+        factor = BUS_FACTORS[collective](world_size)
+        return self.nccl_latency_ns + round(int(nbytes) * factor / self.nccl_bus_bytes_per_s * 1e9)
+
+    def collective(self, collective: str, nbytes: int, *, world_size: int, dtype: Any = None, op: Any = "SUM",
+                   device: Any = None, stream: Any = None) -> None:
+        """Launch the NCCL kernel of one collective of ``nbytes`` bytes among ``world_size`` ranks
+        on ``stream`` (default: the current stream of ``device``, default the current device): named
+        as NCCL >= 2.19 names it (:func:`nccl_kernel_name` of ``collective``, ``dtype`` and the
+        reduction ``op``, e.g. ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``), of
+        :meth:`collective_ms`' device time, one launch cost of host time. With one rank there is
+        no kernel (NCCL launches none there). Only the kernel: no data moves (the simulated
+        ``torch.distributed`` collectives move it: :class:`SimulatedNccl`)."""
+        if world_size < 2:
+            self._log("collective_one_rank", collective)
+            return
+        ns = self._collective_ns(collective, nbytes, world_size)
+        s = stream if stream is not None else self.current_stream(device)
+        self._launch(s, ns, nccl_kernel_name(collective, dtype, op))
+
+    def nccl_stream(self, device: Any = None) -> SimStream:
+        """NCCL's internal stream of ``device`` (default: the current one), where an
+        ``async_op=True`` collective runs (created on first use; ``synchronize`` waits for it)."""
+        i = self._index(device)
+        if i not in self._nccl_streams:
+            s = self.Stream(i)
+            s.name = f"cuda:{i}/nccl"
+            self._nccl_streams[i] = s
+        return self._nccl_streams[i]
 
     # ------------------------------------------------------------------ torch.cuda API
 
@@ -608,7 +730,19 @@ class SimulatedCuda:
         the real ones: :class:`SimKinetoEvent`), the bottleneck classification's device ceilings
         (:data:`PEAK_FLOPS_PER_S`, :data:`PEAK_BYTES_PER_S`) and the CUDA probes' builder, and with
         ``nvml`` the ``pynvml`` module with a :class:`SimulatedNVML` of the same devices (:attr:`nvml`), through ``monkeypatch`` (pytest's fixture, or any object with
-        ``setattr``/``setitem``); undone with it. Returns ``self``."""
+        ``setattr``/``setitem``); undone with it. Returns ``self``.
+
+        For ``torchrun`` sessions: ``torch.tensor(data, device="cuda")`` (a :class:`SimBuffer` with
+        its values), ``torch.distributed``'s nccl-facing functions (:class:`SimulatedNccl`, as
+        :attr:`nccl`; where ``torch.distributed`` is available) and the communication profile's
+        events (:func:`pytest_gpuperf.measure.communication.profile_communication`): a profile
+        that records CUDA gets the simulated device's kernels, copies and memsets on the simulated
+        clock, and its span is the simulated host clock from the profile's start to its stop
+        (before the profiler's own closing synchronize). Real CPU events are left out there (the
+        CUDA classification reads the GPU's timeline only, and they are on the real clock); in
+        ``profile_communication`` nothing simulated runs between the profile's start and its
+        ``gpuperf::region``, nor between the region's final synchronize and the profile's stop (the
+        alignment barrier is gloo's), so that span is the region's."""
         import torch
 
         if nvml:
@@ -621,21 +755,41 @@ class SimulatedCuda:
             monkeypatch.setattr(torch.cuda.memory, name, getattr(self, name))
         for name in self.FACTORIES:
             monkeypatch.setattr(torch, name, self._factory(getattr(torch, name)))
+        monkeypatch.setattr(torch, "tensor", self._tensor_factory(torch.tensor))
+        import torch.distributed as dist
+
+        if dist.is_available():
+            self.nccl = SimulatedNccl(self)
+            for name, fn in self.nccl.functions({n: getattr(dist, n) for n in SimulatedNccl.API}).items():
+                monkeypatch.setattr(dist, name, fn)
+            import torch.cuda.nccl
+
+            monkeypatch.setattr(torch.cuda.nccl, "version", self.nccl.version)
         import importlib
 
         # by sys.modules (not the package's attributes, which can outlive a module pytester's
         # in-process runs dropped from sys.modules): the modules the plugin will import
-        probe, trace, profiling = (importlib.import_module(f"{__package__}.measure.{m}") for m in ("probe", "trace", "profiling"))
+        probe, trace, profiling, communication = (importlib.import_module(f"{__package__}.measure.{m}")
+                                                  for m in ("probe", "trace", "profiling", "communication"))
         monkeypatch.setattr(probe, "_build", self._probe_builder(probe._build))
         monkeypatch.setattr(trace, "raw_events", self._raw_events(trace.raw_events))
         monkeypatch.setattr(profiling, "calibrate", self._calibrate(profiling.calibrate))
-        real_start = torch.profiler.profile.start
+        monkeypatch.setattr(communication, "_events", self._communication_events(communication._events))
+        real_start, real_stop = torch.profiler.profile.start, torch.profiler.profile.stop
+        sim = self
 
-        def start(prof: Any) -> Any:  # when each profile started, on kineto's (epoch) clock
+        def start(prof: Any) -> Any:  # when each profile started, on kineto's (epoch) clock and the simulated one
             prof._gpuperf_sim_started_ns = time.time_ns()
+            prof._gpuperf_sim_host_start_ns = sim.host_ns
             return real_start(prof)
 
+        def stop(prof: Any) -> Any:  # when it stopped, before the profiler's own closing synchronize
+            prof._gpuperf_sim_stopped_ns = time.time_ns()
+            prof._gpuperf_sim_host_stop_ns = sim.host_ns
+            return real_stop(prof)
+
         monkeypatch.setattr(torch.profiler.profile, "start", start)
+        monkeypatch.setattr(torch.profiler.profile, "stop", stop)
         monkeypatch.setattr(sys.modules[__name__], "_ACTIVE", self)
         return self
 
@@ -653,6 +807,32 @@ class SimulatedCuda:
             return sim.PEAK_FLOPS_PER_S, sim.PEAK_BYTES_PER_S
 
         return calibrate
+
+    def _communication_events(self, real: Any) -> Any:
+        """``measure.communication._events`` on the simulated clock for a profile that records CUDA
+        (see :meth:`install`): the simulated device events of the profile's window (kernels,
+        copies, memsets; µs on the simulated device clock) and the span from the profile's start
+        to its stop on the simulated host clock (µs); otherwise (the CPU, or no region) torch's."""
+        sim = self
+
+        def events(prof: Any) -> tuple[list[Any], tuple[float, float] | None]:
+            from torch.profiler import ProfilerActivity
+
+            from pytest_gpuperf.measure.trace import event_kind
+            from pytest_gpuperf.verdict.communication import ProfEvent
+
+            out, span = real(prof)
+            stamps = [getattr(prof, f"_gpuperf_sim_{k}", None) for k in ("started_ns", "stopped_ns", "host_start_ns",
+                                                                         "host_stop_ns")]
+            if span is None or None in stamps or ProfilerActivity.CUDA not in (getattr(prof, "activities", None) or ()):
+                return out, span
+            lo, hi, host_start, host_stop = stamps
+            device = [ProfEvent(e.name(), "cuda", e.sim_start_ns / 1e3, (e.sim_start_ns + e.duration_ns()) / 1e3, 0,
+                                event_kind(e.activity_type()))
+                      for e in sim.kineto_events(lo, hi) if e.sim_start_ns is not None]
+            return device, (host_start / 1e3, host_stop / 1e3)
+
+        return events
 
     def _raw_events(self, real: Any) -> Any:
         """``trace.raw_events`` with the simulated device's events of the profiled window added:
@@ -717,6 +897,174 @@ class SimulatedCuda:
 
         factory.__wrapped__ = real  # type: ignore[attr-defined]
         return factory
+
+    def _tensor_factory(self, real: Any) -> Any:
+        """``torch.tensor``: on a CUDA device a :class:`SimBuffer` holding the values (a CPU tensor,
+        ``host``), e.g. the small tensors a collective sends; elsewhere torch's."""
+        sim = self
+
+        def tensor(data: Any, *, dtype: Any = None, device: Any = None, **kwargs: Any) -> Any:
+            import torch
+
+            if device is not None and torch.device(device).type == "cuda":
+                host = real(data, dtype=dtype)
+                return SimBuffer(sim, host.numel() * host.element_size(), sim._index(device), host.dtype, host=host)
+            return real(data, dtype=dtype, device=device, **kwargs)
+
+        tensor.__wrapped__ = real  # type: ignore[attr-defined]
+        return tensor
+
+
+class SimWork:
+    """The ``Work`` of an ``async_op=True`` collective on the simulated nccl group: :meth:`wait`
+    waits for gloo's work underneath (the data), then makes the current stream of the buffer's
+    device wait for NCCL's stream (as ``ProcessGroupNCCL``'s ``Work.wait`` does: it does not block
+    the host for the kernel). Anything else is gloo's work's."""
+
+    def __init__(self, work: Any, sim: "SimulatedCuda", device: int, stream: SimStream) -> None:
+        self._work, self._sim, self._device, self._stream = work, sim, device, stream
+
+    def wait(self, *args: Any, **kwargs: Any) -> bool:
+        done = self._work.wait(*args, **kwargs) if self._work is not None else True
+        self._sim.current_stream(self._device).wait_stream(self._stream)
+        return bool(done) if done is not None else True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+class SimulatedNccl:
+    """``torch.distributed``'s nccl-facing bits on a simulated device, for a ``torchrun`` session
+    without NCCL or GPUs (installed with :meth:`SimulatedCuda.install`; the names are :data:`API`):
+
+    * ``init_process_group`` with backend ``"nccl"`` (or a ``cuda:nccl`` part, or no backend and
+      a CUDA ``device_id``) creates a **gloo** group underneath, so collectives really run between
+      the ranks' processes (the data moves as on the CPU); any other backend is torch's own;
+    * ``get_backend`` says ``"nccl"`` for that group (the default group only: groups made with
+      ``new_group`` are gloo's), and ``monitored_barrier`` on it raises torch's ``ValueError``
+      (``monitored_barrier is only implemented for GLOO backend.``), as on a real nccl group,
+      although gloo underneath could run it;
+    * ``all_reduce`` and ``broadcast`` of a simulated CUDA tensor (:class:`SimBuffer`) run gloo's
+      collective on its values (``torch.tensor(data, device="cuda")`` buffers: the results are
+      real) or, for a buffer of bytes only, on a one-element stand-in (the ranks meet, no bytes
+      move), then launch NCCL's kernel on the simulated device (:meth:`SimulatedCuda.collective`:
+      named as NCCL names it, of the cost model's duration). As ``ProcessGroupNCCL`` does since
+      torch 2.8 (pytorch/pytorch#150398): ``async_op=False`` launches it on the current stream of
+      the buffer's device; ``async_op=True`` on NCCL's own stream of that device
+      (:meth:`SimulatedCuda.nccl_stream`), after the current stream's work, and returns a
+      :class:`SimWork` whose ``wait`` makes the current stream wait for it. Other tensors (CPU
+      ones) go to gloo unchanged, with no kernel.
+
+    * ``torch.cuda.nccl.version`` is :data:`VERSION` (torch's profiler asks for it when the
+      default group's backend is nccl).
+
+    Object collectives (``all_gather_object``, ``broadcast_object_list``) and ``barrier`` are
+    gloo's, with no simulated kernel (NCCL's would launch small ones). ``groups``: the process
+    groups created here as nccl.
+    """
+
+    #: ``torch.distributed`` functions replaced while the simulator is installed.
+    API = ("init_process_group", "get_backend", "monitored_barrier", "all_reduce", "broadcast")
+    #: The simulated NCCL's version (``torch.cuda.nccl.version()``): one that names its kernels
+    #: ``ncclDevKernel_*`` (>= 2.19).
+    VERSION = (2, 27, 5)
+
+    def version(self) -> tuple[int, ...]:
+        """``torch.cuda.nccl.version()``: :data:`VERSION`."""
+        return self.VERSION
+
+    def __init__(self, sim: "SimulatedCuda") -> None:
+        self.sim = sim
+        self.groups: list[Any] = []
+
+    def owns(self, group: Any = None) -> bool:
+        """Whether ``group`` (None: the default group) is a process group created here as nccl."""
+        import torch.distributed as dist
+
+        pg = group if group is not None else (dist.group.WORLD if dist.is_initialized() else None)
+        return pg is not None and any(pg is g for g in self.groups)
+
+    @staticmethod
+    def is_nccl(backend: Any, device_id: Any = None) -> bool:
+        """Whether ``init_process_group(backend, device_id=...)`` asks for NCCL: ``"nccl"``, a
+        ``"cuda:nccl"`` part (``"cpu:gloo,cuda:nccl"``), or no backend and a CUDA ``device_id``."""
+        if backend is None:
+            return device_id is not None and not isinstance(device_id, int) and getattr(device_id, "type", "") == "cuda"
+        spec = str(backend).lower().replace(" ", "")
+        return spec == "nccl" or "cuda:nccl" in spec.split(",")
+
+    def functions(self, real: Any) -> dict[str, Any]:
+        """The replacements of :data:`API`, around ``real`` (name -> torch's function), with
+        torch's parameters (names, kinds, defaults: the drift guard compares them)."""
+        import torch
+        import torch.distributed as dist
+
+        nccl, sim = self, self.sim
+        SUM = dist.ReduceOp.SUM  # noqa: N806 (torch's default)
+
+        def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,  # type: ignore[no-untyped-def]
+                               store=None, group_name="", pg_options=None, device_id=None, **kwargs):
+            if not nccl.is_nccl(backend, device_id):
+                return real["init_process_group"](backend=backend, init_method=init_method, timeout=timeout,
+                                                  world_size=world_size, rank=rank, store=store, group_name=group_name,
+                                                  pg_options=pg_options, device_id=device_id, **kwargs)
+            if device_id is not None:
+                sim._index(device_id)  # a device the simulator has (else CUDA's invalid-ordinal error)
+            # gloo underneath: NCCL's options and device binding mean nothing to it
+            out = real["init_process_group"](backend="gloo", init_method=init_method, timeout=timeout,
+                                             world_size=world_size, rank=rank, store=store, group_name=group_name,
+                                             **kwargs)
+            nccl.groups.append(dist.group.WORLD)
+            sim._log("init_process_group", "nccl", "gloo")
+            return out
+
+        def get_backend(group=None):  # type: ignore[no-untyped-def]
+            return dist.Backend.NCCL if nccl.owns(group) else real["get_backend"](group)
+
+        def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):  # type: ignore[no-untyped-def]
+            if nccl.owns(group):  # torch's check, which sees gloo underneath
+                raise ValueError("monitored_barrier is only implemented for GLOO backend.")
+            return real["monitored_barrier"](group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+        def all_reduce(tensor, op=SUM, group=None, async_op=False):  # type: ignore[no-untyped-def]
+            if not isinstance(tensor, SimBuffer):
+                return real["all_reduce"](tensor, op=op, group=group, async_op=async_op)
+            work = real["all_reduce"](nccl._payload(tensor, torch), op=op, group=group, async_op=async_op)
+            return nccl._launch("all_reduce", tensor, op, group, async_op, work)
+
+        def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):  # type: ignore[no-untyped-def]
+            if not isinstance(tensor, SimBuffer):
+                return real["broadcast"](tensor, src=src, group=group, async_op=async_op, group_src=group_src)
+            work = real["broadcast"](nccl._payload(tensor, torch), src=src, group=group, async_op=async_op,
+                                     group_src=group_src)
+            return nccl._launch("broadcast", tensor, "SUM", group, async_op, work)
+
+        made = {"init_process_group": init_process_group, "get_backend": get_backend,
+                "monitored_barrier": monitored_barrier, "all_reduce": all_reduce, "broadcast": broadcast}
+        for name, fn in made.items():
+            fn.__wrapped__ = real[name]  # type: ignore[attr-defined]
+        return made
+
+    @staticmethod
+    def _payload(buf: SimBuffer, torch: Any) -> Any:
+        """What gloo moves for a simulated buffer: its values, else a one-element stand-in."""
+        return buf.host if buf.host is not None else torch.zeros(1)
+
+    def _launch(self, collective: str, buf: SimBuffer, op: Any, group: Any, async_op: bool, work: Any) -> Any:
+        """NCCL's kernel of a collective on ``buf`` that gloo has run (``work``: gloo's, with
+        ``async_op``): on the current stream of ``buf``'s device, or on NCCL's stream after it
+        (``async_op``; returns a :class:`SimWork`)."""
+        import torch.distributed as dist
+
+        sim, device = self.sim, buf.device_index
+        stream = sim.current_stream(device)
+        if async_op:
+            nccl_stream = sim.nccl_stream(device)
+            nccl_stream.wait_stream(stream)  # the collective reads what the current stream wrote
+            stream = nccl_stream
+        sim.collective(collective, buf.nbytes, world_size=dist.get_world_size(group), dtype=buf.dtype, op=op,
+                       stream=stream)
+        return SimWork(work, sim, device, stream) if async_op else work
 
 
 def _oom_error() -> type[BaseException]:

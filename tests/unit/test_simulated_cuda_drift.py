@@ -1,8 +1,10 @@
 """Drift guard for the simulated CUDA device (issue 22): every ``torch.cuda`` name the package (and
 ``benchmarks/gpu_validate.py``) uses is simulated, and each simulated function or class takes the
 same parameters (names, kinds, defaults) as the installed torch's, so code that runs on the
-simulator calls the real API correctly. Runs in both tox environments (torch 2.13 CPU and the
-oldest torch CI installs).
+simulator calls the real API correctly. The same for the simulated nccl (issue 35): every
+``torch.distributed`` function it replaces, ``torch.cuda.nccl.version``, ``torch.tensor`` and the
+profiler's ``start``/``stop``. Runs in both tox environments (torch 2.13 CPU and the oldest torch CI
+installs).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_gpuperf.testing import SimDeviceProperties, SimulatedCuda  # noqa: E402
+from pytest_gpuperf.testing import SimDeviceProperties, SimulatedCuda, SimulatedNccl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Names used but deliberately real under the simulator: exception classes and the memory module itself.
@@ -43,9 +45,10 @@ def _real(name: str):
     return obj
 
 
-def _params(obj) -> list[tuple[str, object, object]]:
+def _params(obj, follow_wrapped: bool = True) -> list[tuple[str, object, object]]:
     """(name, kind, default) of a callable's parameters, ``self``/``cls``/``obj`` left out; for a
-    class, its ``__init__`` (or ``__new__`` when ``__init__`` is object's)."""
+    class, its ``__init__`` (or ``__new__`` when ``__init__`` is object's). ``follow_wrapped``:
+    a decorated function's (torch's logging decorators), not the simulator's wrapper's wrapped."""
     if inspect.isclass(obj):
         candidates = [obj.__init__, obj.__new__]
     else:
@@ -53,7 +56,7 @@ def _params(obj) -> list[tuple[str, object, object]]:
     sig = None
     for target in candidates:
         try:
-            sig = inspect.signature(target)
+            sig = inspect.signature(target, follow_wrapped=follow_wrapped)
         except (ValueError, TypeError):  # a builtin without a signature (older torch's C++ classes)
             continue
         if target is object.__init__ or "args" in sig.parameters:
@@ -80,17 +83,76 @@ def test_simulated_signatures_match_the_installed_torch(name):
         real = _real(name)
     except AttributeError:
         pytest.skip(f"torch {torch.__version__} has no torch.cuda.{name}")
-    sim = getattr(SimulatedCuda(), name.split(".")[-1])
+    assert_same_parameters(getattr(SimulatedCuda(), name.split(".")[-1]), real, f"torch.cuda.{name}")
+
+
+def assert_same_parameters(sim, real, label: str) -> None:
+    """The simulator takes every parameter of torch's, with the same kind and default, in order;
+    keyword arguments of torch's it does not model are accepted by ``**kwargs``."""
     real_params = _params(real)
-    sim_params = [(n, k, d) for n, k, d in _params(sim) if k is not inspect.Parameter.VAR_KEYWORD]
-    # the simulator takes every parameter of torch's, with the same kind and default, in order;
-    # keyword arguments of torch's it does not model are accepted by **kwargs
+    sim_params = [(n, k, d) for n, k, d in _params(sim, follow_wrapped=False) if k is not inspect.Parameter.VAR_KEYWORD]
     named = [(n, k, d) for n, k, d in real_params if k is not inspect.Parameter.VAR_KEYWORD]
     modelled = named[:len(sim_params)]
-    assert sim_params == modelled, f"torch.cuda.{name}: simulator {sim_params} != torch {modelled}"
+    assert sim_params == modelled, f"{label}: simulator {sim_params} != torch {modelled}"
     if len(named) > len(sim_params):
-        assert any(k is inspect.Parameter.VAR_KEYWORD for _, k, _ in _params(sim)), \
-            f"torch.cuda.{name} takes {named[len(sim_params):]} that the simulator neither models nor accepts"
+        assert any(k is inspect.Parameter.VAR_KEYWORD for _, k, _ in _params(sim, follow_wrapped=False)), \
+            f"{label} takes {named[len(sim_params):]} that the simulator neither models nor accepts"
+
+
+# ----------------------------------------------------------------------------- the simulated nccl (issue 35)
+
+#: ``torch.distributed`` names the package uses that the simulated nccl leaves to torch (gloo
+#: underneath): no tensor on the device, so no kernel to simulate (object collectives, barrier, the
+#: group's life cycle and queries, types).
+DIST_REAL = {"is_available", "is_initialized", "destroy_process_group", "barrier", "all_gather_object",
+             "broadcast_object_list", "get_world_size", "get_rank", "group", "Backend", "ReduceOp", "HashStore",
+             "TCPStore"}
+
+
+def test_every_torch_distributed_function_the_package_calls_on_a_device_is_simulated():
+    used: set[str] = set()
+    for path in SOURCES:
+        if path.name != "testing.py":
+            used |= set(re.findall(r"\bdist\.([A-Za-z_]+)", path.read_text()))
+    assert {"init_process_group", "broadcast", "get_backend"} <= used  # the scan finds them
+    missing = sorted(used - set(SimulatedNccl.API) - DIST_REAL)
+    assert not missing, (f"torch.distributed names the package uses that the simulated nccl neither replaces "
+                         f"(SimulatedNccl.API) nor leaves to gloo knowingly (DIST_REAL): {missing}")
+
+
+@pytest.mark.parametrize("name", SimulatedNccl.API)
+def test_simulated_distributed_signatures_match_the_installed_torch(name):
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+    real = {n: getattr(dist, n) for n in SimulatedNccl.API}
+    assert_same_parameters(SimulatedNccl(SimulatedCuda()).functions(real)[name], real[name],
+                           f"torch.distributed.{name}")
+
+
+def test_simulated_nccl_version_and_profiler_hooks_match_the_installed_torch():
+    import torch.cuda.nccl
+    from torch.profiler import profile
+
+    assert_same_parameters(SimulatedNccl(SimulatedCuda()).version, torch.cuda.nccl.version, "torch.cuda.nccl.version")
+    for name in ("start", "stop"):  # wrapped by SimulatedCuda.install as f(prof)
+        assert [p.name for p in inspect.signature(getattr(profile, name)).parameters.values()] == ["self"], name
+
+
+def test_simulated_torch_tensor_takes_torchs_leading_parameters():
+    # a builtin without a Python signature: its documented one, "tensor(data, *, dtype=None, device=None, ...)"
+    line = torch.tensor.__doc__.strip().splitlines()[0]
+    documented = [p.strip() for p in line[line.index("(") + 1:line.rindex(")")].split(",")]
+    sim = inspect.signature(SimulatedCuda()._tensor_factory(torch.tensor), follow_wrapped=False)
+    rendered: list[str] = []
+    for p in sim.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            continue
+        if p.kind is p.KEYWORD_ONLY and "*" not in rendered:
+            rendered.append("*")
+        rendered.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    assert rendered == ["data", "*", "dtype=None", "device=None"]
+    assert documented[:len(rendered)] == rendered, f"torch.tensor{documented} != simulator {rendered}"
 
 
 #: Device-property fields the package reads with getattr and a fallback (absent from torch's stubs).
