@@ -756,15 +756,7 @@ class SimulatedCuda:
         for name in self.FACTORIES:
             monkeypatch.setattr(torch, name, self._factory(getattr(torch, name)))
         monkeypatch.setattr(torch, "tensor", self._tensor_factory(torch.tensor))
-        import torch.distributed as dist
-
-        if dist.is_available():
-            self.nccl = SimulatedNccl(self)
-            for name, fn in self.nccl.functions({n: getattr(dist, n) for n in SimulatedNccl.API}).items():
-                monkeypatch.setattr(dist, name, fn)
-            import torch.cuda.nccl
-
-            monkeypatch.setattr(torch.cuda.nccl, "version", self.nccl.version)
+        self._install_nccl(monkeypatch)
         import importlib
 
         # by sys.modules (not the package's attributes, which can outlive a module pytester's
@@ -775,23 +767,45 @@ class SimulatedCuda:
         monkeypatch.setattr(trace, "raw_events", self._raw_events(trace.raw_events))
         monkeypatch.setattr(profiling, "calibrate", self._calibrate(profiling.calibrate))
         monkeypatch.setattr(communication, "_events", self._communication_events(communication._events))
+        self._install_profile_stamps(monkeypatch)
+        monkeypatch.setattr(sys.modules[__name__], "_ACTIVE", self)
+        return self
+
+    def _install_nccl(self, monkeypatch: Any) -> None:
+        """``torch.distributed``'s nccl-facing functions (:class:`SimulatedNccl`, as :attr:`nccl`) and
+        ``torch.cuda.nccl.version``, where ``torch.distributed`` is available (see :meth:`install`)."""
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        self.nccl = SimulatedNccl(self)
+        for name, fn in self.nccl.functions({n: getattr(dist, n) for n in SimulatedNccl.API}).items():
+            monkeypatch.setattr(dist, name, fn)
+        import torch.cuda.nccl
+
+        monkeypatch.setattr(torch.cuda.nccl, "version", self.nccl.version)
+
+    def _install_profile_stamps(self, monkeypatch: Any) -> None:
+        """``torch.profiler.profile.start``/``stop`` that stamp when each profile started and stopped,
+        on kineto's (epoch) clock and the simulated host clock (stop: before the profiler's own
+        closing synchronize); the communication profile's span (see :meth:`install`)."""
+        import torch
+
         real_start, real_stop = torch.profiler.profile.start, torch.profiler.profile.stop
         sim = self
 
-        def start(prof: Any) -> Any:  # when each profile started, on kineto's (epoch) clock and the simulated one
+        def start(prof: Any) -> Any:
             prof._gpuperf_sim_started_ns = time.time_ns()
             prof._gpuperf_sim_host_start_ns = sim.host_ns
             return real_start(prof)
 
-        def stop(prof: Any) -> Any:  # when it stopped, before the profiler's own closing synchronize
+        def stop(prof: Any) -> Any:
             prof._gpuperf_sim_stopped_ns = time.time_ns()
             prof._gpuperf_sim_host_stop_ns = sim.host_ns
             return real_stop(prof)
 
         monkeypatch.setattr(torch.profiler.profile, "start", start)
         monkeypatch.setattr(torch.profiler.profile, "stop", stop)
-        monkeypatch.setattr(sys.modules[__name__], "_ACTIVE", self)
-        return self
 
     #: The ceilings the bottleneck classification's roofline uses on a simulated device (stand-ins:
     #: the real calibration computes a large matmul and copy on the device).

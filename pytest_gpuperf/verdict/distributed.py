@@ -238,7 +238,7 @@ def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, tex
         return f"the roll call of the ranks failed: {first}"
     if not missing:
         return (f"every rank answered the roll call afterwards: one was late{within}, not gone (a longer "
-                f"--gpuperf-rank-timeout or max_time gives it more time)")
+                f"rank timeout or max_time gives it more time)")
     if len(missing) == 1:
         return (f"rank {missing[0]} did not answer{within} (crashed, hung, or still running): if it hung, its "
                 f"traceback (faulthandler) is in its output")
