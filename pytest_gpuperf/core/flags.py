@@ -93,6 +93,10 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
          "measure every benchmark in N fresh worker processes, one after another, and decide on the spread "
          f"between them (ini gpuperf_processes, env GPUPERF_PROCESSES; default {DEFAULT_PROCESSES}; 1: in this "
          "process only, which cannot see run-to-run spread)"),
+    Flag("--gpuperf-nproc", False, "N",
+         "measure under torchrun: each worker process is a whole torchrun launch of N ranks on this node "
+         "(python -m torch.distributed.run --standalone --nproc-per-node N -m pytest ...), --gpuperf-processes of "
+         "them per benchmark, and the baselines are those of world size N (ini gpuperf_nproc; 1: off)"),
     Flag("--gpuperf-max-processes", False, "N",
          "measure a benchmark whose comparison is inconclusive (or, updating, whose baseline is too imprecise) in "
          "more worker processes, two at a time, up to N in all (ini gpuperf_max_processes; default "

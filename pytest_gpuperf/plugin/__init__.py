@@ -59,6 +59,8 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "name the ops that changed (default true)", type="bool", default=True)
     parser.addini("gpuperf_bisect_on_regression", "after a confirmed regression, bisect from the baselines' commit "
                   "to HEAD for at most N regressed benchmarks (default 0: off)", default="")
+    parser.addini("gpuperf_nproc", "measure every worker process as a torchrun launch of N ranks on this node "
+                  "(default: off)", default="")
     parser.addini("gpuperf_max_processes", "measure inconclusive benchmarks in more worker processes, up to N in "
                   f"all (default {_LIMITS.max_processes})", default="")
     parser.addini("gpuperf_more_processes_time", "start no more worker processes for inconclusive benchmarks after "
@@ -111,6 +113,10 @@ def pytest_configure(config: pytest.Config) -> None:
         distributed = DistributedSession(session.settings, ranks)
         config.pluginmanager.register(distributed, "gpuperf-distributed")
         config.pluginmanager.register(RaisedOnAnyRank(distributed), "gpuperf-distributed-raised")
+    if session.settings.nproc is not None and session.settings.replicated:
+        from pytest_gpuperf.plugin.distributed import WorldOfOne
+
+        config.pluginmanager.register(WorldOfOne(session.settings), "gpuperf-world-of-one")
     if session.settings.worker_id is None and writer:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
     if ReportWriter.wanted(session.settings) and writer:

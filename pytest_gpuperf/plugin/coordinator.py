@@ -11,6 +11,7 @@ results. A worker process (replicate, extras, A/B, pytest-xdist) never has one.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -96,17 +97,19 @@ class Coordinator:
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]
         logs = self._replicate_logs()
-        progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes in turn "
-                      f"(--gpuperf-processes)")
+        progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes in turn (--gpuperf-processes)"
+                      + (f", each a torchrun launch of {self.settings.nproc} ranks (--gpuperf-nproc)"
+                         if self.settings.nproc else ""))
         here = Path(self.config.invocation_params.dir)
         timeout_s = self.settings.limits.worker_timeout_s
-        runs = run_workers(args, here, self.settings.processes, logs, timeout_s=timeout_s,
+        runs = run_workers(args, here, self.settings.processes, logs, timeout_s=timeout_s, nproc=self.settings.nproc,
                            progress=progress, tick=progress.tick if progress.live else None)
         unreported = unreported_message(runs)  # for the benchmarks no worker reported
         # the extras (peak memory, counts, bottleneck) in processes of their own, after all timing: an
         # update run in two, so that what differs between processes is seen as variable
         extras = run_extras(args, here, self.settings.processes, logs, count=2 if self.settings.updating else 1,
-                            progress=progress.line, timeout_s=timeout_s, op_profile=self.settings.updating and self.settings.why)
+                            progress=progress.line, timeout_s=timeout_s, op_profile=self.settings.updating and self.settings.why,
+                            nproc=self.settings.nproc)
         progress.close()
         finished: dict[str, Any] = {}
         commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
@@ -180,7 +183,7 @@ class Coordinator:
             added += run_workers([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
                                  s.processes, logs, progress=progress, first=k, count=batch,
                                  timeout_s=limits.worker_timeout_s,
-                                 tick=progress.tick if progress.live else None)
+                                 tick=progress.tick if progress.live else None, nproc=s.nproc)
             k += batch
             for key in thin:
                 entries = [r.entries[key] for r in runs + added if key in r.entries]
@@ -217,7 +220,7 @@ class Coordinator:
             profiled = run_extras([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
                                   self.settings.processes, logs, count=2, progress=say, op_profile=True,
                                   timeout_s=self.settings.limits.worker_timeout_s,
-                                  stem="op-profile")
+                                  stem="op-profile", nproc=self.settings.nproc)
         except ReplicateError as exc:
             profiled, failed = [], str(exc)
         else:
@@ -353,8 +356,8 @@ class Coordinator:
         options = options_from_entry(entries[0])  # worker 0's: the test's own options, with max_time split over the workers
         baseline = path = None
         env = entries[0].get("environment") or {}
-        if env.get("device_type"):
-            path = baseline_path(self.settings.baseline_dir, device_key(env), module)
+        if env.get("device_type"):  # --gpuperf-nproc N: the -wsN folder, as under torchrun
+            path = baseline_path(self.settings.baseline_dir, device_key(env) + self._world_suffix(), module)
             try:
                 base_file = self.baseline(path)
                 check_module(base_file, module)
@@ -364,8 +367,40 @@ class Coordinator:
         if baseline is not None:
             commits[key] = (baseline.git_commit, baseline.dirty)
             self.stored_entries[key] = baseline
-        return decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
-                      can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing)
+        result = decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
+                        can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing)
+        if self.settings.nproc and env.get("device_type"):
+            result = self._with_scaling(result, key, device_key(env), options)
+            if result.communication is not None and baseline is not None:  # what a rank adds against its baseline
+                from pytest_gpuperf.verdict.communication import Communication, change_text
+
+                then = Communication.from_dict(baseline.data.get("communication"))
+                result = result.replace(communication=dataclasses.replace(
+                    result.communication, change=change_text(then, result.communication)))
+        return result
+
+    def _world_suffix(self) -> str:
+        """The baseline folder suffix of ``--gpuperf-nproc N`` (``-wsN``; empty without it)."""
+        from pytest_gpuperf.verdict.scaling import world_size_suffix
+
+        return world_size_suffix(self.settings.nproc) if self.settings.nproc else ""
+
+    def _with_scaling(self, result: Any, key: str, key_of_device: str, options: Any) -> Any:
+        """``--gpuperf-nproc N``: the result with its scaling efficiency against the benchmark's
+        baseline at a smaller world size (:class:`~pytest_gpuperf.plugin.distributed.ScalingReference`,
+        :func:`~pytest_gpuperf.verdict.scaling.scaling_of`), as a rank of a torchrun launch the user
+        started computes it; a note when ``min_scaling_efficiency`` has no reference to apply to."""
+        from pytest_gpuperf.plugin.distributed import ScalingReference
+        from pytest_gpuperf.verdict.scaling import scaling_of
+
+        module, _, bid = key.partition("::")
+        s = self.settings
+        reference = ScalingReference(self.baseline, Path(s.baseline_dir), key_of_device, module, s.nproc, s.relpath)
+        check, note = scaling_of(options.scaling, options.min_scaling_efficiency, s.nproc, result.median_ms,
+                                 reference(bid), reference.folder)
+        if note:
+            self.warn(f"{key}: {note}")
+        return result if check is None else result.replace(scaling=check)
 
     def _run_ab(self) -> None:
         rev = self.settings.ab

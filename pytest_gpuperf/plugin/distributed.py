@@ -46,16 +46,8 @@ class DistributedSession:
         """Create the default process group (when the user's code has not) on the session's device
         kind, and the hung-rank watchdog's file (:func:`_watchdog_file`)."""
         self.ranks.watchdog_file = _watchdog_file(session.config)
-        self.ranks.start(self._device_type())
+        self.ranks.start(_device_type(self.settings))
 
-    def _device_type(self) -> str:
-        """``"cuda"`` when the session's benchmarks default to a GPU that exists here, else ``"cpu"``."""
-        requested = self.settings.options.device
-        if requested is not None and str(requested).startswith("cpu"):
-            return "cpu"
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Every rank collected the same tests in the same order, or one usage error says where not."""
@@ -125,6 +117,50 @@ class DistributedSession:
                 import os
 
                 os.close(fd)
+
+
+class WorldOfOne:
+    """``--gpuperf-nproc N``, in the session the user started: the torchrun launches measured every
+    benchmark before the tests (:class:`~pytest_gpuperf.plugin.coordinator.Coordinator`); the tests
+    then call each benchmarked function once here for the test's value, as every session that
+    measured in worker processes does. This process is no rank of a launch, so a function that
+    calls ``torch.distributed`` needs a process group here: a world of one rank (rank 0, a
+    ``HashStore``; gloo, or nccl when the session's benchmarks run on a GPU), made before the first
+    test when the user's code has not made one, and destroyed at the end. A collective in a world
+    of one returns at once with its input."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.owned = False
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available() or dist.is_initialized():
+            return
+        backend = "nccl" if _device_type(self.settings) == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        self.owned = True
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.owned:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self.owned = False
+
+
+def _device_type(settings: Any) -> str:
+    """``"cuda"`` when the session's benchmarks default to a GPU that exists here, else ``"cpu"``."""
+    requested = settings.options.device
+    if requested is not None and str(requested).startswith("cpu"):
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _watchdog_file(config: pytest.Config) -> int | None:

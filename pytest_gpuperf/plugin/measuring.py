@@ -76,6 +76,57 @@ class Measuring:
         """One measurement of ``fn`` (see the module doc)."""
         raise NotImplementedError
 
+    def _across_ranks(self, bid: str, measure: Callable[[], BenchResult]) -> BenchResult:
+        """``measure()``, under torchrun within this benchmark's bounded waits: its first collective
+        waits ``--gpuperf-rank-timeout``, the later ones (and the test's outcome exchange) the
+        benchmark's budget (:func:`~pytest_gpuperf.verdict.distributed.collective_budget`), until the
+        ranks agreed on the test's outcome. A rank that crashed or hung fails the test here with the
+        reason once (:class:`~pytest_gpuperf.measure.distributed.DistributedFault`, re-raised)."""
+        ranks = self.context.ranks
+        if ranks is None:
+            return measure()
+        from pytest_gpuperf.measure.distributed import DistributedFault
+        from pytest_gpuperf.verdict.distributed import collective_budget
+
+        o = self.options
+        ranks.begin_benchmark(collective_budget(o.warmup_time, o.max_time, ranks.rank_timeout_s))
+        try:
+            return measure()
+        except DistributedFault as exc:
+            fault = exc
+        if self.context.fail is not None:  # a rank crashed or hung: the reason once, without the collective's traceback
+            self.context.fail(f"{self._full_id(bid)}: {fault}")
+        raise fault
+
+    def _communication(self, fn, a, k, entry: BaselineEntry | None, unavailable: dict[str, Any]) -> Any:
+        """Under torchrun: every rank profiles the same few calls (after the timed rounds,
+        :func:`pytest_gpuperf.measure.communication.profile_communication`), and one gather brings
+        each rank's figures to every rank. Contained: a rank that could not measure makes the
+        part unavailable on every rank (naming the rank); the timing stands. With the baseline's
+        figures, the result carries the evidence line of a regression (``change``)."""
+        from pytest_gpuperf.core.containment import COMMUNICATION, Unavailable, contained
+        from pytest_gpuperf.measure.communication import profile_communication
+        from pytest_gpuperf.verdict.communication import Communication, change_text
+
+        ranks, local = self.context.ranks, {}
+        mine = contained(COMMUNICATION, lambda: profile_communication(fn, a, k, self.context.device,
+                                                                      align=ranks.barrier), local)
+        gathered = ranks.gather(mine if mine is not None else local[COMMUNICATION])
+        failed = [(r, g) for r, g in enumerate(gathered) if isinstance(g, Unavailable) or g is None]
+        if failed:
+            r, why = failed[0]
+            unavailable.setdefault(COMMUNICATION, Unavailable(
+                COMMUNICATION, f"rank {r}: {why.error if why is not None else 'nothing measured'}",
+                why.where if why is not None else ""))
+            return None
+        import torch.distributed as dist
+
+        o = self.options
+        now = Communication.of(gathered, backend=str(dist.get_backend()), bytes_per_call=o.bytes_per_call,
+                               collective=o.collective)
+        then = Communication.from_dict(entry.data.get("communication")) if entry is not None else None
+        return dataclasses.replace(now, change=change_text(then, now))
+
     def _check_value(self, fn: Callable[..., Any], value: Any) -> None:
         """Fail when ``fn`` returned a generator or coroutine: only its creation was timed."""
         kind = _lazy_kind(value)
@@ -348,7 +399,12 @@ class ExtrasOnly(Measuring):
         from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls each (a count or peak that
         differs between them is variable: :func:`~pytest_gpuperf.verdict.counts.combine_counts`), and
         classify the bottleneck when asked. Every part is contained. Its one sample is a single
-        call's time (sizes the profiled calls; never compared)."""
+        call's time (sizes the profiled calls; never compared). Under torchrun (``--gpuperf-nproc``
+        launches) every rank makes the same calls: the profiled calls are sized from the slowest
+        rank's call, and the collectives are bounded as a timed benchmark's are."""
+        return self._across_ranks(bid, lambda: self._extras(fn, args, kwargs, setup, bid, common))
+
+    def _extras(self, fn, args, kwargs, setup, bid, common) -> BenchResult:
         from pytest_gpuperf.measure.memory import measure_peak
         from pytest_gpuperf.plugin.replicates import EXTRA_CALLS
         from pytest_gpuperf.verdict.counts import combine_counts
@@ -357,6 +413,9 @@ class ExtrasOnly(Measuring):
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if counting else None
         t = ctx.measurer.once(fn, *prepare_call(fn, args, kwargs, setup), ctx.device)
         self._check_value(fn, t.value)
+        call_ms = t.samples_ms[0]
+        if ctx.ranks is not None:  # a number of calls sized from one rank's own time would put the ranks out of step
+            call_ms = max(ctx.ranks.gather(call_ms))
         unavailable: dict[str, Any] = {}
         peaks, counted = [], []
         for _ in range(EXTRA_CALLS):
@@ -379,38 +438,28 @@ class ExtrasOnly(Measuring):
         if self.options.expect_bottleneck or ctx.classify:
             flops = (counts.flops, counts.traffic_bytes, counted[0][1]) if counts is not None else None
             a, k = prepare_call(fn, args, kwargs, setup)
-            got = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, t.samples_ms[0], flops), unavailable)
+            got = contained(BOTTLENECK, lambda: self._classify_fn(fn, a, k, call_ms, flops), unavailable)
             bottleneck = got[1] if got is not None else None
         high = max(peaks) if peaks and MEMORY not in unavailable else None
         low = min(peaks) if high is not None and min(peaks) != high else None
         notes: list[str] = []
-        op_profile = self._op_profile(fn, args, kwargs, setup, t.samples_ms[0], bid, notes) if ctx.op_profile else None
+        op_profile = self._op_profile(fn, args, kwargs, setup, call_ms, bid, notes) if ctx.op_profile else None
+        communication = None
+        if ctx.ranks is not None:  # the coordinator compares it with the baseline's (its change)
+            communication = self._communication(fn, *prepare_call(fn, args, kwargs, setup), None, unavailable)
         return BenchResult.from_samples(t.samples_ms, rounds=1, calls_per_round=1, warmup_calls=0,
                                         peak_memory_bytes=high, peak_memory_low_bytes=low, counts=counts,
                                         bottleneck=bottleneck, unavailable=unavailable, value=t.value,
-                                        op_profile=op_profile, notes=tuple(notes), **common)
+                                        op_profile=op_profile, communication=communication, notes=tuple(notes),
+                                        **common)
 
 
 class InProcess(Measuring):
     """A timed process: measured here, under pytest-xdist one worker at a time per device."""
 
     def measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
-        if self.context.ranks is None:
-            return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
-        from pytest_gpuperf.measure.distributed import DistributedFault
-        from pytest_gpuperf.verdict.distributed import collective_budget
-
-        o, ranks = self.options, self.context.ranks
-        # the first collective waits --gpuperf-rank-timeout, the later ones (and the test's outcome
-        # exchange) this benchmark's budget; ended when the ranks agreed on the test's outcome
-        ranks.begin_benchmark(collective_budget(o.warmup_time, o.max_time, ranks.rank_timeout_s))
-        try:
-            return self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round)
-        except DistributedFault as exc:
-            fault = exc
-        if self.context.fail is not None:  # a rank crashed or hung: the reason once, without the collective's traceback
-            self.context.fail(f"{self._full_id(bid)}: {fault}")
-        raise fault
+        return self._across_ranks(bid, lambda: self._measure_locked(fn, args, kwargs, setup, rounds, warmup_calls,
+                                                                    bid, common, calls_per_round))
 
     def _measure_locked(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common,
                         calls_per_round=None) -> BenchResult:
@@ -502,47 +551,14 @@ class InProcess(Measuring):
         ctx = self.context
         if ctx.ranks is None or ctx.scaling_reference is None:
             return None
-        from pytest_gpuperf.verdict.scaling import ScalingCheck, not_applied_note
+        from pytest_gpuperf.verdict.scaling import scaling_of
 
-        minimum = self.options.min_scaling_efficiency
-        reference = ctx.scaling_reference(bid)
-        if reference is None:
-            if minimum is not None:
-                folder = ctx.scaling_reference.folder
-                notes.append(f"{self._full_id(bid)}: {not_applied_note(ctx.ranks.world_size, minimum, folder)}")
-            return None
-        n0, ms0, file = reference
-        return ScalingCheck(self.options.scaling, ctx.ranks.world_size, statistics.median(t.samples_ms), n0, ms0,
-                            file, minimum)
-
-    def _communication(self, fn, a, k, entry: BaselineEntry | None, unavailable: dict[str, Any]) -> Any:
-        """Under torchrun: every rank profiles the same few calls (after the timed rounds,
-        :func:`pytest_gpuperf.measure.communication.profile_communication`), and one gather brings
-        each rank's figures to every rank. Contained: a rank that could not measure makes the
-        part unavailable on every rank (naming the rank); the timing stands. With the baseline's
-        figures, the result carries the evidence line of a regression (``change``)."""
-        from pytest_gpuperf.core.containment import COMMUNICATION, Unavailable, contained
-        from pytest_gpuperf.measure.communication import profile_communication
-        from pytest_gpuperf.verdict.communication import Communication, change_text
-
-        ranks, local = self.context.ranks, {}
-        mine = contained(COMMUNICATION, lambda: profile_communication(fn, a, k, self.context.device,
-                                                                      align=ranks.barrier), local)
-        gathered = ranks.gather(mine if mine is not None else local[COMMUNICATION])
-        failed = [(r, g) for r, g in enumerate(gathered) if isinstance(g, Unavailable) or g is None]
-        if failed:
-            r, why = failed[0]
-            unavailable.setdefault(COMMUNICATION, Unavailable(
-                COMMUNICATION, f"rank {r}: {why.error if why is not None else 'nothing measured'}",
-                why.where if why is not None else ""))
-            return None
-        import torch.distributed as dist
-
-        o = self.options
-        now = Communication.of(gathered, backend=str(dist.get_backend()), bytes_per_call=o.bytes_per_call,
-                               collective=o.collective)
-        then = Communication.from_dict(entry.data.get("communication")) if entry is not None else None
-        return dataclasses.replace(now, change=change_text(then, now))
+        check, note = scaling_of(self.options.scaling, self.options.min_scaling_efficiency, ctx.ranks.world_size,
+                                 statistics.median(t.samples_ms), ctx.scaling_reference(bid),
+                                 ctx.scaling_reference.folder)
+        if note:
+            notes.append(f"{self._full_id(bid)}: {note}")
+        return check
 
     def _timed_rounds(self, timed: Callable[[Any], Timing]) -> tuple[Timing, dict[str, Any] | None, float]:
         """The timed rounds (``timed(progress)``), with background telemetry (daemon, bounded):

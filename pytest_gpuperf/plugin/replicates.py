@@ -224,13 +224,14 @@ class WorkerRun:
 
 def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, count: int = 1,
                progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
-               op_profile: bool = False, stem: str = "extras") -> list[WorkerRun]:
+               op_profile: bool = False, stem: str = "extras", nproc: int | None = None) -> list[WorkerRun]:
     """Run ``count`` extras processes one after another (role slot ``x/P``; logs
     ``<log_dir>/extras-j.log``): each times nothing and measures every benchmark's peak memory,
     counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
     before or between its timed rounds. Their ``index`` is ``-1 - j``. ``op_profile``: they profile
     the ops too (hidden ``--gpuperf-op-profile``); ``stem``: their logs' name (``<stem>-j.log``).
-    Raises :class:`ReplicateError` when one cannot be started."""
+    ``nproc``: each is a torchrun launch (:func:`launcher`). Raises :class:`ReplicateError` when one
+    cannot be started."""
     timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -239,7 +240,7 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     args = [*args, "--gpuperf-op-profile"] if op_profile else list(args)
     for j in range(count):
         run = _run_one(args, cwd, f"x/{processes}", log_dir / f"{stem}-{j}", -1 - j, timeout_s,
-                       f"extras process {j + 1}/{count}", None)
+                       f"extras process {j + 1}/{count}", None, nproc)
         runs.append(run)
         progress(f"gpuperf: extras process {j + 1}/{count} done ({what} of "
                  f"{len(run.entries)} benchmark(s), {time.monotonic() - start:.0f} s)"
@@ -247,22 +248,110 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     return runs
 
 
+def launcher(nproc: int | None = None) -> list[str]:
+    """The command a worker process's pytest arguments follow: ``python -m pytest``, or with
+    ``nproc`` (``--gpuperf-nproc N``, N >= 2) a whole torchrun launch of N ranks on this node,
+    ``python -m torch.distributed.run --standalone --nproc-per-node N -m pytest`` (torch's own
+    launcher, as ``torchrun``; its rank 0 reports the launch's results, the slowest rank's time)."""
+    if not nproc:
+        return [sys.executable, "-m", "pytest"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "pytest"]
+
+
+#: How long a torchrun launch that is stopped gets to stop its ranks (s): torch elastic's agent, on
+#: SIGTERM, sends its workers SIGTERM and SIGKILLs them after 30 s.
+STOP_GRACE_S = 40.0
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a worker process and wait for it. A plain worker is killed. A torchrun launch (started
+    in a session of its own, :func:`launcher`) gets SIGTERM first, so that its agent stops its
+    ranks (torch elastic starts each rank in a session of its own, out of reach of a signal to the
+    launch's process group), then, after ``grace_s`` s, SIGKILL for it and for every process it had
+    started that is still there (:func:`_descendants`), so that no rank outlives it."""
+    import signal
+
+    try:
+        own_group = os.getpgid(proc.pid) == proc.pid and proc.pid != os.getpgrp()
+    except ProcessLookupError:
+        own_group = False
+    if not own_group:
+        proc.kill()
+        proc.wait()
+        return
+    family = _descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        family |= _descendants(proc.pid)
+    for pid, started in family:
+        if _start_time(pid) == started:  # still the same process (not a pid used again)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> set[tuple[int, str]]:
+    """Every process below ``root``, as ``(pid, start time)`` (from ``/proc``; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+    found: set[tuple[int, str]] = set()
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        started = _start_time(pid)
+        if started is not None:
+            found.add((pid, started))
+        todo.extend(children.get(pid, ()))
+    return found
+
+
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
-             wait: Callable[[Path, subprocess.Popen], int | None] | None) -> WorkerRun:
-    """One worker process (``python -m pytest <args> --gpuperf-role=...`` with ``<slot>``; results in
-    ``<stem>.jsonl``, output in ``<stem>.log``): its :class:`WorkerRun`, with what it reported.
-    ``wait(report, proc)`` waits for it (its exit code, None when it timed out); default :func:`_wait`."""
+             wait: Callable[[Path, subprocess.Popen], int | None] | None, nproc: int | None = None) -> WorkerRun:
+    """One worker process (``python -m pytest <args> --gpuperf-role=...`` with ``<slot>``, or with
+    ``nproc`` a torchrun launch of it, :func:`launcher`; results in ``<stem>.jsonl``, output in
+    ``<stem>.log``): its :class:`WorkerRun`, with what it reported. ``wait(report, proc)`` waits
+    for it (its exit code, None when it timed out); default :func:`_wait`."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     report.unlink(missing_ok=True)
     env = dict(os.environ, **{PROCESSES_ENV: "1"})
-    cmd = [sys.executable, "-m", "pytest", *args, WorkerRole(parse_slot(slot), str(report)).argument()]
+    cmd = [*launcher(nproc), *args, WorkerRole(parse_slot(slot), str(report)).argument()]
     run = WorkerRun(index, None, log)
     with open(log, "wb") as out:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, start_new_session=bool(nproc))
         except OSError as exc:
-            raise ReplicateError(f"could not start a worker process ({cmd[0]} -m pytest): {exc}") from None
+            raise ReplicateError(f"could not start a worker process ({' '.join(cmd[:3])}): {exc}") from None
         with _killed_with_us(proc):
             run.returncode = (wait(report, proc) if wait is not None
                               else _wait(proc, timeout_s, report, None, 0, 1, 0.0, None))
@@ -294,13 +383,13 @@ def _killed_with_us(proc: subprocess.Popen) -> Iterator[None]:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            _stop(proc)
 
 
 def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
                 progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
-                tick: Callable[[str], None] | None = None, first: int = 0, count: int | None = None) -> list[WorkerRun]:
+                tick: Callable[[str], None] | None = None, first: int = 0, count: int | None = None,
+                nproc: int | None = None) -> list[WorkerRun]:
     """Run ``processes`` replicate workers one after another (``python -m pytest <args>`` in ``cwd``
     with the role slot ``k/P``; with ``first``/``count``, workers ``first`` .. ``first + count - 1``
     of a session of P = ``processes``: the processes added for inconclusive benchmarks; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
@@ -310,7 +399,8 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
 
     ``progress`` gets one line per worker process when it is done (the time elapsed and about how
     long is left); ``tick``, when given, one line each time the running worker finished another
-    benchmark (polled every :data:`POLL_S`; for a line rewritten in place on a terminal)."""
+    benchmark (polled every :data:`POLL_S`; for a line rewritten in place on a terminal). ``nproc``:
+    each worker is a torchrun launch of that many ranks (:func:`launcher`)."""
     timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -324,7 +414,7 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
             return _wait(proc, timeout_s, report, tick, k, last, start, planned)
 
         run = _run_one(args, cwd, f"{k}/{processes}", log_dir / f"worker-{k}", k, timeout_s,
-                       f"worker process {k + 1}/{last}", wait)
+                       f"worker process {k + 1}/{last}", wait, nproc)
         runs.append(run)
         elapsed = time.monotonic() - start
         left = elapsed / len(runs) * (last - k - 1)  # the workers so far, per worker, times those left
@@ -346,8 +436,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float, report: Path, tick: Callable
             return proc.wait(timeout=POLL_S if tick is not None else max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
-                proc.kill()
-                proc.wait()
+                _stop(proc)
                 return None
         if tick is not None:
             done = _lines(report)
@@ -477,7 +566,9 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
     order, ``process_medians_ms`` each worker's median, rounds summed, the interleaved probe's
     level the median of the workers' (same probe only), telemetry worker 0's (its
     ``other_cpu_cores`` the host load over all workers' timed spans together,
-    :func:`pytest_gpuperf.measure.telemetry.pooled_host_load`).
+    :func:`pytest_gpuperf.measure.telemetry.pooled_host_load`). Torchrun launches
+    (``--gpuperf-nproc``): each rank's median over the launches (:func:`_merged_ranks`), the
+    communication profile the first extras launch's.
 
     The extras come from ``extras``, the entries of the extras processes (:func:`run_extras`):
     counts combined over all their calls (:func:`~pytest_gpuperf.verdict.counts.combine_counts`: a
@@ -509,9 +600,24 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
         group=first.group, options=first.options, telemetry=telemetry, extra_info=first.extra_info,
         process_medians_ms=tuple(r.median_ms for r in results),
         probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
+        ranks=_merged_ranks(results),
         **(_extras_of([first]) if extras is None else _extras_of([decode_result(dict(e)) for e in extras],
                                                                  extras_missing, first.options)),
     )
+
+
+def _merged_ranks(results: Sequence[Any]) -> Any:
+    """The per-rank timing of torchrun launches (``--gpuperf-nproc``): each rank's median the median
+    of its medians in the launches (:class:`~pytest_gpuperf.verdict.distributed.RankTiming`); None
+    when a result has none (a worker process is no launch) or the world sizes differ."""
+    import statistics
+
+    from pytest_gpuperf.verdict.distributed import RankTiming
+
+    timings = [r.ranks for r in results]
+    if not timings or any(t is None for t in timings) or len({t.world_size for t in timings}) != 1:
+        return None
+    return RankTiming.of([statistics.median(t.medians_ms[k] for t in timings) for k in range(timings[0].world_size)])
 
 
 def _extras_of(results: Sequence[Any], missing: str | None = None, options: Any = None) -> dict[str, Any]:
@@ -537,6 +643,7 @@ def _extras_of(results: Sequence[Any], missing: str | None = None, options: Any 
     return dict(peak_memory_bytes=high, peak_memory_low_bytes=low if low != high else None,
                 counts=combine_counts(counts) if counts and "counts" not in unavailable else None,
                 bottleneck=next((r.bottleneck for r in results if r.bottleneck is not None), None),
+                communication=next((r.communication for r in results if r.communication is not None), None),
                 unavailable=unavailable,
                 op_profile={"floor_ms": max(float(p.get("floor_ms") or 0.0) for p in profiles),  # every process's cycles
                             "cycles": [c for p in profiles for c in p.get("cycles") or ()]} if profiles else None)

@@ -174,7 +174,7 @@ class TerminalSummary:
             rows=[Row(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated, rec.device_key)
                   for rec in session.recorded],
             measuring=s.measuring, updating=s.updating, replicated=s.replicated, processes=s.processes,
-            world_size=s.ranks.world_size if s.ranks is not None else None,
+            world_size=s.world_size if s.world_size > 1 else None,
             ab_label=None if ab is None else getattr(ab, "label", str(ab)), ab_processes=s.ab_processes,
             ab_removed=tuple(session.ab_removed), baselines=s.relpath(s.baseline_dir),
             table_options=benchmark_compat.table_options(config), notes=tuple(session.notes),

@@ -297,11 +297,12 @@ class GpuPerfSession:
             return _Stored(module)
         env = fingerprint(device) if s.replicated else self.environment(device)
         key, scaling = device_key(env), None
-        if s.ranks is not None:  # under torchrun: a folder per world size, so 2-rank and 8-rank runs never mix
+        if s.world_size > 1:  # torchrun or --gpuperf-nproc: a folder per world size, 2-rank and 8-rank runs never mix
             from pytest_gpuperf.plugin.distributed import ScalingReference
+            from pytest_gpuperf.verdict.scaling import world_size_suffix
 
-            scaling = ScalingReference(self.baseline, Path(s.baseline_dir), key, module, s.ranks.world_size, s.relpath)
-            key += s.ranks.key_suffix
+            scaling = ScalingReference(self.baseline, Path(s.baseline_dir), key, module, s.world_size, s.relpath)
+            key += world_size_suffix(s.world_size)
         from pytest_gpuperf.storage.baseline import BaselineError, baseline_path, check_module
 
         path = baseline_path(s.baseline_dir, key, module)
@@ -356,7 +357,7 @@ class GpuPerfSession:
         # value: a GPU tensor per benchmark would stay allocated for the rest of the session
         self.recorded.append(Recorded(item.nodeid, module, dataclasses.replace(result, value=None),
                                       str(stored.path) if stored.path else None, stored.key, stored.env))
-        if self.settings.replicate_slot is not None and not result.smoke:
+        if self.settings.replicate_slot is not None and not result.smoke and self._reports_to_coordinator:
             from pytest_gpuperf.plugin.replicates import report_result
 
             report_result(f"{module}::{result.benchmark_id}", result, stored.env or {}, item.nodeid,
@@ -373,6 +374,13 @@ class GpuPerfSession:
                 and not c.machine_differs):  # one summary line for all (machine differs has its own)
             self.inconclusive.append(name)
         self.warnings.extend(_result_warnings(s, name, device, stored, result))
+
+    @property
+    def _reports_to_coordinator(self) -> bool:
+        """A replicate worker's results go to its coordinator from this process: always, except in a
+        torchrun launch of ``--gpuperf-nproc``, where rank 0 alone reports (every rank holds the
+        launch's result: the slowest rank's time, each rank's median)."""
+        return self.settings.ranks is None or self.settings.ranks.is_writer
 
     def _finished_results(self) -> dict[str, Any] | None:
         """The finished results of the A/B or replicate workers (a pytest-xdist worker reads the
@@ -401,7 +409,7 @@ class GpuPerfSession:
         if bench is not None and call.when == "teardown":  # the test is over: let its return values go
             bench.results[:] = [dataclasses.replace(r, value=None) for r in bench.results]
         if (self.settings.replicate_slot is not None and report.failed and call.excinfo is not None
-                and report.when in ("setup", "call")):  # the coordinator says why this worker has no result
+                and report.when in ("setup", "call") and self._reports_to_coordinator):  # the coordinator says why this worker has no result
             from pytest_gpuperf.plugin.replicates import report_failure
 
             report_failure(item.nodeid, call.excinfo.value, out=self.settings.replicate.out)

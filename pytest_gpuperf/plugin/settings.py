@@ -72,9 +72,13 @@ class SessionSettings:
     ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``);
     ``op_profile`` (an extras process: profile the ops too; hidden ``--gpuperf-op-profile``).
     ``ranks``: under ``torchrun`` (``WORLD_SIZE`` > 1), this process's
-    :class:`~pytest_gpuperf.measure.distributed.Ranks`; then ``processes`` is 1 (no replicate
-    worker processes per rank yet), and pytest-xdist, ``--gpuperf-ab`` and ``--gpuperf-bisect`` are
-    refused. None in every other session.
+    :class:`~pytest_gpuperf.measure.distributed.Ranks`; then ``processes`` is 1 (a launch started by
+    the user measures once; replicates are whole launches, ``nproc``), and pytest-xdist,
+    ``--gpuperf-ab`` and ``--gpuperf-bisect`` are refused. None in every other session.
+    ``nproc``: ``--gpuperf-nproc N`` (N >= 2) in the session the user started: each worker process
+    is a whole torchrun launch of N ranks (:func:`~pytest_gpuperf.plugin.replicates.launcher`);
+    None otherwise (also inside those launches). :attr:`world_size` is N there, the launch's size
+    under torchrun, else 1.
     """
 
     measuring: bool
@@ -112,6 +116,16 @@ class SessionSettings:
     select_file: Path | None = None
     op_profile: bool = False
     ranks: Any = None
+    nproc: int | None = None
+
+    @property
+    def world_size(self) -> int:
+        """The ranks one measurement runs on: torchrun's ``WORLD_SIZE`` in a rank, ``--gpuperf-nproc``
+        in the session that starts the launches, else 1 (baselines of world size N > 1 live in a
+        device key's ``-wsN`` folder)."""
+        if self.ranks is not None:
+            return self.ranks.world_size
+        return self.nproc or 1
 
     @property
     def replicate_slot(self) -> tuple[int, int] | None:
@@ -120,9 +134,10 @@ class SessionSettings:
 
     @property
     def replicated(self) -> bool:
-        """This session measures through replicate worker processes (``--gpuperf-processes`` >= 2)."""
-        return (self.measuring and self.processes >= 2 and self.ab is None and not self.in_ab_worker
-                and self.replicate_slot is None)
+        """This session measures through replicate worker processes (``--gpuperf-processes`` >= 2, or
+        any number of torchrun launches with ``--gpuperf-nproc``)."""
+        return (self.measuring and (self.processes >= 2 or self.nproc is not None) and self.ab is None
+                and not self.in_ab_worker and self.replicate_slot is None)
 
     @property
     def owns_xdist_dir(self) -> bool:
@@ -177,7 +192,8 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
     processes, replicate = _processes(config, worker_id)
     ranks = _ranks(config)
     if ranks is not None:
-        processes = 1  # replicates under torchrun are whole torchrun launches: not yet (issue 35)
+        processes = 1  # a launch the user started measures once; replicates are whole launches (--gpuperf-nproc)
+    nproc = _nproc(config, ranks, worker_id is not None or replicate is not None)
     measuring = (bool(config.getoption("--gpuperf")) or updating) and not compat.disabled
     if replicate is not None:
         measuring, updating = True, False
@@ -200,8 +216,9 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         processes=processes,
         replicate=replicate,
         ranks=ranks,
+        nproc=nproc,
         **paths,
-        **_switches(config),
+        **_switches(config, nproc),
         **ab_fields,
         **bisect_fields,
     )
@@ -232,9 +249,10 @@ def _output_paths(config: pytest.Config, compat: Any, invocation_dir: Path) -> d
     }
 
 
-def _switches(config: pytest.Config) -> dict[str, Any]:
+def _switches(config: pytest.Config, nproc: int | None = None) -> dict[str, Any]:
     """The on/off fields of :class:`SessionSettings` (and the hidden worker options), from the command
-    line and the ini file."""
+    line and the ini file. With ``nproc`` (``--gpuperf-nproc``) no A/B confirmation (its sides are
+    single processes, not torchrun launches, yet)."""
     select = config.getoption("--gpuperf-select")
     return {
         "classify": bool(config.getoption("--gpuperf-classify")),
@@ -244,7 +262,8 @@ def _switches(config: pytest.Config) -> dict[str, Any]:
         "verbose": config.getoption("verbose", 0) or 0,
         "select_file": Path(select) if select else None,
         "op_profile": bool(config.getoption("--gpuperf-op-profile")),
-        "ab_confirm": not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
+        "ab_confirm": (not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm"))
+                       and nproc is None),
         "why": not config.getoption("--gpuperf-no-why") and bool(config.getini("gpuperf_why")),
     }
 
@@ -377,6 +396,36 @@ def _ranks(config: pytest.Config) -> Any:
         raise pytest.UsageError(f"pytest-gpuperf under torchrun (WORLD_SIZE={ranks.world_size}): "
                                 f"{', '.join(asked)} cannot be used there yet; run them without torchrun")
     return ranks
+
+
+def _nproc(config: pytest.Config, ranks: Any, in_worker: bool) -> int | None:
+    """``--gpuperf-nproc`` (else ini ``gpuperf_nproc``): the ranks of the torchrun launch each worker
+    process is, or None (not given, 1, or this process is a worker: a rank of such a launch reads
+    the same ini file). Raises ``pytest.UsageError`` for a value that is not a whole number >= 1,
+    under torchrun (the option starts torchrun itself), and with what does not run there yet:
+    pytest-xdist, ``--gpuperf-ab``, ``--gpuperf-bisect``."""
+    cli = config.getoption("--gpuperf-nproc")
+    raw, where = (cli, "--gpuperf-nproc") if cli is not None else (config.getini("gpuperf_nproc") or None, "ini gpuperf_nproc")
+    if raw is None or in_worker:
+        return None
+    if not str(raw).strip().isdigit() or int(raw) < 1:
+        raise pytest.UsageError(f"pytest-gpuperf: {where} {raw!r}: expected a whole number of ranks >= 1 "
+                                f"(torchrun's --nproc-per-node; 1: measure without torchrun)")
+    n = int(raw)
+    if n == 1:
+        return None
+    if ranks is not None:
+        raise pytest.UsageError(f"pytest-gpuperf: {where} {n} starts torchrun itself, but this session already runs "
+                                f"under torchrun (WORLD_SIZE={ranks.world_size}): give either torchrun or {where}")
+    asked = [flag for flag, on in (
+        ("pytest-xdist (-n/--dist)", getattr(config.option, "numprocesses", None)
+         or getattr(config.option, "dist", "no") != "no"),
+        ("--gpuperf-ab", config.getoption("--gpuperf-ab", None)),
+        ("--gpuperf-bisect", config.getoption("--gpuperf-bisect", None))) if on]
+    if asked:
+        raise pytest.UsageError(f"pytest-gpuperf: {where} {n}: {', '.join(asked)} cannot be used with it yet; "
+                                f"run them without it")
+    return n
 
 
 def _processes(config: pytest.Config, worker_id: str | None) -> tuple[int, Any]:

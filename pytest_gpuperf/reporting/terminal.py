@@ -39,8 +39,8 @@ class SessionSummary:
     telemetry notes; ``warnings``: the session's warnings (each distinct one printed once);
     ``workers_seen``: pytest-xdist workers merged; ``written``: (label, path) of reports written;
     ``errors``: why a report could not be written; ``width``: the terminal's width (characters; the
-    table and its legend fit it; None: no limit); ``world_size``: under torchrun, the ranks (None:
-    not under torchrun)."""
+    table and its legend fit it; None: no limit); ``world_size``: under torchrun or
+    ``--gpuperf-nproc``, the ranks (None: neither)."""
 
     rows: Sequence[Row]
     measuring: bool = True
@@ -125,7 +125,10 @@ def _line(text: str, **markup: bool) -> Line:
 
 def _header(s: SessionSummary) -> list[Line]:
     mode = "update baselines" if s.updating else "compare"
-    if s.replicated:
+    if s.replicated and s.world_size is not None:  # --gpuperf-nproc
+        mode += (f" ({s.processes} torchrun launches of {s.world_size} ranks per benchmark; a round's time is the "
+                 f"slowest rank's)")
+    elif s.replicated:
         mode += f" ({s.processes} worker processes per benchmark)"
     elif s.world_size is not None:
         mode += f" (torchrun: {s.world_size} ranks in step, one process each; a round's time is the slowest rank's)"

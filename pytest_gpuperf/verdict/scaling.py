@@ -190,3 +190,17 @@ def not_applied_note(world_size: int, minimum: float, folder: str) -> str:
     return (f"min_scaling_efficiency={minimum:g} not applied at {world_size} ranks: no baseline at a smaller world "
             f"size (record one in {folder}/ by updating the baselines without torchrun, or in "
             f"{folder}-wsM/ with fewer ranks); the test passes")
+
+
+def scaling_of(kind: str, minimum: float | None, world_size: int, median_ms: float,
+               reference: tuple[int, float, str] | None, folder: str) -> tuple[ScalingCheck | None, str | None]:
+    """A run's scaling check and the note to give: ``(check, None)`` with a ``reference`` (``(its
+    world size, its stored median in ms, its file)``, from the smallest smaller world size
+    recorded); without one ``(None, note)`` when ``minimum`` (``min_scaling_efficiency``) was asked
+    for (:func:`not_applied_note`; ``folder``: the world-size-1 baseline folder as shown), else
+    ``(None, None)``. ``median_ms``: this run's median at ``world_size`` ranks. Raises
+    ``ValueError`` as :class:`ScalingCheck` does."""
+    if reference is None:
+        return None, (not_applied_note(world_size, minimum, folder) if minimum is not None else None)
+    n0, ms0, file = reference
+    return ScalingCheck(kind, world_size, median_ms, n0, ms0, file, minimum), None
