@@ -2,7 +2,7 @@
 
 Usage (run from a checkout; the children get it first on PYTHONPATH)::
 
-    python benchmarks/distributed_aa.py [--runs 20] [--ranks 2] [--updates 1] [--out DIR]
+    python benchmarks/distributed_aa.py [--runs 20] [--ranks 2] [--updates 1] [--launches P] [--out DIR]
 
 A throw-away project with four real CPU benchmarks is measured under
 ``python -m torch.distributed.run --standalone --nproc-per-node N -m pytest``:
@@ -11,6 +11,11 @@ A throw-away project with four real CPU benchmarks is measured under
 * ``test_sum``: a sum of 10^5 floats (no communication);
 * ``test_all_reduce``: a bare gloo all-reduce of 256 KiB (``collective="all_reduce"``);
 * ``test_step``: a small data-parallel step: a 256x256 matmul, then an all-reduce of its result.
+
+With ``--launches P`` each session is instead ``python -m pytest --gpuperf-nproc N
+--gpuperf-processes P``: the plugin runs P whole torchrun launches of N ranks per benchmark (and
+more for an inconclusive one) and decides on the spread between them, as replicate worker
+processes do outside torchrun.
 
 ``--updates`` ``--gpuperf-update-baselines`` sessions record the baselines (each appends a run to
 every entry: with 2 or more the gate counts the stored runs as replicates and knows the spread
@@ -89,12 +94,17 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20, help="A/A reruns after the update (default 20)")
     ap.add_argument("--ranks", type=int, default=2, help="ranks per session (default 2)")
     ap.add_argument("--updates", type=int, default=1, help="update sessions before the A/A reruns (default 1)")
+    ap.add_argument("--launches", type=int, default=None,
+                    help="sessions of --gpuperf-nproc RANKS --gpuperf-processes LAUNCHES instead of torchrun sessions")
     ap.add_argument("--out", help="keep the project, the reports and summary.json here")
     args = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.pop("PYTEST_ADDOPTS", None)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.ranks),
                 "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider"]
+    if args.launches is not None:  # the plugin starts the torchrun launches itself
+        torchrun = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
+                    f"--gpuperf-nproc={args.ranks}", f"--gpuperf-processes={args.launches}"]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="dist-aa-"))
     project = out / "project"
     shutil.rmtree(project, ignore_errors=True)
@@ -148,7 +158,7 @@ def main() -> int:
               f"update {update_s:.1f} s; load average at start: {min(l for l in loads if l is not None):.2f}"
               f" to {max(l for l in loads if l is not None):.2f}")
         (out / "summary.json").write_text(json.dumps({
-            "runs": args.runs, "ranks": args.ranks, "updates": args.updates, "verdicts": verdicts, "false_alarms": dict(failed),
+            "runs": args.runs, "ranks": args.ranks, "updates": args.updates, "launches": args.launches, "verdicts": verdicts, "false_alarms": dict(failed),
             "benchmark_runs": total, "failed_sessions": exits.count(1), "wall_s": walls, "update_s": update_s,
             "load_average": loads}, indent=1))
         return 0

@@ -198,3 +198,43 @@ def test_killed(gpu_bench):
     text = result.stdout.str() + result.stderr.str()
     assert re.search(r"rank\s*:\s*1 .*\n?.*exitcode\s*:\s*-9", text), text  # torchrun's report of the failure
     assert not (pytester.path / "baselines").exists(), sorted(p.name for p in (pytester.path / "baselines").rglob("*"))
+
+
+def test_gpuperf_nproc_measures_in_whole_torchrun_launches(pytester: pytest.Pytester) -> None:
+    """``--gpuperf-nproc 2`` in a plain pytest session: each worker process is a whole torchrun
+    launch of 2 ranks whose rank 0 reports. The update (one timed launch, two extras launches with
+    the op profile: the ranks make the same profiled calls) writes the ``-ws2`` baseline with
+    per-rank medians and each rank's communication; the user's session calls each benchmark once
+    in a world of one rank (the all-reduce works there). Then rank 1 made 1.5x slower in
+    ``test_step``: that benchmark fails naming rank 1 as the straggler, once, while the others pass,
+    and the JSON report has the per-rank medians and the communication share."""
+    pytester.makepyfile(test_d=BENCHES + COMM_BENCH)
+    script_timings(pytester, {"ms": 2.0})
+    common = ("-p", "no:cacheprovider", "--gpuperf-nproc", "2", "--gpuperf-processes", "1",
+              "--gpuperf-max-processes", "1")
+    update = pytester.runpytest_subprocess("--gpuperf-update-baselines", *common, timeout=300)
+    out = update.stdout.str()
+    assert update.ret == 0, out
+    assert "mode: update baselines (1 torchrun launches of 2 ranks per benchmark" in out, out
+    files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "baselines").rglob("*.json"))
+    assert len(files) == 1 and files[0].endswith("-ws2/test_d.json"), files
+    stored = json.loads((pytester.path / files[0]).read_text())["benchmarks"]
+    assert stored["test_step"]["ranks"]["world_size"] == 2 and len(stored["test_step"]["ranks"]["medians_ms"]) == 2
+    assert 0 < min(stored["test_all_reduce"]["communication"]["share"]) <= 1
+    assert stored["test_local"]["communication"]["share"] == [0.0, 0.0]
+    assert len(stored["test_local"]["history"]) == 1
+
+    set_timings(pytester, {"ms": 2.0}, test_step={"ms": 2.0, "rank_factors": [1.0, 1.5]})
+    slow = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-no-why", "--gpuperf-json", "report.json", *common,
+                                         timeout=300)
+    out = slow.stdout.str()
+    assert slow.ret == 1, out
+    assert "1 failed, 2 passed" in out and out.count("FAILED test_d.py::test_step") == 1, out
+    assert re.search(r"regressed 1\.\d+x .*: rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
+                     out), out
+    report = json.loads((pytester.path / "report.json").read_text())["benchmarks"]
+    step = report["test_d.py::test_step"]
+    assert step["ranks"]["slowest_rank"] == 1 and step["ranks"]["imbalance"] == pytest.approx(1.5, rel=0.05)
+    assert step["stats"]["median_ms"] == pytest.approx(3.0, rel=0.05)  # each round: the slowest rank's
+    comm = report["test_d.py::test_all_reduce"]["communication"]
+    assert comm["backend"] == "gloo" and len(comm["share"]) == 2 and all(0 < s <= 1 for s in comm["share"]), comm

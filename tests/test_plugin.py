@@ -172,6 +172,36 @@ def test_bad_command_line_values_are_usage_errors(pytester: pytest.Pytester, arg
     assert needle in rec.stderr.str()
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--gpuperf-nproc", "two"], "--gpuperf-nproc 'two': expected a whole number of ranks >= 1"),
+    (["--gpuperf-nproc", "0"], "--gpuperf-nproc '0': expected a whole number of ranks >= 1"),
+    (["--gpuperf-nproc", "2", "-n", "2"], "--gpuperf-nproc 2: pytest-xdist (-n/--dist) cannot be used with it yet"),
+    (["--gpuperf-nproc", "2", "--gpuperf-ab", "HEAD"], "--gpuperf-nproc 2: --gpuperf-ab cannot be used with it yet"),
+    (["--gpuperf-nproc", "2", "--gpuperf-bisect", "HEAD~1", "HEAD"],
+     "--gpuperf-nproc 2: --gpuperf-bisect cannot be used with it yet"),
+])
+def test_gpuperf_nproc_bad_values_and_what_it_cannot_run_with_are_usage_errors(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list, needle: str) -> None:
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile("def test_nothing(): pass")
+    rec = pytester.runpytest("--gpuperf", *args)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in rec.stderr.str(), rec.stderr.str()
+
+
+def test_gpuperf_nproc_under_torchrun_is_a_usage_error(pytester: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    pytester.makepyfile("def test_nothing(): pass")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-nproc", "2")
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--gpuperf-nproc 2 starts torchrun itself, but this session already runs under torchrun (WORLD_SIZE=2)" \
+        in rec.stderr.str(), rec.stderr.str()
+
+
 def test_second_unnamed_call_is_a_clear_error_and_names_allow_several(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

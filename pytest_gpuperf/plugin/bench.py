@@ -70,7 +70,7 @@ class BenchContext:
     for the baseline while updating, or to diff a stored regression against its baseline's profile.
     ``ranks``: under ``torchrun``, this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`
     (the rounds are aligned across ranks and their samples combined; None: one process).
-    ``scaling_reference``: under ``torchrun``, the :class:`~pytest_gpuperf.plugin.distributed.ScalingReference`
+    ``scaling_reference``: under ``torchrun``, the :class:`~pytest_gpuperf.storage.scaling.ScalingReference`
     of the test's module (a benchmark id -> its baseline at a smaller world size, for its scaling
     efficiency); None outside torchrun.
     """

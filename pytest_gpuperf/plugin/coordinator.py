@@ -11,7 +11,6 @@ results. A worker process (replicate, extras, A/B, pytest-xdist) never has one.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -369,14 +368,17 @@ class Coordinator:
             self.stored_entries[key] = baseline
         result = decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
                         can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing)
-        if self.settings.nproc and env.get("device_type"):
-            result = self._with_scaling(result, key, device_key(env), options)
-            if result.communication is not None and baseline is not None:  # what a rank adds against its baseline
-                from pytest_gpuperf.verdict.communication import Communication, change_text
+        if self.settings.nproc and env.get("device_type"):  # scaling efficiency, communication's change
+            from pytest_gpuperf.storage.scaling import ScalingReference
+            from pytest_gpuperf.verdict.distributed import launched_result
 
-                then = Communication.from_dict(baseline.data.get("communication"))
-                result = result.replace(communication=dataclasses.replace(
-                    result.communication, change=change_text(then, result.communication)))
+            module, _, bid = key.partition("::")
+            s = self.settings
+            reference = ScalingReference(self.baseline, Path(s.baseline_dir), device_key(env), module, s.nproc,
+                                         s.relpath)
+            result, note = launched_result(result, baseline, reference(bid), reference.folder, s.nproc)
+            if note:
+                self.warn(f"{key}: {note}")
         return result
 
     def _world_suffix(self) -> str:
@@ -384,23 +386,6 @@ class Coordinator:
         from pytest_gpuperf.verdict.scaling import world_size_suffix
 
         return world_size_suffix(self.settings.nproc) if self.settings.nproc else ""
-
-    def _with_scaling(self, result: Any, key: str, key_of_device: str, options: Any) -> Any:
-        """``--gpuperf-nproc N``: the result with its scaling efficiency against the benchmark's
-        baseline at a smaller world size (:class:`~pytest_gpuperf.plugin.distributed.ScalingReference`,
-        :func:`~pytest_gpuperf.verdict.scaling.scaling_of`), as a rank of a torchrun launch the user
-        started computes it; a note when ``min_scaling_efficiency`` has no reference to apply to."""
-        from pytest_gpuperf.plugin.distributed import ScalingReference
-        from pytest_gpuperf.verdict.scaling import scaling_of
-
-        module, _, bid = key.partition("::")
-        s = self.settings
-        reference = ScalingReference(self.baseline, Path(s.baseline_dir), key_of_device, module, s.nproc, s.relpath)
-        check, note = scaling_of(options.scaling, options.min_scaling_efficiency, s.nproc, result.median_ms,
-                                 reference(bid), reference.folder)
-        if note:
-            self.warn(f"{key}: {note}")
-        return result if check is None else result.replace(scaling=check)
 
     def _run_ab(self) -> None:
         rev = self.settings.ab

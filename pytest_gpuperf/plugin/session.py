@@ -298,7 +298,7 @@ class GpuPerfSession:
         env = fingerprint(device) if s.replicated else self.environment(device)
         key, scaling = device_key(env), None
         if s.world_size > 1:  # torchrun or --gpuperf-nproc: a folder per world size, 2-rank and 8-rank runs never mix
-            from pytest_gpuperf.plugin.distributed import ScalingReference
+            from pytest_gpuperf.storage.scaling import ScalingReference
             from pytest_gpuperf.verdict.scaling import world_size_suffix
 
             scaling = ScalingReference(self.baseline, Path(s.baseline_dir), key, module, s.world_size, s.relpath)

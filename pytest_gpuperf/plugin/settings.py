@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,13 @@ class ProcessLimits:
     (``--gpuperf-max-processes``); ``more_time_s``: seconds after which no more of them are started
     (``--gpuperf-more-processes-time``); ``worker_timeout_s``: seconds a replicate or extras worker
     process may run before it is stopped, its unfinished benchmarks then failing with its output
-    (``--gpuperf-worker-timeout``)."""
+    (``--gpuperf-worker-timeout``); ``nproc``: each worker process is a torchrun launch of that many
+    ranks on this node (``--gpuperf-nproc``, N >= 2; None: a plain pytest process)."""
 
     max_processes: int = 10
     more_time_s: float = 600.0
     worker_timeout_s: float = WORKER_TIMEOUT_S
+    nproc: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,11 @@ class SessionSettings:
     select_file: Path | None = None
     op_profile: bool = False
     ranks: Any = None
-    nproc: int | None = None
+
+    @property
+    def nproc(self) -> int | None:
+        """``--gpuperf-nproc N`` in the session the user started (``limits.nproc``), else None."""
+        return self.limits.nproc
 
     @property
     def world_size(self) -> int:
@@ -202,6 +208,8 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         measuring = True
     in_worker = worker_id is not None or replicate is not None or bool(ab_fields.get("in_ab_worker"))
     bisect_fields = _bisect(config, in_worker, updating, ab_fields)
+    if nproc is not None:  # the shape of the worker processes, beside their limits
+        bisect_fields["limits"] = replace(bisect_fields.get("limits", ProcessLimits()), nproc=nproc)
     xdist_dir = _xdist_dir(config, worker_id)  # last: nothing after it raises
     return SessionSettings(
         measuring=measuring,
@@ -216,7 +224,6 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         processes=processes,
         replicate=replicate,
         ranks=ranks,
-        nproc=nproc,
         **paths,
         **_switches(config, nproc),
         **ab_fields,

@@ -26,6 +26,7 @@ the ranks that did not answer out of ``torch.distributed.monitored_barrier``'s e
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from dataclasses import dataclass
@@ -254,3 +255,30 @@ def watchdog_delay(wait_s: float, rank_timeout_s: float) -> float:
     waits in a collective fails it first (and disarms), and a rank hung in its own code writes
     its traceback before the other ranks' roll call ends and they exit (torchrun then stops it)."""
     return float(wait_s) + roll_call_timeout(rank_timeout_s) / 2
+
+
+def launched_result(result: Any, baseline: Any, reference: tuple[int, float, str] | None, folder: str,
+                    world_size: int) -> tuple[Any, str | None]:
+    """``--gpuperf-nproc N``: a benchmark's result decided from its torchrun launches, with what a
+    rank of a launch the user started adds to it, and the note to give. Its scaling efficiency
+    against ``reference`` (``(world size, stored median ms, file as shown)``: the benchmark's
+    baseline at the smallest smaller world size, :class:`~pytest_gpuperf.storage.scaling.ScalingReference`; ``folder``: the
+    world-size-1 folder as shown) by :func:`~pytest_gpuperf.verdict.scaling.scaling_of`; and its
+    communication's change against ``baseline`` (a
+    :class:`~pytest_gpuperf.storage.baseline.BaselineEntry` or None;
+    :func:`~pytest_gpuperf.verdict.communication.change_text`). Raises ``ValueError`` as
+    :class:`~pytest_gpuperf.verdict.scaling.ScalingCheck` does."""
+    from pytest_gpuperf.verdict.scaling import scaling_of
+
+    options = result.options
+    check, note = scaling_of(options.scaling, options.min_scaling_efficiency, world_size, result.median_ms,
+                             reference, folder)
+    if check is not None:
+        result = result.replace(scaling=check)
+    if result.communication is not None and baseline is not None:
+        from pytest_gpuperf.verdict.communication import Communication, change_text
+
+        then = Communication.from_dict(baseline.data.get("communication"))
+        result = result.replace(communication=dataclasses.replace(result.communication,
+                                                                  change=change_text(then, result.communication)))
+    return result, note

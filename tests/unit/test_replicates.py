@@ -244,3 +244,80 @@ with _killed_with_us(child):
     else:
         os.kill(child, signal.SIGKILL)
         raise AssertionError("the worker outlived its coordinator")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, left to a parent that does not reap it, is not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_stopped_torchrun_launch_gets_sigterm_first_and_leaves_no_rank(tmp_path: Path) -> None:
+    # a launch as torch elastic makes it: the agent in a session of its own (as _run_one starts it),
+    # its rank in another session (out of reach of a signal to the agent's group). This agent passes
+    # SIGTERM on and exits; the rank ignores SIGTERM, so only the SIGKILL after the grace time ends it.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pytest_gpuperf.plugin.replicates import _stop
+
+    rank_pid, termed = tmp_path / "rank.pid", tmp_path / "agent.termed"
+    rank = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    agent = f"""
+import os, signal, subprocess, sys, time
+rank = subprocess.Popen([sys.executable, "-c", {rank!r}], start_new_session=True)
+def stop(signum, frame):
+    open({str(termed)!r}, "w").write("1")
+    rank.send_signal(signal.SIGTERM)
+    sys.exit(1)
+signal.signal(signal.SIGTERM, stop)
+open({str(rank_pid)!r}, "w").write(str(rank.pid))
+time.sleep(120)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", agent], start_new_session=True)
+    for _ in range(400):
+        if rank_pid.exists() and rank_pid.read_text():
+            break
+        time.sleep(0.05)
+    pid = int(rank_pid.read_text())
+    time.sleep(0.5)  # the rank has set its SIGTERM handler
+    _stop(proc, grace_s=2.0)
+    assert termed.exists()  # SIGTERM first: the agent could stop its ranks
+    for _ in range(100):
+        if not _alive(pid):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("a rank outlived its stopped launch")
+
+
+def test_a_worker_process_is_a_torchrun_launch_with_nproc() -> None:
+    import sys
+
+    from pytest_gpuperf.plugin.replicates import launcher
+
+    assert launcher() == launcher(None) == [sys.executable, "-m", "pytest"]
+    assert launcher(4) == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
+                           "-m", "pytest"]
+
+
+def test_launches_merge_each_ranks_median_over_the_launches() -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.plugin.replicates import _merged_ranks
+    from pytest_gpuperf.verdict.distributed import RankTiming
+
+    launches = [SimpleNamespace(ranks=RankTiming.of(m)) for m in ([2.0, 3.0], [2.2, 2.9], [1.8, 3.3])]
+    merged = _merged_ranks(launches)
+    assert list(merged.medians_ms) == [2.0, 3.0]
+    assert merged.slowest_rank == 1 and merged.imbalance == pytest.approx(1.5)
+    assert _merged_ranks([SimpleNamespace(ranks=None)]) is None  # worker processes, no launches
+    assert _merged_ranks([launches[0], SimpleNamespace(ranks=RankTiming.of([1.0, 1.0, 1.0]))]) is None

@@ -136,7 +136,7 @@ def write(root: Path, key: str, entries: dict[str, float], module: str = "test_d
 
 
 def test_the_plugin_finds_the_smallest_smaller_world_size_with_the_benchmark(tmp_path: Path) -> None:
-    from pytest_gpuperf.plugin.distributed import ScalingReference
+    from pytest_gpuperf.storage.scaling import ScalingReference
     from pytest_gpuperf.storage.baseline import load
 
     write(tmp_path, "cpu-x", {"test_a": 8.0})
@@ -201,3 +201,28 @@ def test_the_folder_suffix_reads_back() -> None:
     from pytest_gpuperf.verdict.scaling import split_world_size, world_size_suffix
 
     assert split_world_size("cpu-x" + world_size_suffix(8)) == ("cpu-x", 8)
+
+
+def test_a_result_decided_from_torchrun_launches_gets_its_scaling_and_its_communications_change() -> None:
+    """``--gpuperf-nproc``: the coordinator adds what a rank of a launch the user started adds."""
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.core.options import BenchOptions
+    from pytest_gpuperf.verdict.communication import Communication
+    from pytest_gpuperf.verdict.distributed import launched_result
+
+    now = Communication.from_dict({"backend": "gloo", "share": [0.4, 0.42], "per_call_ms": [1.0, 1.1],
+                                   "overlap": [None, None], "collectives": {}})
+    options = BenchOptions(min_scaling_efficiency=0.8)
+    r = BenchResult.from_samples([1.0, 1.0, 1.0], name="t", device="cpu", rounds=3, calls_per_round=1,
+                                 warmup_calls=0, benchmark_id="t", communication=now, options=options)
+    then = SimpleNamespace(data={"communication": {"backend": "gloo", "share": [0.1, 0.12], "per_call_ms": [1.0, 1.0],
+                                                   "overlap": [None, None], "collectives": {}}})
+    got, note = launched_result(r, then, (1, 1.5, "baselines/cpu-x/m.json"), "baselines/cpu-x", 2)
+    assert note is None
+    assert got.scaling == ScalingCheck("strong", 2, 1.0, 1, 1.5, "baselines/cpu-x/m.json", 0.8)  # 1.5/(2*1) = 0.75
+    assert got.failing() == ("scaling",)
+    assert got.communication.change.startswith("communication share 11% -> 41% of the step")
+    alone, note = launched_result(r, None, None, "baselines/cpu-x", 2)  # no smaller world size, no baseline
+    assert alone.scaling is None and alone.communication.change is None
+    assert note.startswith("min_scaling_efficiency=0.8 not applied at 2 ranks: no baseline at a smaller world size")
