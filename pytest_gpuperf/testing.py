@@ -6,10 +6,12 @@ and per-stream synchronization, ``set_device``/``device``/``current_stream``/``s
 graph capture and replay (a synchronization during capture raises, as in CUDA), an allocator with
 the memory-statistics API, ``memory._record_memory_history``/``_snapshot``, device properties, NVML
 (:class:`SimulatedNVML`) and profiler events (:class:`SimKinetoEvent`: kernels, copies and runtime
-calls that join the real profiler's, for the count gate and the bottleneck classification).
-Host time is simulated too: :meth:`SimulatedCuda.clock` is a nanosecond clock that advances by
-the launch cost of every kernel and jumps to the device's completion time at a synchronization,
-so a measurement on the simulated device is deterministic and takes no real time.
+calls that join the real profiler's, for the count gate, the bottleneck classification and the op
+profile; a profile that records CUDA reads them on the simulated clock:
+:meth:`SimulatedCuda.on_simulated_clock`). Host time is simulated too: :meth:`SimulatedCuda.clock`
+is a nanosecond clock that advances by the launch cost of every kernel, by the host time a workload
+spends (:meth:`SimulatedCuda.host`) and jumps to the device's completion time at a
+synchronization, so a measurement on the simulated device is deterministic and takes no real time.
 
 It checks control flow, API use, synchronization order, stream and device routing and capture
 rules, **not numbers**: how fast a real kernel runs, what L2 or clocks do, is for a real GPU run
@@ -50,6 +52,7 @@ measures ``cuda:LOCAL_RANK``.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import sys
@@ -193,13 +196,16 @@ class SimKinetoEvent:
     simulator call took, so they nest inside the real profiler's CPU ops and ``record_function``
     ranges; device events take the simulated durations. ``sim_start_ns``: a device event's start on
     the simulated device clock (ns; None for runtime calls), for the analyses that need the
-    simulated timeline itself (the communication overlap: :meth:`SimulatedCuda.install`)."""
+    simulated timeline itself (the communication overlap: :meth:`SimulatedCuda.install`);
+    ``host_span_ns``: a runtime call's span on the simulated host clock (ns; None for device
+    events), for the profile on the simulated clock (:meth:`SimulatedCuda.on_simulated_clock`)."""
 
     def __init__(self, name: str, activity: str, start_ns: int, duration_ns: int, correlation: int,
-                 sim_start_ns: int | None = None) -> None:
+                 sim_start_ns: int | None = None, host_span_ns: tuple[int, int] | None = None) -> None:
         self._name, self._activity = name, activity
         self._start, self._duration, self._correlation = int(start_ns), max(0, int(duration_ns)), correlation
         self.sim_start_ns = sim_start_ns
+        self.host_span_ns = host_span_ns
 
     def name(self) -> str:
         return self._name
@@ -229,6 +235,27 @@ class SimKinetoEvent:
 
     def correlation_id(self) -> int:
         return self._correlation
+
+
+class SimClockEvent:
+    """A profiler event (a real ``_KinetoEvent`` or a :class:`SimKinetoEvent`) seen on the simulated
+    clock: ``start_ns``/``duration_ns``/``end_ns`` are ``start_ns``/``end_ns`` (simulated ns), every
+    other method is the event's own (see :meth:`SimulatedCuda.on_simulated_clock`)."""
+
+    def __init__(self, event: Any, start_ns: int, end_ns: int) -> None:
+        self._event, self._start, self._end = event, int(start_ns), max(int(start_ns), int(end_ns))
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def duration_ns(self) -> int:
+        return self._end - self._start
+
+    def end_ns(self) -> int:
+        return self._end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._event, name)
 
 
 class SimGraph:
@@ -363,7 +390,12 @@ class SimulatedCuda:
                  nccl_bus_gb_per_s: float = 100.0) -> None:
         if devices < 1:
             raise ValueError(f"devices={devices!r}: expected an integer >= 1")
-        self.host_ns = 0
+        #: (real time, simulated host time) of every change of the simulated host clock, in order
+        #: (epoch ns, ns; the last :data:`KINETO_EVENTS`): what the host clock read at a real instant
+        #: (:meth:`host_ns_at`), for the profile on the simulated clock
+        self.host_history: collections.deque[tuple[int, int]] = collections.deque(
+            [(time.time_ns(), 0)], maxlen=KINETO_EVENTS)
+        self._host_ns = 0
         self.launch_ns = int(launch_us * 1e3)
         self.sync_ns = int(sync_us * 1e3)
         self.total_memory_bytes = int(total_memory_bytes)
@@ -393,6 +425,25 @@ class SimulatedCuda:
         self._corr = 0
 
     # ------------------------------------------------------------------ workload side
+
+    @property
+    def host_ns(self) -> int:
+        """The simulated host clock (ns); every change is kept in :attr:`host_history`."""
+        return self._host_ns
+
+    @host_ns.setter
+    def host_ns(self, ns: int) -> None:
+        if ns != self._host_ns:
+            self._host_ns = ns
+            self.host_history.append((time.time_ns(), ns))
+
+    def host_ns_at(self, wall_ns: int) -> int:
+        """What the simulated host clock read at real (epoch) time ``wall_ns``: its value after the
+        last change at or before then (real time between the simulator's calls takes no simulated
+        time). Before the kept history: its oldest value."""
+        history = self.host_history
+        i = bisect.bisect_right(history, (wall_ns, sys.maxsize)) - 1
+        return history[max(0, i)][1]
 
     def clock(self) -> int:
         """The simulated host clock (ns): pass it as a measurer's clock."""
@@ -426,7 +477,7 @@ class SimulatedCuda:
             self.capturing[0].kernels.append((name, ns))
             self._log("kernel_captured", name, s.name)
             return
-        wall = time.time_ns()
+        wall, host = time.time_ns(), self.host_ns
         self.host_ns += self.launch_ns
         start = max(self.host_ns, s.busy_until_ns)
         s.busy_until_ns = start + ns
@@ -435,7 +486,8 @@ class SimulatedCuda:
         device_name = ("Memcpy DtoD (Device -> Device)" if name == "copy_" else
                        "Memset (Device)" if name in ("zero_", "fill_") else name)
         activity = "gpu_memcpy" if name == "copy_" else "gpu_memset" if name in ("zero_", "fill_") else "kernel"
-        self.kineto.append(SimKinetoEvent("cudaLaunchKernel", "cuda_runtime", wall, time.time_ns() - wall, self._corr))
+        self.kineto.append(SimKinetoEvent("cudaLaunchKernel", "cuda_runtime", wall, time.time_ns() - wall, self._corr,
+                                          host_span_ns=(host, self.host_ns)))
         # at the launch's real time: a simulated queue delay mapped onto the real clock would put a
         # kernel of an earlier block inside a later profile's window
         self.kineto.append(SimKinetoEvent(device_name, activity, wall, ns, self._corr, sim_start_ns=start))
@@ -696,11 +748,38 @@ class SimulatedCuda:
 
     def _wait(self, call: str, until_ns: int) -> None:
         """The host blocks in runtime call ``call`` until simulated time ``until_ns``."""
-        wall = time.time_ns()
+        wall, host = time.time_ns(), self.host_ns
         self.host_ns = max(self.host_ns, until_ns)
         self._corr += 1
         # on the real CPU timeline, so it nests in the real profiler's ops and annotations
-        self.kineto.append(SimKinetoEvent(call, "cuda_runtime", wall, time.time_ns() - wall, self._corr))
+        self.kineto.append(SimKinetoEvent(call, "cuda_runtime", wall, time.time_ns() - wall, self._corr,
+                                          host_span_ns=(host, self.host_ns)))
+
+    def on_simulated_clock(self, events: Any) -> list[SimClockEvent]:
+        """Profiler events on the simulated clock, one timeline as a real GPU's trace has (views,
+        :class:`SimClockEvent`): kernels, copies and memsets at their start on the simulated device
+        clock, the simulator's runtime calls over their span on the simulated host clock, and the
+        real profiler's events (CPU ops, ``record_function`` ranges) from what the simulated host
+        clock read at their real start and end (:meth:`host_ns_at`). So host time a workload spends
+        between launches (:meth:`host`) is host time in the trace, the device idles through it once
+        its queue has drained, and the region a profile analyses spans the simulated time its calls
+        took, whatever the real machine's speed or load. ``events``: epoch-ns stamped (kineto's)."""
+        history = list(self.host_history)
+        walls = [w for w, _ in history]
+
+        def host_at(wall_ns: int) -> int:
+            return history[max(0, bisect.bisect_right(walls, wall_ns) - 1)][1]
+
+        out = []
+        for e in events:
+            if isinstance(e, SimKinetoEvent) and e.sim_start_ns is not None:
+                out.append(SimClockEvent(e, e.sim_start_ns, e.sim_start_ns + e.duration_ns()))
+            elif isinstance(e, SimKinetoEvent) and e.host_span_ns is not None:
+                out.append(SimClockEvent(e, *e.host_span_ns))
+            else:
+                start = int(e.start_ns())
+                out.append(SimClockEvent(e, host_at(start), host_at(start + int(e.duration_ns()))))
+        return out
 
     def kineto_events(self, start_ns: int, end_ns: int) -> list[SimKinetoEvent]:
         """The simulated profiler events (runtime calls, kernels, copies) that began in the wall-clock
@@ -728,7 +807,9 @@ class SimulatedCuda:
         and ``torch.empty/zeros/ones/empty_like`` for CUDA devices (-> :class:`SimBuffer`) with this
         simulator, the profiler's events (the simulated kernels, copies and runtime calls join
         the real ones: :class:`SimKinetoEvent`), the bottleneck classification's device ceilings
-        (:data:`PEAK_FLOPS_PER_S`, :data:`PEAK_BYTES_PER_S`) and the CUDA probes' builder, and with
+        (:data:`PEAK_FLOPS_PER_S`, :data:`PEAK_BYTES_PER_S`), the CUDA probes' builder, the op
+        profile's whole-call and phase times (on the simulated clock, like its kernels and idle
+        time: :meth:`on_simulated_clock`, :meth:`_sample_from`), and with
         ``nvml`` the ``pynvml`` module with a :class:`SimulatedNVML` of the same devices (:attr:`nvml`), through ``monkeypatch`` (pytest's fixture, or any object with
         ``setattr``/``setitem``); undone with it. Returns ``self``.
 
@@ -761,12 +842,14 @@ class SimulatedCuda:
 
         # by sys.modules (not the package's attributes, which can outlive a module pytester's
         # in-process runs dropped from sys.modules): the modules the plugin will import
-        probe, trace, profiling, communication = (importlib.import_module(f"{__package__}.measure.{m}")
-                                                  for m in ("probe", "trace", "profiling", "communication"))
+        probe, trace, profiling, communication, opprofile = (
+            importlib.import_module(f"{__package__}.measure.{m}")
+            for m in ("probe", "trace", "profiling", "communication", "opprofile"))
         monkeypatch.setattr(probe, "_build", self._probe_builder(probe._build))
         monkeypatch.setattr(trace, "raw_events", self._raw_events(trace.raw_events))
         monkeypatch.setattr(profiling, "calibrate", self._calibrate(profiling.calibrate))
         monkeypatch.setattr(communication, "_events", self._communication_events(communication._events))
+        monkeypatch.setattr(opprofile, "sample_from", self._sample_from(opprofile.sample_from))
         self._install_profile_stamps(monkeypatch)
         monkeypatch.setattr(sys.modules[__name__], "_ACTIVE", self)
         return self
@@ -850,14 +933,19 @@ class SimulatedCuda:
 
     def _raw_events(self, real: Any) -> Any:
         """``trace.raw_events`` with the simulated device's events of the profiled window added:
-        what kineto would have recorded of the simulated kernels, copies and runtime calls."""
+        what kineto would have recorded of the simulated kernels, copies and runtime calls. A
+        profile that records CUDA gets them all on the simulated clock (:meth:`on_simulated_clock`:
+        the bottleneck classification's and the op profile's idle time, the count gate's syncs);
+        the window is chosen on the real clock."""
         sim = self
 
         def raw_events(prof: Any) -> list[Any]:
+            from torch.profiler import ProfilerActivity
+
             events = list(real(prof))
+            results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
             lo = getattr(prof, "_gpuperf_sim_started_ns", None)  # stamped by the patched profile.start
             if lo is None:
-                results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
                 start = getattr(results, "trace_start_ns", None)
                 lo = int(start()) if callable(start) else min((int(e.start_ns()) for e in events), default=None)
             # a scheduled profile keeps its recorded step only (kineto drops the warm-up step's events)
@@ -866,9 +954,36 @@ class SimulatedCuda:
             if lo is None:
                 return events
             # the window ends now: the profile has stopped (torch's profiling_end_time_ns is on another clock)
-            return events + sim.kineto_events(lo, time.time_ns())
+            events += sim.kineto_events(lo, time.time_ns())
+            return sim.on_simulated_clock(events) if _simulated_clock(prof) else events
 
         return raw_events
+
+    def _sample_from(self, real: Any) -> Any:
+        """``opprofile.sample_from`` whose whole call's and phases' times are, for a profile on the
+        simulated clock (:meth:`on_simulated_clock`), the ``gpuperf::region`` and phase ranges' spans
+        on that clock, like its kernels and idle time; torch's ``key_averages`` (what the real one
+        reads them from: the same ranges' spans, as a real GPU's trace has them) has them on the
+        real clock only. Otherwise (the CPU) the real one's."""
+
+        def sample_from(prof: Any, calls: int, cuda: bool, process: int = 0) -> Any:
+            import dataclasses as dc
+
+            from pytest_gpuperf.measure.trace import to_trace_events
+            from pytest_gpuperf.verdict.bottleneck import PHASE_PREFIX, REGION_NAME
+
+            sample = real(prof, calls, cuda, process)
+            if not cuda or not _simulated_clock(prof):
+                return sample
+            spans: dict[str, float] = {}
+            for e in to_trace_events(prof):
+                if e.kind == "annotation" and (e.name == REGION_NAME or e.name.startswith(PHASE_PREFIX)):
+                    spans[e.name] = spans.get(e.name, 0.0) + e.duration_ns / 1e6 / max(1, calls)
+            total = spans.pop(REGION_NAME, None)
+            phases = {name[len(PHASE_PREFIX):]: ms for name, ms in spans.items()}
+            return dc.replace(sample, total_ms=sample.total_ms if total is None else total, phase_ms=phases)
+
+        return sample_from
 
     def _probe_builder(self, real: Any) -> Any:
         """The interleaved probes on a simulated device: the ``memory`` probe (the default) is the
@@ -927,6 +1042,16 @@ class SimulatedCuda:
 
         tensor.__wrapped__ = real  # type: ignore[attr-defined]
         return tensor
+
+
+def _simulated_clock(prof: Any) -> bool:
+    """Whether a profile's events are read on the simulated clock (:meth:`SimulatedCuda.on_simulated_clock`):
+    it records CUDA, and its events are kineto's, epoch-ns stamped (not ``prof.events()``' relative ones)."""
+    from torch.profiler import ProfilerActivity
+
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    return (ProfilerActivity.CUDA in (getattr(prof, "activities", None) or ())
+            and callable(getattr(results, "events", None)))
 
 
 class SimWork:

@@ -207,35 +207,48 @@ def test_a_change_must_hold_in_every_pair_of_profiling_processes() -> None:
 
 def test_profile_ops_on_the_simulated_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA path of the op profile (kernels by name, device time, GPU idle between kernels) on
-    the simulated device: control flow, not numbers. A kernel made 3x slower is named first; host
-    work added between the kernels (a 20 ms wait per call against well under 1 ms of the rest) grows
-    the GPU's idle time, which is named, while the kernels stay unchanged."""
-    import time
-
+    the simulated device, on its simulated clock (no real time: the same numbers under any machine
+    load). A kernel made 3x slower is named first; host work added between the kernels (20 ms of
+    simulated host time per call against 1.5 ms of kernels) grows the GPU's idle time, which is
+    named, while the kernels stay unchanged."""
     torch = pytest.importorskip("torch")
     from pytest_gpuperf.measure.opprofile import profile_ops
     from pytest_gpuperf.testing import SimulatedCuda
 
-    sim = SimulatedCuda().install(monkeypatch)
+    sim = SimulatedCuda().install(monkeypatch)  # launch_us=5: each launch takes 5 µs of host time
     cuda = torch.device("cuda")
 
-    def step(gemm_ms: float, host_wait_s: float = 0.0) -> None:
+    def step(gemm_ms: float, host_ms: float = 0.0) -> None:
         sim.kernel(ms=gemm_ms, name="gemm")
-        time.sleep(host_wait_s)
+        sim.host(host_ms)  # simulated host time (a data loader, Python): the device drains its queue meanwhile
         sim.kernel(ms=0.5, name="softmax_kernel")
 
-    def side(gemm_ms: float, host_wait_s: float = 0.0) -> list[OpSample]:
-        return [s for p in (0, 1) for s in profile_ops(step, (gemm_ms, host_wait_s), {}, cuda, cycles=3, calls=2,
+    def side(gemm_ms: float, host_ms: float = 0.0) -> list[OpSample]:
+        return [s for p in (0, 1) for s in profile_ops(step, (gemm_ms, host_ms), {}, cuda, cycles=3, calls=2,
                                                       process=p)]
+
+    def exact(samples: list[OpSample]) -> set[tuple[float, float, float]]:
+        return {(round(s.self_ms["kernel: gemm"], 9), round(s.total_ms, 9), round(s.idle_ms, 9)) for s in samples}
 
     a = side(1.0)
     assert len(a) == 6 and all(s.idle_ms is not None for s in a)
     assert a[0].self_ms["kernel: gemm"] == pytest.approx(1.0) and a[0].self_ms["kernel: softmax_kernel"] == 0.5
-    slower = diff_profiles(a, side(3.0), whole_ms=(1.5, 3.5))  # the A/B verdict's medians on the device
+    # per call of a 2-call region: the kernels back to back after the first launch's 5 µs
+    assert exact(a) == {(1.0, 1.5025, 0.0025)}
+    b = side(3.0)
+    assert exact(b) == {(3.0, 3.5025, 0.0025)}
+    slower = diff_profiles(a, b, whole_ms=(1.5, 3.5))  # the A/B verdict's medians on the device
     assert [(c.name, c.status) for c in slower.named] == [("kernel: gemm", "slower")]
     assert slower.named[0].shift_ms == pytest.approx(2.0)
-    waits = diff_profiles(a, side(1.0, host_wait_s=0.02))
-    assert waits.named and waits.named[0].name == IDLE and waits.named[0].status == "slower"
+    assert {c.name: c.status for c in slower.ops}[IDLE] == "unchanged"
+    w = side(1.0, host_ms=20.0)
+    # idle per call: the first launch (5 µs), call 1's 20 ms wait less its gemm (19 ms + 5 µs of the
+    # softmax launch), call 2's wait less the queued softmax and gemm (18.5 ms + 10 µs): 37.52 ms / 2
+    assert exact(w) == {(1.0, 20.26, 18.76)}
+    waits = diff_profiles(a, w)  # the profiles' own whole-call change: 18.7575 ms, all of it idle
+    assert waits.total_shift_ms == pytest.approx(18.7575)
+    assert [(c.name, c.status) for c in waits.named] == [(IDLE, "slower")]
+    assert waits.named[0].shift_ms == pytest.approx(18.7575) and waits.named[0].share == pytest.approx(1.0)
     assert {c.name: c.status for c in waits.ops}["kernel: gemm"] == "unchanged"
     assert IDLE in why_line(waits)
 

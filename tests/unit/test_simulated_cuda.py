@@ -312,3 +312,28 @@ def test_bottleneck_classification_runs_on_the_simulated_device(sim):
 
     _, b = profiling.classify_call(fn, (), {}, CUDA0, median_ms=0.3)
     assert b.kind in CLASSES and b.evidence.kernel_count == 50
+
+
+def test_a_profile_reads_the_simulated_device_on_the_simulated_clock(sim):
+    # Kernels where they ran on the simulated device, the region over the simulated time the calls
+    # took: host time spent between launches (sim.host) is device idle time once the queue drained,
+    # exactly, whatever the machine's speed or load (no real time passes in sim.host).
+    from pytest_gpuperf.measure import profiling
+    from pytest_gpuperf.verdict.bottleneck import analyze
+
+    def fn():
+        sim.kernel(ms=1.0, name="a_kernel")
+        sim.host(3.0)  # 3 ms of host work: the 1 ms kernel drains meanwhile
+        sim.kernel(ms=1.0, name="b_kernel")
+
+    _, events = profiling.profile_calls(fn, (), {}, CUDA0, calls=2)
+    kernels = sorted((e.start_ns, e.end_ns) for e in events if e.kind == "kernel")
+    region = next(e for e in events if e.name == "gpuperf::region")
+    t0 = region.start_ns  # µs after it: 5 launch; 3005 host work; 3010 launch; call 2's launch queues
+    assert [(s - t0, t - t0) for s, t in kernels] == [(5_000, 1_005_000), (3_010_000, 4_010_000),
+                                                      (4_010_000, 5_010_000), (6_020_000, 7_020_000)]
+    assert region.end_ns - t0 == 7_020_000  # the final synchronize returns when the last kernel ends
+    e = analyze(events, device_type="cuda", calls=2)
+    assert (e.wall_s, e.busy_s, e.idle_s) == pytest.approx((3.51e-3, 2.0e-3, 1.51e-3), abs=1e-12)
+    # the gaps the host's work left (2005 + 1010 µs; the first launch's 5 µs has no kernel before it)
+    assert e.host_wait_s == pytest.approx(1.5075e-3, abs=1e-12)

@@ -196,3 +196,16 @@ def test_every_nvml_call_and_constant_is_simulated_like_pynvml():
         assert len(sim) == len(real), f"{name}: pynvml takes {[p.name for p in real]}, the simulator {[p.name for p in sim]}"
     for const in set(re.findall(r"\bnv\.(NVML_[A-Z_]+)", text)):
         assert getattr(SimulatedNVML, const) == getattr(pynvml, const), const
+
+
+@pytest.mark.parametrize("module, name, wrapper", [
+    ("probe", "_build", "_probe_builder"), ("trace", "raw_events", "_raw_events"),
+    ("profiling", "calibrate", "_calibrate"), ("communication", "_events", "_communication_events"),
+    ("opprofile", "sample_from", "_sample_from")])
+def test_the_package_functions_the_simulator_wraps_keep_their_parameters(module, name, wrapper):
+    # SimulatedCuda.install replaces these with wrappers that call the package's own: a change of the
+    # package's parameters must show here, not as a wrapper that drops an argument
+    import importlib
+
+    real = getattr(importlib.import_module(f"pytest_gpuperf.measure.{module}"), name)
+    assert_same_parameters(getattr(SimulatedCuda(), wrapper)(real), real, f"pytest_gpuperf.measure.{module}.{name}")
