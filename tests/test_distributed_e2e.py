@@ -238,3 +238,24 @@ def test_gpuperf_nproc_measures_in_whole_torchrun_launches(pytester: pytest.Pyte
     assert step["stats"]["median_ms"] == pytest.approx(3.0, rel=0.05)  # each round: the slowest rank's
     comm = report["test_d.py::test_all_reduce"]["communication"]
     assert comm["backend"] == "gloo" and len(comm["share"]) == 2 and all(0 < s <= 1 for s in comm["share"]), comm
+
+
+def test_ab_under_gpuperf_nproc_runs_each_side_as_a_torchrun_launch(pytester: pytest.Pytester) -> None:
+    """``--gpuperf-ab HEAD --gpuperf-nproc 2`` with nothing changed (A/A), one pair: each side's
+    worker is a torchrun launch of 2 ranks whose rank 0 talks to the coordinator and whose rank 1
+    follows its commands (the bare all-reduce pairs up on both ranks), and every benchmark is
+    unchanged."""
+    from gitrepo import commit, scripted_project
+
+    top = scripted_project(pytester, BENCHES + COMM_BENCH, ini="gpuperf_why = false\n")
+    (top / "timings.json").write_text(json.dumps({"*": {"ms": 2.0}}))
+    commit(top, "A")
+    result = pytester.runpytest_subprocess("--gpuperf-ab", "HEAD", "--gpuperf-nproc", "2", "--gpuperf-ab-processes",
+                                           "1", "-p", "no:cacheprovider", timeout=300)
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert "(1 pair(s) of torchrun launches of 2 ranks, interleaved ABBA blocks)" in out, out
+    assert "3 passed" in out and out.count("unchanged") >= 3, out
+    logs = top / ".gpuperf" / "ab" / "logs"
+    assert "--nproc-per-node" not in out and sorted(p.name for p in logs.glob("worker-*.log")) == [
+        "worker-A1.log", "worker-B1.log"]

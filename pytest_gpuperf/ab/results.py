@@ -75,7 +75,7 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
         warmup_calls=b.warmup_calls, comparison=comparison, peak_memory_bytes=b.peak_memory_bytes,
         memory_comparison=memory, bottleneck=b.bottleneck, telemetry=b.telemetry, benchmark_id=b.benchmark_id,
         group=b.group, options=b.options, counts=b.counts, count_comparison=count_comparison,
-        unavailable=b.unavailable,
+        unavailable=b.unavailable, ranks=b.ranks,  # torchrun launches (--gpuperf-nproc): B's first launch's ranks
     )
 
 

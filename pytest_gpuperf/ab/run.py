@@ -26,6 +26,7 @@ The protocol is JSON lines over a local TCP socket, authenticated with a random 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -357,13 +358,16 @@ _BOOT = (
 
 @dataclass
 class WorkerSpec:
-    """How to start one side's worker: working directory, extra import roots, environment."""
+    """How to start one side's worker: working directory, extra import roots, environment, and
+    ``nproc``: each worker a torchrun launch of that many ranks (``--gpuperf-nproc``; rank 0 talks
+    to the coordinator, the other ranks follow its commands; None: one process)."""
 
     side: str
     cwd: Path
     root: Path  # the tree this side's code must come from
     other_root: Path  # the tree it must not import from
     pythonpath: list[str] = field(default_factory=list)
+    nproc: int | None = None
 
 
 def side_specs(rev: Revision, worktree: Path, invocation_dir: Path, import_roots: Sequence[str]) -> dict[str, WorkerSpec]:
@@ -395,6 +399,14 @@ def tree_specs(top: Path, a_tree: Path, b_tree: Path, invocation_dir: Path,
         return WorkerSpec(side, tree / rel_dir, tree, other if tree == top else top, path)
 
     return {"A": spec("A", a_tree, b_tree), "B": spec("B", b_tree, a_tree)}
+
+
+def with_nproc(specs: dict[str, WorkerSpec], nproc: int | None) -> dict[str, WorkerSpec]:
+    """``specs`` whose workers are torchrun launches of ``nproc`` ranks (``--gpuperf-nproc``;
+    None: unchanged)."""
+    if not nproc:
+        return specs
+    return {side: dataclasses.replace(spec, nproc=nproc) for side, spec in specs.items()}
 
 
 # ----------------------------------------------------------------------------- the wire
@@ -691,9 +703,14 @@ class Coordinator:
         if not spec.pythonpath:
             env.pop("PYTHONPATH")
         log = self.log_dir / f"worker-{spec.side}{process + 1}.log"
+        cmd = [sys.executable, "-c", _BOOT, *self.args]
+        if spec.nproc:  # a torchrun launch whose every rank runs the same boot (--no-python: cmd is the program)
+            from pytest_gpuperf.core.launch import torchrun
+
+            cmd = [*torchrun(spec.nproc), "--no-python", *cmd]
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-c", _BOOT, *self.args], cwd=spec.cwd, env=env,
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(cmd, cwd=spec.cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=bool(spec.nproc))
         return _Worker(spec, process, proc, log)
 
     def _run_pair(self, p: int) -> None:
@@ -718,7 +735,9 @@ class Coordinator:
                 try:
                     w.proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
-                    w.proc.kill()
+                    from pytest_gpuperf.core.launch import stop
+
+                    stop(w.proc)  # a torchrun launch: its ranks too
 
     def _accept(self, server: socket.socket, workers: dict[str, _Worker], token: str) -> None:
         deadline = time.monotonic() + HELLO_TIMEOUT_S
@@ -994,26 +1013,41 @@ class WorkerClient:
     environment): say hello with the collected node ids, then for every benchmark ``ready`` and obey
     commands until ``finish``."""
 
-    def __init__(self, ch: Channel) -> None:
+    def __init__(self, ch: Channel | None, ranks: Any = None) -> None:
         from pytest_gpuperf.core.environ import ab_worker
 
         me = ab_worker()
         self.ch = ch
+        self.ranks = ranks
         self.side = str(me.get("side", "?"))
         self.root = str(me.get("root", ""))
         self.other_root = str(me.get("other_root", ""))
         self.said_hello = False
 
     @classmethod
-    def from_environment(cls) -> "WorkerClient | None":
+    def from_environment(cls, ranks: Any = None) -> "WorkerClient | None":
+        """This process's client, or None outside an A/B worker. ``ranks``: in a rank of a torchrun
+        launch (``--gpuperf-nproc``; a :class:`~pytest_gpuperf.measure.distributed.Ranks`), rank 0
+        connects and every other rank follows the commands rank 0 receives (:meth:`command`),
+        saying nothing itself."""
+        if ranks is not None and not ranks.is_writer:
+            from pytest_gpuperf.core.environ import AB_CONNECT
+
+            return cls(None, ranks) if os.environ.pop(AB_CONNECT, None) else None
         ch = connect_worker()
-        return cls(ch) if ch is not None else None
+        return cls(ch, ranks) if ch is not None else None
+
+    def _send(self, obj: dict[str, Any]) -> None:
+        if self.ch is not None:  # a following rank says nothing
+            self.ch.send(obj)
 
     def hello(self, items: Sequence[str]) -> None:
-        self.ch.send({"side": self.side, "items": list(items), "pid": os.getpid()})
+        self._send({"side": self.side, "items": list(items), "pid": os.getpid()})
         self.said_hello = True
 
     def ready(self, key: str, nodeid: str, max_time_s: float) -> None:
+        if self.ch is None:
+            return
         import pytest_gpuperf
 
         plugin_dir = str(Path(pytest_gpuperf.__file__).resolve().parent)
@@ -1021,15 +1055,22 @@ class WorkerClient:
         self.ch.send({"op": "ready", "key": key, "nodeid": nodeid, "max_time_s": max_time_s, "foreign": foreign})
 
     def command(self) -> dict[str, Any]:
-        msg = self.ch.recv()
+        """The coordinator's next command; in a torchrun launch rank 0's, sent to every rank (one
+        broadcast), so that the ranks make the same calls. Raises :class:`ABError` when the
+        coordinator went away."""
+        msg = self.ch.recv() if self.ch is not None else None
+        if self.ranks is not None:
+            msg = self.ranks.broadcast(msg)
         if msg is None:
             raise ABError("the A/B coordinator went away")
         return msg
 
     def reply(self, op: str, **kw: Any) -> None:
-        self.ch.send({"op": op, **kw})
+        self._send({"op": op, **kw})
 
     def bye(self) -> None:
+        if self.ch is None:
+            return
         try:
             self.ch.send({"op": "bye"})
         except OSError:

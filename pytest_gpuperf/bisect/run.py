@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pytest_gpuperf.ab.run import ABError, git, measure_ab, remove_worktree, tree_specs, worker_args
+from pytest_gpuperf.ab.run import ABError, git, measure_ab, remove_worktree, tree_specs, with_nproc, worker_args
 from pytest_gpuperf.verdict.bisection import Call, Outcome, Probe, bisect, call_of
 
 
@@ -192,15 +192,16 @@ class Bisector:
     many seconds (the search then stops with the range it narrowed down to); ``measure``: replaces the
     A/B run (tests); ``why``: profile a culprit's own step on both sides (``--no-why`` turns it off);
     ``config``: the pytest session's, when it runs the bisection (how its plugins' options take values,
-    :func:`~pytest_gpuperf.ab.run.worker_args`).
+    :func:`~pytest_gpuperf.ab.run.worker_args`); ``nproc``: each side's worker a torchrun launch of
+    that many ranks (``--gpuperf-nproc``; None: one process).
     """
 
     def __init__(self, repo: Path, invocation_dir: Path, pytest_args: Sequence[str], *, processes: int = 1,
                  import_roots: Sequence[str] = (), progress: Callable[[str], None] = print,
                  max_regressions: int = 3, time_cap_s: float | None = None, max_pairs: int = 6,
                  step_progress: Callable[[str], None] | None = None, measure: Measure | None = None,
-                 why: bool = True, config: Any = None) -> None:
-        self.repo, self.invocation_dir = repo, invocation_dir
+                 why: bool = True, config: Any = None, nproc: int | None = None) -> None:
+        self.repo, self.invocation_dir, self.nproc = repo, invocation_dir, nproc
         self.why = why
         self.max_pairs = max(max_pairs, processes)
         self.step_progress = step_progress or (lambda _s: None)
@@ -267,7 +268,7 @@ class Bisector:
         logs.mkdir(parents=True, exist_ok=True)
         why = self.why and self._adjacent(a_sha, b_sha)
         try:
-            specs = tree_specs(self.repo, a_tree, b_tree, self.invocation_dir, self.import_roots)
+            specs = with_nproc(tree_specs(self.repo, a_tree, b_tree, self.invocation_dir, self.import_roots), self.nproc)
             outcome = measure_ab(specs, self.args, self.processes, logs, a_sha[:7], only=keys,
                                  max_pairs=self.max_pairs, progress=self.step_progress, why=why,
                                  traces_dir=self.worktrees.folder / "traces" / step)

@@ -113,7 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
         distributed = DistributedSession(session.settings, ranks)
         config.pluginmanager.register(distributed, "gpuperf-distributed")
         config.pluginmanager.register(RaisedOnAnyRank(distributed), "gpuperf-distributed-raised")
-    if session.settings.nproc is not None and session.settings.replicated:
+    if session.settings.nproc is not None:  # the user's session under --gpuperf-nproc: its tests need a group
         from pytest_gpuperf.plugin.distributed import WorldOfOne
 
         config.pluginmanager.register(WorldOfOne(session.settings), "gpuperf-world-of-one")

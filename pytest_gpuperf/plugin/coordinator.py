@@ -403,12 +403,13 @@ class Coordinator:
         says regressed, or whose CI straddles 1+T, is measured by ``confirm`` more pairs and decided again
         on all pairs together. Returns ``(results by full id, ids removed since REF)``; notes go to the
         session's warnings. Raises :class:`~pytest_gpuperf.ab.run.ABError`."""
-        from pytest_gpuperf.ab.run import ab_folder, measure_ab, prepare_worktree, side_specs, worker_args
+        from pytest_gpuperf.ab.run import ab_folder, measure_ab, prepare_worktree, side_specs, with_nproc, worker_args
 
         worktree = prepare_worktree(rev)
         logs = ab_folder(rev.repo) / "logs"
         logs.mkdir(exist_ok=True)
-        specs = side_specs(rev, worktree, Path(self.config.invocation_params.dir), self.settings.ab_roots)
+        specs = with_nproc(side_specs(rev, worktree, Path(self.config.invocation_params.dir), self.settings.ab_roots),
+                           self.settings.nproc)  # --gpuperf-nproc: each worker a torchrun launch
         args = worker_args(self.config.invocation_params.args, self.config)
         if self.config.pluginmanager.hasplugin("xdist"):
             args += ["-n", "0"]  # an `addopts = -n N` must not spread a worker's benchmarks over subprocesses
@@ -439,7 +440,7 @@ def bisector(config: pytest.Config, settings: SessionSettings, progress: Any, st
         args += ["-n", "0"]
     return Bisector(repository(here), here, args, processes=settings.bisect_processes,
                     import_roots=settings.ab_roots, progress=progress, time_cap_s=time_cap_s,
-                    step_progress=step_progress, why=settings.why, config=config)
+                    step_progress=step_progress, why=settings.why, config=config, nproc=settings.nproc)
 
 def run_bisect(config: pytest.Config, settings: SessionSettings, progress: Any) -> None:
     """``--gpuperf-bisect GOOD..BAD``: bisect instead of running the tests, print the report (and write

@@ -21,7 +21,7 @@ Rank 0 alone writes baselines, reports and history (:mod:`pytest_gpuperf.plugin`
 writers there only; :mod:`pytest_gpuperf.plugin.session` writes baselines on rank 0).
 
 With ``--gpuperf-nproc N`` the session the user started is no rank: it runs the torchrun launches
-(:func:`~pytest_gpuperf.plugin.replicates.launcher`), whose rank 0 reports to it, and decides.
+(:func:`~pytest_gpuperf.core.launch.launcher`), whose rank 0 reports to it, and decides.
 :func:`~pytest_gpuperf.verdict.distributed.launched_result` adds to that decision what a rank
 would (scaling efficiency, the communication's change), and :class:`WorldOfOne` gives its tests a
 process group of one rank.

@@ -25,7 +25,7 @@ import dataclasses
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, MEMORY, SNAPSHOT, TRACE, contained
 from pytest_gpuperf.core.options import BenchOptions
@@ -312,23 +312,37 @@ class ABWorker(Measuring):
         """In an A/B worker process: report ready, then warm up, time blocks and finish as the
         coordinator commands (see :mod:`pytest_gpuperf.ab.run`). An exception of ``fn`` is reported
         to the coordinator and re-raised (the worker's test fails; the user's session re-runs it)."""
+        return self._across_ranks(bid, lambda: self._obey(fn, args, kwargs, setup, bid, common, calls_per_round))
+
+    def _obey(self, fn, args, kwargs, setup, bid, common, calls_per_round) -> BenchResult:
+        """The command loop of :meth:`measure`. In a torchrun launch (``--gpuperf-nproc``) every rank
+        obeys rank 0's commands with its rounds in step, and what a rank reports is the slowest
+        rank's time per round (:func:`_combine_ranks`); the result keeps each rank's median."""
         ctx, client = self.context, self.context.ab_worker
         client.ready(self._full_id(bid), ctx.nodeid, self.options.max_time)
         cpr, samples, rounds, warm = calls_per_round, [], 0, 0
+        per_rank: list[list[float]] = []  # in a launch: each rank's samples over the blocks
+        lockstep = {} if ctx.ranks is None else {"lockstep": _lockstep_of(ctx.measurer, ctx.ranks)}
         host = ctx.measurer.host_load_meter(ctx.device, measure=ctx.host_load)  # over its blocks (CPU)
         while True:
             cmd = client.command()
             try:
                 if cmd["op"] == "warmup":
                     t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                             rounds=1, **({} if cpr is None else {"calls_per_round": cpr}))
+                                             rounds=1, **({} if cpr is None else {"calls_per_round": cpr}), **lockstep)
+                    if ctx.ranks is not None:
+                        t, _ = _combine_ranks(ctx.ranks, t)
                     cpr, warm = t.calls_per_round, t.warmup_calls
                     client.reply("warm", round_ms=t.samples_ms[0] * cpr, cpr=cpr)
                 elif cmd["op"] == "block":
                     with host.span() if host is not None else contextlib.nullcontext():
                         t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device,
                                                  setup=setup, rounds=int(cmd["rounds"]),
-                                                 warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1)
+                                                 warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1, **lockstep)
+                    if ctx.ranks is not None:
+                        mine = ctx.ranks.gather(list(t.samples_ms))
+                        per_rank = [a + b for a, b in zip(per_rank or [[] for _ in mine], mine)]
+                        t = _combined(t, mine)
                     samples.extend(t.samples_ms)
                     rounds += t.rounds
                     client.reply("samples", samples_ms=list(t.samples_ms))
@@ -341,7 +355,8 @@ class ABWorker(Measuring):
 
                         profile = getattr(ctx.measurer, "profile_ops", profile_ops)  # a scripted backend's own
                         got = profile(fn, a, k, ctx.device, cycles=int(cmd["cycles"]), calls=int(cmd["calls"]),
-                                      process=int(cmd["process"]), trace_path=cmd.get("trace"))
+                                      process=int(cmd["process"]),
+                                      trace_path=cmd.get("trace") if ctx.ranks is None or ctx.ranks.is_writer else None)
                         client.reply("profile", samples=[x.to_dict() for x in got])
                     except Exception as exc:  # noqa: BLE001 - a diagnosis never fails the benchmark
                         error, where = describe(exc)
@@ -351,6 +366,10 @@ class ABWorker(Measuring):
                     result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,
                                              extras=bool(cmd.get("extras")), classify=bool(cmd.get("classify")),
                                              telemetry=load or None)
+                    if per_rank:
+                        from pytest_gpuperf.verdict.distributed import rank_timing
+
+                        result = result.replace(ranks=rank_timing(per_rank))
                     from pytest_gpuperf.storage.codec import encode_result
 
                     client.reply("result", entry=encode_result(result, environment={}, git_commit=None,
@@ -739,11 +758,18 @@ def _combine_ranks(ranks: Any, t: Timing) -> tuple[Timing, Any]:
     """Under torchrun: every rank's samples gathered once (one ``all_gather_object``), the timing of
     the benchmark (each round the slowest rank's, :func:`~pytest_gpuperf.verdict.distributed.combine_rounds`)
     and the :class:`~pytest_gpuperf.verdict.distributed.RankTiming` (per-rank medians, imbalance)."""
-    from pytest_gpuperf.verdict.distributed import combine_rounds, rank_timing
+    from pytest_gpuperf.verdict.distributed import rank_timing
 
     per_rank = ranks.gather(list(t.samples_ms))
+    return _combined(t, per_rank), rank_timing(per_rank)
+
+
+def _combined(t: Timing, per_rank: Sequence[Sequence[float]]) -> Timing:
+    """``t`` with each round the slowest rank's (``per_rank``: every rank's samples, ms, rank order)."""
+    from pytest_gpuperf.verdict.distributed import combine_rounds
+
     combined = combine_rounds(per_rank)
-    return dataclasses.replace(t, samples_ms=combined, rounds=len(combined)), rank_timing(per_rank)
+    return dataclasses.replace(t, samples_ms=combined, rounds=len(combined))
 
 
 def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:

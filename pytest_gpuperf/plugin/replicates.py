@@ -35,12 +35,12 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from pytest_gpuperf.core.launch import launcher, stop as _stop
 from pytest_gpuperf.core.options import DEFAULT_PROCESSES
 
 #: Hidden option that makes a pytest process a replicate worker, given by its coordinator (the
@@ -230,7 +230,7 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
     before or between its timed rounds. Their ``index`` is ``-1 - j``. ``op_profile``: they profile
     the ops too (hidden ``--gpuperf-op-profile``); ``stem``: their logs' name (``<stem>-j.log``).
-    ``nproc``: each is a torchrun launch (:func:`launcher`). Raises :class:`ReplicateError` when one
+    ``nproc``: each is a torchrun launch (:func:`~pytest_gpuperf.core.launch.launcher`). Raises :class:`ReplicateError` when one
     cannot be started."""
     timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -248,97 +248,10 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     return runs
 
 
-def launcher(nproc: int | None = None) -> list[str]:
-    """The command a worker process's pytest arguments follow: ``python -m pytest``, or with
-    ``nproc`` (``--gpuperf-nproc N``, N >= 2) a whole torchrun launch of N ranks on this node,
-    ``python -m torch.distributed.run --standalone --nproc-per-node N -m pytest`` (torch's own
-    launcher, as ``torchrun``; its rank 0 reports the launch's results, the slowest rank's time)."""
-    if not nproc:
-        return [sys.executable, "-m", "pytest"]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "pytest"]
-
-
-#: How long a torchrun launch that is stopped gets to stop its ranks (s): torch elastic's agent, on
-#: SIGTERM, sends its workers SIGTERM and SIGKILLs them after 30 s.
-STOP_GRACE_S = 40.0
-
-
-def _stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
-    """Stop a worker process and wait for it. A plain worker is killed. A torchrun launch (started
-    in a session of its own, :func:`launcher`) gets SIGTERM first, so that its agent stops its
-    ranks (torch elastic starts each rank in a session of its own, out of reach of a signal to the
-    launch's process group), then, after ``grace_s`` s, SIGKILL for it and for every process it had
-    started that is still there (:func:`_descendants`), so that no rank outlives it."""
-    import signal
-
-    try:
-        own_group = os.getpgid(proc.pid) == proc.pid and proc.pid != os.getpgrp()
-    except ProcessLookupError:
-        own_group = False
-    if not own_group:
-        proc.kill()
-        proc.wait()
-        return
-    family = _descendants(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        family |= _descendants(proc.pid)
-    for pid, started in family:
-        if _start_time(pid) == started:  # still the same process (not a pid used again)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _descendants(root: int) -> set[tuple[int, str]]:
-    """Every process below ``root``, as ``(pid, start time)`` (from ``/proc``; empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    try:
-        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rpartition(")")[2].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(pid)
-    found: set[tuple[int, str]] = set()
-    todo = list(children.get(root, ()))
-    while todo:
-        pid = todo.pop()
-        started = _start_time(pid)
-        if started is not None:
-            found.add((pid, started))
-        todo.extend(children.get(pid, ()))
-    return found
-
-
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
              wait: Callable[[Path, subprocess.Popen], int | None] | None, nproc: int | None = None) -> WorkerRun:
     """One worker process (``python -m pytest <args> --gpuperf-role=...`` with ``<slot>``, or with
-    ``nproc`` a torchrun launch of it, :func:`launcher`; results in ``<stem>.jsonl``, output in
+    ``nproc`` a torchrun launch of it, :func:`~pytest_gpuperf.core.launch.launcher`; results in ``<stem>.jsonl``, output in
     ``<stem>.log``): its :class:`WorkerRun`, with what it reported. ``wait(report, proc)`` waits
     for it (its exit code, None when it timed out); default :func:`_wait`."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
@@ -400,7 +313,7 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
     ``progress`` gets one line per worker process when it is done (the time elapsed and about how
     long is left); ``tick``, when given, one line each time the running worker finished another
     benchmark (polled every :data:`POLL_S`; for a line rewritten in place on a terminal). ``nproc``:
-    each worker is a torchrun launch of that many ranks (:func:`launcher`)."""
+    each worker is a torchrun launch of that many ranks (:func:`~pytest_gpuperf.core.launch.launcher`)."""
     timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []

@@ -101,7 +101,7 @@ class GpuPerfSession:
         if settings.in_ab_worker:
             from pytest_gpuperf.ab.run import WorkerClient
 
-            self.ab_worker = WorkerClient.from_environment()
+            self.ab_worker = WorkerClient.from_environment(settings.ranks)  # in a launch: rank 0 talks
         self.ab_results: dict[str, Any] | None = None
         self.ab_removed: list[str] = []
         self._git: tuple[str | None, bool | None] | None = None

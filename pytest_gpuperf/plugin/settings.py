@@ -78,7 +78,7 @@ class SessionSettings:
     the user measures once; replicates are whole launches, ``nproc``), and pytest-xdist,
     ``--gpuperf-ab`` and ``--gpuperf-bisect`` are refused. None in every other session.
     ``nproc``: ``--gpuperf-nproc N`` (N >= 2) in the session the user started: each worker process
-    is a whole torchrun launch of N ranks (:func:`~pytest_gpuperf.plugin.replicates.launcher`);
+    is a whole torchrun launch of N ranks (:func:`~pytest_gpuperf.core.launch.launcher`);
     None otherwise (also inside those launches). :attr:`world_size` is N there, the launch's size
     under torchrun, else 1.
     """
@@ -225,7 +225,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
         replicate=replicate,
         ranks=ranks,
         **paths,
-        **_switches(config, nproc),
+        **_switches(config),
         **ab_fields,
         **bisect_fields,
     )
@@ -256,10 +256,9 @@ def _output_paths(config: pytest.Config, compat: Any, invocation_dir: Path) -> d
     }
 
 
-def _switches(config: pytest.Config, nproc: int | None = None) -> dict[str, Any]:
+def _switches(config: pytest.Config) -> dict[str, Any]:
     """The on/off fields of :class:`SessionSettings` (and the hidden worker options), from the command
-    line and the ini file. With ``nproc`` (``--gpuperf-nproc``) no A/B confirmation (its sides are
-    single processes, not torchrun launches, yet)."""
+    line and the ini file."""
     select = config.getoption("--gpuperf-select")
     return {
         "classify": bool(config.getoption("--gpuperf-classify")),
@@ -269,8 +268,7 @@ def _switches(config: pytest.Config, nproc: int | None = None) -> dict[str, Any]
         "verbose": config.getoption("verbose", 0) or 0,
         "select_file": Path(select) if select else None,
         "op_profile": bool(config.getoption("--gpuperf-op-profile")),
-        "ab_confirm": (not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm"))
-                       and nproc is None),
+        "ab_confirm": not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
         "why": not config.getoption("--gpuperf-no-why") and bool(config.getini("gpuperf_why")),
     }
 
@@ -409,8 +407,8 @@ def _nproc(config: pytest.Config, ranks: Any, in_worker: bool) -> int | None:
     """``--gpuperf-nproc`` (else ini ``gpuperf_nproc``): the ranks of the torchrun launch each worker
     process is, or None (not given, 1, or this process is a worker: a rank of such a launch reads
     the same ini file). Raises ``pytest.UsageError`` for a value that is not a whole number >= 1,
-    under torchrun (the option starts torchrun itself), and with what does not run there yet:
-    pytest-xdist, ``--gpuperf-ab``, ``--gpuperf-bisect``."""
+    under torchrun (the option starts torchrun itself) and with pytest-xdist. With ``--gpuperf-ab``
+    and ``--gpuperf-bisect`` each side's worker is a torchrun launch too."""
     cli = config.getoption("--gpuperf-nproc")
     raw, where = (cli, "--gpuperf-nproc") if cli is not None else (config.getini("gpuperf_nproc") or None, "ini gpuperf_nproc")
     if raw is None or in_worker:
@@ -424,14 +422,9 @@ def _nproc(config: pytest.Config, ranks: Any, in_worker: bool) -> int | None:
     if ranks is not None:
         raise pytest.UsageError(f"pytest-gpuperf: {where} {n} starts torchrun itself, but this session already runs "
                                 f"under torchrun (WORLD_SIZE={ranks.world_size}): give either torchrun or {where}")
-    asked = [flag for flag, on in (
-        ("pytest-xdist (-n/--dist)", getattr(config.option, "numprocesses", None)
-         or getattr(config.option, "dist", "no") != "no"),
-        ("--gpuperf-ab", config.getoption("--gpuperf-ab", None)),
-        ("--gpuperf-bisect", config.getoption("--gpuperf-bisect", None))) if on]
-    if asked:
-        raise pytest.UsageError(f"pytest-gpuperf: {where} {n}: {', '.join(asked)} cannot be used with it yet; "
-                                f"run them without it")
+    if getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
+        raise pytest.UsageError(f"pytest-gpuperf: {where} {n}: pytest-xdist (-n/--dist) cannot be used with it "
+                                f"(each torchrun launch has the node's GPUs); run without -n")
     return n
 
 

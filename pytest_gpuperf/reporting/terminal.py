@@ -135,7 +135,8 @@ def _header(s: SessionSummary) -> list[Line]:
     else:
         mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
     if s.ab_label is not None:
-        mode = f"A/B vs {s.ab_label} ({s.ab_processes} pair(s) of worker processes, interleaved ABBA blocks)"
+        workers = "worker processes" if s.world_size is None else f"torchrun launches of {s.world_size} ranks"
+        mode = f"A/B vs {s.ab_label} ({s.ab_processes} pair(s) of {workers}, interleaved ABBA blocks)"
     return [("sep", f"gpuperf: {len(s.rows)} benchmark(s), mode: {mode}", {})]
 
 

@@ -231,3 +231,82 @@ def test_ab_worker_host_load_meter_choice():
         pass
     assert fixed.summary()["other_cpu_cores"] == 0.7
     assert Measurer().clock is time.perf_counter_ns
+
+
+def test_with_nproc_each_sides_worker_is_a_torchrun_launch_running_the_same_boot(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch):
+    """``--gpuperf-nproc``: the worker command is torch's launcher with ``--no-python`` before the
+    usual ``python -c <boot>`` (every rank imports the plugin from the coordinator's copy), started
+    in a session of its own (so that it can be stopped with its ranks)."""
+    from pytest_gpuperf.ab import run as abrun
+    from pytest_gpuperf.ab.run import with_nproc
+
+    specs = {s: WorkerSpec(s, tmp_path, tmp_path, tmp_path / "other") for s in ("A", "B")}
+    assert with_nproc(specs, None) is specs
+    launched = with_nproc(specs, 2)
+    assert {s.nproc for s in launched.values()} == {2} and specs["A"].nproc is None
+    started: list[tuple[list[str], dict]] = []
+
+    class Popen:
+        def __init__(self, cmd, **kw):
+            started.append((cmd, kw))
+            self.pid = 1
+
+    monkeypatch.setattr(abrun.subprocess, "Popen", Popen)
+    c = Coordinator(launched, ["test_x.py"], 1, tmp_path)
+    c._spawn(launched["B"], 0, "127.0.0.1:1", "t")
+    c._spawn(specs["A"], 0, "127.0.0.1:1", "t")
+    (cmd, kw), (plain, plain_kw) = started
+    assert cmd[:8] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                       "--no-python", sys.executable, "-c"] and cmd[9:] == ["test_x.py"]
+    assert plain[:2] == [sys.executable, "-c"] and cmd[8] == plain[2]
+    assert kw["start_new_session"] is True and plain_kw["start_new_session"] is False
+
+
+def test_in_a_launch_rank_0_talks_and_the_other_ranks_follow_its_commands(monkeypatch: pytest.MonkeyPatch):
+    from pytest_gpuperf.ab.run import WorkerClient
+    from pytest_gpuperf.core.environ import AB_CONNECT
+
+    class Ranks:
+        def __init__(self, rank):
+            self.rank, self.is_writer, self.sent = rank, rank == 0, []
+
+        def broadcast(self, obj):
+            self.sent.append(obj)
+            return obj if self.rank == 0 else {"op": "block", "rounds": 3}
+
+    monkeypatch.setenv(AB_CONNECT, "127.0.0.1:9 token")
+    follower = WorkerClient.from_environment(Ranks(1))
+    assert follower is not None and follower.ch is None and AB_CONNECT not in __import__("os").environ
+    follower.hello(["t.py::test_a"])
+    follower.ready("t.py::a", "t.py::test_a", 1.0)
+    follower.reply("samples", samples_ms=[1.0])  # says nothing: no channel, no error
+    follower.bye()
+    assert follower.command() == {"op": "block", "rounds": 3} and follower.ranks.sent == [None]
+    assert WorkerClient.from_environment(Ranks(1)) is None  # outside an A/B worker: no client
+
+
+def test_bisect_steps_under_nproc_measure_in_torchrun_launches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from pytest_gpuperf.bisect import run as bisect_run
+
+    seen = []
+
+    def measure_ab(specs, *a, **k):
+        seen.append({s.nproc for s in specs.values()})
+        raise ABError("stop here")
+
+    monkeypatch.setattr(bisect_run, "measure_ab", measure_ab)
+    b = bisect_run.Bisector(tmp_path, tmp_path, ["t.py"], nproc=2, why=False)
+
+    class Worktrees:
+        folder = tmp_path
+
+        def __call__(self, sha):
+            return tmp_path
+
+    b.worktrees = Worktrees()
+    monkeypatch.setattr(bisect_run, "tree_specs", lambda *a: {s: WorkerSpec(s, tmp_path, tmp_path, tmp_path)
+                                                             for s in ("A", "B")})
+    with pytest.raises(bisect_run.BisectError, match="stop here"):
+        b._measure_ab("a" * 40, "b" * 40, None)
+    assert seen == [{2}]

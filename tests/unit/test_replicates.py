@@ -266,7 +266,7 @@ def test_a_stopped_torchrun_launch_gets_sigterm_first_and_leaves_no_rank(tmp_pat
     import sys
     import time
 
-    from pytest_gpuperf.plugin.replicates import _stop
+    from pytest_gpuperf.core.launch import stop as _stop
 
     rank_pid, termed = tmp_path / "rank.pid", tmp_path / "agent.termed"
     rank = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
@@ -302,7 +302,7 @@ time.sleep(120)
 def test_a_worker_process_is_a_torchrun_launch_with_nproc() -> None:
     import sys
 
-    from pytest_gpuperf.plugin.replicates import launcher
+    from pytest_gpuperf.core.launch import launcher
 
     assert launcher() == launcher(None) == [sys.executable, "-m", "pytest"]
     assert launcher(4) == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",

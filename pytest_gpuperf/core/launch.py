@@ -1,0 +1,105 @@
+"""How the plugin starts and stops its worker processes when they are torchrun launches
+(``--gpuperf-nproc``, issue 35): the command prefix (:func:`launcher`, torch's own launcher) and
+the stop that leaves no rank behind (:func:`stop`). Stdlib only: nothing here imports torch.
+
+torch elastic's agent starts every rank in a session of its own, so a signal to the launch's
+process group does not reach the ranks; :func:`stop` asks the agent first (SIGTERM: it stops its
+ranks) and then kills what it had started (found in ``/proc`` on Linux).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+def torchrun(nproc: int) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node=N``: torch's own launcher
+    (as ``torchrun``) for ``nproc`` ranks on this node, before its script or ``-m module``."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+
+
+def launcher(nproc: int | None = None) -> list[str]:
+    """The command a worker process's pytest arguments follow: ``python -m pytest``, or with
+    ``nproc`` (``--gpuperf-nproc N``, N >= 2) a whole torchrun launch of N ranks on this node,
+    ``python -m torch.distributed.run --standalone --nproc-per-node N -m pytest`` (torch's own
+    launcher, as ``torchrun``; its rank 0 reports the launch's results, the slowest rank's time)."""
+    if not nproc:
+        return [sys.executable, "-m", "pytest"]
+    return [*torchrun(nproc), "-m", "pytest"]
+
+
+#: How long a torchrun launch that is stopped gets to stop its ranks (s): torch elastic's agent, on
+#: SIGTERM, sends its workers SIGTERM and SIGKILLs them after 30 s.
+STOP_GRACE_S = 40.0
+
+
+def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a worker process and wait for it. A plain worker is killed. A torchrun launch (started
+    in a session of its own, :func:`launcher`) gets SIGTERM first, so that its agent stops its
+    ranks (torch elastic starts each rank in a session of its own, out of reach of a signal to the
+    launch's process group), then, after ``grace_s`` s, SIGKILL for it and for every process it had
+    started that is still there (:func:`_descendants`), so that no rank outlives it."""
+    try:
+        own_group = os.getpgid(proc.pid) == proc.pid and proc.pid != os.getpgrp()
+    except ProcessLookupError:
+        own_group = False
+    if not own_group:
+        proc.kill()
+        proc.wait()
+        return
+    family = _descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        family |= _descendants(proc.pid)
+    for pid, started in family:
+        if _start_time(pid) == started:  # still the same process (not a pid used again)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> set[tuple[int, str]]:
+    """Every process below ``root``, as ``(pid, start time)`` (from ``/proc``; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+    found: set[tuple[int, str]] = set()
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        started = _start_time(pid)
+        if started is not None:
+            found.add((pid, started))
+        todo.extend(children.get(pid, ()))
+    return found
