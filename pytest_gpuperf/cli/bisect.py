@@ -56,6 +56,9 @@ def register(sub: Any, prog: str, pytest_args: Sequence[str] = ()) -> None:
     b.add_argument("--max-regressions", type=at_least(1), default=3, metavar="N",
                    help="regressions searched per benchmark (default 3): after a culprit, BAD is measured "
                         "against it and the search goes on while it is still slower")
+    b.add_argument("--nproc", type=at_least(1), default=None, metavar="N",
+                   help="each side's worker a torchrun launch of N ranks on this node (as pytest's "
+                        "--gpuperf-nproc; default: one process)")
     b.add_argument("--pythonpath", default="", metavar="PATHS",
                    help="import roots of your code relative to the repository's top, comma-separated (as "
                         "gpuperf_ab_pythonpath), when an installed package would shadow each commit's code")
@@ -106,7 +109,8 @@ def _bisect(args: argparse.Namespace, pytest_args: list[str], roots: list[str]) 
         here = Path.cwd()
         bisector = Bisector(repository(here), here, pytest_args, processes=args.processes, import_roots=roots,
                             progress=lambda line: print(line, flush=True), max_regressions=args.max_regressions,
-                            max_pairs=args.max_pairs, why=args.why)
+                            max_pairs=args.max_pairs, why=args.why,
+                            nproc=args.nproc if args.nproc and args.nproc > 1 else None)
         run = bisector.run(args.good, args.bad)
     except BisectError as exc:
         print(f"error: {exc}", file=sys.stderr)
