@@ -328,39 +328,20 @@ class ABWorker(Measuring):
             cmd = client.command()
             try:
                 if cmd["op"] == "warmup":
-                    t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                             rounds=1, **({} if cpr is None else {"calls_per_round": cpr}), **lockstep)
-                    if ctx.ranks is not None:
-                        t, _ = _combine_ranks(ctx.ranks, t)
+                    t, _ = self._in_step(fn, args, kwargs, setup, lockstep, rounds=1,
+                                         **({} if cpr is None else {"calls_per_round": cpr}))
                     cpr, warm = t.calls_per_round, t.warmup_calls
                     client.reply("warm", round_ms=t.samples_ms[0] * cpr, cpr=cpr)
                 elif cmd["op"] == "block":
                     with host.span() if host is not None else contextlib.nullcontext():
-                        t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device,
-                                                 setup=setup, rounds=int(cmd["rounds"]),
-                                                 warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1, **lockstep)
-                    if ctx.ranks is not None:
-                        mine = ctx.ranks.gather(list(t.samples_ms))
-                        per_rank = [a + b for a, b in zip(per_rank or [[] for _ in mine], mine)]
-                        t = _combined(t, mine)
+                        t, mine = self._in_step(fn, args, kwargs, setup, lockstep, rounds=int(cmd["rounds"]),
+                                                warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1)
+                    per_rank = [a + b for a, b in zip(per_rank or [[] for _ in mine], mine)]
                     samples.extend(t.samples_ms)
                     rounds += t.rounds
                     client.reply("samples", samples_ms=list(t.samples_ms))
                 elif cmd["op"] == "profile":  # why it got slower (issue 32): op profiles, outside the timed blocks
-                    from pytest_gpuperf.core.containment import describe
-
-                    try:
-                        a, k = prepare_call(fn, args, kwargs, setup)
-                        from pytest_gpuperf.measure.opprofile import profile_ops
-
-                        profile = getattr(ctx.measurer, "profile_ops", profile_ops)  # a scripted backend's own
-                        got = profile(fn, a, k, ctx.device, cycles=int(cmd["cycles"]), calls=int(cmd["calls"]),
-                                      process=int(cmd["process"]),
-                                      trace_path=cmd.get("trace") if ctx.ranks is None or ctx.ranks.is_writer else None)
-                        client.reply("profile", samples=[x.to_dict() for x in got])
-                    except Exception as exc:  # noqa: BLE001 - a diagnosis never fails the benchmark
-                        error, where = describe(exc)
-                        client.reply("profile", error=error, where=where)
+                    self._profile_for_ab(fn, args, kwargs, setup, cmd)
                 elif cmd["op"] == "finish":
                     load = host.summary() if host is not None else {}
                     result = self._ab_result(fn, args, kwargs, setup, bid, common, samples, rounds, cpr or 1, warm,
@@ -383,6 +364,37 @@ class ABWorker(Measuring):
                 error, where = describe(exc)  # the type, the message and the last frames of the user's code
                 client.reply("error", error=error + (f" (at {where})" if where else ""))
                 raise
+
+    def _profile_for_ab(self, fn, args, kwargs, setup, cmd: dict[str, Any]) -> None:
+        """The ``profile`` command: the op profile of ``cmd["cycles"]`` cycles of ``cmd["calls"]``
+        calls, replied as samples or as the error (a diagnosis never fails the benchmark); in a
+        launch only rank 0 writes the chrome trace."""
+        from pytest_gpuperf.core.containment import describe
+        from pytest_gpuperf.measure.opprofile import profile_ops
+
+        ctx, client = self.context, self.context.ab_worker
+        try:
+            a, k = prepare_call(fn, args, kwargs, setup)
+            profile = getattr(ctx.measurer, "profile_ops", profile_ops)  # a scripted backend's own
+            got = profile(fn, a, k, ctx.device, cycles=int(cmd["cycles"]), calls=int(cmd["calls"]),
+                          process=int(cmd["process"]),
+                          trace_path=cmd.get("trace") if ctx.ranks is None or ctx.ranks.is_writer else None)
+            client.reply("profile", samples=[x.to_dict() for x in got])
+        except Exception as exc:  # noqa: BLE001 - a diagnosis never fails the benchmark
+            error, where = describe(exc)
+            client.reply("profile", error=error, where=where)
+
+    def _in_step(self, fn, args, kwargs, setup, lockstep: dict[str, Any], **how: Any) -> tuple[Timing, list]:
+        """One measurement of the A/B protocol (``how``: the measurer's rounds, warmup and calls per
+        round) and every rank's samples (``[]`` outside torchrun); in a launch with the ranks' rounds
+        in step (``lockstep``) and each round the slowest rank's (:func:`_combined`)."""
+        ctx = self.context
+        t = ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup, **how,
+                                 **lockstep)
+        if ctx.ranks is None:
+            return t, []
+        mine = ctx.ranks.gather(list(t.samples_ms))
+        return _combined(t, mine), mine
 
     def _ab_result(self, fn, args, kwargs, setup, bid, common, samples, rounds, cpr, warm, *, extras,
                    classify=True, telemetry=None) -> BenchResult:
