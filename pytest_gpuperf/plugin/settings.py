@@ -199,7 +199,6 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
     ranks = _ranks(config)
     if ranks is not None:
         processes = 1  # a launch the user started measures once; replicates are whole launches (--gpuperf-nproc)
-    nproc = _nproc(config, ranks, worker_id is not None or replicate is not None)
     measuring = (bool(config.getoption("--gpuperf")) or updating) and not compat.disabled
     if replicate is not None:
         measuring, updating = True, False
@@ -207,6 +206,7 @@ def resolve_settings(config: pytest.Config, compat: Any) -> SessionSettings:
     if ab_fields.get("in_ab_worker") or ab_fields.get("ab") is not None:
         measuring = True
     in_worker = worker_id is not None or replicate is not None or bool(ab_fields.get("in_ab_worker"))
+    nproc = _nproc(config, ranks, in_worker)
     bisect_fields = _bisect(config, in_worker, updating, ab_fields)
     if nproc is not None:  # the shape of the worker processes, beside their limits
         bisect_fields["limits"] = replace(bisect_fields.get("limits", ProcessLimits()), nproc=nproc)
@@ -411,7 +411,7 @@ def _nproc(config: pytest.Config, ranks: Any, in_worker: bool) -> int | None:
     and ``--gpuperf-bisect`` each side's worker is a torchrun launch too."""
     cli = config.getoption("--gpuperf-nproc")
     raw, where = (cli, "--gpuperf-nproc") if cli is not None else (config.getini("gpuperf_nproc") or None, "ini gpuperf_nproc")
-    if raw is None or in_worker:
+    if raw is None or in_worker or (cli is None and ranks is not None):  # the ini file is read by every rank too
         return None
     if not str(raw).strip().isdigit() or int(raw) < 1:
         raise pytest.UsageError(f"pytest-gpuperf: {where} {raw!r}: expected a whole number of ranks >= 1 "

@@ -321,3 +321,26 @@ def test_launches_merge_each_ranks_median_over_the_launches() -> None:
     assert merged.slowest_rank == 1 and merged.imbalance == pytest.approx(1.5)
     assert _merged_ranks([SimpleNamespace(ranks=None)]) is None  # worker processes, no launches
     assert _merged_ranks([launches[0], SimpleNamespace(ranks=RankTiming.of([1.0, 1.0, 1.0]))]) is None
+
+
+def test_the_ini_nproc_is_the_user_sessions_only() -> None:
+    """``gpuperf_nproc`` in the ini file: the session the user started gets it; every rank of a
+    launch, a replicate or A/B worker reads the same file and ignores it; on the command line under
+    torchrun it is a usage error (it would start torchrun inside torchrun)."""
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.plugin.settings import _nproc
+
+    def config(cli=None, ini=""):
+        return SimpleNamespace(getoption=lambda name, default=None: cli if name == "--gpuperf-nproc" else default,
+                               getini=lambda name: ini, option=SimpleNamespace(numprocesses=None, dist="no"))
+
+    ranks = SimpleNamespace(world_size=2)
+    assert _nproc(config(ini="2"), None, in_worker=False) == 2
+    assert _nproc(config(ini="1"), None, in_worker=False) is None
+    assert _nproc(config(ini="2"), ranks, in_worker=False) is None  # a rank of a launch
+    assert _nproc(config(ini="2"), None, in_worker=True) is None  # a replicate or A/B worker
+    with pytest.raises(pytest.UsageError, match="already runs under torchrun"):
+        _nproc(config(cli="2"), ranks, in_worker=False)
+    with pytest.raises(pytest.UsageError, match="ini gpuperf_nproc 'x': expected a whole number"):
+        _nproc(config(ini="x"), None, in_worker=False)
