@@ -671,8 +671,8 @@ def distributed_lines(d: Any) -> list[str]:
     for name, b in d["torchrun_compare"].get("benchmarks", {}).items():
         p = nproc.get(name, {})
         lines.append(f"| {name} | {_fmt(b.get('verdict'))} | {_fmt(b.get('median_ms'))} | "
-                     f"{vec(b.get('rank_medians_ms'))} | {_fmt(b.get('imbalance'))} | {vec(b.get('comm_share'))} | {vec(b.get('comm_overlap'))} | "
-                     f"{vec(b.get('comm_per_call_ms'))} | {_fmt(b.get('busbw_gb_per_s'))} | {_fmt(p.get('verdict'))} | "
+                     f"{vec(b.get('rank_medians_ms'))} | {_fmt(b.get('imbalance'))} | {vec(b.get('comm_share'))} | "
+                     f"{vec(b.get('comm_overlap'))} | {vec(b.get('comm_per_call_ms'))} | {_fmt(b.get('busbw_gb_per_s'))} | {_fmt(p.get('verdict'))} | "
                      f"{vec(p.get('rank_medians_ms'))} |")
     plain = d.get("plain", {})
     lines += ["", f"busbw of the bare all-reduce: plugin / plain torch = {_fmt(d.get('busbw_plugin/plain'))} "
