@@ -670,10 +670,11 @@ def distributed_lines(d: Any) -> list[str]:
 
     for name, b in d["torchrun_compare"].get("benchmarks", {}).items():
         p = nproc.get(name, {})
-        lines.append(f"| {name} | {_fmt(b.get('verdict'))} | {_fmt(b.get('median_ms'))} | "
-                     f"{vec(b.get('rank_medians_ms'))} | {_fmt(b.get('imbalance'))} | {vec(b.get('comm_share'))} | "
-                     f"{vec(b.get('comm_overlap'))} | {vec(b.get('comm_per_call_ms'))} | {_fmt(b.get('busbw_gb_per_s'))} | {_fmt(p.get('verdict'))} | "
-                     f"{vec(p.get('rank_medians_ms'))} |")
+        cells = [name, _fmt(b.get("verdict")), _fmt(b.get("median_ms")), vec(b.get("rank_medians_ms")),
+                 _fmt(b.get("imbalance")), vec(b.get("comm_share")), vec(b.get("comm_overlap")),
+                 vec(b.get("comm_per_call_ms")), _fmt(b.get("busbw_gb_per_s")), _fmt(p.get("verdict")),
+                 vec(p.get("rank_medians_ms"))]
+        lines.append("| " + " | ".join(cells) + " |")
     plain = d.get("plain", {})
     lines += ["", f"busbw of the bare all-reduce: plugin / plain torch = {_fmt(d.get('busbw_plugin/plain'))} "
               f"(plain {_fmt(plain.get('busbw_gb_per_s'))} GB/s at {_fmt(plain.get('median_ms'))} ms; "
