@@ -33,11 +33,27 @@ Sections (a table on stdout, every number in the JSON):
   the telemetry sampler, the count gate, peak memory; no options changed), each in a fresh
   process: exit codes, the verdict, the median against ``ours()`` of the same call here, whether
   probe times, telemetry, counts and peak memory were recorded, and the wall time of each run.
+* **distributed** — 2 ranks (issue 35; needs ``torch.cuda.device_count() >= 2``, else skipped with
+  the reason; on ``--device cpu`` the same with gloo and small sizes, a dry run of its code path).
+  A temporary project of three benchmarks: a bare all-reduce of 64 MiB of fp32 (``collective=
+  "all_reduce"``, ``bytes_per_call``; CPU: 256 KiB), a data-parallel step (a bf16 4096 matmul, then
+  an all-reduce of its result; CPU: fp32 128) and the same matmul with no communication. Runs
+  ``python -m torch.distributed.run --standalone --nproc-per-node 2 -m pytest
+  --gpuperf-update-baselines``, then ``... --gpuperf --gpuperf-json r.json``, then ``python -m
+  pytest --gpuperf --gpuperf-nproc 2 --gpuperf-json r2.json`` (the plugin starts the torchrun
+  launches; ``--quick``: one timed launch), then a plain torch measurement of the same all-reduce
+  (a tiny torchrun child: CUDA events around 20 back-to-back all-reduces, 10 repetitions, each
+  repetition's slowest rank, nccl-tests' ``busbw = algbw * 2(n-1)/n``). Records each run's exit
+  code and wall time, the backend, per benchmark the verdict, median, per-rank medians, imbalance,
+  communication share, overlap and time per call, algbw/busbw of the all-reduce, and the plugin's
+  busbw over the plain one (target: within 10%). The CPU version costs about 2-5 minutes on a
+  2-core machine (five torchrun launches, each rank importing torch); ``--only`` without it leaves it out.
 
 With ``--device cpu`` (and ``--quick`` for small sizes and short budgets) the script runs what
 applies to a CPU — ours vs the Timer, classification of the CPU classes, counts — and records
-every CUDA-only comparison as skipped, so it can be tested without a GPU. Nothing here is a test:
-the figures depend on the machine; docs/timing.md's "Accuracy" section quotes a GPU run.
+every CUDA-only comparison as skipped (the distributed section runs with gloo), so it can be
+tested without a GPU. Nothing here is a test: the figures depend on the machine; docs/timing.md's
+"Accuracy" section quotes a GPU run.
 """
 
 from __future__ import annotations
@@ -400,6 +416,272 @@ def plugin(device: Any, quick: bool) -> dict[str, Any]:
     return out
 
 
+# ----------------------------------------------------------------------------- distributed (issue 35)
+
+BUSBW_TARGET = 0.10  # the plugin's busbw of a bare all-reduce vs a plain torch loop of the same calls
+
+DIST_BENCH = '''
+import pytest
+import torch
+import torch.distributed as dist
+
+DEVICE = "{device}"  # "cuda" is cuda:LOCAL_RANK on each rank
+ELEMS = {elems}  # float32 elements of the bare all-reduce
+N = {n}
+DTYPE = torch.{dtype}
+BENCH = dict(device=DEVICE{opts})
+
+
+def _square(device):
+    g = torch.Generator(device=device).manual_seed(0)
+    return torch.randn(N, N, device=device, generator=g).to(DTYPE)
+
+
+@pytest.mark.gpu_bench(**BENCH, collective="all_reduce", bytes_per_call=4 * ELEMS)
+def test_all_reduce(gpu_bench):
+    t = torch.zeros(ELEMS, device=gpu_bench.device)
+    gpu_bench(lambda: dist.all_reduce(t))
+
+
+@pytest.mark.gpu_bench(**BENCH)
+def test_step(gpu_bench):
+    a = _square(gpu_bench.device)
+
+    def step():
+        c = torch.matmul(a, a)
+        dist.all_reduce(c)
+
+    gpu_bench(step)
+
+
+@pytest.mark.gpu_bench(**BENCH)
+def test_local(gpu_bench):
+    a = _square(gpu_bench.device)
+    gpu_bench(torch.matmul, a, a)
+'''
+
+#: A plain torch measurement of the same all-reduce, as nccl-tests times it: per repetition, the
+#: time of CALLS back-to-back all-reduces divided by CALLS (CUDA events on the GPU, perf_counter
+#: after a barrier on the CPU); every rank's figures gathered; rank 0 writes them as JSON.
+PLAIN_ALL_REDUCE = '''
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+
+backend, elems, calls, reps, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+cuda = backend == "nccl"
+device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+if cuda:
+    torch.cuda.set_device(device)
+    dist.init_process_group(backend, device_id=device)
+else:
+    dist.init_process_group(backend)
+t = torch.zeros(elems, device=device)
+for _ in range(5):
+    dist.all_reduce(t)
+if cuda:
+    torch.cuda.synchronize(device)
+per_call = []
+for _ in range(reps):
+    dist.barrier()
+    if cuda:
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            dist.all_reduce(t)
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / calls)
+    else:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            dist.all_reduce(t)
+        per_call.append((time.perf_counter() - t0) * 1e3 / calls)
+mine = torch.tensor(per_call, dtype=torch.float64, device=device)
+every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+dist.all_gather(every, mine)
+if dist.get_rank() == 0:
+    with open(out, "w") as f:
+        json.dump({"backend": dist.get_backend(), "world_size": dist.get_world_size(), "bytes": 4 * elems,
+                   "calls": calls, "per_call_ms": [e.tolist() for e in every]}, f)
+dist.destroy_process_group()
+'''
+
+
+def all_reduce_bandwidth(nbytes: int, ms: float, ranks: int) -> dict[str, float]:
+    """nccl-tests' figures of an all-reduce of ``nbytes`` taking ``ms``: ``algbw = S / t``,
+    ``busbw = algbw * 2(n-1)/n`` (``doc/PERFORMANCE.md`` of NVIDIA/nccl-tests), GB/s = 1e9 B/s."""
+    algbw = nbytes / (ms * 1e-3) / 1e9
+    return {"algbw_gb_per_s": algbw, "busbw_gb_per_s": algbw * 2 * (ranks - 1) / ranks}
+
+
+def plain_figures(data: dict[str, Any]) -> dict[str, Any]:
+    """The plain measurement's per-call time: each repetition's slowest rank (what the plugin takes
+    per round), the median over repetitions; with nccl-tests' bandwidths at that time."""
+    per_rank = data["per_call_ms"]
+    slowest = [max(rank[i] for rank in per_rank) for i in range(len(per_rank[0]))]
+    ms = statistics.median(slowest)
+    return {"backend": data.get("backend"), "calls_per_rep": data.get("calls"), "bytes": data["bytes"],
+            "per_rank_per_call_ms": per_rank, "slowest_per_rep_ms": slowest, "median_ms": ms,
+            **all_reduce_bandwidth(data["bytes"], ms, data["world_size"])}
+
+
+def bench_figures(entry: dict[str, Any]) -> dict[str, Any]:
+    """What the distributed section keeps of one JSON report entry (``--gpuperf-json``)."""
+    ranks = entry.get("ranks") or {}
+    comm = entry.get("communication") or {}
+    rates = entry.get("throughput") or {}
+    c = entry.get("comparison") or {}
+    out: dict[str, Any] = {
+        "verdict": c.get("verdict"), "ratio": c.get("ratio"),
+        "median_ms": (entry.get("stats") or {}).get("median_ms"),
+        "process_medians_ms": entry.get("process_medians_ms"),
+        "rank_medians_ms": ranks.get("medians_ms"), "slowest_rank": ranks.get("slowest_rank"),
+        "imbalance": ranks.get("imbalance"),
+    }
+    if "error" in comm:
+        out["communication_error"] = comm["error"]
+    out.update(backend=comm.get("backend"), comm_share=comm.get("share"), comm_overlap=comm.get("overlap"),
+               comm_per_call_ms=comm.get("per_call_ms"), collectives=comm.get("collectives"))
+    if "busbw_gb_per_s" in rates:
+        out.update(algbw_gb_per_s=rates.get("algbw_gb_per_s"), busbw_gb_per_s=rates["busbw_gb_per_s"])
+    return out
+
+
+def report_figures(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each benchmark of a JSON report (by its function name) -> :func:`bench_figures`."""
+    return {bid.split("::")[-1]: bench_figures(e) for bid, e in sorted(report.get("benchmarks", {}).items())}
+
+
+def _run_timed(cmd: list[str], cwd: str, env: dict[str, str] | None, timeout: float) -> dict[str, Any]:
+    """Run ``cmd``: exit code, wall time (s), the output's tail (the plugin's summary; longer when it
+    failed). At the timeout the process gets SIGTERM first (torchrun's agent then stops its ranks,
+    which run in sessions of their own), SIGKILL 40 s later."""
+    import subprocess
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timed_out = False
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.terminate()
+        try:
+            output, _ = proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+    out: dict[str, Any] = {"exit": proc.returncode, "s": round(time.perf_counter() - started, 1)}
+    if timed_out:
+        out["timed_out_after_s"] = timeout
+    out["tail"] = (output or "")[-(4000 if proc.returncode != 0 else 2000):]
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def distributed(device: Any, quick: bool, ranks: int = 2) -> dict[str, Any]:
+    """Two ranks under torchrun, then under ``--gpuperf-nproc`` (see the module doc)."""
+    import os
+    import tempfile
+
+    import torch
+
+    if not torch.distributed.is_available():
+        return _skip("torch.distributed is not available in this torch build")
+    cuda = device.type == "cuda"
+    if cuda:
+        found = torch.cuda.device_count()
+        if found < ranks:
+            return _skip(f"needs {ranks}+ CUDA devices (found {found})")
+        backend, elems, n, dtype = "nccl", 16 << 20, 4096, "bfloat16"  # 64 MiB of float32
+        calls, reps, timeout = 20, 10, 420.0
+    else:  # a dry run of the section: gloo on the CPU, small sizes
+        backend, elems, n, dtype = "gloo", 1 << 16, 128, "float32"
+        calls, reps, timeout = 20, 5, 300.0
+    opts = ", max_time=0.1" if quick else ""
+    out: dict[str, Any] = {"backend_expected": backend, "world_size": ranks, "all_reduce_bytes": 4 * elems,
+                           "matmul": f"{dtype} {n}", "cuda_devices": torch.cuda.device_count() if cuda else None}
+    if not cuda:
+        out["note"] = "CPU dry run of the section: 2 ranks with gloo"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+    pytest_args = ["-q", "-p", "no:cacheprovider"]
+    # --quick: one timed launch per benchmark (the default pipeline's 3, more if inconclusive, otherwise)
+    nproc_extra = ["--gpuperf-processes", "1", "--gpuperf-max-processes", "1"] if quick else []
+    if cuda:  # the children share this process's GPU: give back what earlier sections cached
+        torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory() as tmp:
+        project = DIST_BENCH.format(device=device.type, elems=elems, n=n, dtype=dtype, opts=opts)
+        Path(tmp, "test_dist.py").write_text(project)
+        Path(tmp, "pytest.ini").write_text("[pytest]\n")
+        Path(tmp, "plain_all_reduce.py").write_text(PLAIN_ALL_REDUCE)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPERF_", "PYTEST_"))}
+        env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, said without its warning
+        runs = {
+            "torchrun_update": [*torchrun, "-m", "pytest", *pytest_args, "--gpuperf-update-baselines"],
+            "torchrun_compare": [*torchrun, "-m", "pytest", *pytest_args, "--gpuperf", "--gpuperf-json=r.json"],
+            "nproc_compare": [sys.executable, "-m", "pytest", *pytest_args, "--gpuperf", f"--gpuperf-nproc={ranks}",
+                              *nproc_extra, "--gpuperf-json=r2.json"],
+            "plain": [*torchrun, "plain_all_reduce.py", backend, str(elems), str(calls), str(reps), "plain.json"],
+        }
+        for name, cmd in runs.items():
+            out[name] = _run_timed(cmd, tmp, env, timeout)
+            print(f"gpu_validate: distributed: {name} exit {out[name]['exit']} in {out[name]['s']} s", file=sys.stderr)
+        for name, file in (("torchrun_compare", "r.json"), ("nproc_compare", "r2.json")):
+            report = _read_json(Path(tmp, file))
+            if report is not None:
+                out[name]["benchmarks"] = report_figures(report)
+        plain = _read_json(Path(tmp, "plain.json"))
+        if plain is not None:
+            out["plain"].update(plain_figures(plain))
+    comm = {b.get("backend") for b in out["torchrun_compare"].get("benchmarks", {}).values()} - {None}
+    out["backend"] = sorted(comm)[0] if len(comm) == 1 else sorted(comm) or None
+    ours_busbw = out["torchrun_compare"].get("benchmarks", {}).get("test_all_reduce", {}).get("busbw_gb_per_s")
+    plain_busbw = out["plain"].get("busbw_gb_per_s")
+    if ours_busbw and plain_busbw:
+        out["busbw_plugin/plain"] = ours_busbw / plain_busbw
+        out["busbw_met"] = abs(ours_busbw / plain_busbw - 1) <= BUSBW_TARGET
+    return out
+
+
+def distributed_lines(d: Any) -> list[str]:
+    """The table's lines of the distributed section."""
+    if not isinstance(d, dict) or "torchrun_compare" not in d:
+        return [f"({json.dumps(d, default=str)})"]
+    runs = ", ".join(f"{k} exit {d[k].get('exit')} in {d[k].get('s')} s"
+                     for k in ("torchrun_update", "torchrun_compare", "nproc_compare", "plain") if k in d)
+    lines = [f"{d.get('world_size')} ranks, backend {d.get('backend')}: {runs}", "",
+             "| benchmark | verdict | median ms | rank medians ms | imbalance | comm share | overlap | comm ms/call "
+             "| busbw GB/s | nproc verdict | nproc rank medians ms |",
+             "| --- | --- | ---: | --- | ---: | --- | --- | --- | ---: | --- | --- |"]
+    nproc = d.get("nproc_compare", {}).get("benchmarks", {})
+
+    def vec(v: Any) -> str:
+        if not isinstance(v, list):
+            return _fmt(v)
+        return "[" + ", ".join(_fmt(None if x is None else float(x)) for x in v) + "]"
+
+    for name, b in d["torchrun_compare"].get("benchmarks", {}).items():
+        p = nproc.get(name, {})
+        cells = [name, _fmt(b.get("verdict")), _fmt(b.get("median_ms")), vec(b.get("rank_medians_ms")),
+                 _fmt(b.get("imbalance")), vec(b.get("comm_share")), vec(b.get("comm_overlap")),
+                 vec(b.get("comm_per_call_ms")), _fmt(b.get("busbw_gb_per_s")), _fmt(p.get("verdict")),
+                 vec(p.get("rank_medians_ms"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    plain = d.get("plain", {})
+    lines += ["", f"busbw of the bare all-reduce: plugin / plain torch = {_fmt(d.get('busbw_plugin/plain'))} "
+              f"(plain {_fmt(plain.get('busbw_gb_per_s'))} GB/s at {_fmt(plain.get('median_ms'))} ms; "
+              f"target within {BUSBW_TARGET:.0%}: {_fmt(d.get('busbw_met'))})"]
+    return lines
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -441,6 +723,8 @@ def table(result: dict[str, Any]) -> str:
     lines += [f"| {r['workload']} | {r['runs'][0]} | {_fmt(r['identical'])} |" for r in rows("counts")]
     lines += ["", "## The plugin's default path (update, then compare)", "", "```",
               json.dumps(result.get("plugin"), indent=1, default=str), "```"]
+    lines += ["", "## Distributed (2 ranks: torchrun, then --gpuperf-nproc)", ""]
+    lines += distributed_lines(result.get("distributed"))
     return "\n".join(lines)
 
 
@@ -450,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions per agreement measurement (default 3)")
     ap.add_argument("--quick", action="store_true", help="small sizes and short budgets (a dry run)")
     ap.add_argument("--only", help="comma-separated sections "
-                    "(agreement,overhead,l2_flush,cuda_graph,classification,counts,plugin)")
+                    "(agreement,overhead,l2_flush,cuda_graph,classification,counts,plugin,distributed)")
     ap.add_argument("--out", help="write every number as JSON here")
     args = ap.parse_args(argv)
     import torch
@@ -467,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         "classification": lambda: classification(device, args.quick),
         "counts": lambda: counts(device, args.quick),
         "plugin": lambda: plugin(device, args.quick),
+        "distributed": lambda: distributed(device, args.quick),
     }
     only = set(args.only.split(",")) if args.only else set(sections)
     unknown = only - set(sections)
