@@ -134,13 +134,6 @@ class Ranks:
         return self.rank == 0
 
     @property
-    def key_suffix(self) -> str:
-        """What a baseline folder's device key gets (``-ws2``): 2-rank and 8-rank baselines never mix."""
-        from pytest_gpuperf.verdict.scaling import world_size_suffix
-
-        return world_size_suffix(self.world_size)
-
-    @property
     def roll_call_s(self) -> float:
         """How long (s) rank 0's roll call after a failed collective waits for the other ranks."""
         from pytest_gpuperf.verdict.distributed import roll_call_timeout

@@ -117,7 +117,7 @@ TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE
 def test_ranks_read_torchruns_environment() -> None:
     r = Ranks.from_environment(TORCHRUN)
     assert (r.rank, r.world_size, r.local_rank, r.local_world_size) == (1, 2, 1, 2)
-    assert r.master == "127.0.0.1:29500" and not r.is_writer and r.key_suffix == "-ws2"
+    assert r.master == "127.0.0.1:29500" and not r.is_writer
     assert Ranks.from_environment({**TORCHRUN, "RANK": "0"}).is_writer
 
 
