@@ -142,9 +142,11 @@ def test_a_committed_regression_is_bisected_in_the_same_run_and_by_the_pytest_fo
     out = rec.stdout.str()
     assert f"find the commit: gpuperf bisect {first[:12]} HEAD -- test_x.py::test_a" in out
     assert "(after committing" not in out  # committed: the command runs as printed
-    # the search from the baselines' commit to HEAD: BAD against GOOD, the middle commit (the one that
-    # committed the baselines), then the culprit's own step
-    rec.stdout.fnmatch_lines([f"bisect: step 1: {slow[:7]} (2/2) vs GOOD {first[:7]}: test_a 1.* regressed -> bad*",
+    # the search from the baselines' commit to HEAD: BAD against GOOD (the A/B confirmation's own
+    # measurement: nothing is uncommitted), the middle commit (the one that committed the baselines),
+    # then the culprit's own step
+    rec.stdout.fnmatch_lines([f"bisect: step 1: {slow[:7]} (2/2) vs GOOD {first[:7]}: test_a 1.* regressed -> bad*"
+                              " (measured by the A/B confirmation)",
                               f"bisect: step 2: {base[:7]} (1/2) vs GOOD {first[:7]}: test_a 1.* unchanged -> good*",
                               f"bisect: step 3: {slow[:7]} (2/2) vs {base[:7]}: test_a 1.* regressed -> bad*",
                               "*gpuperf: bisection of the confirmed regressions*",

@@ -71,6 +71,32 @@ def test_one_step_regression_in_16_commits_is_found_exactly(tmp_path: Path) -> N
     assert json_dict(run, [])["benchmarks"][KEY]["culprits"][0]["first_bad"] == shas[11]
 
 
+def test_a_first_step_already_measured_is_not_measured_again(tmp_path: Path) -> None:
+    """``known`` (the A/B confirmation measured BAD against GOOD already): the search starts from
+    those probes, and its first progress line says where they came from."""
+    shas = history(tmp_path, [1.0] * 3 + [1.3] * 2)
+    asked: list = []
+    lines: list[str] = []
+    known = {KEY: Probe(0, 0, Call.BAD, 1.3, (1.27, 1.33), "regressed")}
+    run = bisector(tmp_path, lines, measure=scripted(tmp_path, asked)).run(shas[0], "HEAD", keys={KEY}, known=known)
+    assert (shas[0], shas[-1]) not in asked and asked  # the rest of the search measured as before
+    assert run.outcomes[KEY].culprits[0].first_bad == 3
+    assert run.steps[0].probes[KEY].ratio == 1.3 and (run.steps[0].a, run.steps[0].b) == (0, 4)
+    assert lines[1].startswith(f"bisect: step 1: {shas[-1][:7]} (4/4) vs GOOD {shas[0][:7]}: test_a 1.300x")
+    assert lines[1].endswith(" (measured by the A/B confirmation)")
+
+
+def test_untracked_files_count_as_uncommitted_only_when_asked(tmp_path: Path) -> None:
+    from pytest_gpuperf.bisect.run import uncommitted
+
+    history(tmp_path, [1.0])
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
+    assert not uncommitted(tmp_path) and not uncommitted(tmp_path, untracked=True)  # bytecode caches aside
+    (tmp_path / "new.py").write_text("")
+    assert not uncommitted(tmp_path) and uncommitted(tmp_path, untracked=True)
+
+
 def test_two_regressions_the_larger_first_the_other_a_further_suspect(tmp_path: Path) -> None:
     shas = history(tmp_path, [1.0] * 3 + [1.1] * 6 + [1.43] * 3)  # +10% at 3, +30% at 9
     run = bisector(tmp_path).run(shas[0], shas[-1])

@@ -19,7 +19,9 @@ from scripted import script_timings
 
 pytest_plugins = ["pytester"]
 
-RUN = ("-p", "no:cacheprovider", "--gpuperf-processes=2", "--gpuperf-max-processes=1")
+# --gpuperf-no-why: the update run's extras processes would also profile the ops (why it got slower;
+# tested in tests/test_why_e2e.py), which nothing here checks
+RUN = ("-p", "no:cacheprovider", "--gpuperf-processes=2", "--gpuperf-max-processes=1", "--gpuperf-no-why")
 STEADY = {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.01]}
 
 VARYING = """

@@ -42,26 +42,39 @@ def test_kernel(gpu_bench):
 """
 
 
+#: :data:`BENCH` and a second benchmark whose kernel time ``CHANGED_MS`` sets: one compare session
+#: shows both verdicts (each session starts two worker processes and an extras process, each
+#: importing torch)
+BENCH_TWO = BENCH + """
+
+@pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.2)
+def test_changed(gpu_bench):
+    sim = active()
+    ms = float(os.environ.get("CHANGED_MS", "1.0"))
+    gpu_bench(lambda: sim.kernel(ms=ms))
+"""
+
+
 def test_update_then_compare_on_the_simulated_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile(test_sim=BENCH)
+    pytester.makepyfile(test_sim=BENCH_TWO)
     rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=2", "--gpuperf-max-processes=1",
                                         *sim(1), *NO_WHY)
-    rec.assert_outcomes(passed=1)
+    rec.assert_outcomes(passed=2)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     assert path.parent.name == "cuda-simulated-gpu"
     entry = json.loads(path.read_text())["benchmarks"]["test_kernel"]
     assert entry["process_medians_ms"] == [pytest.approx(1.0, rel=0.01)] * 2
     assert entry["peak_memory_bytes"] == 4 << 20
-    same = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-json=r.json",
-                                         "--gpuperf-max-processes=1", *sim(1), *NO_WHY)
-    same.assert_outcomes(passed=1)
-    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_sim.py::test_kernel"]
+    # one compare session: test_kernel is unchanged, test_changed's kernel 1.3x slower
+    monkeypatch.setenv("CHANGED_MS", "1.3")
+    rec = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-json=r.json",
+                                        "--gpuperf-no-ab-confirm", "--gpuperf-max-processes=1", *sim(1), *NO_WHY)
+    rec.assert_outcomes(passed=1, failed=1)
+    benches = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]
+    c = benches["test_sim.py::test_kernel"]
     assert c["device"] == "cuda:0" and c["comparison"]["verdict"] == "unchanged"
-    monkeypatch.setenv("KERNEL_MS", "1.3")
-    slow = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=2", "--gpuperf-no-ab-confirm",
-                                         "--gpuperf-max-processes=1", *sim(1), *NO_WHY)
-    slow.assert_outcomes(failed=1)
-    slow.stdout.fnmatch_lines(["regressed 1.3*", "  test_sim.py::test_kernel: *1.3*"])
+    assert benches["test_sim.py::test_changed"]["comparison"]["verdict"] == "regressed"
+    rec.stdout.fnmatch_lines(["regressed 1.3*", "  test_sim.py::test_changed: *1.3*"])
 
 
 XDIST_BENCH = """

@@ -213,9 +213,12 @@ def _prune(folder: Path, keep: Path) -> None:
 
 
 def worker_args(args: Sequence[str], config: Any = None) -> list[str]:
-    """A worker's pytest arguments: ``--gpuperf``, ``-p no:cacheprovider`` and :func:`selection_args`
-    (the coordinator adds the hidden role flags)."""
-    return ["--gpuperf", "-p", "no:cacheprovider", *selection_args(args, config)]
+    """A worker's pytest arguments: ``--gpuperf``, ``-p no:cacheprovider``, ``-p no:unraisableexception``
+    and :func:`selection_args` (the coordinator adds the hidden role flags). pytest's unraisable-exception
+    plugin runs ``gc.collect()`` five times as a session ends (pytest >= 8.4), some 0.7 s of CPU in a
+    process that loaded torch, for warnings that only the worker's log would show: the user's session,
+    which runs the same tests, keeps it."""
+    return ["--gpuperf", "-p", "no:cacheprovider", "-p", "no:unraisableexception", *selection_args(args, config)]
 
 
 def selection_args(args: Sequence[str], config: Any = None) -> list[str]:

@@ -213,10 +213,12 @@ class Bisector:
         self._start = time.monotonic()
         self.run_: BisectRun | None = None
 
-    def run(self, good: str, bad: str, keys: set[str] | None = None) -> BisectRun:
+    def run(self, good: str, bad: str, keys: set[str] | None = None,
+            known: dict[str, Probe] | None = None) -> BisectRun:
         """Bisect GOOD..BAD for the benchmarks the pytest arguments select (``keys``: only these ids,
         the others run untimed); raises :class:`BisectError` for bad revisions or when BAD cannot be
-        measured against GOOD."""
+        measured against GOOD. ``known``: BAD against GOOD measured already, by benchmark id (the A/B
+        confirmation of the same two commits): the first step's probes, not measured again."""
         commits = first_parent_line(self.repo, good, bad)
         run = self.run_ = BisectRun(commits)
         self._start = time.monotonic()
@@ -227,7 +229,7 @@ class Bisector:
                       f"{commits[-1].short} (BAD); measuring BAD against GOOD")
         with self.worktrees:
             cache: dict[tuple[int, int], dict[str, Probe]] = {}
-            first = self._step(0, len(commits) - 1, keys, cache)
+            first = self._step(0, len(commits) - 1, keys, cache, known)
             run.keys = sorted(first)
             if not first:
                 raise BisectError(f"no benchmark of the selection ran at both GOOD ({commits[0].short}) and BAD "
@@ -242,7 +244,7 @@ class Bisector:
         return run
 
     def _step(self, a: int, b: int, keys: set[str] | None,
-              cache: dict[tuple[int, int], dict[str, Probe]]) -> dict[str, Probe]:
+              cache: dict[tuple[int, int], dict[str, Probe]], known: dict[str, Probe] | None = None) -> dict[str, Probe]:
         assert self.run_ is not None
         commits = self.run_.commits
         t0 = time.monotonic()
@@ -250,11 +252,12 @@ class Bisector:
             note = f"{TIME_CAP_NOTE} ({self.time_cap_s:g} s) before this step"
             cache.setdefault((a, b), {}).update({k: Probe(a, b, Call.UNCLEAR, note=note) for k in keys})
             return cache[(a, b)]
-        got = self._measure(commits[a].sha, commits[b].sha, keys)
+        got = known if known is not None else self._measure(commits[a].sha, commits[b].sha, keys)
         probes = {k: replace(p, a=a, b=b) for k, p in got.items()}
         cache.setdefault((a, b), {}).update(probes)
         self.run_.steps.append(StepLog(a, b, probes, time.monotonic() - t0))
-        self.progress(step_line(len(self.run_.steps), commits, a, b, probes, time.monotonic() - self._start))
+        self.progress(step_line(len(self.run_.steps), commits, a, b, probes, time.monotonic() - self._start)
+                      + (" (measured by the A/B confirmation)" if known is not None else ""))
         return probes
 
     def _measure_ab(self, a_sha: str, b_sha: str, keys: set[str] | None) -> dict[str, Probe]:
@@ -306,13 +309,15 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
-def uncommitted(repo: Path) -> bool:
-    """Whether tracked files of the git working tree ``repo`` have uncommitted changes (False when git
-    cannot tell)."""
+def uncommitted(repo: Path, untracked: bool = False) -> bool:
+    """Whether tracked files of the git working tree ``repo`` have uncommitted changes, or with
+    ``untracked`` there are untracked files too (Python's bytecode caches aside); False when git
+    cannot tell (True with ``untracked``)."""
     try:
-        return bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
+        status = git(repo, "status", "--porcelain", "--untracked-files=" + ("all" if untracked else "no"))
     except ABError:
-        return False
+        return untracked
+    return any("__pycache__/" not in line for line in status.splitlines())
 
 
 def step_line(k: int, commits: Sequence[Commit], a: int, b: int, probes: dict[str, Probe], elapsed_s: float) -> str:

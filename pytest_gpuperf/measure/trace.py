@@ -235,15 +235,17 @@ def quiet_kineto() -> Iterator[None]:
     """Keep kineto's own lines (:data:`KINETO_LINE`) out of the user's output while a profiler
     starts or stops: file descriptor 2 goes to a temporary file meanwhile (kineto writes there from
     C++, below Python's ``sys.stderr``); afterwards every other line it received is written back to
-    it, in order. Where file descriptor 2 cannot be duplicated, does nothing."""
+    it, in order. Where file descriptor 2 cannot be duplicated, it stays as it is. Also
+    :func:`no_lazy_inductor` meanwhile (every start, step and stop of the plugin's profilers runs here)."""
     import tempfile
 
     try:
         saved = os.dup(2)
     except OSError:
-        yield
+        with no_lazy_inductor():
+            yield
         return
-    with tempfile.TemporaryFile() as tmp:
+    with tempfile.TemporaryFile() as tmp, no_lazy_inductor():
         _flush_stderr()
         os.dup2(tmp.fileno(), 2)
         try:
@@ -257,6 +259,30 @@ def quiet_kineto() -> Iterator[None]:
                     if not KINETO_LINE.search(line)]
             if kept:
                 os.write(2, "".join(kept).encode())
+
+
+@contextlib.contextmanager
+def no_lazy_inductor() -> Iterator[None]:
+    """While a profiler starts, steps or stops: keep ``torch.profiler.profile`` from importing
+    ``torch._inductor``. Its ``prepare_trace`` asks ``hasattr(torch, "_inductor")`` (to read inductor's
+    CUDA-graph setting), and torch's lazy module attribute imports the package to answer, with
+    ``torch._dynamo`` and sympy: some 2 s of CPU in every process that profiles (the extras
+    processes, the op profiles, the A/B workers that measure peak memory). Where nothing imported it,
+    nothing was compiled by inductor and the setting is moot (the profiler's default, no CUDA graphs,
+    stands): ``_inductor`` leaves torch's set of lazy modules meanwhile and is put back after.
+    Nothing changes where torch is not loaded, the package is imported already, or torch keeps no
+    such set."""
+    import sys
+
+    lazy = getattr(sys.modules.get("torch"), "_lazy_modules", None)
+    if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
+        yield
+        return
+    lazy.discard("_inductor")
+    try:
+        yield
+    finally:
+        lazy.add("_inductor")
 
 
 def _flush_stderr() -> None:

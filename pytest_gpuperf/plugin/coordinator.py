@@ -317,7 +317,7 @@ class Coordinator:
         import time
 
         from pytest_gpuperf.bisect.report import summary_lines
-        from pytest_gpuperf.bisect.run import BisectError
+        from pytest_gpuperf.bisect.run import BisectError, uncommitted
 
         confirmed = sorted(((r.comparison.ratio or 0.0, k) for k, r in finished.items()
                             if not isinstance(r, str) and r.comparison is not None and r.comparison.ab is not None
@@ -333,8 +333,11 @@ class Coordinator:
                           f"{commit[:7]} to HEAD (--gpuperf-bisect-on-regression)")
             left_s = max(1e-9, self.settings.bisect_timeout_s - (time.monotonic() - start))  # one cap for all
             try:
-                run = bisector(self.config, self.settings, progress.line, progress.tick, left_s).run(
-                    commit, "HEAD", keys=keys)
+                b = bisector(self.config, self.settings, progress.line, progress.tick, left_s)
+                # the A/B confirmation measured the working tree against this very commit: with nothing
+                # uncommitted nor untracked, that is HEAD against it, the bisection's first step
+                known = None if uncommitted(b.repo, untracked=True) else {k: _probe_of(finished[k]) for k in keys}
+                run = b.run(commit, "HEAD", keys=keys, known=known)
             except BisectError as exc:
                 self.bisect_lines.append(f"bisect {commit[:7]}..HEAD: {exc}")
                 continue
@@ -420,6 +423,17 @@ class Coordinator:
         for note in outcome.notes:
             self.warn(note)
         return outcome.results, outcome.removed
+
+
+def _probe_of(result: Any) -> Any:
+    """A confirmed regression's A/B comparison (``result``, its final result) as a bisection step's
+    :class:`~pytest_gpuperf.verdict.bisection.Probe` (the commit indices are the step's)."""
+    from pytest_gpuperf.reporting.messages import comparison_note
+    from pytest_gpuperf.verdict.bisection import Probe, call_of
+
+    c = result.comparison
+    return Probe(0, 0, call_of(c.verdict.value), c.ratio, c.ratio_ci, c.verdict.value, comparison_note(c),
+                 op_diff=result.op_diff)
 
 
 def _worker_count(options: opts.BenchOptions, session_processes: int) -> int:

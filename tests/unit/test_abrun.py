@@ -20,7 +20,7 @@ from pytest_gpuperf.reporting.messages import failure_messages
 def test_worker_args_drop_reports_xdist_and_ab_options():
     args = ["tests/perf", "--gpuperf-ab", "origin/main", "-n", "2", "--gpuperf-json=r.json", "--gpuperf-markdown",
             "s.md", "-k", "gemm", "-n4", "--junitxml=j.xml", "--gpuperf-ab-processes=3", "-v", "--lf", "--dist", "load"]
-    assert worker_args(args) == ["--gpuperf", "-p", "no:cacheprovider", "tests/perf", "-k", "gemm", "-v"]
+    assert worker_args(args) == ["--gpuperf", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "tests/perf", "-k", "gemm", "-v"]
 
 
 def test_map_path_moves_working_tree_paths_into_the_worktree(tmp_path: Path):

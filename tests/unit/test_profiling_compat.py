@@ -436,6 +436,32 @@ def test_quiet_kineto_keeps_kinetos_lines_out_and_the_rest_in(capfd):
     assert capfd.readouterr().err == ""
 
 
+def test_profiling_does_not_import_inductor():
+    """Starting ``torch.profiler.profile`` asks ``hasattr(torch, "_inductor")``, which imports
+    torch._inductor, torch._dynamo and sympy (seconds of CPU in every extras, op-profile and A/B
+    worker process); the plugin's profilers keep it out while nothing imported it (this session has:
+    a fresh process), and torch's lazy attribute works as before afterwards."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch
+from pytest_gpuperf.measure.memory import MemoryTracker
+from pytest_gpuperf.measure.opprofile import profile_ops
+from pytest_gpuperf.measure.profiling import profile_calls
+with MemoryTracker(torch.device("cpu")) as mem:
+    x = torch.ones(1 << 16)
+assert mem.report.peak_bytes >= 1 << 18, mem.report
+assert profile_ops(lambda: torch.ones(64).sum(), (), {}, torch.device("cpu"), cycles=2, calls=2)
+assert profile_calls(lambda: torch.ones(64).sum(), (), {}, torch.device("cpu"), 2)[1]
+assert "torch._inductor" not in sys.modules and "torch._dynamo" not in sys.modules, "imported"
+assert "_inductor" in getattr(torch, "_lazy_modules", {"_inductor"})
+assert hasattr(torch, "_inductor") and "torch._inductor" in sys.modules  # the lazy attribute as before
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_profiling_a_call_prints_no_kineto_lines(capfd):
     prof, events = profiling.profile_calls(lambda: torch.ones(8) + 1, (), {}, torch.device("cpu"), 2)
     assert events

@@ -76,7 +76,7 @@ CASES = [
 def test_a_worker_gets_exactly_the_selection_and_the_options_it_needs(args: list[str], expected: list[str]) -> None:
     assert selection_args(args) == expected
     assert selection_args(args, conftest_config()) == expected
-    assert worker_args(args) == ["--gpuperf", "-p", "no:cacheprovider", *expected]
+    assert worker_args(args) == ["--gpuperf", "-p", "no:cacheprovider", "-p", "no:unraisableexception", *expected]
 
 
 def test_other_plugins_and_conftest_options_pass_through_with_their_values() -> None:
