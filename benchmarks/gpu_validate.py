@@ -498,13 +498,12 @@ for _ in range(reps):
         for _ in range(calls):
             dist.all_reduce(t)
         per_call.append((time.perf_counter() - t0) * 1e3 / calls)
-mine = torch.tensor(per_call, dtype=torch.float64, device=device)
-every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-dist.all_gather(every, mine)
+every = [None] * dist.get_world_size()
+dist.all_gather_object(every, per_call)
 if dist.get_rank() == 0:
     with open(out, "w") as f:
         json.dump({"backend": dist.get_backend(), "world_size": dist.get_world_size(), "bytes": 4 * elems,
-                   "calls": calls, "per_call_ms": [e.tolist() for e in every]}, f)
+                   "calls": calls, "per_call_ms": every}, f)
 dist.destroy_process_group()
 '''
 

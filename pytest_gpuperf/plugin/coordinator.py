@@ -197,8 +197,6 @@ class Coordinator:
         profile, is profiled in 2 extras processes of its own (after all timing) and diffed against
         that profile (:func:`~pytest_gpuperf.verdict.opdiff.diff_against_stored`), marked as from
         another process and time. Contained: a failure leaves the verdict, says why in the message."""
-        import dataclasses
-
         from pytest_gpuperf.core.containment import OP_DIFF, Unavailable, contained
         from pytest_gpuperf.plugin.replicates import ReplicateError, extras_for, run_extras
         from pytest_gpuperf.verdict.opdiff import OpSample, diff_against_stored
@@ -359,7 +357,7 @@ class Coordinator:
         baseline = path = None
         env = entries[0].get("environment") or {}
         if env.get("device_type"):  # --gpuperf-nproc N: the -wsN folder, as under torchrun
-            path = baseline_path(self.settings.baseline_dir, device_key(env) + self._world_suffix(), module)
+            path = baseline_path(self.settings.baseline_dir, device_key(env) + _world_suffix(self.settings), module)
             try:
                 base_file = self.baseline(path)
                 check_module(base_file, module)
@@ -383,12 +381,6 @@ class Coordinator:
             if note:
                 self.warn(f"{key}: {note}")
         return result
-
-    def _world_suffix(self) -> str:
-        """The baseline folder suffix of ``--gpuperf-nproc N`` (``-wsN``; empty without it)."""
-        from pytest_gpuperf.verdict.scaling import world_size_suffix
-
-        return world_size_suffix(self.settings.nproc) if self.settings.nproc else ""
 
     def _run_ab(self) -> None:
         rev = self.settings.ab
@@ -434,6 +426,13 @@ def _probe_of(result: Any) -> Any:
     c = result.comparison
     return Probe(0, 0, call_of(c.verdict.value), c.ratio, c.ratio_ci, c.verdict.value, comparison_note(c),
                  op_diff=result.op_diff)
+
+
+def _world_suffix(settings: SessionSettings) -> str:
+    """The baseline folder suffix of ``--gpuperf-nproc N`` (``-wsN``; empty without it)."""
+    from pytest_gpuperf.verdict.scaling import world_size_suffix
+
+    return world_size_suffix(settings.nproc) if settings.nproc else ""
 
 
 def _worker_count(options: opts.BenchOptions, session_processes: int) -> int:
