@@ -962,4 +962,4 @@ def test_under_torchrun_the_host_load_leaves_out_the_other_ranks(tmp_path):
         proc(201, 100, ticks=2 * tick)  # the other rank used 2 s of CPU meanwhile
         proc(300, 1, ticks=tick)  # an unrelated process: it stays "other"
     # 3 s busy - (this process's few ms + 2 s of rank 201): about 1 s; without rank 201 it was 3 s
-    assert 0.5 < meter.other_s <= 1.0, meter.other_s
+    assert 0.5 < meter.other_s <= 1.0 + 1e-9, meter.other_s  # 1.0 when this process used no tick
