@@ -215,7 +215,7 @@ def test_gpuperf_nproc_measures_in_whole_torchrun_launches(pytester: pytest.Pyte
     update = pytester.runpytest_subprocess("--gpuperf-update-baselines", *common, timeout=300)
     out = update.stdout.str()
     assert update.ret == 0, out
-    assert "mode: update baselines (1 torchrun launches of 2 ranks per benchmark" in out, out
+    assert "mode: update baselines (1 torchrun launch of 2 ranks per benchmark" in out, out
     files = sorted(p.relative_to(pytester.path).as_posix() for p in (pytester.path / "baselines").rglob("*.json"))
     assert len(files) == 1 and files[0].endswith("-ws2/test_d.json"), files
     stored = json.loads((pytester.path / files[0]).read_text())["benchmarks"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from pytest_gpuperf.verdict.paired import Block
 from pytest_gpuperf.verdict.compare import Comparison, Verdict
@@ -40,11 +40,14 @@ def needs_more_pairs(c: Comparison | None) -> bool:
 
 
 def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], ref: str,
-              errors: dict[str, str] | None = None, confirm_from: int | None = None) -> BenchResult | None:
+              errors: dict[str, str] | None = None, confirm_from: int | None = None,
+              b_ranks: Sequence[Sequence[float]] | None = None) -> BenchResult | None:
     """The working tree's result for one benchmark (None when B has no entry: it was not measured
     there, or failed). ``blocks``: :class:`~pytest_gpuperf.verdict.paired.Block` of both sides; ``entries``:
     side -> result entry (:func:`~pytest_gpuperf.storage.codec.encode_result`) of that side's first worker; ``confirm_from``:
-    the first process pair of a confirmation re-measure (None: none ran)."""
+    the first process pair of a confirmation re-measure (None: none ran); ``b_ranks``: with
+    ``--gpuperf-nproc``, each of B's launches' rank medians (ms, rank order), merged by
+    :func:`~pytest_gpuperf.verdict.distributed.merged_ranks` (else B's first launch's)."""
     from pytest_gpuperf.verdict.counts import Counts
     from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
     from pytest_gpuperf.storage.codec import decode_result
@@ -75,8 +78,20 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
         warmup_calls=b.warmup_calls, comparison=comparison, peak_memory_bytes=b.peak_memory_bytes,
         memory_comparison=memory, bottleneck=b.bottleneck, telemetry=b.telemetry, benchmark_id=b.benchmark_id,
         group=b.group, options=b.options, counts=b.counts, count_comparison=count_comparison,
-        unavailable=b.unavailable, ranks=b.ranks,  # torchrun launches (--gpuperf-nproc): B's first launch's ranks
+        unavailable=b.unavailable, ranks=_b_ranks(b.ranks, b_ranks),
     )
+
+
+def _b_ranks(first: Any, launches: Sequence[Sequence[float]] | None) -> Any:
+    """Side B's per-rank timing under ``--gpuperf-nproc``: each rank's median over B's launches,
+    or ``first`` (B's first launch's) when they do not merge."""
+    from pytest_gpuperf.verdict.distributed import RankTiming, merged_ranks
+
+    try:
+        merged = merged_ranks([RankTiming.of(x) for x in launches]) if launches else None
+    except ValueError:  # a launch reported no positive median
+        merged = None
+    return merged if merged is not None else first
 
 
 def ab_results(coordinator: Any, ref: str) -> tuple[dict[str, BenchResult], list[str], list[str]]:
@@ -86,7 +101,8 @@ def ab_results(coordinator: Any, ref: str) -> tuple[dict[str, BenchResult], list
     removed, notes = [], []
     for key in coordinator.order:
         m = coordinator.measured[key]
-        r = ab_result(key, m.blocks, m.entries, ref, m.errors, getattr(coordinator, "confirm_from", None))
+        r = ab_result(key, m.blocks, m.entries, ref, m.errors, getattr(coordinator, "confirm_from", None),
+                      b_ranks=getattr(m, "ranks", {}).get("B"))
         if r is not None:
             results[key] = r
         elif "B" not in m.sides() and "B" not in m.errors:

@@ -455,12 +455,18 @@ class Channel:
             pass
 
 
+def _take_connect_address() -> str | None:
+    """:data:`~pytest_gpuperf.core.environ.AB_CONNECT` (``<host>:<port> <token>``), or None outside
+    an A/B worker; popped from the environment, so nested pytest runs (pytester) are no workers."""
+    from pytest_gpuperf.core.environ import AB_CONNECT
+
+    return os.environ.pop(AB_CONNECT, None) or None
+
+
 def connect_worker() -> "Channel | None":
     """In a worker process (:data:`~pytest_gpuperf.core.environ.AB_CONNECT` set): connect to the
     coordinator and authenticate; None outside a worker."""
-    from pytest_gpuperf.core.environ import AB_CONNECT
-
-    connect = os.environ.pop(AB_CONNECT, None)  # popped: nested pytest runs (pytester) are no workers
+    connect = _take_connect_address()
     if not connect:
         return None
     address, _, token = connect.partition(" ")
@@ -514,6 +520,8 @@ class Measured:
     profile_errors: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: side -> the chrome trace of its first profiling process's last cycle (written by the worker)
     traces: dict[str, str] = field(default_factory=dict)
+    #: side -> each torchrun launch's rank medians (ms, rank order; ``--gpuperf-nproc``)
+    ranks: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def sides(self) -> set[str]:
         return {b.side for b in self.blocks}
@@ -857,6 +865,8 @@ class Coordinator:
 
     def _finish(self, w: _Worker, m: Measured, p: int) -> None:
         reply = w.ask("finish", extras=w.spec.side not in m.entries, classify=w.spec.side == "B")
+        if reply is not None and reply.get("op") == "result" and reply.get("ranks"):
+            m.ranks.setdefault(w.spec.side, []).append([float(v) for v in reply["ranks"]])
         if reply is not None and reply.get("op") == "result" and reply.get("entry") and w.spec.side not in m.entries:
             m.entries[w.spec.side] = reply["entry"]
         elif reply is not None and reply.get("op") == "error":
@@ -1034,9 +1044,7 @@ class WorkerClient:
         connects and every other rank follows the commands rank 0 receives (:meth:`command`),
         saying nothing itself."""
         if ranks is not None and not ranks.is_writer:
-            from pytest_gpuperf.core.environ import AB_CONNECT
-
-            return cls(None, ranks) if os.environ.pop(AB_CONNECT, None) else None
+            return cls(None, ranks) if _take_connect_address() else None
         ch = connect_worker()
         return cls(ch, ranks) if ch is not None else None
 

@@ -353,8 +353,10 @@ class ABWorker(Measuring):
                         result = result.replace(ranks=rank_timing(per_rank))
                     from pytest_gpuperf.storage.codec import encode_result
 
+                    # every launch's rank medians (--gpuperf-nproc): the coordinator merges them over the launches
                     client.reply("result", entry=encode_result(result, environment={}, git_commit=None,
-                                                              timestamp_utc="") if cmd.get("extras") else None)
+                                                              timestamp_utc="") if cmd.get("extras") else None,
+                                 ranks=list(result.ranks.medians_ms) if result.ranks is not None else None)
                     return result
                 else:
                     client.reply("error", error=f"unknown command {cmd!r}")

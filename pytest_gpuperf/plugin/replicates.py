@@ -520,17 +520,11 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
 
 
 def _merged_ranks(results: Sequence[Any]) -> Any:
-    """The per-rank timing of torchrun launches (``--gpuperf-nproc``): each rank's median the median
-    of its medians in the launches (:class:`~pytest_gpuperf.verdict.distributed.RankTiming`); None
-    when a result has none (a worker process is no launch) or the world sizes differ."""
-    import statistics
+    """The per-rank timing of torchrun launches (``--gpuperf-nproc``):
+    :func:`~pytest_gpuperf.verdict.distributed.merged_ranks` of the results' ``ranks``."""
+    from pytest_gpuperf.verdict.distributed import merged_ranks
 
-    from pytest_gpuperf.verdict.distributed import RankTiming
-
-    timings = [r.ranks for r in results]
-    if not timings or any(t is None for t in timings) or len({t.world_size for t in timings}) != 1:
-        return None
-    return RankTiming.of([statistics.median(t.medians_ms[k] for t in timings) for k in range(timings[0].world_size)])
+    return merged_ranks([r.ranks for r in results])
 
 
 def _extras_of(results: Sequence[Any], missing: str | None = None, options: Any = None) -> dict[str, Any]:

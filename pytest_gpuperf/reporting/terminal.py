@@ -126,10 +126,10 @@ def _line(text: str, **markup: bool) -> Line:
 def _header(s: SessionSummary) -> list[Line]:
     mode = "update baselines" if s.updating else "compare"
     if s.replicated and s.world_size is not None:  # --gpuperf-nproc
-        mode += (f" ({s.processes} torchrun launches of {s.world_size} ranks per benchmark; a round's time is the "
-                 f"slowest rank's)")
+        launches = "1 torchrun launch" if s.processes == 1 else f"{s.processes} torchrun launches"
+        mode += f" ({launches} of {s.world_size} ranks per benchmark; a round's time is the slowest rank's)"
     elif s.replicated:
-        mode += f" ({s.processes} worker processes per benchmark)"
+        mode += f" ({s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark)"
     elif s.world_size is not None:
         mode += f" (torchrun: {s.world_size} ranks in step, one process each; a round's time is the slowest rank's)"
     else:

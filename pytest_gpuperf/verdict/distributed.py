@@ -124,6 +124,19 @@ def rank_timing(per_rank: Sequence[Sequence[float]]) -> RankTiming:
     return RankTiming.of([statistics.median(s) for s in per_rank])
 
 
+def merged_ranks(timings: Sequence[RankTiming | None]) -> RankTiming | None:
+    """The per-rank timing of several torchrun launches of one benchmark (``--gpuperf-nproc``
+    replicates, or one A/B side's launches): each rank's median the median of its medians (ms) in
+    the launches. None when there is none, one is None (a worker process is no launch) or the world
+    sizes differ."""
+    import statistics
+
+    if not timings or any(t is None for t in timings) or len({t.world_size for t in timings}) != 1:  # type: ignore[union-attr]
+        return None
+    return RankTiming.of([statistics.median(t.medians_ms[k] for t in timings)  # type: ignore[union-attr]
+                          for k in range(timings[0].world_size)])  # type: ignore[union-attr]
+
+
 def first_mismatch(per_rank: Sequence[Sequence[str]]) -> tuple[int, int, str | None, str | None] | None:
     """Where the ranks' collected tests first differ: ``(position, rank, rank 0's test there, that
     rank's test there)`` (a test None: that rank's list ended), or None when every rank collected the

@@ -129,6 +129,24 @@ def test_ab_result_builds_the_verdict_new_and_count_gate():
     assert ab_result("t.py::test_x", blocks, {"A": entry(10)}, "main") is None  # B failed: not decided here
 
 
+def test_ab_result_merges_each_rank_median_over_b_launches():
+    """--gpuperf-nproc: B's per-rank timing is each rank's median over all of B's launches, not its
+    first launch's; launches that do not merge (another world size) keep the first launch's."""
+    from pytest_gpuperf.reporting.report import result_entry
+    from pytest_gpuperf.verdict.distributed import RankTiming
+    from pytest_gpuperf.verdict.result import BenchResult
+
+    first = RankTiming.of([1.0, 5.0])  # the first launch: rank 1 looked slow
+    r = BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1, warmup_calls=1,
+                                 benchmark_id="test_x", options={"threshold": 0.05}, ranks=first)
+    e = result_entry(r, environment={}, git_commit=None, timestamp_utc="")
+    blocks = [Block(side, 0, pos, (1.0,) * 5) for pos, side in enumerate("ABBA")]
+    merged = ab_result("k", blocks, {"A": e, "B": e}, "main", b_ranks=[[1.0, 5.0], [1.1, 1.2], [0.9, 1.0]])
+    assert merged.ranks.medians_ms == (1.0, 1.2) and merged.ranks.slowest_rank == 1
+    assert ab_result("k", blocks, {"A": e, "B": e}, "main").ranks == first
+    assert ab_result("k", blocks, {"A": e, "B": e}, "main", b_ranks=[[1.0, 5.0], [1.0]]).ranks == first
+
+
 def test_results_file_round_trip(tmp_path: Path):
     from pytest_gpuperf.reporting.report import result_entry
     from pytest_gpuperf.verdict.result import BenchResult

@@ -321,6 +321,9 @@ def test_launches_merge_each_ranks_median_over_the_launches() -> None:
     assert merged.slowest_rank == 1 and merged.imbalance == pytest.approx(1.5)
     assert _merged_ranks([SimpleNamespace(ranks=None)]) is None  # worker processes, no launches
     assert _merged_ranks([launches[0], SimpleNamespace(ranks=RankTiming.of([1.0, 1.0, 1.0]))]) is None
+    from pytest_gpuperf.verdict.distributed import merged_ranks
+
+    assert merged_ranks([]) is None and merged_ranks([RankTiming.of([2.0])]).medians_ms == (2.0,)
 
 
 def test_the_ini_nproc_is_the_user_sessions_only() -> None:
