@@ -122,15 +122,17 @@ def pytest_collection_modifyitems(config, items):
     assert out.count(message) == 2, out
 
 
-def test_a_failed_or_hung_rank_fails_the_benchmark_everywhere_and_writes_no_baseline(pytester: pytest.Pytester) -> None:
+def test_a_failed_or_hung_rank_fails_the_benchmark_everywhere_and_writes_no_baseline(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """An update run on three ranks, in the suite's own process group (its timeout an hour: the
     plugin's waits bound it). A test that fails after measuring on rank 1 only fails on every rank
     naming rank 1, and rank 0 writes no baseline for it. Then rank 2 hangs in a benchmark's
     function (its third call, in the warmup): with ``--gpuperf-rank-timeout 5`` ranks 0 and 1 fail
     that benchmark after its 5 s budget, both naming rank 2 (the roll call), later benchmarks fail
     at once instead of waiting again, rank 2 writes its threads' tracebacks (faulthandler: it hangs
-    in test_d.py), torchrun's exit code is non-zero, and the whole launch ends within the 120 s it
-    is given (never the hour, nor 300 s)."""
+    in test_d.py: on one node to a file in the temp dir, which ranks 0 and 1 quote), torchrun's exit
+    code is non-zero, and the whole launch ends within the 120 s it is given (never the hour, nor
+    300 s)."""
     pytester.makepyfile(test_d="""
 import os, time
 import pytest
@@ -162,6 +164,8 @@ import torch.distributed as dist
 def pytest_configure(config):  # the suite's own process group: the plugin bounds its waits all the same
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3600))
 """)
+    temp = pytester.mkdir("temp")
+    monkeypatch.setenv("TMPDIR", str(temp))  # the ranks' watchdog folder
     result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5", ranks=3)  # 120 s at most
     out = result.stdout.str() + "\n" + result.stderr.str()
     assert result.ret != 0, out
@@ -169,9 +173,13 @@ def pytest_configure(config):  # the suite's own process group: the plugin bound
     for rank in (0, 1):  # the ranks still there both name rank 2
         assert re.search(rf"test_d\.py::test_hangs: rank {rank} of 3: \w+ failed, a rank crashed or hung: .*; rank 2 "
                          rf"did not answer within 5 s \(crashed, hung, or still running\): if it hung, its traceback "
-                         rf"\(faulthandler\) is in its output", out), out
+                         rf"\(faulthandler\) is in \S+/gpuperf-watchdog-\S+/rank2\.txt\n"
+                         rf"rank 2's traceback \(faulthandler, [^)]*\):\n(?:    .*\n)*?    +File \".*test_d\.py\", "
+                         rf"line \d+ in hang_on_rank_2", out), out  # its traceback quoted by the others (one node)
         assert f"test_d.py::test_after: not measured in step: an earlier collective failed: rank {rank} of 3: " in out, out
     assert re.search(r"Thread 0x[0-9a-f]+.*\n(?:.*\n)*?\s+File \".*test_d\.py\", line \d+ in hang_on_rank_2", out), out
+    assert out.count("in hang_on_rank_2") <= 4, out  # quoted in test_hangs's failure, not again in test_after's
+    assert [p.name for p in temp.rglob("*.txt")] == ["rank2.txt"], out  # the others' empty files removed
     assert not (pytester.path / "baselines").exists()
 
 

@@ -67,7 +67,10 @@ class Ranks:
     ``rank_timeout_s``: ``--gpuperf-rank-timeout`` (s): the wait of the collectives where the
     other ranks may still be in their own setup (the session's, the first of each benchmark) and
     the timeout of the group :meth:`start` creates. ``watchdog_file``: a file descriptor for the
-    hung-rank tracebacks (None: no watchdog, e.g. pytest's own ``faulthandler_timeout`` is set).
+    hung-rank tracebacks (None: no watchdog, e.g. pytest's own ``faulthandler_timeout`` is set);
+    ``watchdog_dir``: the folder on this node where every rank's goes when all ranks are on one node
+    (``rank<k>.txt``: the other ranks quote a hung rank's in their failure messages), None when
+    each goes to its rank's stderr.
     ``owns_group``: :meth:`start` created the default process group (and :meth:`stop` destroys it).
     ``broken``: why a collective failed (None: none did); after that every collective raises
     :class:`DistributedFault` at once.
@@ -86,6 +89,7 @@ class Ranks:
     master: str = ""
     rank_timeout_s: float = DEFAULT_TIMEOUT_S
     watchdog_file: int | None = field(default=None, compare=False)
+    watchdog_dir: str | None = field(default=None, compare=False)
     owns_group: bool = field(default=False, compare=False)
     broken: str | None = field(default=None, compare=False)
     _resting_s: float | None = field(default=None, compare=False, repr=False)  # the group's own timeout; None: not managed
@@ -95,6 +99,7 @@ class Ranks:
     _watching: tuple[float, float] | None = field(default=None, compare=False, repr=False)  # (armed at, delay s)
     _side: Any = field(default=None, compare=False, repr=False)  # the roll call's two gloo groups
     _answered: tuple[int, ...] = field(default=(), compare=False, repr=False)  # got rank 0's roll-call answer
+    _missing: tuple[int, ...] = field(default=(), compare=False, repr=False)  # did not answer the roll call
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Ranks | None":
@@ -347,7 +352,7 @@ class Ranks:
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             self.broken = (f"rank {self.rank} of {self.world_size}: {name} failed, a rank crashed or hung: "
                            f"{type(exc).__name__}: {first}; {self._roll_call(wait)}")
-            raise DistributedFault(self.broken) from exc
+            raise DistributedFault(self.broken + self._hung_tracebacks()) from exc  # quoted once, not by later tests
         if self._budget_s is None:
             self._set_wait(self._resting_s)
         elif not self._in_step:  # every rank is in this benchmark now: the budget from here on
@@ -372,7 +377,27 @@ class Ranks:
                 return roll_call_text(None, waited_s, text=f"{type(exc).__name__}: {exc}")
             return roll_call_text(None, waited_s, caller_answered=False, roll_call_s=2 * self.roll_call_s)
         missing = answer.get("missing")
-        return roll_call_text(None if missing is None else tuple(missing), waited_s, text=answer.get("text", ""))
+        self._missing = tuple(int(r) for r in missing or ())
+        return roll_call_text(None if missing is None else tuple(missing), waited_s, text=answer.get("text", ""),
+                              watchdog_dir=self.watchdog_dir)
+
+    def _hung_tracebacks(self) -> str:
+        """The tracebacks the ranks that missed the roll call wrote to their watchdog files (all
+        ranks on this node: :attr:`watchdog_dir`), as the failure message quotes them
+        (:func:`~pytest_gpuperf.verdict.distributed.hung_rank_tracebacks`); ``""`` for none. The
+        roll call waited past their watchdog's delay, so a hung rank has written its own by now."""
+        if self.watchdog_dir is None or not self._missing:
+            return ""
+        from pytest_gpuperf.verdict.distributed import hung_rank_tracebacks, last_dump, watchdog_path
+
+        dumps = {}
+        for r in self._missing:
+            try:
+                with open(watchdog_path(self.watchdog_dir, r), encoding="utf-8", errors="replace") as f:
+                    dumps[r] = last_dump(f.read())
+            except OSError:  # it never made its file (it crashed at start)
+                continue
+        return hung_rank_tracebacks(dumps)
 
     def _call_roll(self) -> dict[str, Any]:
         """The roll call: ``torch.distributed.monitored_barrier`` on the first side group (rank 0

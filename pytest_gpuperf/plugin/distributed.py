@@ -50,7 +50,7 @@ class DistributedSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Create the default process group (when the user's code has not) on the session's device
         kind, and the hung-rank watchdog's file (:func:`_watchdog_file`)."""
-        self.ranks.watchdog_file = _watchdog_file(session.config)
+        self.ranks.watchdog_file, self.ranks.watchdog_dir = _watchdog_file(session.config, self.ranks)
         self.ranks.start(_device_type(self.settings))
 
 
@@ -119,9 +119,7 @@ class DistributedSession:
             self.ranks.stop()
             fd, self.ranks.watchdog_file = self.ranks.watchdog_file, None
             if fd is not None:
-                import os
-
-                os.close(fd)
+                _close_watchdog_file(fd, self.ranks)
 
 
 class WorldOfOne:
@@ -168,27 +166,82 @@ def _device_type(settings: Any) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _watchdog_file(config: pytest.Config) -> int | None:
-    """A copy of this process's stderr descriptor for the hung-rank tracebacks (``faulthandler``
-    writes there while pytest captures fd 2; torchrun streams it), or None when pytest's own
-    ``faulthandler_timeout`` is set (its watchdog is the process's only one: the plugin's would
-    replace it) or stderr has no descriptor."""
+def _watchdog_file(config: pytest.Config, ranks: Any, environ: Any = None) -> tuple[int | None, str | None]:
+    """The hung-rank watchdog's file descriptor and folder: ``(fd, folder)``.
+
+    When every rank is on this node: this rank's file in a folder the node's ranks share
+    (:func:`watchdog_folder`), so the other ranks quote a hung rank's traceback in their failure
+    messages; otherwise (or when that folder cannot be made) a copy of this process's stderr
+    descriptor (``faulthandler`` writes there while pytest captures fd 2; torchrun streams it),
+    folder None. ``(None, None)`` when pytest's own ``faulthandler_timeout`` is set (its watchdog
+    is the process's only one: the plugin's would replace it) or stderr has no descriptor."""
     import os
     import sys
 
     try:
         if float(config.getini("faulthandler_timeout") or 0) > 0:
-            return None
+            return None, None
     except (ValueError, TypeError):  # pytest's faulthandler plugin is off (-p no:faulthandler)
         pass
+    folder = watchdog_folder(ranks, os.environ if environ is None else environ)
+    if folder is not None:
+        from pytest_gpuperf.verdict.distributed import watchdog_path
+
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            return os.open(watchdog_path(folder, ranks.rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), folder
+        except OSError:  # another user's folder of that name, a read-only temp dir: stderr then
+            pass
     for stream in (sys.stderr, sys.__stderr__):
         try:
             fd = stream.fileno()  # type: ignore[union-attr]
             if fd >= 0:
-                return os.dup(fd)
+                return os.dup(fd), None
         except (AttributeError, ValueError, OSError):
             continue
-    return None
+    return None, None
+
+
+def watchdog_folder(ranks: Any, environ: Any) -> str | None:
+    """The folder in the temp dir that the ranks of one torchrun launch share for their hung-rank
+    tracebacks, when every rank is on this node (``LOCAL_WORLD_SIZE == WORLD_SIZE``) and torchrun
+    named the run (``TORCHELASTIC_RUN_ID``): ``gpuperf-watchdog-<run id>-<master port>-<restart>``
+    (the port keeps apart launches that share a run id, torchrun's default ``none``); else None
+    (several nodes: each rank's traceback goes to its own stderr)."""
+    import os
+    import re
+    import tempfile
+
+    run_id = environ.get("TORCHELASTIC_RUN_ID")
+    if not run_id or ranks.local_world_size != ranks.world_size:
+        return None
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:64]
+    port = re.sub(r"[^0-9]", "", environ.get("MASTER_PORT", ""))
+    restart = re.sub(r"[^0-9]", "", environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return os.path.join(tempfile.gettempdir(), f"gpuperf-watchdog-{safe}-{port}-{restart or 0}")
+
+
+def _close_watchdog_file(fd: int, ranks: Any) -> None:
+    """At the session's end: close the watchdog's descriptor; in the node's folder remove this
+    rank's file when nothing was written to it (a traceback stays, where the failure messages say),
+    and the folder once it is empty."""
+    import os
+
+    try:
+        empty = ranks.watchdog_dir is not None and os.fstat(fd).st_size == 0
+    except OSError:
+        empty = False
+    os.close(fd)
+    if ranks.watchdog_dir is None:
+        return
+    from pytest_gpuperf.verdict.distributed import watchdog_path
+
+    try:
+        if empty:
+            os.unlink(watchdog_path(ranks.watchdog_dir, ranks.rank))
+        os.rmdir(ranks.watchdog_dir)
+    except OSError:  # another rank's file is still there (or its traceback): the last one out removes it
+        pass
 
 
 class RaisedOnAnyRank:

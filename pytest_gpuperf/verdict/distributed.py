@@ -233,14 +233,17 @@ def _seconds(s: float) -> str:
 
 
 def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, text: str = "",
-                   caller_answered: bool = True, roll_call_s: float | None = None) -> str:
+                   caller_answered: bool = True, roll_call_s: float | None = None,
+                   watchdog_dir: str | None = None) -> str:
     """What a failure message says of the ranks that did not answer (after a failed collective).
 
     ``missing``: the ranks that did not answer rank 0's roll call (empty: every rank answered;
     None: not known, then ``text``, the roll call's own error, is shown); ``waited_s``: how long
     the failed collective waited (s; None: the process group's own timeout, not known here);
     ``caller_answered``: False when rank 0, which calls the roll, sent no result to this rank
-    within ``roll_call_s`` s (it crashed or hung itself).
+    within ``roll_call_s`` s (it crashed or hung itself); ``watchdog_dir``: the folder on this node
+    where each rank's hung-rank traceback goes (:func:`watchdog_path`; None: to each rank's own
+    output).
     """
     within = f" within {_seconds(waited_s)}" if waited_s is not None else ""
     if not caller_answered:
@@ -254,11 +257,46 @@ def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, tex
         return (f"every rank answered the roll call afterwards: one was late{within}, not gone (a longer "
                 f"rank timeout or max_time gives it more time)")
     if len(missing) == 1:
+        where = "its output" if watchdog_dir is None else watchdog_path(watchdog_dir, missing[0])
         return (f"rank {missing[0]} did not answer{within} (crashed, hung, or still running): if it hung, its "
-                f"traceback (faulthandler) is in its output")
+                f"traceback (faulthandler) is in {where}")
     names = ", ".join(str(r) for r in missing)
+    where = "their output" if watchdog_dir is None else watchdog_path(watchdog_dir, "<rank>")
     return (f"ranks {names} did not answer{within} (crashed, hung, or still running): if they hung, their "
-            f"tracebacks (faulthandler) are in their output")
+            f"tracebacks (faulthandler) are in {where}")
+
+
+#: Lines of a hung rank's traceback quoted in the other ranks' failure messages.
+TRACEBACK_LINES = 20
+
+
+def watchdog_path(folder: str, rank: int | str) -> str:
+    """The file (in ``folder``, shared by the ranks of one node) where ``rank``'s hung-rank
+    traceback goes: ``<folder>/rank<rank>.txt``."""
+    return f"{folder.rstrip('/')}/rank{rank}.txt"
+
+
+def last_dump(text: str, lines: int = TRACEBACK_LINES) -> str:
+    """The last traceback dump of ``faulthandler.dump_traceback_later`` in ``text`` (from its last
+    ``Timeout (…)!`` line), cut to its first ``lines`` lines (faulthandler writes the innermost
+    frame first; a cut says how many lines it left out); ``""`` when ``text`` has none."""
+    start = text.rfind("Timeout (")
+    if start < 0:
+        return ""
+    dump = text[start:].rstrip().splitlines()
+    if len(dump) > lines:
+        dump = dump[:lines] + [f"... ({len(dump) - lines} more lines)"]
+    return "\n".join(dump)
+
+
+def hung_rank_tracebacks(tracebacks: Mapping[int, str]) -> str:
+    """What the other ranks' failure messages quote of the hung ranks' tracebacks
+    (``tracebacks``: rank -> :func:`last_dump` of its watchdog file; empty ones left out): each
+    under a line naming the rank, indented; ``""`` when there is none."""
+    parts = [f"\nrank {r}'s traceback (faulthandler, when it did not reach the next collective in time):\n"
+             + "\n".join("    " + line for line in tb.splitlines())
+             for r, tb in sorted(tracebacks.items()) if tb]
+    return "".join(parts)
 
 
 def watchdog_delay(wait_s: float, rank_timeout_s: float) -> float:

@@ -279,6 +279,54 @@ def test_the_failure_message_names_the_ranks_that_did_not_answer_and_where_to_lo
         "rank 0, which calls the roll of the ranks, sent no answer within 20 s: rank 0 crashed or hung")
 
 
+def test_a_hung_ranks_traceback_is_quoted_from_its_file_on_one_node(tmp_path) -> None:
+    """All ranks on one node: the failure message points at the hung rank's file and quotes the
+    start of its last faulthandler dump (innermost frames first); nothing when it wrote none."""
+    from pytest_gpuperf.verdict.distributed import hung_rank_tracebacks, last_dump, watchdog_path
+
+    folder = str(tmp_path)
+    assert roll_call_text((2,), 5.0, watchdog_dir=folder).endswith(
+        f"if it hung, its traceback (faulthandler) is in {folder}/rank2.txt")
+    assert roll_call_text((1, 2), 5.0, watchdog_dir=folder).endswith(f"are in {folder}/rank<rank>.txt")
+    frames = "".join(f'  File "t.py", line {i} in f{i}\n' for i in range(30))
+    text = ("Timeout (0:00:01)!\nThread 0x1 (most recent call first):\n  File \"old.py\", line 1 in g\n"
+            f"Timeout (0:00:07.500000)!\nThread 0x2 (most recent call first):\n{frames}")
+    dump = last_dump(text)
+    assert dump.startswith("Timeout (0:00:07.500000)!\nThread 0x2") and "old.py" not in dump
+    assert dump.splitlines()[-1] == "... (12 more lines)" and len(dump.splitlines()) == 21
+    assert last_dump("rank 2 was fine\n") == ""
+    quoted = hung_rank_tracebacks({2: dump, 3: ""})
+    assert quoted.startswith("\nrank 2's traceback (faulthandler, ") and "\n      File \"t.py\", line 0 in f0" in quoted
+    assert "rank 3" not in quoted and hung_rank_tracebacks({}) == ""
+    assert watchdog_path(folder + "/", 4) == f"{folder}/rank4.txt"
+
+
+def test_the_watchdog_folder_is_per_launch_and_only_on_one_node(tmp_path) -> None:
+    """One folder per launch (run id, master port, restart), shared by its ranks; None on several
+    nodes or outside torch elastic; a rank's empty file and the empty folder go at the end."""
+    import os
+
+    from pytest_gpuperf.plugin.distributed import _close_watchdog_file, watchdog_folder
+
+    env = {"TORCHELASTIC_RUN_ID": "none", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0"}
+    one_node = Ranks(rank=1, world_size=2, local_rank=1, local_world_size=2)
+    folder = watchdog_folder(one_node, env)
+    assert folder is not None and folder.endswith("gpuperf-watchdog-none-29500-0")
+    assert watchdog_folder(one_node, dict(env, MASTER_PORT="29501")) != folder  # another launch beside it
+    assert watchdog_folder(Ranks(rank=1, world_size=4, local_rank=1, local_world_size=2), env) is None
+    assert watchdog_folder(one_node, {}) is None
+    assert "/" not in os.path.basename(watchdog_folder(one_node, dict(env, TORCHELASTIC_RUN_ID="../x")))
+    d = tmp_path / "w"
+    d.mkdir()
+    quiet, hung = Ranks(rank=0, world_size=2, watchdog_dir=str(d)), Ranks(rank=1, world_size=2, watchdog_dir=str(d))
+    fd0 = os.open(d / "rank0.txt", os.O_WRONLY | os.O_CREAT)
+    fd1 = os.open(d / "rank1.txt", os.O_WRONLY | os.O_CREAT)
+    os.write(fd1, b"Timeout (0:00:07)!\n")
+    _close_watchdog_file(fd0, quiet)
+    _close_watchdog_file(fd1, hung)
+    assert sorted(p.name for p in d.iterdir()) == ["rank1.txt"]  # the traceback stays, where the message says
+
+
 class Timeouts(Ranks):
     """A :class:`Ranks` whose process group is a list of the timeouts it was given (s), a managed
     gloo group with its own timeout ``resting``; the roll call answers ``missing``."""
