@@ -147,6 +147,31 @@ def test_ab_result_merges_each_rank_median_over_b_launches():
     assert ab_result("k", blocks, {"A": e, "B": e}, "main", b_ranks=[[1.0, 5.0], [1.0]]).ranks == first
 
 
+def test_the_coordinator_keeps_every_launchs_rank_medians_and_the_first_entry():
+    """Each ``finish`` reply of a side's launch adds its rank medians (``--gpuperf-nproc``); the
+    result entry (extras) stays the side's first; a worker that is no launch sends none."""
+    replies = iter([{"op": "result", "entry": {"first": 1}, "ranks": [1.0, 2.0]},
+                    {"op": "result", "entry": None, "ranks": [1.1, 1.9]},
+                    {"op": "result", "entry": None, "ranks": None}])
+    asked = []
+
+    class Worker:
+        spec = types.SimpleNamespace(side="B")
+
+        def ask(self, op, **kw):
+            asked.append((op, kw["extras"]))
+            return next(replies)
+
+        def next(self):
+            return {"op": "bye"}
+
+    m = Measured("k")
+    for p in range(3):
+        Coordinator._finish(None, Worker(), m, p)  # type: ignore[arg-type]
+    assert m.ranks == {"B": [[1.0, 2.0], [1.1, 1.9]]} and m.entries == {"B": {"first": 1}}
+    assert asked == [("finish", True), ("finish", False), ("finish", False)]
+
+
 def test_results_file_round_trip(tmp_path: Path):
     from pytest_gpuperf.reporting.report import result_entry
     from pytest_gpuperf.verdict.result import BenchResult
