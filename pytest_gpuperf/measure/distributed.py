@@ -352,7 +352,8 @@ class Ranks:
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             self.broken = (f"rank {self.rank} of {self.world_size}: {name} failed, a rank crashed or hung: "
                            f"{type(exc).__name__}: {first}; {self._roll_call(wait)}")
-            raise DistributedFault(self.broken + self._hung_tracebacks()) from exc  # quoted once, not by later tests
+            # the hung ranks' tracebacks quoted once, not again by the later tests' messages
+            raise DistributedFault(self.broken + hung_tracebacks(self.watchdog_dir, self._missing)) from exc
         if self._budget_s is None:
             self._set_wait(self._resting_s)
         elif not self._in_step:  # every rank is in this benchmark now: the budget from here on
@@ -380,24 +381,6 @@ class Ranks:
         self._missing = tuple(int(r) for r in missing or ())
         return roll_call_text(None if missing is None else tuple(missing), waited_s, text=answer.get("text", ""),
                               watchdog_dir=self.watchdog_dir)
-
-    def _hung_tracebacks(self) -> str:
-        """The tracebacks the ranks that missed the roll call wrote to their watchdog files (all
-        ranks on this node: :attr:`watchdog_dir`), as the failure message quotes them
-        (:func:`~pytest_gpuperf.verdict.distributed.hung_rank_tracebacks`); ``""`` for none. The
-        roll call waited past their watchdog's delay, so a hung rank has written its own by now."""
-        if self.watchdog_dir is None or not self._missing:
-            return ""
-        from pytest_gpuperf.verdict.distributed import hung_rank_tracebacks, last_dump, watchdog_path
-
-        dumps = {}
-        for r in self._missing:
-            try:
-                with open(watchdog_path(self.watchdog_dir, r), encoding="utf-8", errors="replace") as f:
-                    dumps[r] = last_dump(f.read())
-            except OSError:  # it never made its file (it crashed at start)
-                continue
-        return hung_rank_tracebacks(dumps)
 
     def _call_roll(self) -> dict[str, Any]:
         """The roll call: ``torch.distributed.monitored_barrier`` on the first side group (rank 0
@@ -475,3 +458,23 @@ class Ranks:
                 dist.isend(token, dst=r, group=self._side[1], tag=1).wait(timeout=wait)
         except Exception:  # noqa: BLE001 - rank 0 or that rank is gone: nothing more to wait for
             pass
+
+
+def hung_tracebacks(folder: str | None, missing: tuple[int, ...]) -> str:
+    """The tracebacks the ``missing`` ranks (they did not answer the roll call) wrote to their
+    watchdog files in ``folder`` (all ranks on this node; None: elsewhere), as a failure message
+    quotes them (:func:`~pytest_gpuperf.verdict.distributed.hung_rank_tracebacks`); ``""`` for
+    none. The roll call waited past their watchdog's delay, so a hung rank has written its own by
+    then; a rank that never made its file (it crashed at start) is left out."""
+    if folder is None or not missing:
+        return ""
+    from pytest_gpuperf.verdict.distributed import hung_rank_tracebacks, last_dump, watchdog_path
+
+    dumps = {}
+    for r in missing:
+        try:
+            with open(watchdog_path(folder, r), encoding="utf-8", errors="replace") as f:
+                dumps[r] = last_dump(f.read())
+        except OSError:
+            continue
+    return hung_rank_tracebacks(dumps)
