@@ -81,13 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the CUDA-only lines that did not run")
     parser.add_argument("--cuda-unit-tests", action="store_true",
                         help="run the unit test files that mention CUDA or NVML (tests/unit/test_*.py; "
-                             "cuda_unit_tests()) before the pytest arguments: the ones that can run CUDA-only code")
+                             "cuda_unit_tests()) before the pytest arguments: the ones that can run CUDA-only code; "
+                             "without the tests marked subprocess (their work is in a child process)")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest arguments (default: tests/unit)")
     args = parser.parse_args(argv)
     data = ROOT / ".coverage.cuda"
     pytest_args = args.pytest_args or ["tests/unit", "-q", "-p", "no:cacheprovider"]
-    if args.cuda_unit_tests:
-        pytest_args = [*cuda_unit_tests(), *args.pytest_args]
+    if args.cuda_unit_tests:  # without the tests whose work runs in a child process: coverage sees none of it
+        pytest_args = [*cuda_unit_tests(), "-m", "not subprocess", *args.pytest_args]
     run = subprocess.run([sys.executable, "-m", "coverage", "run", f"--data-file={data}", "--source=pytest_gpuperf",
                           "-m", "pytest", *pytest_args], cwd=ROOT)
     if run.returncode not in (0, 5):

@@ -90,7 +90,10 @@ def pg():
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Hide the GPU from the suite (see the top of this file), not from the perf suite alone."""
+    """Hide the GPU from the suite (see the top of this file), not from the perf suite alone; the
+    ``subprocess`` marker."""
+    config.addinivalue_line("markers", "subprocess: the test's work runs in a child process, which in-process "
+                                       "coverage does not see (benchmarks/cuda_coverage.py leaves it out)")
     targets = [Path(config.invocation_params.dir, str(a).split("::")[0]).resolve() for a in config.args]
     perf_only = bool(targets) and all(t == PERF_SUITE or PERF_SUITE in t.parents for t in targets)
     if not CUDA_RUN and not perf_only:

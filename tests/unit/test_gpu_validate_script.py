@@ -132,6 +132,7 @@ def test_the_benchmark_project_compiles_on_both_devices(gv):
         assert source.count("@pytest.mark.gpu_bench(**BENCH") == 3
 
 
+@pytest.mark.subprocess
 def test_plain_all_reduce_script_in_a_world_of_one(gv, tmp_path):
     """The plain torch measurement's child script, run as one gloo rank (no torchrun: a few seconds)."""
     import json

@@ -436,6 +436,7 @@ def test_quiet_kineto_keeps_kinetos_lines_out_and_the_rest_in(capfd):
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.subprocess
 def test_profiling_does_not_import_inductor():
     """Starting ``torch.profiler.profile`` asks ``hasattr(torch, "_inductor")``, which imports
     torch._inductor, torch._dynamo and sympy (seconds of CPU in every extras, op-profile and A/B

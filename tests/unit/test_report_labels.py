@@ -175,6 +175,7 @@ def test_trace_names_are_bounded_and_distinct():
     assert b._safe_id("t[a b]") != b._safe_id("t[a/b]")  # any lossy id gets its digest
 
 
+@pytest.mark.subprocess
 def test_plots_module_does_not_import_matplotlib_at_import_time():
     import subprocess
     import sys
