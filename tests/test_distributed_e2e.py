@@ -43,6 +43,20 @@ def test_all_reduce(gpu_bench):
     gpu_bench(lambda: dist.all_reduce(t))
 """
 
+#: Fixed rounds, so the scripted calls are counted exactly: a spike in the first measurement
+#: (``slow_calls`` 35 = 5 warmup + 30 rounds) is re-measured in step on both ranks, not confirmed.
+SPIKE_BENCH = """
+
+@pytest.mark.gpu_bench(confirm=1, threshold=0.3)
+def test_spike(gpu_bench):
+    gpu_bench.pedantic(lambda: None, rounds=30, warmup_rounds=5)
+"""
+
+
+def report_comparison(pytester: pytest.Pytester, name: str) -> dict:
+    """``test_d.py::NAME``'s comparison in ``report.json``."""
+    return json.loads((pytester.path / "report.json").read_text())["benchmarks"][f"test_d.py::{name}"]["comparison"]
+
 
 def torchrun(pytester: pytest.Pytester, *args: str, ranks: int = 2) -> pytest.RunResult:
     """``ranks`` ranks of ``pytest ARGS`` under torchrun (the CPU, gloo), within 120 s."""
@@ -55,8 +69,9 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     rerun passes on both ranks; rank 1 made 1.5x slower in one benchmark fails that benchmark on
     both ranks naming rank 1, while the other benchmarks pass; the JSON report has per-rank medians
     and each rank's communication (a real gloo all-reduce: its share, and nccl-tests' bandwidths at
-    the scripted 2 ms)."""
-    pytester.makepyfile(test_d=BENCHES + COMM_BENCH)
+    the scripted 2 ms). A one-off slow first measurement of ``test_spike`` is re-measured in step on
+    both ranks and not confirmed (passes); a real 2x slowdown is confirmed on re-measure (fails)."""
+    pytester.makepyfile(test_d=BENCHES + COMM_BENCH + SPIKE_BENCH)
     script_timings(pytester, {"ms": 2.0})
     update = torchrun(pytester, "--gpuperf-update-baselines")
     assert update.ret == 0, update.stdout.str()
@@ -68,21 +83,26 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     entry = stored["benchmarks"]["test_local"]
     assert len(entry["history"]) == 1  # one writer: rank 0
     assert entry["ranks"]["world_size"] == 2 and len(entry["ranks"]["medians_ms"]) == 2
-    header = "gpuperf: 3 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
+    header = "gpuperf: 4 benchmark(s), mode: update baselines (torchrun: 2 ranks in step"
     assert update.stdout.str().count(header) == 1  # the summary: rank 0 only
 
+    set_timings(pytester, {"ms": 2.0}, test_spike={"ms": 2.0, "slow_calls": 35, "slow_factor": 2.0})
     rerun = torchrun(pytester, "--gpuperf")
     assert rerun.ret == 0, rerun.stdout.str()
-    assert rerun.stdout.str().count("3 passed") == 2  # each rank's own line
+    assert rerun.stdout.str().count("4 passed") == 2  # each rank's own line
+    assert re.search(r"test_d\.py::test_spike .* 60  .* inconclusive \(not confirmed\)", rerun.stdout.str()), \
+        rerun.stdout.str()  # 30 rounds, then 30 more in step on both ranks
     # one stored run: the summary asks for more (the spread from one session to the next)
     assert "the baseline has 1 stored run(s): record it in 2 more update run(s)" in rerun.stdout.str()
 
-    set_timings(pytester, {"ms": 2.0}, test_step={"ms": 2.0, "rank_factors": [1.0, 1.5]})
+    set_timings(pytester, {"ms": 2.0}, test_step={"ms": 2.0, "rank_factors": [1.0, 1.5]}, test_spike={"ms": 4.0})
     slow = torchrun(pytester, "--gpuperf", "--gpuperf-json", "report.json")
     out = slow.stdout.str()
     assert slow.ret == 1, out
-    assert out.count("1 failed, 2 passed") == 2, out  # the same outcome on both ranks
+    assert out.count("2 failed, 2 passed") == 2, out  # the same outcome on both ranks
     assert "FAILED test_d.py::test_step" in out and "FAILED test_d.py::test_local" not in out
+    assert "FAILED test_d.py::test_spike" in out and "not confirmed" not in out, out
+    assert report_comparison(pytester, "test_spike")["confirmed"] is True
     assert re.search(r"regressed 1\.\d+x .*: rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
                      out), out
     report = json.loads((pytester.path / "report.json").read_text())

@@ -36,10 +36,10 @@ from pytest_gpuperf.verdict.result import BenchResult, Overrun
 
 
 
-#: Under torchrun (no replicate processes, no re-measure, no A/B confirmation) the gate knows the
-#: spread from one session to the next only from the baseline's stored runs: with fewer, a note asks
-#: for more. Measured (docs/distributed.md, benchmarks/distributed_aa.py): 16% false alarms with one
-#: stored run, far fewer with three.
+#: Under torchrun (no replicate processes, no A/B confirmation; a regression is re-measured in the
+#: same session, in step on every rank) the gate knows the spread from one session to the next only
+#: from the baseline's stored runs: with fewer, a note asks for more. Measured (docs/distributed.md,
+#: benchmarks/distributed_aa.py): 16% false alarms with one stored run, far fewer with three.
 TORCHRUN_BASELINE_RUNS = 3
 
 class GpuBenchUsageError(RuntimeError):
@@ -570,7 +570,7 @@ class InProcess(Measuring):
         if ctx.ranks is not None and ctx.confirm_regressions and entry is not None \
                 and len(entry.history) < TORCHRUN_BASELINE_RUNS:
             n = len(entry.history)
-            notes.append(f"{self._full_id(bid)}: under torchrun a verdict rests on one measurement per session and "
+            notes.append(f"{self._full_id(bid)}: under torchrun a verdict rests on one session's measurements and "
                          f"the baseline has {n} stored run(s): record it in {TORCHRUN_BASELINE_RUNS - n} more update "
                          f"run(s) (--gpuperf-update-baselines under torchrun) so that the gate knows the spread from "
                          f"one session to the next")
@@ -623,18 +623,24 @@ class InProcess(Measuring):
             confirmations.append(timed())
             return confirmations[-1]  # judge reads its samples_ms and probe_ms
 
-        evaluation = evaluate(
-            Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes if mem is not None else None,
-                     counts=counts,
-                     throttle=throttle_verdict(telemetry), device=str(ctx.device)),
-            Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
-            # under torchrun a re-measure would have to be in step on every rank: not yet (issue 35)
-            remeasure=remeasure if ctx.confirm_regressions and ctx.ranks is None else None, drift=self._drift_ratio(entry),
-            fixed_rounds=rounds is not None,
-            can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
-            probe=self._probe_evidence(t, probe, entry), machine_reference=self._reference_ratio(entry),
-            normalize=ctx.normalize, max_memory_text=ctx.max_memory_text,
-        )
+        def judged(again: Callable[[], Timing] | None) -> Any:
+            return evaluate(
+                Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes if mem is not None else None,
+                         counts=counts, throttle=throttle_verdict(telemetry), device=str(ctx.device)),
+                Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
+                remeasure=again if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
+                fixed_rounds=rounds is not None,
+                can_fail=ctx.confirm_regressions,  # off only while updating baselines, which never fail on timing
+                probe=self._probe_evidence(t, probe, entry), machine_reference=self._reference_ratio(entry),
+                normalize=ctx.normalize, max_memory_text=ctx.max_memory_text,
+            )
+
+        if ctx.ranks is None:
+            evaluation = judged(remeasure)
+        else:  # torchrun: the re-measures in step on every rank, when rank 0's verdict asks for them
+            evaluation = _judged_in_step(judged, ctx.ranks, self.options.confirm if ctx.confirm_regressions else 0,
+                                         lambda: confirmations.append(_combine_ranks(ctx.ranks, timed())[0]),
+                                         confirmations)
         probe_all = t.probe_ms + sum((c.probe_ms for c in confirmations), ())
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
                         if probe is not None and probe_all else {})
@@ -766,6 +772,39 @@ def _lockstep_of(measurer: Any, ranks: Any) -> Any:
         raise GpuBenchUsageError(f"gpu_bench under torchrun: the timing backend {type(measurer).__name__}.measure "
                                  f"takes no lockstep= keyword, so the ranks' rounds cannot be kept aligned")
     return ranks
+
+
+class _ConfirmWanted(Exception):
+    """The gate asked for a re-measure (:func:`_judged_in_step`'s first pass)."""
+
+
+def _judged_in_step(judged: Callable[[Any], Any], ranks: Any, confirm: int, measure_again: Callable[[], None],
+                    measured: list[Timing]) -> Any:
+    """Under torchrun: the gate's verdict (``judged(remeasure)``, :func:`pytest_gpuperf.verdict.gate.evaluate`)
+    with its confirmation re-measures made in step on every rank.
+
+    A re-measure is collectives on every rank (the lockstep rounds, the gather of the samples), so
+    the ranks must agree to make it: each rank first judges without one (a first pass that stops
+    where the gate would re-measure), rank 0's answer goes to every rank (one broadcast,
+    :meth:`~pytest_gpuperf.measure.distributed.Ranks.decide`), and then either every rank makes
+    the ``confirm`` re-measures (``measure_again``: one in-step measurement, each round the slowest
+    rank's, appended to ``measured``) and judges on them, or none does. Rank 0's verdict is the one
+    every rank reports, so a rank whose own first pass differed follows it."""
+    wants = False
+
+    def ask() -> Any:
+        raise _ConfirmWanted
+
+    try:
+        first = judged(ask) if confirm > 0 else judged(None)
+    except _ConfirmWanted:
+        wants, first = True, None
+    if confirm <= 0 or not ranks.decide(wants):
+        return first if first is not None else judged(None)
+    for _ in range(confirm):
+        measure_again()
+    again = iter(list(measured))
+    return judged(lambda: next(again, measured[-1]))
 
 
 def _combine_ranks(ranks: Any, t: Timing) -> tuple[Timing, Any]:

@@ -449,3 +449,48 @@ def test_the_rank_timeout_comes_from_the_command_line_else_the_ini_else_300_s(mo
     assert _ranks(Options()).rank_timeout_s == 300.0
     assert _ranks(Options(ini={"gpuperf_rank_timeout": "45"})).rank_timeout_s == 45.0
     assert _ranks(Options(cli={"--gpuperf-rank-timeout": "5"}, ini={"gpuperf_rank_timeout": "45"})).rank_timeout_s == 5.0
+
+
+class _Decides:
+    """Ranks whose ``decide`` answers rank 0's scripted ``answer`` and records what it was given."""
+
+    def __init__(self, answer: bool) -> None:
+        self.answer, self.asked = answer, []
+
+    def decide(self, local: bool) -> bool:
+        self.asked.append(local)
+        return self.answer
+
+
+def _gate(regressed_first: bool):
+    """A gate (``judged(remeasure)``): it re-measures once when its first look says regressed, and
+    returns what it saw."""
+    def judged(remeasure):
+        if regressed_first and remeasure is not None:
+            return ("confirmed on", remeasure())
+        return ("decided without a re-measure", None)
+    return judged
+
+
+def test_under_torchrun_every_rank_re_measures_in_step_when_rank_0_asks() -> None:
+    """The confirmation re-measure is collectives on every rank: each rank judges first without
+    it, rank 0's answer goes to all (one decide), and then all re-measure (``confirm`` times) or
+    none does, whatever their own first look said."""
+    from pytest_gpuperf.plugin.measuring import _judged_in_step
+
+    measured: list = []
+    again = lambda: measured.append(f"in step {len(measured)}")  # noqa: E731
+    ranks = _Decides(True)  # rank 0 saw a regression; this rank did not: it re-measures all the same
+    assert _judged_in_step(_gate(False), ranks, 2, again, measured) == ("decided without a re-measure", None)
+    assert ranks.asked == [False] and measured == ["in step 0", "in step 1"]
+    measured.clear()
+    ranks = _Decides(True)
+    assert _judged_in_step(_gate(True), ranks, 1, again, measured) == ("confirmed on", "in step 0")
+    assert ranks.asked == [True] and measured == ["in step 0"]
+    measured.clear()
+    ranks = _Decides(False)  # rank 0 saw none: no rank re-measures, this one judges without
+    assert _judged_in_step(_gate(True), ranks, 1, again, measured) == ("decided without a re-measure", None)
+    assert ranks.asked == [True] and measured == []
+    ranks = _Decides(True)  # an update run (confirm 0): no question, no re-measure
+    assert _judged_in_step(_gate(True), ranks, 0, again, measured) == ("decided without a re-measure", None)
+    assert ranks.asked == [] and measured == []
