@@ -1,8 +1,10 @@
 """A pytest plugin for studies on unmodified suites: slow every benchmarked call down by a fraction.
 
 ``-p inject_plugin`` (with ``benchmarks/`` on ``PYTHONPATH``) and ``GPUPERF_STUDY_SLOWDOWN=0.2``
-make every function a benchmark hands to ``gpu_bench``/``benchmark`` take 20% longer: after each
-call it busy-waits 0.2 x that call's own duration. The suite's files are not touched, so a real
+make every function a benchmark hands to ``gpu_bench``/``benchmark`` do 20% more work: after each
+call it busy-waits until the calling thread has run 0.2 x that call's own CPU time more
+(``time.thread_time``: more work, as slower code is, which a neighbour's preemption neither adds to
+nor takes from; on a quiet host, for a call that does not wait, 20% more wall time too). The suite's files are not touched, so a real
 library's pytest-benchmark suite can be studied as it is (``benchmarks/real_suite_study.py``).
 The worker processes of ``--gpuperf-processes`` get the same ``-p`` and environment, so the
 slowdown applies where the timing happens. Not part of the plugin.
@@ -18,11 +20,11 @@ import time
 def _slowed(fn, fraction: float):
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        start = time.perf_counter()
+        start = time.thread_time()
         out = fn(*args, **kwargs)
-        spent = time.perf_counter() - start
-        until = time.perf_counter() + fraction * spent
-        while time.perf_counter() < until:
+        spent = time.thread_time() - start
+        until = time.thread_time() + fraction * spent
+        while time.thread_time() < until:
             pass
         return out
 

@@ -70,6 +70,7 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
             "counts_failed": bool(cc.get("failed")),
             "memory_failed": bool(mc.get("verdict") == "regressed" or mc.get("over_budget")),
             "processes": len(b.get("process_medians_ms") or []) or 1,
+            "clock": (b.get("comparison") or {}).get("clock"),
             "unavailable": sorted((b.get("unavailable") or {}).keys()),
         }
     return out
@@ -92,6 +93,12 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
     smoke = junit_outcomes(work / "smoke.xml")
     result["smoke"] = {"passed": sum(v == "passed" for v in smoke.values()), "tests": len(smoke), "wall_s": wall}
     print(f"[{name}] smoke: {result['smoke']}", flush=True)
+
+    # pytest-benchmark's own default run of the same selection (this plugin off), for the wall time
+    rc, wall = run(opts.python, tree, [*args, "-p", "no:cacheprovider", "-p", "no:gpuperf", "-q"], env,
+                   work / "pytest-benchmark.log")
+    result["pytest_benchmark"] = {"exit": rc, "wall_s": wall}
+    print(f"[{name}] pytest-benchmark's default run: {wall:.0f} s (exit {rc})", flush=True)
 
     rc, wall = run(opts.python, tree, [*base, "--gpuperf-update-baselines", f"--gpuperf-json={work}/update.json",
                                        f"--junitxml={work}/update.xml"], env, work / "update.log")
@@ -125,13 +132,15 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
             "verdicts": {k: sum(x["verdict"] == k for x in v.values())
                          for k in ("regressed", "inconclusive", "unchanged", "improved", "no-baseline")},
             "processes_mean": (sum(x["processes"] for x in v.values()) / len(v)) if v else None,
+            "decided_on_cpu_time": sum(x["clock"] == "cpu" for x in v.values()),
             "failures": {k: [c for c in ("timing", "counts", "memory") if x[f"{c}_failed"]]
                          for k, x in v.items() if x["timing_failed"] or x["counts_failed"] or x["memory_failed"]},
         }
         result["runs"].append(row)
         print(f"[{name}] {tag}: {wall:.0f} s, {row['benchmarks']} benchmarks, verdicts {row['verdicts']}, "
               f"failed: timing {row['timing_failed']} counts {row['counts_failed']} memory {row['memory_failed']}, "
-              f"tests failed {row['failed_tests']}, mean processes {row['processes_mean']}", flush=True)
+              f"tests failed {row['failed_tests']}, mean processes {row['processes_mean']}, "
+              f"decided on CPU time {row['decided_on_cpu_time']}", flush=True)
     return result
 
 

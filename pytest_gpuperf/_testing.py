@@ -30,6 +30,13 @@ benchmark's and the probe's scripted times, a machine state that both follow (co
 **Host load.** The CPU sampler's host load (``other_cpu_cores``, see
 :class:`pytest_gpuperf.measure.telemetry.CpuSampler`) is not measured under a scripted measurer; a spec's
 ``"host_load": 0.98`` scripts it (cores used by other processes), e.g. to test "host busy".
+
+**CPU time.** Without a ``"cpu"`` entry a scripted measurer reads no CPU clock (results have no
+CPU time, as before). ``"cpu": {"share": 1.0}`` advances the fake thread CPU clock by the call's
+scripted wall time times ``share``; ``"cpu": {"ms": 1.0, "cv": 0.02, ...}`` (a spec of the timing's
+form) scripts it on its own, untouched by ``"machine"`` and ``"process_factors"``: a neighbour that
+stretches the wall clock and not the CPU time. ``"cpu": {..., "parallel": 2.0}``: the process's CPU
+time is that many times the thread's (intra-op threads working beside it).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from pytest_gpuperf.measure.timing import Measurer, measure, time_once
+from pytest_gpuperf.measure.timing import CpuClocks, Measurer, measure, time_once
 
 #: ``script(i) -> ms``: the duration of the i-th call of the benchmarked function (0-based).
 Script = Callable[[int], float]
@@ -89,10 +96,17 @@ class ScriptedMeasurer(Measurer):
 
     def __init__(self, script: Script | Sequence[float] | float,
                  probe_script: Script | Sequence[float] | float | None = None,
-                 machine: Script | None = None, host_load: float | None = None) -> None:
+                 machine: Script | None = None, host_load: float | None = None,
+                 cpu: Mapping[str, Any] | None = None) -> None:
         clock = FakeClock()
-        super().__init__(clock)
+        self.fake_thread, self.fake_process = FakeClock(), FakeClock()
+        super().__init__(clock, CpuClocks(self.fake_thread, self.fake_process) if cpu is not None else None)
         self.fake = clock
+        #: the scripted CPU time (see the module doc): ``share`` of the wall time, or its own script
+        self.cpu_share: float | None = float(cpu["share"]) if cpu is not None and "share" in cpu else None
+        self.cpu_script: Script | None = (_script_of(cpu) if cpu is not None and self.cpu_share is None
+                                          else None)
+        self.cpu_parallel = float(cpu.get("parallel", 1.0)) if cpu is not None else 1.0
         self.script: Script = _as_script(script)
         self.probe_script: Script | None = None if probe_script is None else _as_script(probe_script)
         #: ``machine(i) -> factor`` of the i-th event (benchmark call or probe call, counted together).
@@ -116,14 +130,20 @@ class ScriptedMeasurer(Measurer):
 
         return HostLoadMeter(fixed_cores=self.host_load)
 
-    def _advance(self, ms: float) -> None:
-        self.fake.advance_ms(ms * self.machine(self.events))
+    def _advance(self, ms: float) -> float:
+        wall = ms * self.machine(self.events)
+        self.fake.advance_ms(wall)
         self.events += 1
+        return wall
 
     def _timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             value = fn(*args, **kwargs)
-            self._advance(self.script(self.calls))
+            wall = self._advance(self.script(self.calls))
+            if self.cpu_clocks is not None:
+                cpu = wall * self.cpu_share if self.cpu_share is not None else self.cpu_script(self.calls)  # type: ignore[misc]
+                self.fake_thread.advance_ms(cpu)
+                self.fake_process.advance_ms(cpu * self.cpu_parallel)
             self.calls += 1
             return value
 
@@ -139,7 +159,7 @@ class ScriptedMeasurer(Measurer):
         probe = self._probe if probe is not None and self.probe_script is not None else None
         return measure(self._timed(fn), args, kwargs, options=options, device="cpu", setup=setup, rounds=rounds,
                        warmup_calls=warmup_calls, progress=progress, clock=self.fake,
-                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep)
+                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep, cpu_clocks=self.cpu_clocks)
 
     def once(self, fn, args, kwargs, device):
         return time_once(self._timed(fn), args, kwargs, "cpu", clock=self.fake)
@@ -180,7 +200,7 @@ class ScriptedMeasurer(Measurer):
         ``RANK``) takes f_r times longer, and each rank draws its own noise (seed offset by 100 r): a
         straggler rank. ``"world_size_ms"``: ``{"1": 2.0, "2": 1.25, ...}``, the ``ms`` of each world
         size (torchrun's ``WORLD_SIZE``; 1 without it), for scaling tables. ``"ops"``: scripted op
-        profiles (:meth:`profile_ops`)."""
+        profiles (:meth:`profile_ops`). ``"cpu"``: the scripted CPU time (see the module doc)."""
         if spec.get("world_size_ms"):
             world = int(os.environ.get("WORLD_SIZE") or 1)
             spec = dict(spec, ms=float(spec["world_size_ms"][str(world)]))
@@ -202,8 +222,11 @@ class ScriptedMeasurer(Measurer):
             spec = dict(spec, seed=k)  # each worker process its own noise
         elif slot and "seed" in spec:
             spec = dict(spec, seed=int(spec["seed"]) + 1000 * k)
+        cpu = spec.get("cpu")
+        if cpu is not None and "share" not in cpu and slot and "sequence" not in cpu:
+            cpu = dict(cpu, seed=int(cpu.get("seed", 0)) + 1000 * k)  # each worker process its own noise
         measurer = cls(_script_of(spec), None if probe is None else _script_of(probe), machine,
-                       None if load is None else float(load))
+                       None if load is None else float(load), cpu)
         if spec.get("ops"):  # scripted op profiles (issue 32: why it got slower)
             measurer.ops = {str(k): float(v) for k, v in spec["ops"].items()}
             measurer.ops_seed = int(spec.get("seed", 0))

@@ -353,7 +353,7 @@ def test_show_runs_lists_every_stored_run(tmp_path, capsys):
          "git_commit": "3f2a9c1e0000", "environment": {"cpu_model": "AMD EPYC"}},
         {"median_ms": 0.98, "iqr_ms": 0.0098, "rounds": 210, "timestamp_utc": "2026-11-11T10:30:00Z",
          "git_commit": "a634c19f0000", "dirty": True, "environment": {"device_name": "NVIDIA H100"},
-         "process_medians_ms": [0.97, 0.98, 0.99]},
+         "process_medians_ms": [0.97, 0.98, 0.99], "cpu_median_ms": 0.95},
     ]
     write_baseline(tmp_path / "bl" / "cpu-test" / "tests__perf__test_demo.json", {"test_a": e})
     assert main(["show", str(tmp_path / "bl")]) == 0
@@ -369,6 +369,8 @@ def test_show_runs_lists_every_stored_run(tmp_path, capsys):
     assert "1.02 ms" in first and "5.0%" in first and first.split()[-2:] == ["200", "1"]
     assert second.split()[:4] == ["2026-11-11", "10:30", "a634c19*", "NVIDIA"]  # * : recorded from uncommitted changes
     assert "980 µs" in second and "1.0%" in second and second.split()[-2:] == ["210", "3"]
+    assert "950 µs" in second  # its CPU time (issue 45); the first run was recorded without
+    assert first.split()[first.split().index("ms") + 1] == "-"
 
 
 def test_show_flags_corrupt_file_and_lists_the_rest(tmp_path, capsys):

@@ -139,10 +139,13 @@ def test_a_store_of_a_newer_plugin_is_refused_and_untouched(tmp_path: Path) -> N
 
 
 def _as_version_1(store: h.HistoryStore) -> None:
-    """Make ``store`` what schema version 1 wrote: no subject and commit_time columns."""
+    """Make ``store`` what schema version 1 wrote: no subject and commit_time columns (nor version
+    3's cpu_median_ms and clock)."""
     with store.engine.begin() as conn:
         for column in ("subject", "commit_time"):
             conn.exec_driver_sql(f"ALTER TABLE gpuperf_runs DROP COLUMN {column}")
+        for column in ("cpu_median_ms", "clock"):
+            conn.exec_driver_sql(f"ALTER TABLE gpuperf_results DROP COLUMN {column}")
         conn.execute(store.t["schema"].update().values(version=1))
 
 

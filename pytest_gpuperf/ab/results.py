@@ -69,7 +69,8 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
     # they slow A's and B's processes unequally, so a regression is not trusted (as a throttled GPU)
     evidence = Evidence(ab_blocks=b_blocks, peak_memory_bytes=b.peak_memory_bytes,
                         counts=b.counts if isinstance(b.counts, Counts) else None,
-                        throttle=b.host_busy or (a.host_busy if a is not None else None), device=b.device)
+                        throttle=b.host_busy or (a.host_busy if a is not None else None), device=b.device,
+                        host_busy=b.host_busy or (a.host_busy if a is not None else None))
     ev = evaluate(evidence, reference, options, benchmark_id=key, confirm_from=confirm_from)
     comparison, memory, count_comparison = ev.comparison, ev.memory, ev.counts
     rounds = len(b_samples)
@@ -78,8 +79,21 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
         warmup_calls=b.warmup_calls, comparison=comparison, peak_memory_bytes=b.peak_memory_bytes,
         memory_comparison=memory, bottleneck=b.bottleneck, telemetry=b.telemetry, benchmark_id=b.benchmark_id,
         group=b.group, options=b.options, counts=b.counts, count_comparison=count_comparison,
-        unavailable=b.unavailable, ranks=_b_ranks(b.ranks, b_ranks),
+        unavailable=b.unavailable, ranks=_b_ranks(b.ranks, b_ranks), cpu=_b_cpu(blocks, rounds),
     )
+
+
+def _b_cpu(blocks: Sequence[Any], rounds: int) -> Any:
+    """Side B's CPU time over its blocks (:class:`~pytest_gpuperf.verdict.cputime.CpuTime`, aligned
+    with B's ``rounds`` samples), None unless every B block read it."""
+    from pytest_gpuperf.verdict.cputime import CpuTime
+
+    mine = [blk for blk in blocks if blk.side == "B"]
+    if not mine or any(blk.cpu is None for blk in mine):
+        return None
+    cpu = CpuTime(tuple(v for blk in mine for v in blk.cpu_samples_ms),
+                  tuple(v for blk in mine for v in blk.process_cpu_samples_ms))
+    return cpu if len(cpu.samples_ms) == rounds else None
 
 
 def _b_ranks(first: Any, launches: Sequence[Sequence[float]] | None) -> Any:

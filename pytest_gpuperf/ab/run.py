@@ -860,7 +860,9 @@ class Coordinator:
         if reply is None or reply.get("op") != "samples":
             m.errors[w.spec.side] = (reply or {}).get("error", f"worker {w.name} stopped")
             return False
-        m.blocks.append(Block(w.spec.side, p, pos, tuple(float(v) for v in reply["samples_ms"])))
+        m.blocks.append(Block(w.spec.side, p, pos, tuple(float(v) for v in reply["samples_ms"]),
+                              tuple(float(v) for v in reply.get("cpu_samples_ms") or ()),
+                              tuple(float(v) for v in reply.get("process_cpu_samples_ms") or ())))
         return True
 
     def _finish(self, w: _Worker, m: Measured, p: int) -> None:

@@ -94,7 +94,9 @@ def _from_report(data: dict[str, Any], run_id: str, branch: str | None) -> tuple
             process_medians_ms=tuple(e["process_medians_ms"]) if e.get("process_medians_ms") else None,
             peak_memory_bytes=e.get("peak_memory_bytes"),
             counts=counts or None,
-            verdict=c.get("verdict"), ratio=c.get("ratio")))
+            verdict=c.get("verdict"), ratio=c.get("ratio"),
+            cpu_median_ms=(e.get("cpu_time") or {}).get("median_ms") if isinstance(e.get("cpu_time"), dict) else None,
+            clock=c.get("clock")))
     env = next(iter(envs.values()), {}) if envs else {}
     run = RunRecord(run_id=run_id, created_utc=data.get("created_utc") or "", mode="import", commit=data.get("git_commit"),
                     branch=branch, device_key=",".join(sorted(k for k in keys if k)) or None,

@@ -432,13 +432,14 @@ def _show_rows(benchmarks: dict[str, BaselineEntry]) -> list[tuple[str, ...]]:
 
 
 #: The columns of ``gpuperf show --runs``: one row per stored run.
-RUN_HEADER = ("date (UTC)", "commit", "machine", "median", "IQR", "rounds", "processes")
+RUN_HEADER = ("date (UTC)", "commit", "machine", "median", "CPU", "IQR", "rounds", "processes")
 
 
 def _run_rows(entry: BaselineEntry) -> list[tuple[str, ...]]:
     """One row per stored run of ``entry``, oldest first: when it was recorded, its git commit
     (``*`` when recorded from uncommitted changes), the machine (CPU model or GPU name), its median,
-    its IQR as a share of the median (the run's spread), its rounds, and its worker processes."""
+    its median CPU time per call (the calling thread's; ``-`` where not read), its IQR as a share of
+    the median (the run's spread), its rounds, and its worker processes."""
     from pytest_gpuperf.core.units import format_ms
 
     rows = []
@@ -449,7 +450,8 @@ def _run_rows(entry: BaselineEntry) -> list[tuple[str, ...]]:
         stamp = run.timestamp_utc.replace("T", " ")[:16] if isinstance(run.timestamp_utc, str) else "-"
         iqr = f"{run.iqr_ms / run.median_ms * 100:.1f}%" if run.iqr_ms is not None and run.median_ms > 0 else "-"
         processes = str(len(run.process_medians_ms)) if run.process_medians_ms else "1"
-        rows.append((stamp, commit, str(machine), format_ms(run.median_ms), iqr,
+        cpu = format_ms(run.cpu_median_ms) if run.cpu_median_ms else "-"
+        rows.append((stamp, commit, str(machine), format_ms(run.median_ms), cpu, iqr,
                      str(run.rounds) if run.rounds is not None else "-", processes))
     return rows
 

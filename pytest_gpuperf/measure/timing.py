@@ -86,6 +86,20 @@ class DeviceUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
+class CpuClocks:
+    """The CPU-time clocks read around every CPU round, beside the wall clock (integer ns each):
+    ``thread``, the calling thread's CPU time (``time.thread_time_ns``, ``CLOCK_THREAD_CPUTIME_ID``),
+    and ``process``, the whole process's, intra-op threads included (``time.process_time_ns``,
+    ``CLOCK_PROCESS_CPUTIME_ID``). CPU time counts only the time the thread (process) ran: a
+    neighbour that takes the core away stretches the wall clock, not these (issue 45; measured:
+    a 160x160 matmul chain with one core kept busy read wall IQR 52-56% of the median, thread CPU
+    time 5.2-5.7%). Tests inject scripted ones (``pytest_gpuperf._testing``)."""
+
+    thread: Clock = time.thread_time_ns
+    process: Clock = time.process_time_ns
+
+
+@dataclass(frozen=True)
 class Timing:
     """Raw output of a backend: per-call times (ms, one per round, in measurement order).
 
@@ -94,6 +108,9 @@ class Timing:
     shorter), so ``len(probe_ms) == ceil(rounds / probe_every)``; empty without a probe.
     ``notes``: remarks on how the measurement went that the user should read (e.g. the work ran
     on another CUDA stream than the current one, so rounds were timed by the synchronized wall clock).
+    ``cpu_samples_ms``/``process_cpu_samples_ms``: with :class:`CpuClocks` (CPU backend), the
+    calling thread's and the process's CPU time per call of each round (ms, one per round, like
+    ``samples_ms``); empty where not read.
     """
 
     samples_ms: tuple[float, ...]
@@ -104,6 +121,8 @@ class Timing:
     probe_ms: tuple[float, ...] = ()
     probe_every: int = 1
     notes: tuple[str, ...] = ()
+    cpu_samples_ms: tuple[float, ...] = ()
+    process_cpu_samples_ms: tuple[float, ...] = ()
 
 
 @contextmanager
@@ -449,6 +468,7 @@ def measure(
     calls_per_round: int | None = None,
     probe: Callable[[], Any] | None = None,
     lockstep: Lockstep | None = None,
+    cpu_clocks: CpuClocks | None = None,
 ) -> Timing:
     """Time ``fn(*args, **kwargs)`` on ``device`` (a ``torch.device``) and return per-call times (ms).
 
@@ -462,7 +482,9 @@ def measure(
     the rounds, with the rounds' clock (``Timing.probe_ms``, see the module doc). ``lockstep``
     (under torchrun, a :class:`Lockstep`): every rank makes rank 0's warmup calls, calls per round
     and rounds (on CUDA also its warmup chunks, blocks of rounds and timing loop). Exceptions from
-    ``fn`` (or ``probe``) propagate unchanged.
+    ``fn`` (or ``probe``) propagate unchanged. ``cpu_clocks`` (:class:`CpuClocks`; None: none):
+    on the CPU backend, read around every round beside ``clock``: ``Timing.cpu_samples_ms`` and
+    ``process_cpu_samples_ms`` (CUDA rounds read none).
     """
     if calls_per_round is not None and (isinstance(calls_per_round, bool) or not isinstance(calls_per_round, int)
                                         or calls_per_round < 1 or (setup is not None and calls_per_round > 1)):
@@ -471,7 +493,7 @@ def measure(
         return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress, clock,
                              calls_per_round, probe, lockstep)
     return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress, clock, calls_per_round,
-                        probe, lockstep)
+                        probe, lockstep, cpu_clocks)
 
 
 class Measurer:
@@ -496,8 +518,13 @@ class Measurer:
     #: Whether :meth:`measure` takes the ``probe`` keyword (a backend without it is never given a probe).
     supports_probe: bool = True
 
-    def __init__(self, clock: Clock = time.perf_counter_ns) -> None:
+    def __init__(self, clock: Clock = time.perf_counter_ns, cpu_clocks: CpuClocks | None = None) -> None:
         self.clock = clock
+        #: the CPU-time clocks read beside ``clock`` on the CPU backend (:class:`CpuClocks`): the
+        #: real ones when timing with the real clock, else only those given (another clock's times
+        #: are not this machine's)
+        self.cpu_clocks = cpu_clocks if cpu_clocks is not None else (
+            CpuClocks() if clock is time.perf_counter_ns else None)
 
     def host_load_meter(self, device: Any, *, measure: bool = True) -> Any:
         """The :class:`~pytest_gpuperf.measure.telemetry.HostLoadMeter` of a measurement on
@@ -520,7 +547,8 @@ class Measurer:
         ``measure`` has no ``lockstep`` keyword cannot time under torchrun)."""
         return measure(fn, args, kwargs, options=options, device=device, setup=setup, rounds=rounds,
                        warmup_calls=warmup_calls, progress=progress, clock=self.clock,
-                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep)
+                       calls_per_round=calls_per_round, probe=probe, lockstep=lockstep,
+                       cpu_clocks=getattr(self, "cpu_clocks", None))
 
     def once(self, fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any) -> Timing:
         """Smoke mode: one synchronized call (see :func:`time_once`)."""
@@ -529,7 +557,8 @@ class Measurer:
 
 def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress=None,
                  clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                 probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
+                 probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None,
+                 cpu_clocks: CpuClocks | None = None) -> Timing:
     n_warm, est, value = _warmup(fn, args, kwargs, setup, options.warmup_time, warmup_calls, lambda: None, clock,
                                  lockstep)
     cpr = 1 if setup is not None else max(1, math.ceil(CPU_MIN_ROUND_S / est))
@@ -549,9 +578,19 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
     if lockstep is not None:  # rank 0's: ask it about once per LOCKSTEP_EVERY_S of rounds
         loop.every = lockstep.choose(max(1, min(LOCKSTEP_MAX_EVERY, math.ceil(LOCKSTEP_EVERY_S / (est * cpr)))))
     samples: list[float] = []
+    thread_ms: list[float] = []
+    process_ms: list[float] = []
+    # the CPU clocks are read outside the wall clock's interval (thread, process, wall ... wall,
+    # process, thread): the wall time never includes their reads, each CPU interval the other's
+    thread_clock = cpu_clocks.thread if cpu_clocks is not None else None
+    process_clock = cpu_clocks.process if cpu_clocks is not None else None
+    c0 = p0 = 0
     with gc_disabled():
         while not loop.done(samples):
             a, k = prepare_call(fn, args, kwargs, setup)
+            if thread_clock is not None and process_clock is not None:
+                c0 = thread_clock()
+                p0 = process_clock()
             if cpr == 1:
                 t0 = clock()
                 value = fn(*a, **k)
@@ -561,12 +600,18 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
                 for _ in range(cpr):
                     value = fn(*a, **k)
                 t1 = clock()
+            if thread_clock is not None and process_clock is not None:
+                p1 = process_clock()
+                c1 = thread_clock()
+                thread_ms.append(max(c1 - c0, 1) / cpr / 1e6)
+                process_ms.append(max(p1 - p0, 1) / cpr / 1e6)
             samples.append(max(t1 - t0, 1) / cpr / 1e6)
             if probe is not None and len(samples) % every == 0:
                 time_probe()
         if probe is not None and len(samples) % every:
             time_probe()  # the last, partial block gets its probe too
-    return Timing(tuple(samples), len(samples), cpr, n_warm, value, tuple(probes), every)
+    return Timing(tuple(samples), len(samples), cpr, n_warm, value, tuple(probes), every,
+                  cpu_samples_ms=tuple(thread_ms), process_cpu_samples_ms=tuple(process_ms))
 
 
 def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,

@@ -30,7 +30,8 @@ class Coordinator:
     What it leaves: ``results`` (full id -> finished result, or why there is none; None until
     :meth:`run` measured), ``removed`` (A/B: ids that exist on side A only), ``bisect_lines`` (reports
     of ``--gpuperf-bisect-on-regression``), ``more_processes`` (full id -> worker processes its
-    decision used, when more were added) and ``stored_entries`` (full id -> its baseline entry).
+    decision used, when more were added), ``not_escalated`` (the same, for thin evidence that more
+    processes could not decide: :func:`_thin`) and ``stored_entries`` (full id -> its baseline entry).
     """
 
     def __init__(self, config: pytest.Config, settings: SessionSettings, progress: Callable[[], Any],
@@ -44,6 +45,7 @@ class Coordinator:
         self.removed: list[str] = []
         self.bisect_lines: list[str] = []
         self.more_processes: dict[str, int] = {}
+        self.not_escalated: dict[str, int] = {}
         self.stored_entries: dict[str, Any] = {}
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
 
@@ -148,18 +150,20 @@ class Coordinator:
         :data:`~pytest_gpuperf.plugin.replicates.MORE_BATCH` more worker processes at a time, running
         only their tests (hidden ``--gpuperf-select``), up to ``limits.max_processes`` in all and while
         ``limits.more_time_s`` lasts, and are decided again on all their processes (``finished`` is
-        updated). Returns the added runs."""
+        updated). A thin benchmark that, by the spread of its processes so far, even
+        ``limits.max_processes`` could not decide gets none (or no more): its comparison gets a
+        note saying so (:func:`~pytest_gpuperf.plugin.replicates.not_escalated`) and it is counted in
+        ``not_escalated``. Returns the added runs."""
         import time
 
-        from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, needs_more, replicate_regression, run_workers
+        from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, run_workers
 
         s, limits, progress = self.settings, self.settings.limits, self.progress()
         added: list[Any] = []
         k, start = s.processes, time.monotonic()
         while k < limits.max_processes and time.monotonic() - start < limits.more_time_s:
-            thin = [key for key, r in finished.items()
-                    if needs_more(r, s.updating, replicate=not s.updating and replicate_regression(
-                        self._ab_will_confirm(key, commits), key in self.more_processes))]
+            thin = _thin(finished, s, k, progress, lambda key: self._ab_will_confirm(key, commits),
+                         self.more_processes, self.not_escalated)
             if not thin:
                 break
             nodeids = sorted({next(r.entries[key].get("nodeid") for r in runs + added if key in r.entries)
@@ -483,3 +487,29 @@ def run_bisect(config: pytest.Config, settings: SessionSettings, progress: Any) 
     code = exit_code(run)
     pytest.exit("gpuperf: bisection " + ("found the first bad commit" if code == 0 else "found no single commit"),
                 returncode=code)
+
+
+def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, ab_confirms: Callable[[str], bool],
+          more: dict[str, int], hopeless_seen: dict[str, int]) -> list[str]:
+    """The benchmarks that more worker processes can help (:func:`~pytest_gpuperf.plugin.replicates.needs_more`
+    with the session's ``max_processes``; ``ab_confirms(key)``: an A/B will confirm its regression;
+    ``more``: those measured in more processes already), after ``k`` processes. The thin ones that
+    more processes cannot decide get the note that says so (``finished`` is updated), are recorded
+    in ``hopeless_seen`` (id -> processes) and counted in one progress line."""
+    from pytest_gpuperf.plugin.replicates import needs_more, not_escalated, replicate_regression
+    from pytest_gpuperf.reporting.terminal import not_escalated_line
+
+    limits = s.limits
+    thin, hopeless = [], []
+    for key, r in finished.items():
+        if needs_more(r, s.updating, max_processes=limits.max_processes,
+                      replicate=not s.updating and replicate_regression(ab_confirms(key), key in more)):
+            thin.append(key)
+        elif key not in hopeless_seen and needs_more(r, s.updating):  # thin, but more cannot decide it
+            hopeless.append(key)
+    for key in hopeless:
+        finished[key] = not_escalated(finished[key], s.updating, limits.max_processes)
+        hopeless_seen[key] = len(finished[key].process_medians_ms or ()) or k
+    if hopeless:
+        progress.line(not_escalated_line(len(hopeless), limits.max_processes, s.updating, after=k))
+    return thin

@@ -339,7 +339,8 @@ class ABWorker(Measuring):
                     per_rank = [a + b for a, b in zip(per_rank or [[] for _ in mine], mine)]
                     samples.extend(t.samples_ms)
                     rounds += t.rounds
-                    client.reply("samples", samples_ms=list(t.samples_ms))
+                    client.reply("samples", samples_ms=list(t.samples_ms), cpu_samples_ms=list(t.cpu_samples_ms),
+                                 process_cpu_samples_ms=list(t.process_cpu_samples_ms))
                 elif cmd["op"] == "profile":  # why it got slower (issue 32): op profiles, outside the timed blocks
                     self._profile_for_ab(fn, args, kwargs, setup, cmd)
                 elif cmd["op"] == "finish":
@@ -559,7 +560,7 @@ class InProcess(Measuring):
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
             count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
-            ranks=ranks, scaling=scaling, communication=communication, **probe_stored, **common
+            ranks=ranks, scaling=scaling, communication=communication, cpu=cpu_time_of(t), **probe_stored, **common
         )
 
     def _baseline_entry(self, bid: str, notes: list[str]) -> BaselineEntry | None:
@@ -614,7 +615,7 @@ class InProcess(Measuring):
         regression is re-measured, ``confirm`` times). Returns ``(evaluation, timing with the pooled
         samples the verdict was decided on, the probe fields to store)``."""
         from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
-        from pytest_gpuperf.verdict.machine import throttle_verdict
+        from pytest_gpuperf.verdict.machine import host_busy, throttle_verdict
 
         ctx = self.context
         confirmations: list[Timing] = []
@@ -626,7 +627,8 @@ class InProcess(Measuring):
         def judged(again: Callable[[], Timing] | None) -> Any:
             return evaluate(
                 Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes if mem is not None else None,
-                         counts=counts, throttle=throttle_verdict(telemetry), device=str(ctx.device)),
+                         counts=counts, throttle=throttle_verdict(telemetry), device=str(ctx.device),
+                         cpu=cpu_time_of(t), host_busy=host_busy(telemetry)),
                 Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
                 remeasure=again if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
                 fixed_rounds=rounds is not None,
@@ -645,8 +647,13 @@ class InProcess(Measuring):
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
                         if probe is not None and probe_all else {})
         if confirmations:  # the result holds the pooled samples the verdict was decided on
-            t = dataclasses.replace(t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
-                                    rounds=t.rounds + sum(c.rounds for c in confirmations))
+            all_cpu = t.cpu_samples_ms and all(c.cpu_samples_ms for c in confirmations)
+            t = dataclasses.replace(
+                t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
+                rounds=t.rounds + sum(c.rounds for c in confirmations),
+                cpu_samples_ms=t.cpu_samples_ms + sum((c.cpu_samples_ms for c in confirmations), ()) if all_cpu else (),
+                process_cpu_samples_ms=(t.process_cpu_samples_ms + sum((c.process_cpu_samples_ms for c in confirmations),
+                                                                       ()) if all_cpu else ()))
         return evaluation, t, probe_stored
 
     def _explain(self, fn, a, k, t: Timing, counts: Any, flop_dtype: Any, telemetry: dict[str, Any] | None,
@@ -807,6 +814,17 @@ def _judged_in_step(judged: Callable[[Any], Any], ranks: Any, confirm: int, meas
     return judged(lambda: next(again, measured[-1]))
 
 
+def cpu_time_of(t: Timing) -> Any:
+    """The :class:`~pytest_gpuperf.verdict.cputime.CpuTime` of a timing's rounds (None: its CPU
+    clocks were not read, or not for every round)."""
+    from pytest_gpuperf.verdict.cputime import CpuTime
+
+    n = len(t.samples_ms)
+    if not t.cpu_samples_ms or len(t.cpu_samples_ms) != n or len(t.process_cpu_samples_ms) != n:
+        return None
+    return CpuTime(tuple(t.cpu_samples_ms), tuple(t.process_cpu_samples_ms))
+
+
 def _combine_ranks(ranks: Any, t: Timing) -> tuple[Timing, Any]:
     """Under torchrun: every rank's samples gathered once (one ``all_gather_object``), the timing of
     the benchmark (each round the slowest rank's, :func:`~pytest_gpuperf.verdict.distributed.combine_rounds`)
@@ -822,7 +840,9 @@ def _combined(t: Timing, per_rank: Sequence[Sequence[float]]) -> Timing:
     from pytest_gpuperf.verdict.distributed import combine_rounds
 
     combined = combine_rounds(per_rank)
-    return dataclasses.replace(t, samples_ms=combined, rounds=len(combined))
+    # each round is the slowest rank's: this rank's CPU time is not that round's, so it is left out
+    return dataclasses.replace(t, samples_ms=combined, rounds=len(combined), cpu_samples_ms=(),
+                               process_cpu_samples_ms=())
 
 
 def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:

@@ -414,7 +414,7 @@ MORE_BATCH = 2
 BASELINE_WIDTH = 2.0
 
 
-def needs_more(result: Any, updating: bool, *, replicate: bool = False) -> bool:
+def needs_more(result: Any, updating: bool, *, replicate: bool = False, max_processes: int | None = None) -> bool:
     """Whether a decided replicated result would gain from more worker processes: comparing, a timing
     verdict ``inconclusive`` whose CI straddles both 1 and 1 + threshold (the evidence is thin, not
     contradictory), and, with ``replicate``, a ``regressed`` verdict (a regression decided on the
@@ -424,20 +424,84 @@ def needs_more(result: Any, updating: bool, *, replicate: bool = False) -> bool:
     (:func:`pytest_gpuperf.verdict.stats.geometric_mean_ci`) reaches beyond
     ±:data:`BASELINE_WIDTH` x threshold (a comparison's CI adds the current side's spread to the
     baseline's, so a wider baseline leaves a slowdown of twice the threshold undecided). A result with a ``processes`` option keeps
-    its count; a string (no result) never gets more."""
+    its count; a string (no result) never gets more.
+
+    With ``max_processes`` (the most processes it may have in all), a thin result that even that
+    many could not decide, by the prediction of :mod:`pytest_gpuperf.verdict.escalation` from its
+    spread so far, gets none (:func:`cannot_decide` says why); a regression to replicate always does."""
     if isinstance(result, str) or result.comparison is None or result.options.processes is not None:
         return False
+    if replicate and not updating and result.comparison.verdict.value == "regressed":
+        return True
+    return _thin(result, updating) and (max_processes is None or _undecidable(result, updating, max_processes)[0] is None)
+
+
+def _thin(result: Any, updating: bool) -> bool:
+    """The evidence test of :func:`needs_more` (a result with a comparison and no ``processes`` option)."""
     c, threshold = result.comparison, result.options.threshold
     if updating:
         from pytest_gpuperf.verdict.stats import geometric_mean_ci
 
         ci = geometric_mean_ci(result.process_medians_ms or (), result.options.alpha)
         return ci is not None and (ci[2] / ci[0] - 1 > BASELINE_WIDTH * threshold)
-    if replicate and c.verdict.value == "regressed":
-        return True
     lo, hi = c.ratio_ci or (None, None)
     return (c.verdict.value == "inconclusive" and lo is not None and hi is not None
             and lo < 1 + threshold and hi > 1)
+
+
+def cannot_decide(result: Any, updating: bool, max_processes: int) -> str | None:
+    """Why more worker processes, ``max_processes`` in all, cannot decide a result whose evidence
+    is thin (:func:`needs_more` without ``max_processes``), as the note its comparison gets
+    (:func:`not_escalated`); None when they can, or it is no such result. The prediction
+    (:mod:`pytest_gpuperf.verdict.escalation`) keeps the spread seen so far: comparing, the CI of
+    the ratio at ``max_processes`` current processes against the baseline's; updating, the CI of
+    the new baseline's geometric mean at ``max_processes`` processes."""
+    return _undecidable(result, updating, max_processes)[0] if needs_more(result, updating) else None
+
+
+def not_escalated(result: Any, updating: bool, max_processes: int) -> Any:
+    """``result`` with the note of :func:`cannot_decide` after its comparison's own note (as it is
+    when that is None); where no number of processes would decide it (the baseline's spread alone
+    is too wide), without the advice to measure in more processes."""
+    from pytest_gpuperf.verdict.advice import Advice
+
+    note, hopeless = _undecidable(result, updating, max_processes) if needs_more(result, updating) else (None, False)
+    if note is None:
+        return result
+    c = result.comparison
+    advice = tuple(a for a in c.advice if a is not Advice.MORE_PROCESSES) if hopeless else c.advice
+    return result.replace(comparison=dataclasses.replace(c, note=f"{c.note}; {note}" if c.note else note, advice=advice))
+
+
+def _undecidable(result: Any, updating: bool, max_processes: int) -> tuple[str | None, bool]:
+    """The note of :func:`cannot_decide` for a thin result (None: more processes can decide it) and
+    whether no number of current processes would (comparing only)."""
+    from pytest_gpuperf.core.units import format_pct, format_ratio
+    from pytest_gpuperf.verdict import escalation
+
+    c, threshold = result.comparison, result.options.threshold
+    if updating:
+        b = escalation.predict_baseline(result.process_medians_ms or (), BASELINE_WIDTH * threshold,
+                                        max_processes, result.options.alpha)
+        if b is None or b.narrows:
+            return None, False
+        more = (f"about {b.needed} would" if b.needed is not None
+                else f"not even {escalation.MAX_PREDICTED} would")
+        return (f"more worker processes cannot make this baseline precise enough: at {b.processes_max} processes "
+                f"(--gpuperf-max-processes) the 99% CI of its geometric mean would still be {b.width * 100:.0f}% "
+                f"wide, over the {b.limit * 100:.0f}% ({BASELINE_WIDTH:g} x threshold) asked for; {more}"), False
+    p = escalation.predict(c, threshold, max_processes)
+    if p is None or p.decides:
+        return None, False
+    lo, hi = p.ci
+    if p.needed is not None:
+        more = f"about {p.needed} would (--gpuperf-max-processes)"
+    else:
+        more = (f"no number would: the baseline's {p.baseline_processes} processes alone leave it that wide "
+                f"(record the baseline in more processes, --gpuperf-processes)")
+    return (f"more worker processes cannot decide it: at {p.processes_max} processes the ratio's 99% CI would "
+            f"still be about {format_ratio(lo)}-{format_ratio(hi)}, spanning 1 and 1+T={format_ratio(1 + threshold)}; "
+            f"{more}; the smallest slowdown this run could detect is {format_pct(p.detectable)}"), p.needed is None
 
 
 def replicate_regression(ab_confirms: bool, already_more: bool) -> bool:
@@ -512,11 +576,20 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
         calls_per_round=first.calls_per_round, warmup_calls=first.warmup_calls, benchmark_id=first.benchmark_id,
         group=first.group, options=first.options, telemetry=telemetry, extra_info=first.extra_info,
         process_medians_ms=tuple(r.median_ms for r in results),
+        cpu=_merged_cpu(results),
         probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
         ranks=_merged_ranks(results),
         **(_extras_of([first]) if extras is None else _extras_of([decode_result(dict(e)) for e in extras],
                                                                  extras_missing, first.options)),
     )
+
+
+def _merged_cpu(results: Sequence[Any]) -> Any:
+    """The CPU time of the workers' results, in process order
+    (:meth:`~pytest_gpuperf.verdict.cputime.CpuTime.merged`; None unless every worker read it)."""
+    from pytest_gpuperf.verdict.cputime import CpuTime
+
+    return CpuTime.merged([r.cpu for r in results])
 
 
 def _merged_ranks(results: Sequence[Any]) -> Any:
@@ -571,13 +644,14 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
     session's, not a worker's). ``extras``/``extras_missing``: the extras processes' entries of
     ``key`` and why there are none (see :func:`merge`)."""
     from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
-    from pytest_gpuperf.verdict.machine import throttle_verdict
+    from pytest_gpuperf.verdict.machine import host_busy, throttle_verdict
 
     merged = merge(key, entries, extras, extras_missing)
     evidence = Evidence(process_samples_ms=tuple(tuple(g) for g in groups_of(entries)),
                         peak_memory_bytes=merged.peak_memory_bytes, counts=merged.counts,
                         throttle=throttle_verdict(merged.telemetry), device=merged.device,
-                        peak_memory_low_bytes=merged.peak_memory_low_bytes)
+                        peak_memory_low_bytes=merged.peak_memory_low_bytes, cpu=merged.cpu,
+                        host_busy=host_busy(merged.telemetry))
     ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
                   max_memory_text=memory_text)
     comparison, memory, counts = ev.comparison, ev.memory, ev.counts

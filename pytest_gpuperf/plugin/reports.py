@@ -150,8 +150,11 @@ class TerminalSummary:
         from pytest_gpuperf.reporting.terminal import more_processes_line, whole_time_line, wrap
 
         closing = []
-        if coordinator is not None and coordinator.more_processes:
-            closing.append(more_processes_line(coordinator.more_processes, s.settings.processes))
+        if coordinator is not None and (coordinator.more_processes or coordinator.not_escalated):
+            closing.append(more_processes_line(coordinator.more_processes, s.settings.processes,
+                                               not_escalated=len(coordinator.not_escalated),
+                                               max_processes=s.settings.limits.max_processes,
+                                               updating=s.settings.updating))
         if s.before_tests_s is not None:
             import time
 

@@ -5,7 +5,7 @@ and words their help from them. No imports, so the plugin reads them at start-up
 from __future__ import annotations
 
 #: The default table's column keys, in order (``name`` always first, ``verdict`` always last).
-DEFAULT_COLUMNS: tuple[str, ...] = ("name", "device", "median", "p95", "iqr", "rounds", "baseline", "ratio",
+DEFAULT_COLUMNS: tuple[str, ...] = ("name", "device", "median", "cpu", "p95", "iqr", "rounds", "baseline", "ratio",
                                     "peak-mem", "ops-kern", "syncs", "flops", "bytes", "bottleneck", "verdict")
 #: Columns shown only when asked for (``items``: with the ``items_per_call`` option).
 EXTRA_COLUMN_KEYS: tuple[str, ...] = ("items", "min", "max", "mean", "stddev", "outliers", "ops", "iterations")

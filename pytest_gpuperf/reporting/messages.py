@@ -125,7 +125,7 @@ def comparison_message(c: Comparison) -> str:
     if floor > c.threshold + 1e-12:
         gate = (f"effect floor +{floor * 100:.1f}% (exp(3 x run-to-run SD {c.run_sd * 100:.1f}%) - 1 > threshold "
                 f"+{c.threshold * 100:g}%)")
-    first = (f"{head} {ratio_with_ci(median_ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+    first = (f"{head} {ratio_with_ci(median_ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)}")
     ci = f", 99% CI {format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else ""
     text = (f"{c.benchmark_id}: median {format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}, "
@@ -142,7 +142,7 @@ def comparison_message(c: Comparison) -> str:
 
 def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
-    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)} ({c.processes} worker processes)")
     text = (f"{c.benchmark_id}: {ratio_with_ci(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
             f"mean of {c.processes} process medians {format_ms(c.current_median_ms)} vs "
@@ -166,10 +166,19 @@ def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     return f"{first}\n  {text}{_tail(c, 'if the change is intended, this A/B comparison passes once REF includes it')}"
 
 
+def _median_word(c: Comparison) -> str:
+    """What the first line calls the medians: ``"CPU time median"`` for a verdict decided on CPU time
+    (:mod:`pytest_gpuperf.verdict.cputime`), else ``"median"`` (the wall clock, or CUDA events)."""
+    return "CPU time median" if c.clock == "cpu" else "median"
+
+
 def _tail(c: Comparison, intended_hint: str) -> str:
-    """The end of a timing message: confirmation, the baseline file (none in A/B mode), the
-    note with its advice (:func:`comparison_note`), and for a regression what to do when the change is intended."""
-    text = {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(c.confirmed, "")
+    """The end of a timing message: the clock it was decided on (where CPU time was read beside the
+    wall clock), confirmation, the baseline file (none in A/B mode), the note with its advice
+    (:func:`comparison_note`), and for a regression what to do when the change is intended."""
+    text = {"wall": "; decided on the wall clock", "cpu": "; decided on CPU time (the calling thread's)"}.get(
+        c.clock or "", "")
+    text += {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(c.confirmed, "")
     if c.ab_confirmation:
         text += f"; {c.ab_confirmation}"
     if c.cannot_fail:

@@ -17,8 +17,8 @@ from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
 
-COLUMNS = ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs",
-           "FLOP/s", "B/s", "bottleneck", "verdict")
+COLUMNS = ("name", "device", "median", "CPU", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
+           "syncs", "FLOP/s", "B/s", "bottleneck", "verdict")
 
 #: Longest benchmark name in the terminal table; longer ones are cut in the middle (JSON keeps them whole).
 MAX_NAME_WIDTH = 70
@@ -27,13 +27,15 @@ MIN_NAME_WIDTH = 24
 #: When the default table is wider than the terminal, its columns are dropped in this order (first
 #: dropped first) until it fits; name, median, ratio and verdict always stay (then names are cut in
 #: the middle). ``--gpuperf-columns`` is shown as asked; the JSON and Markdown reports hold everything.
-DROP_ORDER = ("B/s", "FLOP/s", "device", "p95", "rounds", "syncs", "ops/kern", "IQR", "bottleneck", "peak mem",
-              "baseline")
+DROP_ORDER = ("B/s", "FLOP/s", "device", "p95", "rounds", "syncs", "ops/kern", "IQR", "CPU", "bottleneck",
+              "peak mem", "baseline")
 
 #: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
 LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show --runs` "
           "lists each run); ratio = median / baseline, raw (the verdict's Hodges-Lehmann estimate and CI, after any "
-          "--gpuperf-normalize, are in its message and the JSON report); ops/kern, syncs = aten ops "
+          "--gpuperf-normalize, are in its message and the JSON report); CPU = the calling thread's median CPU time "
+          "per call (a verdict 'on CPU time' was decided on it, and its median, baseline and ratio are CPU time's); "
+          "ops/kern, syncs = aten ops "
           "(/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it differed "
           "between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
           "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
@@ -44,7 +46,8 @@ REPLICATES_LEGEND = (
     "median = geometric mean of this run's per-process medians; baseline = that of the baseline's; ratio = median / "
     "baseline, the estimate the verdict is decided on (rows with [CI]: confirmed by A/B against the baselines' commit "
     "on this machine: median = B's, baseline = that commit's (A's) median, ratio = B/A [99% CI of the paired "
-    "estimate]); ops/kern, syncs = "
+    "estimate]); CPU = the calling thread's median CPU time per call (a verdict 'on CPU time' was decided on it, "
+    "and its median, baseline and ratio are CPU time's); ops/kern, syncs = "
     "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it "
     "differed between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
     "minimum-traffic bytes per call at the median time")
@@ -121,6 +124,8 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
     text = r.comparison.verdict.value if r.comparison else "-"
     if r.comparison is not None and comparison_note(r.comparison) and r.comparison.verdict.value == "unchanged":
         text += "*"
+    if r.comparison is not None and r.comparison.clock == "cpu":
+        text += " on CPU time"
     m = r.memory_comparison
     if m is not None and m.verdict.value in ("regressed", "improved"):
         text += f", memory {m.verdict.value}"
@@ -242,6 +247,7 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
         label,
         r.device,
         format_ms(_centre_ms(r)),
+        cpu_text(r),
         format_ms(r.p95_ms) if not r.smoke else "-",
         iqr,
         str(r.rounds),
@@ -259,11 +265,17 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
 
 def _centre_ms(r: BenchResult) -> float:
     """The table's "median" cell (ms): the median of all rounds, or for a benchmark decided over
-    worker processes the geometric mean of their medians (what its baseline cell and ratio use)."""
+    worker processes the geometric mean of their medians (what its baseline cell and ratio use);
+    for a verdict decided on CPU time, CPU time's (the verdict cell says so)."""
     c = r.comparison
-    if c is not None and c.processes and c.ab is None and not r.smoke:
+    if c is not None and (c.processes or c.clock == "cpu") and c.ab is None and not r.smoke:
         return c.current_median_ms
     return r.median_ms
+
+
+def cpu_text(r: BenchResult) -> str:
+    """The "CPU" cell: the calling thread's median CPU time per call (``-`` where not read)."""
+    return format_ms(r.cpu.median_ms) if r.cpu is not None and not r.smoke else "-"
 
 
 def table_ratio(r: BenchResult) -> float | None:
@@ -294,7 +306,7 @@ AB_LEGEND = ("A/B: median = of B's (the working tree's) samples; baseline = of R
 
 
 #: Columns of the summary table that hold numbers (right-aligned).
-NUMERIC_COLUMNS = frozenset({"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
+NUMERIC_COLUMNS = frozenset({"median", "CPU", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
                              "syncs", "FLOP/s", "B/s", "items/s"})
 
 
@@ -490,8 +502,37 @@ def _failing(r: BenchResult, strict: bool) -> bool:
 NOISY_IQR = 0.10
 
 
+def _cpu_iqr_fraction(r: BenchResult) -> float | None:
+    """IQR / median of the thread CPU time samples (None without CPU time)."""
+    if r.cpu is None or len(r.cpu.samples_ms) < 4:
+        return None
+    import statistics
+
+    q1, _, q3 = statistics.quantiles(r.cpu.samples_ms, n=4)
+    return (q3 - q1) / r.cpu.median_ms
+
+
+def busy_baseline_warning(label: str, r: BenchResult) -> str | None:
+    """The warning for a baseline recorded while other processes competed for its cores
+    (:attr:`~pytest_gpuperf.verdict.result.BenchResult.host_busy`), else None: it says so, with
+    the wall clock's and CPU time's IQR, and that the CPU time recorded beside it stays valid."""
+    busy = r.host_busy if not r.smoke else None
+    if busy is None:
+        return None
+    cpu_iqr = _cpu_iqr_fraction(r)
+    cpu = (f"; its CPU time (IQR {cpu_iqr * 100:.1f}%) was recorded too and stays valid where the call does not "
+           f"wait (a later run on a busy host decides on it)" if cpu_iqr is not None else
+           "; no CPU time was recorded beside it")
+    return (f"{label}: baseline recorded on a busy host ({busy}): the wall clock (IQR {r.iqr_fraction * 100:.1f}% of "
+            f"the median) counts the time they took{cpu}; re-record on a quiet machine for a wall-clock baseline")
+
+
 def noisy_baseline_warning(label: str, r: BenchResult) -> str | None:
-    """The warning for a baseline recorded from a noisy run (IQR/median >= :data:`NOISY_IQR`), else None."""
+    """The warning for a baseline recorded from a noisy run (IQR/median >= :data:`NOISY_IQR`), else None;
+    on a busy host, :func:`busy_baseline_warning`'s."""
+    busy = busy_baseline_warning(label, r)
+    if busy is not None:
+        return busy
     if r.smoke or not r.iqr_fraction >= NOISY_IQR:
         return None
     max_time = r.options.max_time

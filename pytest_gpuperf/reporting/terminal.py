@@ -299,9 +299,31 @@ def whole_time_line(total_s: float, before_tests_s: float, *, ab: bool = False) 
             f"tests (pytest's closing time counts the tests only)")
 
 
-def more_processes_line(used: Mapping[str, int], processes: int) -> str:
+def more_processes_line(used: Mapping[str, int], processes: int, not_escalated: int = 0,
+                        max_processes: int | None = None, updating: bool = False) -> str:
     """The benchmarks decided on more worker processes than the session's ``processes`` (their
-    evidence was thin: ``--gpuperf-max-processes``), each with the number its decision used."""
-    listed = ", ".join(f"{name} ({n})" for name, n in sorted(used.items()))
-    return (f"gpuperf: {len(used)} benchmark(s) were measured in more than {processes} worker processes, where "
-            f"the evidence was thin; processes each decision used: {listed}")
+    evidence was thin: ``--gpuperf-max-processes``), each with the number its decision used; then,
+    with ``not_escalated`` > 0, how many thin ones got no more because even ``max_processes``
+    could not decide them (:func:`not_escalated_line`)."""
+    parts = []
+    if used:
+        listed = ", ".join(f"{name} ({n})" for name, n in sorted(used.items()))
+        parts.append(f"gpuperf: {len(used)} benchmark(s) were measured in more than {processes} worker processes, "
+                     f"where the evidence was thin; processes each decision used: {listed}")
+    if not_escalated:
+        line = not_escalated_line(not_escalated, max_processes, updating)
+        parts.append(line if not parts else line.removeprefix("gpuperf: "))
+    return "; ".join(parts)
+
+
+def not_escalated_line(count: int, max_processes: int | None, updating: bool = False, after: int | None = None) -> str:
+    """How many benchmarks with thin evidence (inconclusive; updating, too imprecise a baseline)
+    were measured in no more worker processes because, by the spread of their processes so far,
+    even ``max_processes`` could not decide them (each verdict's note says why); ``after``: the
+    processes measured so far, for the progress line."""
+    what = "too imprecise a baseline" if updating else "inconclusive"
+    when = f" after {after} worker processes" if after is not None else ""
+    at = f"{max_processes} processes" if max_processes is not None else "the most processes allowed"
+    decide = "make them precise enough" if updating else "decide them"
+    return (f"gpuperf: {count} benchmark(s) {what}{when} not measured in more worker processes: by their spread "
+            f"so far, even {at} (--gpuperf-max-processes) could not {decide} (each verdict's note says why)")

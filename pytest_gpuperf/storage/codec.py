@@ -95,6 +95,8 @@ def _optional_parts(result: BenchResult, kept: int) -> dict[str, Any]:
         entry["probe"] = result.probe
     if result.process_medians_ms is not None:
         entry["process_medians_ms"] = list(result.process_medians_ms)
+    if result.cpu is not None:  # the CPU time of the same rounds, thinned as the samples are
+        entry["cpu_time"] = result.cpu.to_dict(kept if kept < len(result.samples_ms) else None)
     if result.ranks is not None:  # under torchrun: each rank's median, the slowest rank, the imbalance
         entry["ranks"] = result.ranks.to_dict()
     if result.communication is not None:  # under torchrun: communication per call, share, overlap
@@ -255,6 +257,7 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         probe_ms=entry.get("probe_ms"),
         probe=entry.get("probe"),
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
+        cpu=_cpu_from(entry.get("cpu_time"), len(samples)),
         ranks=RankTiming.from_dict(entry.get("ranks")),
         scaling=ScalingCheck.from_dict(entry.get("scaling")),
         communication=Communication.from_dict(entry.get("communication")),
@@ -263,6 +266,15 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         op_diff=decode_op_diff(entry.get("op_diff")),
         op_profile=entry.get("op_profile") if isinstance(entry.get("op_profile"), dict) else None,
     )
+
+
+def _cpu_from(d: Any, samples: int) -> Any:
+    """An entry's ``cpu_time`` as a :class:`~pytest_gpuperf.verdict.cputime.CpuTime` (None: absent,
+    malformed, or not aligned with the entry's ``samples`` wall samples)."""
+    from pytest_gpuperf.verdict.cputime import CpuTime
+
+    cpu = CpuTime.from_dict(d)
+    return cpu if cpu is not None and len(cpu.samples_ms) == samples else None
 
 
 def decode_op_diff(d: Any) -> Any:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 #: The schema this plugin writes. A store with a higher version was written by a newer plugin.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The schema's migrations: version -> the statements that bring a store of the version before to it
 #: (plain SQL that SQLite and PostgreSQL both run; applied in order, in the transaction that opens
@@ -35,6 +35,9 @@ SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE gpuperf_runs ADD COLUMN subject VARCHAR(500)",
         "ALTER TABLE gpuperf_runs ADD COLUMN commit_time VARCHAR(40)"),
+    # version 2 -> 3: each result's median CPU time and the clock its verdict was decided on (issue 45)
+    3: ("ALTER TABLE gpuperf_results ADD COLUMN cpu_median_ms FLOAT",
+        "ALTER TABLE gpuperf_results ADD COLUMN clock VARCHAR(8)"),
 }
 #: SQLite: how long (ms) a writer waits for another writer's transaction before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -82,7 +85,9 @@ class ResultRow:
     the median's 95% CI ``ci_low_ms``/``ci_high_ms``, ``process_medians_ms``: each worker process's
     median), ``rounds``, ``peak_memory_bytes`` (bytes), ``counts`` (name -> count per call),
     ``verdict`` (``regressed``, ``unchanged``...; None when not compared) and ``ratio`` (the
-    verdict's estimate of current / baseline)."""
+    verdict's estimate of current / baseline); ``cpu_median_ms`` the calling thread's median CPU
+    time per call (None: not read) and ``clock`` the clock the verdict was decided on (``"wall"``,
+    ``"cpu"``; None: not asked)."""
 
     benchmark: str
     median_ms: float
@@ -96,6 +101,8 @@ class ResultRow:
     counts: dict[str, Any] | None = None
     verdict: str | None = None
     ratio: float | None = None
+    cpu_median_ms: float | None = None
+    clock: str | None = None
 
 
 def redact(url: str) -> str:
@@ -161,6 +168,7 @@ def _tables(meta: Any) -> dict[str, Any]:
         sa.Column("rounds", sa.Integer, nullable=False), sa.Column("process_medians_ms", sa.Text),
         sa.Column("peak_memory_bytes", sa.BigInteger), sa.Column("counts", sa.Text),
         sa.Column("verdict", sa.String(32)), sa.Column("ratio", sa.Float),
+        sa.Column("cpu_median_ms", sa.Float), sa.Column("clock", sa.String(8)),  # version 3
     )
     return {"schema": schema, "runs": runs, "results": results}
 
@@ -408,7 +416,7 @@ def _row_values(run_key: int, r: ResultRow) -> dict[str, Any]:
             "process_medians_ms": json.dumps(list(r.process_medians_ms)) if r.process_medians_ms else None,
             "peak_memory_bytes": r.peak_memory_bytes,
             "counts": json.dumps(r.counts, sort_keys=True) if r.counts else None,
-            "verdict": r.verdict, "ratio": r.ratio}
+            "verdict": r.verdict, "ratio": r.ratio, "cpu_median_ms": r.cpu_median_ms, "clock": r.clock}
 
 
 def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
@@ -425,5 +433,7 @@ def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
             ci_low_ms=ci[0] if ci else None, ci_high_ms=ci[1] if ci else None,
             process_medians_ms=r.process_medians_ms, peak_memory_bytes=r.peak_memory_bytes,
             counts=counts, verdict=r.comparison.verdict.value if r.comparison is not None else None,
-            ratio=r.comparison.ratio if r.comparison is not None else None))
+            ratio=r.comparison.ratio if r.comparison is not None else None,
+            cpu_median_ms=r.cpu.median_ms if r.cpu is not None else None,
+            clock=r.comparison.clock if r.comparison is not None else None))
     return out

@@ -145,6 +145,11 @@ class Comparison:
     :class:`~pytest_gpuperf.verdict.advice.Advice` codes of what the reader can do for a firmer
     verdict (strict mode, more worker processes...), which
     :func:`pytest_gpuperf.reporting.messages.comparison_note` words with the options' names.
+
+    ``clock`` names the clock the verdict was decided on: ``"wall"`` or ``"cpu"`` (the calling
+    thread's CPU time, :mod:`pytest_gpuperf.verdict.cputime`); None where the question did not
+    arise (no baseline, CUDA events, a result stored before CPU time was read). With ``"cpu"``, the
+    medians, ratio and CI are CPU time's.
     """
 
     verdict: Verdict
@@ -173,6 +178,7 @@ class Comparison:
     resolution: float | None = None
     ab_confirmation: str | None = None
     advice: tuple[Advice, ...] = ()
+    clock: str | None = None
 
     @property
     def machine_differs(self) -> bool:

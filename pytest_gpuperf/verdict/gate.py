@@ -57,6 +57,7 @@ from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.advice import Advice, merge_advice
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.verdict.cputime import CpuTime
     from pytest_gpuperf.verdict.paired import Block
     from pytest_gpuperf.verdict.counts import CountComparison, Counts
     from pytest_gpuperf.verdict.machine import ProbeEvidence
@@ -339,7 +340,11 @@ class Evidence:
     the memory verdict's and the count gate's inputs (None: not measured, no verdict);
     ``peak_memory_low_bytes`` the lowest peak when the calls measured differed (None: they did not).
     ``throttle`` says why a regression measured now is not trusted (a throttled GPU, a busy host;
-    None: nothing). ``device`` names the device in memory messages.
+    None: nothing). ``device`` names the device in memory messages. ``cpu``: the CPU time of the
+    same rounds (:class:`~pytest_gpuperf.verdict.cputime.CpuTime`, aligned with the wall samples;
+    None: not read), ``host_busy`` the busy-host reason while they ran
+    (:func:`~pytest_gpuperf.verdict.machine.host_busy`; None: quiet or not measured): with both, CPU
+    time may decide (:func:`with_cpu_time`).
     """
 
     samples_ms: tuple[float, ...] = ()
@@ -350,6 +355,8 @@ class Evidence:
     throttle: str | None = None
     device: str = ""
     peak_memory_low_bytes: int | None = None
+    cpu: "CpuTime | None" = None
+    host_busy: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,6 +432,8 @@ def evaluate(
     if evidence.ab_blocks is not None:
         comparison = judge_ab(evidence.ab_blocks, reference, options, benchmark_id=benchmark_id,
                               confirm_from=confirm_from, throttle=evidence.throttle)
+        comparison = ab_with_cpu_time(comparison, evidence, reference, options, benchmark_id=benchmark_id,
+                                      confirm_from=confirm_from)
         base_peak = reference.ab_peak_memory_bytes
     else:
         if evidence.process_samples_ms is not None:
@@ -436,20 +445,107 @@ def evaluate(
                                baseline_file=label, remeasure=remeasure, drift=drift, throttle=evidence.throttle,
                                fixed_rounds=fixed_rounds, can_fail=can_fail, probe=probe,
                                machine_reference=machine_reference, normalize=normalize)
+        comparison = with_cpu_time(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
+                                   baseline_file=label, can_fail=can_fail)
         base_peak = reference.baseline.peak_memory_bytes if reference.baseline is not None else None
-    base_low = reference.baseline.peak_memory_low_bytes if reference.baseline is not None else None
-    memory = None
-    if evidence.peak_memory_bytes is not None:
-        memory = decide_memory(evidence.peak_memory_bytes, base_peak, threshold=options.memory_threshold,
-                               max_memory_bytes=options.max_memory, benchmark_id=benchmark_id, device=evidence.device,
-                               baseline_file=label, max_memory_text=max_memory_text,
-                               current_low_bytes=evidence.peak_memory_low_bytes, baseline_low_bytes=base_low)
+    memory = _memory_verdict(evidence, reference, options, base_peak, benchmark_id, max_memory_text)
     counts = None
     if evidence.counts is not None:
         counts = judge_counts(evidence.counts, reference.baseline, options, benchmark_id=benchmark_id,
                               baseline_file=label, ab_counts=reference.ab_counts,
                               ab=reference.ab_ref is not None)
     return Evaluation(comparison=comparison, memory=memory, counts=counts)
+
+
+def _memory_verdict(evidence: Evidence, reference: Reference, options: BenchOptions, base_peak: int | None,
+                    benchmark_id: str, max_memory_text: str | None) -> MemoryComparison | None:
+    """The memory step of :func:`evaluate` (None when no peak was measured)."""
+    if evidence.peak_memory_bytes is None:
+        return None
+    base_low = reference.baseline.peak_memory_low_bytes if reference.baseline is not None else None
+    return decide_memory(evidence.peak_memory_bytes, base_peak, threshold=options.memory_threshold,
+                         max_memory_bytes=options.max_memory, benchmark_id=benchmark_id, device=evidence.device,
+                         baseline_file=reference.label, max_memory_text=max_memory_text,
+                         current_low_bytes=evidence.peak_memory_low_bytes, baseline_low_bytes=base_low)
+
+
+def with_cpu_time(wall: Comparison, evidence: Evidence, baseline: BaselineEntry | None, options: BenchOptions, *,
+                  benchmark_id: str = "benchmark", baseline_file: str | None = None,
+                  can_fail: bool = True) -> Comparison:
+    """The stored-baseline timing verdict with CPU time in it (a step of :func:`evaluate`; the rule
+    is :mod:`pytest_gpuperf.verdict.cputime`'s). ``wall`` is the wall clock's verdict (busy-host
+    downgrade included). Where this run and the baseline both have CPU time, the same decision
+    (:func:`judge_replicates` over the worker processes' CPU-time medians, else :func:`judge` on
+    the samples, without re-measure or normalization) is made on CPU time, and
+    :func:`~pytest_gpuperf.verdict.cputime.decide_clock` says which stands. The result's ``clock``
+    names the clock ("wall" whenever CPU time was there to compare, None otherwise), and its note
+    says why CPU time decided (with the wall clock's ratio) or, on a busy host, why it could not."""
+    from pytest_gpuperf.verdict.cputime import ClockSide, cpu_time_invalid
+
+    cpu_base = baseline.cpu_view() if baseline is not None else None
+    if evidence.cpu is None or cpu_base is None or wall.verdict is Verdict.NO_BASELINE or baseline is None:
+        return wall
+    wall_samples = (tuple(v for g in evidence.process_samples_ms for v in g)
+                    if evidence.process_samples_ms is not None else evidence.samples_ms)
+    current = ClockSide.of(evidence.cpu, wall_samples, evidence.host_busy)
+    stored = ClockSide.of(baseline.cpu_time, baseline.samples_ms, baseline.host_busy)
+    invalid = cpu_time_invalid(current, stored, options.threshold)
+    cpu = None
+    if invalid is None:
+        if evidence.process_samples_ms is not None:
+            groups = evidence.cpu.groups([len(g) for g in evidence.process_samples_ms])
+            cpu = judge_replicates(groups, cpu_base, options, benchmark_id=benchmark_id,
+                                   baseline_file=baseline_file, can_fail=can_fail)
+        else:
+            cpu = judge(evidence.cpu.samples_ms, cpu_base, dataclasses.replace(options, confirm=0),
+                        benchmark_id=benchmark_id, baseline_file=baseline_file, can_fail=can_fail)
+    return _clock_chosen(wall, cpu, invalid, evidence.host_busy)
+
+
+def _clock_chosen(wall: Comparison, cpu: Comparison | None, invalid: str | None, busy: str | None) -> Comparison:
+    """The comparison :func:`~pytest_gpuperf.verdict.cputime.decide_clock` keeps, labelled with its
+    ``clock`` and a note saying why CPU time decided (with the wall clock's verdict) or, on a busy
+    host, why it could not."""
+    from pytest_gpuperf.core.units import format_ratio
+    from pytest_gpuperf.verdict.cputime import CPU, WALL, decide_clock
+
+    chosen, clock = decide_clock(wall, cpu, invalid, busy)
+    if clock == CPU:
+        assert cpu is not None
+        why = f"{busy}: decided on CPU time" if busy else "decided on CPU time, the wall clock being inconclusive"
+        wall_said = f"wall clock {wall.verdict.value}" + (f" {format_ratio(wall.ratio)}" if wall.ratio else "")
+        # the wall clock's own notes and advice (busy downgrade, measure longer) do not apply
+        return dataclasses.replace(with_note(cpu, f"{why} ({wall_said})"), clock=CPU)
+    if busy and invalid is not None:
+        return dataclasses.replace(with_note(wall, f"CPU time cannot decide: {invalid}"), clock=WALL)
+    return dataclasses.replace(wall, clock=WALL)
+
+
+def ab_with_cpu_time(wall: Comparison, evidence: Evidence, reference: Reference, options: BenchOptions, *,
+                     benchmark_id: str = "benchmark", confirm_from: int | None = None) -> Comparison:
+    """The A/B timing verdict with CPU time in it (a step of :func:`evaluate`): where every block of
+    both sides read CPU time, :func:`judge_ab` on the blocks' thread CPU time too, and the clock rule
+    of :mod:`pytest_gpuperf.verdict.cputime` (A and B ran interleaved, so both sides share this
+    run's ``evidence.host_busy``). Unchanged (``clock`` None) without CPU time or without side A."""
+    from pytest_gpuperf.verdict.cputime import ClockSide, CpuTime, cpu_time_invalid
+
+    blocks = evidence.ab_blocks or ()
+    cpu_blocks = [b.cpu for b in blocks]
+    if wall.verdict is Verdict.NO_BASELINE or not blocks or any(b is None for b in cpu_blocks):
+        return wall
+
+    def side(name: str) -> ClockSide:
+        mine = [b for b in blocks if b.side == name]
+        thread = tuple(v for b in mine for v in b.cpu_samples_ms)
+        cpu = CpuTime(thread, tuple(v for b in mine for v in b.process_cpu_samples_ms))
+        return ClockSide.of(cpu, tuple(v for b in mine for v in b.samples_ms), evidence.host_busy)
+
+    invalid = cpu_time_invalid(side("B"), side("A"), options.threshold)
+    cpu = None
+    if invalid is None:
+        cpu = judge_ab([b for b in cpu_blocks if b is not None], reference, options, benchmark_id=benchmark_id,
+                       confirm_from=confirm_from)
+    return _clock_chosen(wall, cpu, invalid, evidence.host_busy)
 
 
 def judge_ab(

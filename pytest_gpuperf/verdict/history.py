@@ -40,23 +40,29 @@ class RunRecord:
     probe: str | None = None
     process_medians_ms: tuple[float, ...] | None = None
     dirty: bool | None = None
+    cpu_median_ms: float | None = None
+    cpu_process_medians_ms: tuple[float, ...] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
         """From a stored history record (unknown keys are ignored)."""
         kw = {f: d.get(f) for f in _RUN_FIELDS
-              if f not in ("median_ms", "counts", "probe_ms", "probe", "process_medians_ms", "dirty")}
+              if f not in ("median_ms", "counts", "probe_ms", "probe", "process_medians_ms", "dirty",
+                           "cpu_median_ms", "cpu_process_medians_ms")}
         probe_ms = d.get("probe_ms")
         probe_ms = float(probe_ms) if _positive_number(probe_ms) else None
         probe = d.get("probe") if isinstance(d.get("probe"), str) else None
         dirty = d.get("dirty") if isinstance(d.get("dirty"), bool) else None
+        cpu = d.get("cpu_median_ms")
         return cls(**kw, median_ms=float(d["median_ms"]), counts=_run_counts(d.get("counts")),
-                   probe_ms=probe_ms, probe=probe, process_medians_ms=_process_medians(d), dirty=dirty)
+                   probe_ms=probe_ms, probe=probe, process_medians_ms=_process_medians(d), dirty=dirty,
+                   cpu_median_ms=float(cpu) if _positive_number(cpu) else None,
+                   cpu_process_medians_ms=_process_medians(d, "cpu_process_medians_ms"))
 
 
-def _process_medians(d: Mapping[str, Any]) -> tuple[float, ...] | None:
-    """An entry's or run's ``process_medians_ms`` (positive numbers), else None."""
-    v = d.get("process_medians_ms")
+def _process_medians(d: Mapping[str, Any], key: str = "process_medians_ms") -> tuple[float, ...] | None:
+    """An entry's or run's ``process_medians_ms`` (or ``key``; positive numbers), else None."""
+    v = d.get(key)
     if isinstance(v, list) and v and all(_positive_number(x) for x in v):
         return tuple(float(x) for x in v)
     return None
@@ -67,7 +73,7 @@ def _positive_number(v: Any) -> bool:
 
 
 _RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes",
-               "counts", "probe_ms", "probe", "process_medians_ms", "dirty")
+               "counts", "probe_ms", "probe", "process_medians_ms", "dirty", "cpu_median_ms", "cpu_process_medians_ms")
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,39 @@ class BaselineEntry:
         if newest is not None and len(newest) >= 2:
             return newest
         return self.run_medians_ms
+
+    @property
+    def cpu_time(self) -> Any:
+        """The newest run's CPU time (:class:`~pytest_gpuperf.verdict.cputime.CpuTime`, its samples
+        aligned with ``samples_ms``), None when it was recorded without."""
+        from pytest_gpuperf.verdict.cputime import CpuTime
+
+        cpu = CpuTime.from_dict(self.data.get("cpu_time"))
+        return cpu if cpu is not None and len(cpu.samples_ms) == len(self.samples_ms) else None
+
+    @property
+    def host_busy(self) -> str | None:
+        """Why the newest run's host was busy while it was measured
+        (:func:`~pytest_gpuperf.verdict.machine.host_busy` of its telemetry), None: quiet or unknown."""
+        from pytest_gpuperf.verdict.machine import host_busy
+
+        telemetry = self.data.get("telemetry")
+        return host_busy(telemetry) if isinstance(telemetry, Mapping) else None
+
+    def cpu_view(self) -> "BaselineEntry | None":
+        """This entry on the CPU-time clock: the newest run's thread CPU samples, and a history of the
+        stored runs' CPU-time medians (process medians too) when every run has them, else of the
+        newest run alone. None when the newest run has no CPU time. What
+        :func:`pytest_gpuperf.verdict.gate.with_cpu_time` compares this run's CPU time with."""
+        cpu = self.cpu_time
+        if cpu is None:
+            return None
+        if all(r.cpu_median_ms for r in self.history):
+            runs = tuple(RunRecord(float(r.cpu_median_ms), process_medians_ms=r.cpu_process_medians_ms)  # type: ignore[arg-type]
+                         for r in self.history)
+        else:
+            runs = (RunRecord(cpu.median_ms, process_medians_ms=cpu.process_medians_ms),)
+        return BaselineEntry(self.benchmark_id, cpu.samples_ms, runs, options=self.options)
 
     @property
     def dirty(self) -> bool | None:
@@ -211,6 +250,12 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
         record["process_medians_ms"] = list(medians)
     if isinstance(entry.get("dirty"), bool):
         record["dirty"] = entry["dirty"]
+    cpu = entry.get("cpu_time")
+    if isinstance(cpu, Mapping) and _positive_number(cpu.get("median_ms")):
+        record["cpu_median_ms"] = float(cpu["median_ms"])
+        cpu_medians = _process_medians(cpu)
+        if cpu_medians is not None:
+            record["cpu_process_medians_ms"] = list(cpu_medians)
     counts = _run_counts(entry.get("counts"))
     if counts:
         record["counts"] = counts

@@ -69,12 +69,25 @@ def abba_schedule(groups: int, seed: int) -> list[str]:
 @dataclass(frozen=True)
 class Block:
     """One timed block: its side ("A" or "B"), the worker-process pair that measured it (0-based),
-    its position in that pair's schedule, and its per-call times (ms)."""
+    its position in that pair's schedule, and its per-call times (ms); ``cpu_samples_ms`` and
+    ``process_cpu_samples_ms`` the calling thread's and the process's CPU time per call of the same
+    rounds (ms, aligned with ``samples_ms``; empty where not read: CUDA, torchrun launches)."""
 
     side: str
     process: int
     position: int
     samples_ms: tuple[float, ...]
+    cpu_samples_ms: tuple[float, ...] = ()
+    process_cpu_samples_ms: tuple[float, ...] = ()
+
+    @property
+    def cpu(self) -> "Block | None":
+        """This block on the CPU-time clock (its samples the thread's CPU time), None when its
+        CPU time was not read for every round."""
+        n = len(self.samples_ms)
+        if not n or len(self.cpu_samples_ms) != n or len(self.process_cpu_samples_ms) != n:
+            return None
+        return Block(self.side, self.process, self.position, self.cpu_samples_ms)
 
 
 @dataclass(frozen=True)

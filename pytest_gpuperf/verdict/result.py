@@ -41,7 +41,9 @@ class BenchTiming:
     the interleaved machine-speed probe named ``probe`` (:mod:`pytest_gpuperf.measure.probe`), None
     when no probe ran. ``ranks``: under ``torchrun``, each rank's median, the slowest rank and the
     imbalance (:class:`~pytest_gpuperf.verdict.distributed.RankTiming`; ``samples_ms`` is then the
-    slowest rank's time of each round), None in one process.
+    slowest rank's time of each round), None in one process. ``cpu``: the CPU time of the same
+    rounds (:class:`~pytest_gpuperf.verdict.cputime.CpuTime`: the calling thread's and the process's,
+    aligned with ``samples_ms``), None where it was not read (CUDA, scripted timings without it).
     """
 
     samples_ms: tuple[float, ...]
@@ -53,6 +55,7 @@ class BenchTiming:
     probe_ms: float | None = None
     probe: str | None = None
     ranks: Any = None  # pytest_gpuperf.verdict.distributed.RankTiming
+    cpu: Any = None  # pytest_gpuperf.verdict.cputime.CpuTime
 
     @classmethod
     def of(cls, samples_ms: Sequence[float], **fields: Any) -> "BenchTiming":
@@ -197,6 +200,7 @@ class BenchResult:
     probe_ms = _via("timing", "probe_ms")
     probe = _via("timing", "probe")
     ranks = _via("timing", "ranks")
+    cpu = _via("timing", "cpu")
     mean_ms = _stat("mean_ms")
     std_ms = _stat("std_ms")
     min_ms = _stat("min_ms")

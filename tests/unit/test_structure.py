@@ -21,7 +21,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pytest_gpuperf"
 MAX_LONG_FUNCTIONS = 3  # functions over 60 lines
 LONG_CLASSES: set[str] = set()  # classes over 400 lines (pytest_gpuperf/testing.py aside): none
 MAX_ENV_NAMES = 4  # GPUPERF_* names
-MAX_FIELDS = {"BenchResult": 12, "SessionSettings": 35, "Comparison": 26, "BenchContext": 26}
+#: Comparison 27: ``clock`` (issue 45: every verdict names the clock it was decided on) was added
+#: and no field could go without another issue's change (``median_ratio`` is issue 47's)
+MAX_FIELDS = {"BenchResult": 12, "SessionSettings": 35, "Comparison": 27, "BenchContext": 26}
 
 
 def _trees() -> list[tuple[Path, ast.Module, str]]:

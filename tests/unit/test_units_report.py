@@ -19,8 +19,9 @@ from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, forma
 from pytest_gpuperf.reporting.messages import bottleneck_message, comparison_message, gate_messages
 
 MiB = 2**20
-BOTTLENECK = 13  # report.COLUMNS.index("bottleneck"), checked in test_columns
-VERDICT = 14  # report.COLUMNS.index("verdict")
+BOTTLENECK = 14  # report.COLUMNS.index("bottleneck"), checked in test_columns
+VERDICT = 15  # report.COLUMNS.index("verdict")
+MEM = 9  # report.COLUMNS.index("peak mem")
 
 # --------------------------------------------------------------------------------------------
 # units
@@ -327,18 +328,18 @@ def _cells(line: str, separator: str) -> list[str]:
 
 
 def test_columns():
-    assert report.COLUMNS == ("name", "device", "median", "p95", "IQR", "rounds", "baseline", "ratio",
+    assert report.COLUMNS == ("name", "device", "median", "CPU", "p95", "IQR", "rounds", "baseline", "ratio",
                               "peak mem", "ops/kern", "syncs", "FLOP/s", "B/s", "bottleneck", "verdict")
-    assert report.COLUMNS.index("peak mem") == 8
+    assert report.COLUMNS.index("peak mem") == 9
     assert report.COLUMNS.index("bottleneck") == BOTTLENECK
     assert report.COLUMNS.index("verdict") == VERDICT
 
 
 def test_format_table_aligns_columns():
     rows = [
-        ("short", "cpu", "1.5 ms", "2 ms", "3.0%", "10", "1.4 ms", "1.071x", "812 MiB (+11.0%)",
+        ("short", "cpu", "1.5 ms", "1.4 ms", "2 ms", "3.0%", "10", "1.4 ms", "1.071x", "812 MiB (+11.0%)",
          "212", "0", "1.2 TFLOP/s", "3 GB/s", "compute", "unchanged"),
-        ("a_much_longer_benchmark_name[1024]", "cuda:0", "123.4 µs", "130 µs", "12.5%", "10000",
+        ("a_much_longer_benchmark_name[1024]", "cuda:0", "123.4 µs", "-", "130 µs", "12.5%", "10000",
          "-", "-", "-", "232 (+20)/40", "10 (+10)", "-", "-", "memory (expected compute)",
          "no-baseline, memory regressed, misclassified"),
     ]
@@ -355,7 +356,7 @@ def test_format_table_aligns_columns():
         width = end - start
         assert width == max(len(col), *(len(r[report.COLUMNS.index(col)]) for r in rows))
 
-    right = {"median", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs", "FLOP/s", "B/s"}
+    right = {"median", "CPU", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern", "syncs", "FLOP/s", "B/s"}
     for line, cells in zip(lines[2:] + [header], rows + [tuple(report.COLUMNS)]):
         padded = line.ljust(spans[-1][1])
         for (start, end), col, cell in zip(spans, report.COLUMNS, cells):
@@ -380,16 +381,16 @@ def test_format_table_no_rows():
     lines = report.format_table([])
     assert len(lines) == 2
     assert _cells(lines[0], lines[1]) == list(report.COLUMNS)
-    assert lines[0].split() == ("name device median p95 IQR rounds baseline ratio peak mem ops/kern syncs "
+    assert lines[0].split() == ("name device median CPU p95 IQR rounds baseline ratio peak mem ops/kern syncs "
                                 "FLOP/s B/s bottleneck verdict").split()
 
 
 def test_format_table_right_aligns_peak_mem_and_left_aligns_bottleneck_and_verdict():
-    rows = [("a", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "812 MiB (+11.0%)", "overhead", "regressed"),
-            ("b", "cpu", "1 ms", "1 ms", "1.0%", "10", "-", "-", "512 B", "memory (expected compute)", "-")]
-    header = report.COLUMNS[:9] + report.COLUMNS[-2:]  # without the count and rate columns
+    rows = [("a", "cpu", "1 ms", "1 ms", "1 ms", "1.0%", "10", "-", "-", "812 MiB (+11.0%)", "overhead", "regressed"),
+            ("b", "cpu", "1 ms", "-", "1 ms", "1.0%", "10", "-", "-", "512 B", "memory (expected compute)", "-")]
+    header = report.COLUMNS[:10] + report.COLUMNS[-2:]  # without the count and rate columns
     lines = report.format_table(rows, header=header)
-    (mem_start, mem_end), (bn_start, bn_end), (verdict_start, _) = _column_spans(lines[1])[8:11]
+    (mem_start, mem_end), (bn_start, bn_end), (verdict_start, _) = _column_spans(lines[1])[9:12]
     assert mem_end - mem_start == len("812 MiB (+11.0%)")
     assert lines[0][mem_start:mem_end] == "peak mem".rjust(mem_end - mem_start)
     assert lines[3][mem_start:mem_end] == "512 B".rjust(mem_end - mem_start)
@@ -411,12 +412,13 @@ def test_summary_row_values():
     row = report.summary_row("m.py::t", r)
     assert len(row) == len(report.COLUMNS)
     assert row[0] == "m.py::t" and row[1] == "cuda:0"
-    assert row[2] == format_ms(r.median_ms) and row[3] == format_ms(r.p95_ms)
-    assert row[4] == f"{r.iqr_fraction * 100:.1f}%"
-    assert row[5] == "100"
-    assert row[6] == format_ms(c.baseline_median_ms)
-    assert row[7] == format_ratio(r.median_ms / c.baseline_median_ms)  # the row's own columns agree (raw)
-    assert row[8] == "-"  # no peak memory measured
+    assert row[2] == format_ms(r.median_ms) and row[4] == format_ms(r.p95_ms)
+    assert row[3] == "-"  # no CPU time read
+    assert row[5] == f"{r.iqr_fraction * 100:.1f}%"
+    assert row[6] == "100"
+    assert row[7] == format_ms(c.baseline_median_ms)
+    assert row[8] == format_ratio(r.median_ms / c.baseline_median_ms)  # the row's own columns agree (raw)
+    assert row[MEM] == "-"  # no peak memory measured
     assert row[BOTTLENECK] == "-"  # not classified
     assert row[VERDICT] == "regressed"
     assert report.summary_row("m.py::t", r, updated=True)[VERDICT] == "regressed (baseline updated)"
@@ -426,12 +428,12 @@ def test_summary_row_smoke_and_no_comparison():
     smoke = make_result([1.5], smoke=True)
     row = report.summary_row("t", smoke)
     assert len(row) == len(report.COLUMNS)
-    assert row[3] == "-" and row[4] == "-" and row[6] == "-" and row[7] == "-"
-    assert row[8] == "-"  # smoke mode measures no memory
+    assert row[3] == "-" and row[4] == "-" and row[5] == "-" and row[7] == "-" and row[8] == "-"
+    assert row[MEM] == "-"  # smoke mode measures no memory
     assert row[BOTTLENECK] == "-"
     assert row[VERDICT] == "smoke"
     plain = make_result(lognormal(9, 20))
-    assert report.summary_row("t", plain)[8:] == ("-",) * 7
+    assert report.summary_row("t", plain)[MEM:] == ("-",) * 7
 
 
 def test_summary_row_marks_unchanged_with_note():
@@ -463,7 +465,7 @@ def test_summary_row_memory_text_with_baseline():
     r = _memory_result(current, baseline, comparison=_unchanged_comparison())
     assert r.memory_comparison.verdict is Verdict.REGRESSED
     row = report.summary_row("t", r)
-    assert row[8] == "812 MiB (+11.0%)"
+    assert row[MEM] == "812 MiB (+11.0%)"
     assert row[VERDICT] == "unchanged, memory regressed"
     assert report.summary_row("t", r, updated=True)[VERDICT] == "unchanged, memory regressed (baseline updated)"
 
@@ -472,37 +474,37 @@ def test_summary_row_memory_text_decrease_and_tiny_change():
     # A decrease shows a negative change.
     r = _memory_result(400 * MiB, 500 * MiB, comparison=_unchanged_comparison())
     row = report.summary_row("t", r)
-    assert row[8] == "400 MiB (-20.0%)"
+    assert row[MEM] == "400 MiB (-20.0%)"
     assert row[VERDICT] == "unchanged, memory improved"
     # A change below 0.05% is not shown (it would read +0.0%), and the verdict is unchanged.
     r = _memory_result(1000 * MiB + 100, 1000 * MiB, comparison=_unchanged_comparison())
-    assert report.summary_row("t", r)[8] == "1000 MiB"
+    assert report.summary_row("t", r)[MEM] == "1000 MiB"
     assert report.summary_row("t", r)[VERDICT] == "unchanged"
     # Exactly equal: no change text.
     r = _memory_result(3 * 2**30, 3 * 2**30)
-    assert report.summary_row("t", r)[8] == "3.00 GiB"
+    assert report.summary_row("t", r)[MEM] == "3.00 GiB"
 
 
 def test_summary_row_memory_text_without_baseline_or_comparison():
     r = _memory_result(851443712, None)
     assert r.memory_comparison.verdict is Verdict.NO_BASELINE
     row = report.summary_row("t", r)
-    assert row[8] == "812 MiB"
+    assert row[MEM] == "812 MiB"
     assert row[VERDICT] == "-"  # no timing comparison; no-baseline memory adds nothing
     # peak measured but never compared
     r = make_result([1.0, 1.1], peak_memory_bytes=512)
-    assert report.summary_row("t", r)[8] == "512 B"
+    assert report.summary_row("t", r)[MEM] == "512 B"
     # a baseline of 0 bytes has no relative change
     r = _memory_result(0, 0)
-    assert report.summary_row("t", r)[8] == "0 B"
+    assert report.summary_row("t", r)[MEM] == "0 B"
 
 
 def test_summary_row_memory_dash_when_peak_is_none():
     # Even with a memory comparison attached, a missing peak prints "-".
     m = decide_memory(100 * MiB, 50 * MiB)
     r = make_result([1.0, 1.1], peak_memory_bytes=None, memory_comparison=m)
-    assert report.summary_row("t", r)[8] == "-"
-    assert report.summary_row("t", make_result([1.0, 1.1]))[8] == "-"
+    assert report.summary_row("t", r)[MEM] == "-"
+    assert report.summary_row("t", make_result([1.0, 1.1]))[MEM] == "-"
 
 
 def test_summary_row_verdict_over_max_memory():
@@ -511,7 +513,7 @@ def test_summary_row_verdict_over_max_memory():
     r = _memory_result(1000 * MiB, 1000 * MiB, max_memory_bytes=900 * MiB, comparison=c)
     assert r.memory_comparison.verdict is Verdict.UNCHANGED and r.memory_comparison.over_budget
     row = report.summary_row("t", r)
-    assert row[8] == "1000 MiB"
+    assert row[MEM] == "1000 MiB"
     assert row[VERDICT] == "unchanged, over max_memory"
     # Regressed and over the budget: both, in that order, before "(baseline updated)".
     r = _memory_result(1000 * MiB, 500 * MiB, max_memory_bytes=900 * MiB, comparison=c)
@@ -536,8 +538,8 @@ def test_summary_lines_show_memory_column():
     r = _memory_result(851443712, round(851443712 / 1.11), comparison=_unchanged_comparison())
     lines = report.summary_lines([("m.py::t", r, False), ("m.py::u", make_result([1.0, 2.0]), False)])
     header, sep = lines[0], lines[1]
-    assert _cells(lines[2], sep)[8:] == ["812 MiB (+11.0%)"] + ["-"] * 5 + ["unchanged, memory regressed"]
-    assert _cells(lines[3], sep)[8:] == ["-"] * 7
+    assert _cells(lines[2], sep)[MEM:] == ["812 MiB (+11.0%)"] + ["-"] * 5 + ["unchanged, memory regressed"]
+    assert _cells(lines[3], sep)[MEM:] == ["-"] * 7
     assert lines[2].endswith("812 MiB (+11.0%)         -      -       -    -  -           unchanged, memory regressed")
 
 
@@ -789,8 +791,9 @@ def test_the_default_table_fits_the_terminal_by_priority(width):
         assert kept in header
     full = report.summary_lines(items)  # no width: every column, names up to MAX_NAME_WIDTH
     assert max(map(len, full)) > width  # 205 characters here
-    if width == 200:
-        assert [h for h in full[0].split() if h != "B/s"] == header  # only the first column of DROP_ORDER went
+    if width == 200:  # only the first columns of DROP_ORDER went
+        dropped = [h for h in full[0].split() if h not in header]
+        assert dropped and set(dropped) == set(report.DROP_ORDER[:len(dropped)])
     if width == 80:
         assert "device" not in header and "B/s" not in header  # dropped first
         assert any("..." in ln for ln in table[2:])  # the long name cut in the middle
