@@ -533,9 +533,9 @@ class Measurer:
         machine's), or with ``measure`` False (``--gpuperf-no-host-load``)."""
         if getattr(device, "type", str(device)) != "cpu" or not measure or self.clock is not time.perf_counter_ns:
             return None
-        from pytest_gpuperf.measure.telemetry import HostLoadMeter
+        from pytest_gpuperf.measure.telemetry import PROCESS_LOAD, HostLoadMeter
 
-        return HostLoadMeter()
+        return HostLoadMeter(process=PROCESS_LOAD)
 
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
                 setup: Setup | None = None, rounds: int | None = None, warmup_calls: int | None = None,

@@ -142,3 +142,36 @@ def test_meter_pools_several_spans():
     with broken.span():
         pass
     assert broken.summary() == {}
+
+
+def test_a_benchmark_too_short_to_count_reads_its_process_s_host_load():
+    """Issue 45: a benchmark that stops after a few rounds times too little for /proc/stat's ticks; its
+    host load is then the process's over every benchmark it timed so far (a neighbour that runs for
+    minutes shows there), marked so."""
+    from pytest_gpuperf.measure.telemetry import HostLoadMeter, ProcessLoad
+
+    process = ProcessLoad()
+
+    def meter(wall_s: float, other_s: float) -> HostLoadMeter:
+        wall, busy, own = [0.0, wall_s], [10.0, 10.0 + other_s + 0.1], [1.0, 1.1]
+        return HostLoadMeter(stat=lambda: (busy.pop(0), 0.0), own=lambda: own.pop(0), clock=lambda: wall.pop(0),
+                             process=process)
+
+    first = meter(0.2, 0.2)
+    with first.span():
+        pass
+    assert first.summary() == {}  # 0.2 s in this process so far: nothing to go on
+    long = meter(0.6, 0.6)
+    with long.span():
+        pass
+    assert long.summary()["other_cpu_cores"] == pytest.approx(1.0) and "host_load_scope" not in long.summary()
+    short = meter(0.05, 0.0)  # its own span saw no neighbour tick
+    with short.span():
+        pass
+    got = short.summary()
+    assert got["host_load_scope"] == "process" and got["other_cpu_cores"] == pytest.approx(0.8 / 0.85, abs=1e-3)
+    assert host_busy(got) is not None
+    alone = HostLoadMeter(stat=lambda: (1.0, 0.0), own=lambda: 0.0, clock=lambda: 0.0)  # no process totals: as before
+    with alone.span():
+        pass
+    assert alone.summary() == {}
