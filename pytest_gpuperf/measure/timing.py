@@ -491,7 +491,7 @@ def measure(
         raise ValueError(f"calls_per_round={calls_per_round!r}: expected an integer >= 1 (1 with a setup function)")
     if getattr(device, "type", "cpu") == "cuda":
         return _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress, clock,
-                             calls_per_round, probe, lockstep)
+                             calls_per_round, probe, lockstep, cpu_clocks)
     return _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progress, clock, calls_per_round,
                         probe, lockstep, cpu_clocks)
 
@@ -616,7 +616,8 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
 
 def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
                   clock: Clock = time.perf_counter_ns, calls_per_round: int | None = None,
-                  probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None) -> Timing:
+                  probe: Callable[[], Any] | None = None, lockstep: Lockstep | None = None,
+                  cpu_clocks: CpuClocks | None = None) -> Timing:
     import torch
 
     with torch.cuda.device(device):
@@ -637,8 +638,7 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
         est = min(w.per_call_s, w.device_s) if setup is None and not options.flush_l2 else w.per_call_s
         cpr = cuda_calls_per_round(est, setup_given=setup is not None, flush_l2=options.flush_l2,
                                    calls_per_round=calls_per_round)
-        if lockstep is not None:
-            cpr = lockstep.choose(cpr)
+        cpr = lockstep.choose(cpr) if lockstep is not None else cpr
         flush = _l2_flusher(device) if options.flush_l2 else None
         prober = _CudaProber(probe, sync, clock, est * cpr)
         if probe is not None and flush is None:  # the probe's warmup evicted the L2: re-warm (see below)
@@ -647,6 +647,7 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
         loop = _RoundLoop(options, rounds, progress, clock, lockstep)
         samples: list[float] = []
+        host = _HostCpu(cpu_clocks, cpr)  # the host's CPU time of issuing each round (not the device's time)
         with gc_disabled():
             while not loop.done(samples):
                 n = loop.agree(min(block, max(1, loop.remaining(len(samples)))))
@@ -656,10 +657,12 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
                     if flush is not None:
                         flush()
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    host.start()
                     start.record()
                     for _ in range(cpr):
                         value = fn(*a, **k)
                     end.record()
+                    host.stop()
                     pairs.append((start, end))
                     if prober.after_round(len(samples) + len(pairs)) and flush is None:
                         # the probe (a 128 MiB copy by default) evicted the L2: one untimed call puts
@@ -670,7 +673,34 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
                 samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
                 prober.collect()
             prober.finish(len(samples))
-        return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every)
+        return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every, **host.fields())
+
+
+class _HostCpu:
+    """The host's CPU time around each CUDA round's launches (ms per call; nothing without
+    ``clocks``): what issuing the work costs the calling thread and the process, beside the device
+    time CUDA events give. Never a verdict's clock (:func:`pytest_gpuperf.verdict.gate.with_cpu_time`
+    decides on it for the CPU backend only): shown as the result's CPU time."""
+
+    def __init__(self, clocks: CpuClocks | None, cpr: int) -> None:
+        self.clocks, self.cpr = clocks, cpr
+        self.thread_ms: list[float] = []
+        self.process_ms: list[float] = []
+        self._c0 = self._p0 = 0
+
+    def start(self) -> None:
+        if self.clocks is not None:
+            self._c0, self._p0 = self.clocks.thread(), self.clocks.process()
+
+    def fields(self) -> dict[str, tuple[float, ...]]:
+        """The :class:`Timing` fields of what was read."""
+        return {"cpu_samples_ms": tuple(self.thread_ms), "process_cpu_samples_ms": tuple(self.process_ms)}
+
+    def stop(self) -> None:
+        if self.clocks is not None:
+            p1, c1 = self.clocks.process(), self.clocks.thread()
+            self.thread_ms.append(max(c1 - self._c0, 1) / self.cpr / 1e6)
+            self.process_ms.append(max(p1 - self._p0, 1) / self.cpr / 1e6)
 
 
 #: Set once this process captured a CUDA graph (``cuda_graph=True``): profiling CUDA afterwards

@@ -453,7 +453,7 @@ def cannot_decide(result: Any, updating: bool, max_processes: int) -> str | None
     """Why more worker processes, ``max_processes`` in all, cannot decide a result whose evidence
     is thin (:func:`needs_more` without ``max_processes``), as the note its comparison gets
     (:func:`not_escalated`); None when they can, or it is no such result. The prediction
-    (:mod:`pytest_gpuperf.verdict.escalation`) keeps the spread seen so far: comparing, the CI of
+    (:mod:`pytest_gpuperf.verdict.escalation`) reads the spread seen so far optimistically: comparing, the CI of
     the ratio at ``max_processes`` current processes against the baseline's; updating, the CI of
     the new baseline's geometric mean at ``max_processes`` processes."""
     return _undecidable(result, updating, max_processes)[0] if needs_more(result, updating) else None

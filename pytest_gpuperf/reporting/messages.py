@@ -155,7 +155,7 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
 def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ab is not None
     per = ", ".join(format_ratio(v) for v in (c.ab.process_ratios or ()))
-    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: median {format_ms(c.baseline_median_ms)} -> "
+    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)} (A/B vs {c.ab.ref})")
     text = (f"{c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median ratio); median A "
             f"{format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; Wilcoxon signed-rank "

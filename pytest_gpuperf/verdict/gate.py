@@ -457,6 +457,13 @@ def evaluate(
     return Evaluation(comparison=comparison, memory=memory, counts=counts)
 
 
+def _cpu_backend(device: str) -> bool:
+    """Whether ``device`` (``Evidence.device``: ``"cpu"``, ``"cuda:0"``; empty: unknown, taken as
+    the CPU) times with the wall clock, where CPU time may decide; on CUDA, events time the device
+    and the host's CPU time is only shown."""
+    return not device or device.split(":")[0] == "cpu"
+
+
 def _memory_verdict(evidence: Evidence, reference: Reference, options: BenchOptions, base_peak: int | None,
                     benchmark_id: str, max_memory_text: str | None) -> MemoryComparison | None:
     """The memory step of :func:`evaluate` (None when no peak was measured)."""
@@ -483,7 +490,8 @@ def with_cpu_time(wall: Comparison, evidence: Evidence, baseline: BaselineEntry 
     from pytest_gpuperf.verdict.cputime import ClockSide, cpu_time_invalid
 
     cpu_base = baseline.cpu_view() if baseline is not None else None
-    if evidence.cpu is None or cpu_base is None or wall.verdict is Verdict.NO_BASELINE or baseline is None:
+    if (evidence.cpu is None or cpu_base is None or wall.verdict is Verdict.NO_BASELINE or baseline is None
+            or not _cpu_backend(evidence.device)):
         return wall
     wall_samples = (tuple(v for g in evidence.process_samples_ms for v in g)
                     if evidence.process_samples_ms is not None else evidence.samples_ms)
@@ -531,7 +539,8 @@ def ab_with_cpu_time(wall: Comparison, evidence: Evidence, reference: Reference,
 
     blocks = evidence.ab_blocks or ()
     cpu_blocks = [b.cpu for b in blocks]
-    if wall.verdict is Verdict.NO_BASELINE or not blocks or any(b is None for b in cpu_blocks):
+    if (wall.verdict is Verdict.NO_BASELINE or not blocks or any(b is None for b in cpu_blocks)
+            or not _cpu_backend(evidence.device)):
         return wall
 
     def side(name: str) -> ClockSide:

@@ -253,3 +253,12 @@ def test_a_baseline_recorded_on_a_busy_host_says_so_and_that_its_cpu_time_stays_
     quiet = noisy_baseline_warning("m.py::t", result(wall, draw(3), telemetry={"other_cpu_cores": 0.1}))
     assert quiet.startswith("m.py::t: noisy baseline recorded")  # noisy for another reason: the generic warning
     assert noisy_baseline_warning("m.py::t", result(draw(3), draw(3))) is None
+
+
+def test_on_cuda_the_host_cpu_time_is_shown_and_never_decides():
+    base = result(draw(1), draw(1))
+    e = stored(base)
+    slow = [2 * c * s for c, s in zip(draw(3), neighbour(5))]
+    ev = Evidence(samples_ms=tuple(slow), cpu=CpuTime(draw(3), draw(3)), host_busy=BUSY, throttle=BUSY, device="cuda:0")
+    c = evaluate(ev, Reference.stored(e), OPTS).comparison
+    assert c.clock is None and c.verdict is Verdict.INCONCLUSIVE  # the events' verdict and the guard, as before

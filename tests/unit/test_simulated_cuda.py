@@ -337,3 +337,13 @@ def test_a_profile_reads_the_simulated_device_on_the_simulated_clock(sim):
     assert (e.wall_s, e.busy_s, e.idle_s) == pytest.approx((3.51e-3, 2.0e-3, 1.51e-3), abs=1e-12)
     # the gaps the host's work left (2005 + 1010 µs; the first launch's 5 µs has no kernel before it)
     assert e.host_wait_s == pytest.approx(1.5075e-3, abs=1e-12)
+
+
+def test_the_host_cpu_time_of_issuing_each_round_is_read_beside_the_events(sim):
+    # issue 45: on CUDA the CPU clocks time the host's launches of each round (not the device time)
+    opts = BenchOptions(max_time=0.05, warmup_time=0.005)
+    t = timing.Measurer(clock=sim.clock, cpu_clocks=timing.CpuClocks()).measure(
+        lambda: sim.kernel(ms=1.0), (), {}, options=opts, device=CUDA0)
+    assert len(t.cpu_samples_ms) == len(t.process_cpu_samples_ms) == len(t.samples_ms) > 0
+    assert all(v > 0 for v in t.cpu_samples_ms)
+    assert measure(sim, lambda: sim.kernel(ms=1.0)).cpu_samples_ms == ()  # the simulator's clock alone: none

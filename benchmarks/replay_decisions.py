@@ -1,0 +1,114 @@
+"""Replay the worker-process decision on a finished real-suite study, under other rules (issue 45).
+
+``benchmarks/real_suite_study.py`` leaves each run's JSON report with every benchmark's process
+medians. This script decides every A/A pair of runs (the update run and the unchanged reruns, each
+against each other) and every injected slowdown against the update run again, on the first 3
+process medians of each side, under:
+
+* ``t``: the plugin's rule (:func:`pytest_gpuperf.verdict.compare.process_level_test`, Student t
+  over the log process medians, and :func:`~pytest_gpuperf.verdict.compare.shift_verdict`), at a
+  two-sided ``--confidence`` (0.98: each bound a one-sided 99% bound, the non-inferiority reading)
+  and each ``--thresholds``;
+* ``median``: the ratio of the medians of the process medians against the threshold alone (no CI);
+* ``robust``: the same t rule with the median for the centre and the MAD (x1.4826, x sqrt(pi/2) for
+  the median's efficiency) for the spread, so that one slow process of three moves neither.
+
+It prints, per suite and rule: A/A decided (not inconclusive) and false regressions out of all A/A
+benchmark-runs, and slowdowns caught. Pure replay: no process is started, nothing is timed.
+
+    python benchmarks/replay_decisions.py /work/study/out/after-quiet --thresholds 0.05,0.1,0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_gpuperf.verdict.compare import process_level_test, shift_verdict  # noqa: E402
+
+Rule = Callable[[Sequence[float], Sequence[float], float, float], str]
+
+
+def t_rule(cur: Sequence[float], base: Sequence[float], threshold: float, confidence: float) -> str:
+    r, ci, ps, pf, _df, _sd = process_level_test(cur, base, confidence=confidence)
+    return shift_verdict(r, ci, ps, pf, floor=threshold, alpha=0.01)[0].value
+
+
+def median_rule(cur: Sequence[float], base: Sequence[float], threshold: float, _confidence: float) -> str:
+    r = statistics.median(cur) / statistics.median(base)
+    return "regressed" if r > 1 + threshold else "improved" if r < 1 / (1 + threshold) else "unchanged"
+
+
+def robust_rule(cur: Sequence[float], base: Sequence[float], threshold: float, confidence: float) -> str:
+    from scipy import stats as sps
+
+    lc, lb = [math.log(x) for x in cur], [math.log(x) for x in base]
+    mc, mb = statistics.median(lc), statistics.median(lb)
+
+    def mad(xs: list[float], m: float) -> float:
+        return 1.4826 * statistics.median(abs(x - m) for x in xs)
+
+    sd = math.sqrt((mad(lc, mc) ** 2 + mad(lb, mb) ** 2) / 2)
+    n, m = len(cur), len(base)
+    df = n + m - 2
+    se = max(sd, 1e-9) * math.sqrt(math.pi / 2) * math.sqrt(1 / n + 1 / m)
+    d = mc - mb
+    h = float(sps.t.ppf(0.5 + confidence / 2, df)) * se
+    t = d / se
+    return shift_verdict(math.exp(d), (math.exp(d - h), math.exp(d + h)), float(sps.t.sf(t, df)),
+                         float(sps.t.cdf(t, df)), floor=threshold, alpha=0.01)[0].value
+
+
+RULES: dict[str, Rule] = {"t": t_rule, "median": median_rule, "robust": robust_rule}
+
+
+def medians(report: Path) -> dict[str, list[float]]:
+    return {k: b["process_medians_ms"][:3] for k, b in json.loads(report.read_text())["benchmarks"].items()
+            if len(b.get("process_medians_ms") or []) >= 2}
+
+
+def replay(study: Path, thresholds: Sequence[float], confidence: float) -> list[str]:
+    lines = []
+    for suite_dir in sorted(p for p in study.iterdir() if (p / "update.json").exists()):
+        runs = {p.stem: medians(p) for p in suite_dir.glob("*.json") if p.stem in ("update",) or p.stem.startswith(("aa-", "slow-"))}
+        aa = [r for r in runs if r == "update" or r.startswith("aa-")]
+        pairs = [(b, c) for b in aa for c in aa if b != c and c != "update"]
+        slow = sorted(r for r in runs if r.startswith("slow-"))
+        for threshold in thresholds:
+            for name, rule in RULES.items():
+                n = dec = ff = 0
+                for b, c in pairs:
+                    for k, cur in runs[c].items():
+                        if k in runs[b]:
+                            v = rule(cur, runs[b][k], threshold, confidence)
+                            n, dec, ff = n + 1, dec + (v != "inconclusive"), ff + (v == "regressed")
+                caught = []
+                for s in slow:
+                    got = [rule(cur, runs["update"][k], threshold, confidence) for k, cur in runs[s].items()
+                           if k in runs["update"]]
+                    caught.append(f"{s.split('-')[1]}: {sum(v == 'regressed' for v in got)}/{len(got)}")
+                lines.append(f"{suite_dir.name} T={threshold:g} {name:6s} A/A decided {dec}/{n}, false regressions "
+                             f"{ff}; caught " + ", ".join(caught))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("study", help="a real_suite_study.py --out folder")
+    p.add_argument("--thresholds", default="0.05,0.1,0.2")
+    p.add_argument("--confidence", type=float, default=0.99, help="two-sided confidence of the CIs (default 0.99)")
+    opts = p.parse_args(argv)
+    for line in replay(Path(opts.study), [float(x) for x in opts.thresholds.split(",")], opts.confidence):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
