@@ -47,18 +47,24 @@ def write_baselines(session: Any, item: pytest.Item) -> str | None:
 def write_when_every_rank_finished(session: Any, pytest_session: pytest.Session) -> None:
     """Under torchrun, on every rank at session finish: a barrier; then rank 0 writes the baselines
     of the tests that passed (``session.pending_writes``: ``session`` is the
-    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`). When the barrier fails (a rank crashed
-    or hung; torchrun stops the others when a rank exits) nothing is written, so no baseline comes
-    from a run in which a rank failed. A baseline that cannot be written is an error of the summary
+    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`). When the barrier fails, or an earlier
+    collective already did (``ranks.broken``: then no barrier is tried, and rank 0 used to reach
+    the writes before torchrun stopped it, in 2 of 6 runs of the killed-rank test), nothing is
+    written, so no baseline comes from a run in which a rank failed. A baseline that cannot be written is an error of the summary
     and fails the session (``pytest_session.exitstatus``)."""
     from pytest_gpuperf.measure.distributed import DistributedFault
 
-    try:
-        session.settings.ranks.barrier()
-    except DistributedFault as exc:
+    ranks = session.settings.ranks
+    fault = ranks.broken  # an earlier collective failed: the barrier would not even be tried
+    if fault is None:
+        try:
+            ranks.barrier()
+        except DistributedFault as exc:
+            fault = str(exc)
+    if fault is not None:
         if session.pending_writes:
             session.errors["baselines"] = (f"no baseline written ({len(session.pending_writes)} test(s) passed): "
-                                           f"not every rank finished the session: {exc}")
+                                           f"not every rank finished the session: {fault}")
             pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return
     for item in session.pending_writes:
