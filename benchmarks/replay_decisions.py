@@ -16,7 +16,14 @@ process medians of each side, under:
 It prints, per suite and rule: A/A decided (not inconclusive) and false regressions out of all A/A
 benchmark-runs, and slowdowns caught. Pure replay: no process is started, nothing is timed.
 
+With ``--escalation`` it replays the escalation prediction instead
+(:func:`pytest_gpuperf.verdict.escalation.predict`, at ``--gpuperf-max-processes`` 10) on a study whose
+runs escalated every thin benchmark (the plugin before issue 45): of the comparisons inconclusive
+on their first 3 processes, how many it stops, and how many of those the added processes had
+decided (``--sd-scale``: the SD scaled first, e.g. 1/0.65 to undo the optimistic reading).
+
     python benchmarks/replay_decisions.py /work/study/out/after-quiet --thresholds 0.05,0.1,0.2
+    python benchmarks/replay_decisions.py /work/study/out/before-busy --escalation
 """
 
 from __future__ import annotations
@@ -99,12 +106,46 @@ def replay(study: Path, thresholds: Sequence[float], confidence: float) -> list[
     return lines
 
 
+def escalation_replay(study: Path, sd_scale: float = 1.0) -> list[str]:
+    """The ``--escalation`` lines: per suite, the thin comparisons (inconclusive on 3 processes a
+    side) the prediction stops or lets escalate, against each one's final verdict in the study."""
+    import dataclasses
+
+    from pytest_gpuperf.verdict import escalation
+    from pytest_gpuperf.verdict.compare import decide_replicates
+
+    lines = []
+    for suite_dir in sorted(p for p in study.iterdir() if (p / "update.json").exists()):
+        base = json.loads((suite_dir / "update.json").read_text())["benchmarks"]
+        tally = {"stopped, later decided": 0, "stopped, still inconclusive": 0, "escalated, decided": 0,
+                 "escalated, still inconclusive": 0}
+        for report in sorted(suite_dir.glob("*.json")):
+            if not report.stem.startswith(("aa-", "slow-0.2")):
+                continue
+            for k, b in json.loads(report.read_text())["benchmarks"].items():
+                first = decide_replicates([[v] for v in b["process_medians_ms"][:3]], base[k]["process_medians_ms"])
+                if first.verdict.value != "inconclusive":
+                    continue
+                first = dataclasses.replace(first, run_sd=(first.run_sd or 0.0) * sd_scale)
+                p = escalation.predict(first, 0.05, 10)
+                stopped, decided = p is not None and not p.decides, b["verdict"] != "inconclusive"
+                tally[("stopped" if stopped else "escalated") + (", later decided" if stopped and decided else
+                                                               ", decided" if decided else ", still inconclusive")] += 1
+        lines.append(f"{suite_dir.name}: " + ", ".join(f"{k} {v}" for k, v in tally.items()))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("study", help="a real_suite_study.py --out folder")
     p.add_argument("--thresholds", default="0.05,0.1,0.2")
     p.add_argument("--confidence", type=float, default=0.99, help="two-sided confidence of the CIs (default 0.99)")
+    p.add_argument("--escalation", action="store_true", help="replay the escalation prediction instead")
+    p.add_argument("--sd-scale", type=float, default=1.0, help="with --escalation: scale the SD first")
     opts = p.parse_args(argv)
+    if opts.escalation:
+        print("\n".join(escalation_replay(Path(opts.study), opts.sd_scale)))
+        return 0
     for line in replay(Path(opts.study), [float(x) for x in opts.thresholds.split(",")], opts.confidence):
         print(line)
     return 0

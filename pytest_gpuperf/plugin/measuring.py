@@ -647,13 +647,12 @@ class InProcess(Measuring):
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
                         if probe is not None and probe_all else {})
         if confirmations:  # the result holds the pooled samples the verdict was decided on
-            all_cpu = t.cpu_samples_ms and all(c.cpu_samples_ms for c in confirmations)
+            # (CPU time that was not read for every round no longer lines up: cpu_time_of leaves it out)
             t = dataclasses.replace(
                 t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
                 rounds=t.rounds + sum(c.rounds for c in confirmations),
-                cpu_samples_ms=t.cpu_samples_ms + sum((c.cpu_samples_ms for c in confirmations), ()) if all_cpu else (),
-                process_cpu_samples_ms=(t.process_cpu_samples_ms + sum((c.process_cpu_samples_ms for c in confirmations),
-                                                                       ()) if all_cpu else ()))
+                cpu_samples_ms=t.cpu_samples_ms + sum((c.cpu_samples_ms for c in confirmations), ()),
+                process_cpu_samples_ms=t.process_cpu_samples_ms + sum((c.process_cpu_samples_ms for c in confirmations), ()))
         return evaluation, t, probe_stored
 
     def _explain(self, fn, a, k, t: Timing, counts: Any, flop_dtype: Any, telemetry: dict[str, Any] | None,

@@ -25,8 +25,8 @@ benchmark is left without more processes only when not even that smaller spread 
 (its note says why). Replayed on a real suite's A/A and +20% runs (cattrs, 64 benchmarks, one core
 busy, where the plugin before this rule escalated every thin benchmark to up to 10 processes, 2026-11-27):
 with the observed SD, 33 of the 80 thin comparisons were predicted undecidable and 5 of those had
-been decided by more processes; with the optimistic SD, 28 and 1 (``benchmarks/replay_decisions.py``
-has the replay's data; docs/verdicts.md the figures).
+been decided by more processes; with the optimistic SD, 28 and 1
+(``python benchmarks/replay_decisions.py <study> --escalation``; docs/verdicts.md has the figures).
 
 Ratios are current/baseline times (> 1: slower); SDs are of natural-log times (about the CV for
 small spreads); thresholds and slowdowns are fractions (0.05 = 5%).
