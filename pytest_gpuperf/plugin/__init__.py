@@ -119,6 +119,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(WorldOfOne(session.settings), "gpuperf-world-of-one")
     if session.settings.worker_id is None and writer:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
+    s = session.settings
+    if s.measuring and s.worker_id is None and s.replicate_slot is None and not s.in_ab_worker and ranks is None:
+        from pytest_gpuperf.plugin.stopping import SigtermInterrupts
+
+        config.pluginmanager.register(SigtermInterrupts(session), "gpuperf-sigterm")
     if ReportWriter.wanted(session.settings) and writer:
         config.pluginmanager.register(ReportWriter(session), "gpuperf-reports")
     from pytest_gpuperf.plugin.history import HistoryRecorder, history_url

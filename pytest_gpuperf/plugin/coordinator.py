@@ -31,7 +31,8 @@ class Coordinator:
     :meth:`run` measured), ``removed`` (A/B: ids that exist on side A only), ``bisect_lines`` (reports
     of ``--gpuperf-bisect-on-regression``), ``more_processes`` (full id -> worker processes its
     decision used, when more were added), ``not_escalated`` (the same, for thin evidence that more
-    processes could not decide: :func:`_thin`) and ``stored_entries`` (full id -> its baseline entry).
+    processes could not decide: :func:`_thin`), ``stored_entries`` (full id -> its baseline entry)
+    and ``stopped`` (how Ctrl-C or SIGTERM stopped the measuring, None when it did not).
     """
 
     def __init__(self, config: pytest.Config, settings: SessionSettings, progress: Callable[[], Any],
@@ -47,6 +48,7 @@ class Coordinator:
         self.more_processes: dict[str, int] = {}
         self.not_escalated: dict[str, int] = {}
         self.stored_entries: dict[str, Any] = {}
+        self.stopped: str | None = None
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
 
     def run(self) -> None:
@@ -87,59 +89,57 @@ class Coordinator:
 
     def _run_replicates(self) -> None:
         """Measure every selected benchmark in ``self.settings.processes`` worker processes, decide each against
-        its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.plugin.replicates`)."""
-        from pytest_gpuperf.ab.results import options_from_entry
-        from pytest_gpuperf.ab.run import worker_args
-        from pytest_gpuperf.plugin.replicates import (UNREPORTED, extras_for, missing_message, run_extras, run_workers,
-                                                      unreported_message)
+        its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.plugin.replicates`).
 
-        progress = self.progress()
-        args = worker_args(self.config.invocation_params.args, self.config)
-        if self.config.pluginmanager.hasplugin("xdist"):
-            args += ["-n", "0"]
-        logs = self._replicate_logs()
-        progress.line(f"gpuperf: measuring in {self.settings.processes} worker processes in turn (--gpuperf-processes)"
-                      + (f", each a torchrun launch of {self.settings.nproc} ranks (--gpuperf-nproc)"
-                         if self.settings.nproc else ""))
-        here = Path(self.config.invocation_params.dir)
-        timeout_s = self.settings.limits.worker_timeout_s
-        runs = run_workers(args, here, self.settings.processes, logs, timeout_s=timeout_s, nproc=self.settings.nproc,
-                           progress=progress, tick=progress.tick if progress.live else None)
-        unreported = unreported_message(runs)  # for the benchmarks no worker reported
-        # the extras (peak memory, counts, bottleneck) in processes of their own, after all timing: an
-        # update run in two, so that what differs between processes is seen as variable
-        extras = run_extras(args, here, self.settings.processes, logs, count=2 if self.settings.updating else 1,
-                            progress=progress.line, timeout_s=timeout_s, op_profile=self.settings.updating and self.settings.why,
-                            nproc=self.settings.nproc)
-        progress.close()
+        Ctrl-C or SIGTERM (a CI timeout) stops the running worker and every later step: what was
+        measured is decided and kept (:func:`_decide_all`; ``stopped`` says how it was stopped), every
+        other test is skipped (:data:`~pytest_gpuperf.plugin.replicates.STOPPED`)."""
+        from pytest_gpuperf.plugin.replicates import STOPPED, UNREPORTED
+        from pytest_gpuperf.plugin.stopping import Terminated, sigterm_raises, stop_reason
+
         finished: dict[str, Any] = {}
-        commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
-        for key in dict.fromkeys(k for r in runs for k in r.entries):
-            first = next(r.entries[key] for r in runs if key in r.entries)
-            mine = runs[:_worker_count(options_from_entry(first), len(runs))]  # marker processes=N: the first N
-            problem = missing_message(key, mine)
-            if problem is not None:
-                finished[key] = problem
-                continue
-            finished[key] = self._decide_replicated(key, [r.entries[key] for r in mine], commits,
-                                                    *extras_for(key, extras))
-        runs += self._measure_more(finished, commits, runs, extras, args, logs)
-        for r in runs + extras:
-            if r.error:
-                self.warn(f"{r.error}; its output: {r.log}")
+        with sigterm_raises():  # also between the workers and in the steps after them
+            try:
+                args, logs = _worker_args(self.config), self._replicate_logs()
+                runs, extras, unreported, self.stopped = _measure_replicates(self.config, self.settings,
+                                                                             self.progress(), args, logs)
+                commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
+                _decide_all(finished, runs, extras, self.settings.processes,
+                            lambda key, entries, *more: self._decide_replicated(key, entries, commits, *more))
+                if self.stopped is None:
+                    self._after_decisions(finished, commits, runs, extras, args, logs)
+                for r in runs + extras:
+                    if r.error and not r.stopped:
+                        self.warn(f"{r.error}; its output: {r.log}")
+                if unreported is not None:
+                    finished[UNREPORTED] = unreported
+            except (KeyboardInterrupt, Terminated) as exc:  # between the workers, or in a later step
+                self.stopped = self.stopped or f"stopped ({stop_reason(exc)}) after the first decisions"
+        if self.stopped is not None:
+            finished[STOPPED] = self.stopped
+        self.results = finished
+        if self.settings.xdist_dir is not None:
+            from pytest_gpuperf.ab.results import dump_results
+
+            dump_results(self.settings.xdist_dir / "ab-results.json", finished)
+
+    def _after_decisions(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]],
+                         runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> None:
+        """More processes where the evidence is thin, the A/B confirmation of regressions and their
+        bisection, the why of moved verdicts; a stop in any of them keeps the decisions so far."""
+        from pytest_gpuperf.plugin.stopping import Stopped
+
+        try:
+            runs += self._measure_more(finished, commits, runs, extras, args, logs)
+        except Stopped as exc:
+            self.stopped = f"stopped ({exc.why}) while measuring more processes for thin evidence"
+            return
         if self.settings.ab_confirm and not self.settings.updating:
             self._confirm_by_ab(finished, commits)
             if self.settings.bisect_on_regression:
                 self._bisect_regressions(finished, commits)
         if self.settings.why and not self.settings.updating:
             self._diff_stored(finished, runs, args, logs)
-        if unreported is not None:
-            finished[UNREPORTED] = unreported
-        self.results = finished
-        if self.settings.xdist_dir is not None:
-            from pytest_gpuperf.ab.results import dump_results
-
-            dump_results(self.settings.xdist_dir / "ab-results.json", finished)
 
     def _measure_more(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]],
                       runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> list[Any]:
@@ -513,3 +513,66 @@ def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, a
     if hopeless:
         progress.line(not_escalated_line(len(hopeless), limits.max_processes, s.updating, after=k))
     return thin
+
+
+def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str],
+                        logs: Path) -> tuple[list[Any], list[Any], str | None, str | None]:
+    """The timed worker processes, then the extras processes (peak memory, counts, bottleneck),
+    after all timing: an update run in two, so that what differs between processes is seen as
+    variable. Returns (timed runs, extras runs, the message for benchmarks no worker reported, how
+    Ctrl-C or SIGTERM stopped it or None). After a stop in the timed processes their runs so far
+    come back (the stopped one last) and no extras; after one in the extras, the extras so far."""
+    from pytest_gpuperf.plugin.replicates import run_extras, run_workers, unreported_message
+    from pytest_gpuperf.plugin.stopping import Stopped
+
+    progress.line(f"gpuperf: measuring in {s.processes} worker processes in turn (--gpuperf-processes)"
+                  + (f", each a torchrun launch of {s.nproc} ranks (--gpuperf-nproc)" if s.nproc else ""))
+    here = Path(config.invocation_params.dir)
+    timeout_s = s.limits.worker_timeout_s
+    try:
+        runs = run_workers(args, here, s.processes, logs, timeout_s=timeout_s, nproc=s.nproc,
+                           progress=progress, tick=progress.tick if progress.live else None)
+    except Stopped as exc:
+        done = sum(not r.stopped for r in exc.runs)
+        stopped = f"stopped ({exc.why}) during worker process {done + 1}/{s.processes}, after {done} finished"
+        progress.line(f"gpuperf: {stopped.partition(',')[0]}: deciding the benchmarks that "
+                      f"{min(2, s.processes)} processes measured; the others are not measured")
+        progress.close()
+        return list(exc.runs), [], None, stopped
+    unreported, stopped = unreported_message(runs), None  # for the benchmarks no worker reported
+    try:
+        extras = run_extras(args, here, s.processes, logs, count=2 if s.updating else 1, progress=progress.line,
+                            timeout_s=timeout_s, op_profile=s.updating and s.why, nproc=s.nproc)
+    except Stopped as exc:  # the timing is complete: keep it, with the extras finished so far
+        stopped = f"stopped ({exc.why}) while measuring the extras (peak memory, counts, bottleneck)"
+        extras = [r for r in exc.runs if r.entries]
+    progress.close()
+    return runs, extras, unreported, stopped
+
+
+def _decide_all(finished: dict[str, Any], runs: list[Any], extras: list[Any], processes: int,
+                decide: Callable[[str, list[dict[str, Any]], Any, Any], Any]) -> None:
+    """Decide every benchmark the worker ``runs`` reported into ``finished`` (``decide(key, entries,
+    *extras_for(key))``). After a stop, a benchmark is decided on the processes that measured it,
+    when at least two did (or every one asked for); else it gets no result (its test is skipped)."""
+    from pytest_gpuperf.ab.results import options_from_entry
+    from pytest_gpuperf.plugin.replicates import extras_for, missing_message
+
+    for key in dict.fromkeys(k for r in runs for k in r.entries):
+        first = next(r.entries[key] for r in runs if key in r.entries)
+        wanted = _worker_count(options_from_entry(first), processes)
+        mine = [r for r in runs[:wanted] if not (r.stopped and key not in r.entries)]  # marker processes=N: the first N
+        if len(mine) < wanted and len(mine) < 2:
+            continue  # stopped before enough processes measured it
+        problem = missing_message(key, mine)
+        finished[key] = problem if problem is not None else decide(key, [r.entries[key] for r in mine],
+                                                                   *extras_for(key, extras))
+
+
+def _worker_args(config: pytest.Config) -> list[str]:
+    """The worker processes' command-line arguments: the user's selection and options, built
+    positively (:func:`~pytest_gpuperf.ab.run.worker_args`), without pytest-xdist."""
+    from pytest_gpuperf.ab.run import worker_args
+
+    args = worker_args(config.invocation_params.args, config)
+    return [*args, "-n", "0"] if config.pluginmanager.hasplugin("xdist") else args

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, MEMORY, SNAPSHOT, TRACE, contained
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.measure.timing import Timing, prepare_call
-from pytest_gpuperf.plugin.replicates import UNREPORTED
+from pytest_gpuperf.plugin.replicates import STOPPED, UNREPORTED
 from pytest_gpuperf.storage.baseline import BaselineEntry
 from pytest_gpuperf.verdict.result import BenchResult, Overrun
 
@@ -285,11 +285,16 @@ class Replay(Smoke):
     """The user's session after worker processes measured (``context.ab_results``): the finished
     result, decided already, with one call here for the test's value and side effects; a string
     result (the workers could not measure it: crashed, timed out, partial replicates) fails the test
-    with it; a benchmark the workers did not run at all runs once, as in smoke mode."""
+    with it; a benchmark the workers did not run at all runs once, as in smoke mode, unless Ctrl-C or
+    SIGTERM stopped them (``STOPPED``): then it was not measured and its test is skipped."""
 
     def measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
         ctx = self.context
         done = ctx.ab_results.get(self._full_id(bid))
+        if done is None and STOPPED in ctx.ab_results:  # the measuring was stopped before it
+            import pytest
+
+            pytest.skip(f"{self._full_id(bid)}: not measured: the run was {ctx.ab_results[STOPPED]}")
         if done is None and UNREPORTED in ctx.ab_results:  # no worker reported it, and one failed
             done = f"{self._full_id(bid)}: {ctx.ab_results[UNREPORTED]}"
         if isinstance(done, str):

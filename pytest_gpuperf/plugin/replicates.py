@@ -24,8 +24,9 @@ not reproduce (pseudo-replication). So, as pyperf runs 20 worker processes and J
    timed out fails with that worker's output; an update run never writes a baseline from a partial
    set of replicates.
 
-The module also holds the worker side (:func:`worker_role`, :func:`worker_options`). Ctrl-C kills
-the running worker (``subprocess.run`` does) and leaves nothing behind but the log folder.
+The module also holds the worker side (:func:`worker_role`, :func:`worker_options`). Ctrl-C or
+SIGTERM (a CI timeout, a cancelled job) stops the running worker and raises :class:`Stopped` with
+what the workers finished, so that the coordinator keeps it (issue 45).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pytest_gpuperf.core.launch import launcher, stop as _stop
 from pytest_gpuperf.core.options import DEFAULT_PROCESSES
+from pytest_gpuperf.plugin.stopping import Stopped, Terminated, raise_terminated, stop_reason
 
 #: Hidden option that makes a pytest process a replicate worker, given by its coordinator (the
 #: process's role comes once, on its command line; issue 33): ``--gpuperf-role={"replicate": "k/P",
@@ -207,6 +209,7 @@ class WorkerRun:
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     failures: dict[str, str] = field(default_factory=dict)
+    stopped: bool = False  # stopped by Ctrl-C or SIGTERM while it ran (:class:`Stopped`)
 
     def failure_of(self, key: str) -> str | None:
         """Why this worker's test of benchmark ``key`` (``module::test id[::name]``) raised, or None."""
@@ -239,8 +242,11 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     what = "peak memory, counts, bottleneck" + (", op profile" if op_profile else "")
     args = [*args, "--gpuperf-op-profile"] if op_profile else list(args)
     for j in range(count):
-        run = _run_one(args, cwd, f"x/{processes}", log_dir / f"{stem}-{j}", -1 - j, timeout_s,
-                       f"extras process {j + 1}/{count}", None, nproc)
+        try:
+            run = _run_one(args, cwd, f"x/{processes}", log_dir / f"{stem}-{j}", -1 - j, timeout_s,
+                           f"extras process {j + 1}/{count}", None, nproc)
+        except Stopped as exc:
+            raise Stopped(runs + exc.runs, exc.why) from None
         runs.append(run)
         progress(f"gpuperf: extras process {j + 1}/{count} done ({what} of "
                  f"{len(run.entries)} benchmark(s), {time.monotonic() - start:.0f} s)"
@@ -265,9 +271,14 @@ def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, 
                                     stdin=subprocess.DEVNULL, start_new_session=bool(nproc))
         except OSError as exc:
             raise ReplicateError(f"could not start a worker process ({' '.join(cmd[:3])}): {exc}") from None
-        with _killed_with_us(proc):
-            run.returncode = (wait(report, proc) if wait is not None
-                              else _wait(proc, timeout_s, report, None, 0, 1, 0.0, None))
+        try:
+            with _killed_with_us(proc):
+                run.returncode = (wait(report, proc) if wait is not None
+                                  else _wait(proc, timeout_s, report, None, 0, 1, 0.0, None))
+        except (KeyboardInterrupt, Terminated) as exc:
+            run.error, run.stopped = f"{name} was stopped ({stop_reason(exc)})", True
+            run.entries, run.failures = read_results(report)  # what it measured before the stop
+            raise Stopped([run], stop_reason(exc)) from None
         if run.returncode is None:
             run.error = f"{name} timed out after {timeout_s:g} s and was stopped"
     if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
@@ -283,11 +294,8 @@ def _killed_with_us(proc: subprocess.Popen) -> Iterator[None]:
     worker outlives its coordinator. The previous SIGTERM handler is restored afterwards."""
     import signal
 
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
     try:
-        previous = signal.signal(signal.SIGTERM, stop)
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
     except ValueError:  # not the main thread: no handler, only the cleanup below
         previous = None
     try:
@@ -308,7 +316,8 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
     of a session of P = ``processes``: the processes added for inconclusive benchmarks; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
     measures them); their output goes to ``<log_dir>/worker-k.log``. A worker that exits with
     another code than 0, 1 or 5 (pytest's "passed", "tests failed", "none collected"), or times out,
-    gets ``error`` set; what every worker measured before it stopped is read. Raises :class:`ReplicateError` when a worker cannot be started at all.
+    gets ``error`` set; what every worker measured before it stopped is read. Raises :class:`ReplicateError` when a worker cannot be started at all,
+    and :class:`Stopped` (with the runs so far) on Ctrl-C or SIGTERM.
 
     ``progress`` gets one line per worker process when it is done (the time elapsed and about how
     long is left); ``tick``, when given, one line each time the running worker finished another
@@ -326,8 +335,11 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
         def wait(report: Path, proc: subprocess.Popen, k: int = k, planned: int | None = planned) -> int | None:
             return _wait(proc, timeout_s, report, tick, k, last, start, planned)
 
-        run = _run_one(args, cwd, f"{k}/{processes}", log_dir / f"worker-{k}", k, timeout_s,
-                       f"worker process {k + 1}/{last}", wait, nproc)
+        try:
+            run = _run_one(args, cwd, f"{k}/{processes}", log_dir / f"worker-{k}", k, timeout_s,
+                           f"worker process {k + 1}/{last}", wait, nproc)
+        except Stopped as exc:
+            raise Stopped(runs + exc.runs, exc.why) from None
         runs.append(run)
         elapsed = time.monotonic() - start
         left = elapsed / len(runs) * (last - k - 1)  # the workers so far, per worker, times those left
@@ -371,6 +383,9 @@ def _lines(path: Path) -> int:
 #: The key of a replicated session's results under which :func:`unreported_message` says why a
 #: benchmark that no worker process reported has no result.
 UNREPORTED = "*"
+#: The key under which a replicated session's results say how Ctrl-C or SIGTERM stopped the
+#: measuring: a benchmark without a result is then not measured, and its test is skipped.
+STOPPED = "!"
 
 
 def unreported_message(runs: Sequence[WorkerRun]) -> str | None:

@@ -1,0 +1,101 @@
+"""End-to-end: a run that SIGTERM stops (a CI job's timeout, a cancelled job) keeps what it finished (issue 45).
+
+Scripted timings (tests/scripted.py); the inner sessions run in a subprocess of their own, so the
+signal reaches them and not this test process. One update session in 3 worker processes covers the
+replicated case: the second worker sends its coordinator SIGTERM while it measures the third
+benchmark. One single-process session covers the other: the session itself gets SIGTERM in its
+second test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scripted import script_timings
+
+pytest_plugins = ["pytester"]
+
+RUN = ("-p", "no:cacheprovider", "-rs", "--gpuperf-max-processes=1", "--gpuperf-no-why", "--gpuperf-json=r.json")
+
+BENCH = """
+import os, signal, sys, time
+
+import pytest
+
+OPTS = dict(device="cpu", counts=False)
+
+
+def _stop_in_worker(slot):
+    # in the worker process of that slot: SIGTERM to its coordinator, then wait to be stopped
+    if any(f'"replicate": "{slot}"' in arg for arg in sys.argv):
+        open("stopped-worker.pid", "w").write(str(os.getpid()))
+        os.kill(os.getppid(), signal.SIGTERM)
+        time.sleep(60)
+
+@pytest.mark.gpu_bench(**OPTS)
+def test_a(gpu_bench):
+    gpu_bench.pedantic(sum, args=(range(100),), rounds=20, warmup_rounds=1)
+
+@pytest.mark.gpu_bench(**OPTS)
+def test_b(gpu_bench):
+    gpu_bench.pedantic(sum, args=(range(100),), rounds=20, warmup_rounds=1)
+
+@pytest.mark.gpu_bench(**OPTS)
+def test_c(gpu_bench):
+    _stop_in_worker("1/3")
+    if os.environ.get("STOP_SELF") == "1":
+        os.kill(os.getpid(), signal.SIGTERM)
+    gpu_bench.pedantic(sum, args=(range(100),), rounds=20, warmup_rounds=1)
+
+@pytest.mark.gpu_bench(**OPTS)
+def test_d(gpu_bench):
+    gpu_bench.pedantic(sum, args=(range(100),), rounds=20, warmup_rounds=1)
+"""
+
+
+def _stored(pytester: pytest.Pytester) -> list[str]:
+    return sorted(name for path in pytester.path.joinpath("baselines").rglob("*.json")
+                  for name in json.loads(path.read_text())["benchmarks"])
+
+
+def _reported(pytester: pytest.Pytester) -> list[str]:
+    return sorted(k.split("::")[-1] for k in json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"])
+
+
+def test_sigterm_keeps_the_benchmarks_finished_so_far_and_says_which_were_not_measured(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    script_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 1})
+    # replicated: worker 2 of 3 stops its coordinator at test_c. test_a and test_b were measured by
+    # two processes: decided on those and stored; test_c and test_d were not: skipped, not stored
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=3", *RUN)
+    assert rec.ret == pytest.ExitCode.INTERRUPTED
+    rec.assert_outcomes(passed=2, skipped=2)
+    assert _stored(pytester) == ["test_a", "test_b"]
+    assert _reported(pytester) == ["test_a", "test_b"]
+    entry = json.loads(next(pytester.path.joinpath("baselines").rglob("*.json")).read_text())["benchmarks"]["test_a"]
+    assert len(entry["process_medians_ms"]) == 2
+    rec.stdout.fnmatch_lines(["*test_bench.py::test_c: not measured: the run was stopped (SIGTERM) during "
+                              "worker process 2/3, after 1 finished*"])
+    rec.stdout.fnmatch_lines(["*the measuring was stopped (SIGTERM) during worker process 2/3, after 1 finished: "
+                              "2 benchmark result(s) kept and their baselines written; the tests of the others were "
+                              "skipped, not measured*"])
+    assert "Traceback" not in rec.stdout.str() + rec.stderr.str()
+    rec.stdout.fnmatch_lines(["gpuperf: stopped (SIGTERM) during worker process 2/3: deciding the benchmarks "
+                              "that 2 processes measured*"])
+    # no worker process outlives the stop (that one would sleep 60 s)
+    pid = int(pytester.path.joinpath("stopped-worker.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+    # single process: SIGTERM in the session itself interrupts it as Ctrl-C does; the reports keep
+    # what it measured (test_a, test_b), whose baselines were written as each passed
+    for path in pytester.path.joinpath("baselines").rglob("*.json"):
+        path.unlink()
+    monkeypatch.setenv("STOP_SELF", "1")
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=1", *RUN)
+    assert rec.ret == pytest.ExitCode.INTERRUPTED
+    assert _stored(pytester) == ["test_a", "test_b"]
+    assert _reported(pytester) == ["test_a", "test_b"]
