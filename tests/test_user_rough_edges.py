@@ -146,6 +146,10 @@ def numbers():
 @pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, device="cpu")
 def test_generator(gpu_bench):
     gpu_bench(numbers)
+
+@pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, device="cpu")
+def test_generator_benchmark(benchmark):
+    benchmark(numbers)  # pytest-benchmark times the creation and passes: so does its fixture here
 """
 
 
@@ -153,15 +157,17 @@ def test_marked_test_that_measures_nothing_warns_and_a_generator_fails(pytester:
     pytester.makepyfile(test_bench=NOTHING)
     script_timings(pytester, STEADY)
     rec = pytester.runpytest("--gpuperf", *RUN)
-    rec.assert_outcomes(passed=2, failed=1)
+    rec.assert_outcomes(passed=3, failed=1)
     rec.stdout.fnmatch_lines([
-        "*numbers() returned a generator, so only its creation was timed*lambda: list(numbers())*",
+        "*numbers() returned a generator, so only its creation was timed*lambda: list(numbers(...))*",
     ])
+    rec.stdout.fnmatch_lines(["warning: test_bench.py::test_generator_benchmark: benchmark: numbers() returned a "
+                              "generator, so only its creation is timed (as pytest-benchmark does)*"])
     for name in ("test_forgot_to_call", "test_without_the_fixture"):
         rec.stdout.fnmatch_lines([f"warning: test_bench.py::{name} is marked gpu_bench but measured nothing: "
                                   f"call gpu_bench(fn, ...)*"])
     smoke = pytester.runpytest(*RUN)  # without --gpuperf nothing is measured anyway: no warning
-    smoke.assert_outcomes(passed=2, failed=1)
+    smoke.assert_outcomes(passed=3, failed=1)
     assert "measured nothing" not in smoke.stdout.str()
     assert "returned a generator" in smoke.stdout.str()
 

@@ -99,6 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "gpu_bench(**options): a performance benchmark measured by the gpu_bench fixture; options: "
         + ", ".join(opts.OPTION_NAMES),
     )
+    benchmark_compat.declare_hooks(config.pluginmanager)  # before collection checks conftests' hooks
     compat = benchmark_compat.configure(config)  # the benchmark fixture and --benchmark-* flags (usage errors)
     session = GpuPerfSession(config, resolve_settings(config, compat))
     config.stash[SESSION_KEY] = session

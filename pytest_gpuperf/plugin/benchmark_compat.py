@@ -131,6 +131,19 @@ def find_pytest_benchmark(pluginmanager: Any) -> Any:
     return None
 
 
+def declare_hooks(pluginmanager: Any) -> None:
+    """pytest-benchmark's hook specifications (:mod:`pytest_gpuperf.plugin.benchmark_hooks`), when
+    no plugin declared them (pytest-benchmark not installed, or not loaded), so that a conftest
+    written for it loads: pytest checks a conftest's hooks against the declared ones when it
+    collects. Called at configure time, once every plugin is registered."""
+    caller = getattr(pluginmanager.hook, "pytest_benchmark_update_json", None)
+    if caller is not None and caller.spec is not None:  # (a conftest's implementation alone makes a caller)
+        return  # pytest-benchmark declared them (its hooks stay declared when it is taken over)
+    from pytest_gpuperf.plugin import benchmark_hooks
+
+    pluginmanager.add_hookspecs(benchmark_hooks)
+
+
 def add_benchmark_options(parser: Any, pluginmanager: Any) -> None:
     """Register pytest-benchmark's flags (the mapped and the ignored ones) unless pytest-benchmark
     is loaded, whose own options would clash. Called once every plugin and initial conftest is in."""
@@ -315,6 +328,50 @@ def configure(config: pytest.Config) -> CompatSettings:
 
 def _settings(config: pytest.Config) -> CompatSettings:
     return config.stash.get(COMPAT_KEY, None) or CompatSettings()
+
+
+def report_info(config: pytest.Config, commit: str | None, dirty: bool | None,
+                branch: str | None) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The JSON report's ``machine_info`` and ``commit_info`` as pytest-benchmark's hooks make them
+    (:mod:`pytest_gpuperf.plugin.benchmark_hooks`): ``pytest_benchmark_generate_*_info`` (first
+    result; else this machine's ``platform`` fields, and ``id``/``dirty``/``branch`` of the
+    checkout), then ``pytest_benchmark_update_*_info`` in place. Returns them and a warning per hook
+    that raised (contained: the report is written without that hook's part)."""
+    import platform
+
+    problems: list[str] = []
+    machine = {"node": platform.node(), "machine": platform.machine(), "system": platform.system(),
+               "release": platform.release(), "python_implementation": platform.python_implementation(),
+               "python_version": platform.python_version()}
+    commit_info = {"id": commit, "dirty": dirty, "branch": branch}
+    machine = _call_hook(config, "pytest_benchmark_generate_machine_info", problems, config=config) or machine
+    _call_hook(config, "pytest_benchmark_update_machine_info", problems, config=config, machine_info=machine)
+    commit_info = _call_hook(config, "pytest_benchmark_generate_commit_info", problems, config=config) or commit_info
+    _call_hook(config, "pytest_benchmark_update_commit_info", problems, config=config, commit_info=commit_info)
+    return machine, commit_info, problems
+
+
+def update_json(config: pytest.Config, results: list[Any], data: dict[str, Any]) -> list[str]:
+    """pytest-benchmark's ``pytest_benchmark_update_json(config, benchmarks, output_json)``: a
+    conftest changes the report ``data`` in place before it is written; ``results``: the session's
+    :class:`~pytest_gpuperf.verdict.result.BenchResult`. Returns a warning when it raised."""
+    problems: list[str] = []
+    _call_hook(config, "pytest_benchmark_update_json", problems, config=config, benchmarks=results, output_json=data)
+    return problems
+
+
+def _call_hook(cfg: pytest.Config, name: str, problems: list[str], **kwargs: Any) -> Any:
+    """Call pytest-benchmark's hook ``name`` where it is declared; an exception of an
+    implementation is one line in ``problems`` (the hook's result is then None)."""
+    hook = getattr(cfg.hook, name, None)
+    if hook is None:
+        return None
+    try:
+        return hook(**kwargs)
+    except Exception as exc:  # a conftest's hook never takes the report down
+        problems.append(f"{name} (a pytest-benchmark hook) raised {type(exc).__name__}: {exc}; "
+                        "the JSON report was written without its part")
+        return None
 
 
 def table_options(config: pytest.Config) -> dict[str, Any]:
@@ -664,7 +721,12 @@ class BenchmarkPlugin:
 
         def make_bench(device: Any) -> Any:
             existing = item.stash.get(BENCH_KEY, None)  # the test also uses gpu_bench: one GpuBench
-            return existing if existing is not None else gpuperf.make_gpu_bench(request, _gpuperf_measurer, device)
+            if existing is not None:
+                return existing
+            bench = gpuperf.make_gpu_bench(request, _gpuperf_measurer, device)
+            # pytest-benchmark times a generator's creation: a warning here, not a failure
+            bench.lazy_value = gpuperf.warn
+            return bench
 
         return BenchmarkFixture(item, make_bench, group=group, disabled=not gpuperf.settings.measuring,
                                 warn=gpuperf.warn)

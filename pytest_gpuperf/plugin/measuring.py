@@ -65,6 +65,9 @@ class Measuring:
     :class:`~pytest_gpuperf.plugin.bench.BenchContext`), the value check, the extra calls (peak
     memory, counts, op profile, classification), memory snapshots and the out-of-memory failure."""
 
+    #: where a lazy return value is reported instead of failing (:attr:`~pytest_gpuperf.plugin.bench.GpuBench.lazy_value`)
+    lazy_value: Callable[[str], Any] | None = None
+
     def __init__(self, context: Any) -> None:
         self.context = context
 
@@ -128,12 +131,18 @@ class Measuring:
         return dataclasses.replace(now, change=change_text(then, now))
 
     def _check_value(self, fn: Callable[..., Any], value: Any) -> None:
-        """Fail when ``fn`` returned a generator or coroutine: only its creation was timed."""
+        """When ``fn`` returned a generator or coroutine (only its creation was timed): fail the test
+        (``gpu_bench``), or warn once (pytest-benchmark's ``benchmark``, :attr:`lazy_value`)."""
         kind = _lazy_kind(value)
         if kind is None:
             return
         name = getattr(fn, "__name__", "fn")
-        fix = f"gpu_bench(lambda: list({name}()))" if kind == "generator" else "a function that runs it to the end"
+        fix = f"lambda: list({name}(...))" if kind == "generator" else "a function that runs it to the end"
+        if self.lazy_value is not None:
+            self.lazy_value(
+                f"{self.context.nodeid}: benchmark: {name}() returned a {kind}, so only its creation is timed "
+                f"(as pytest-benchmark does), not the work it does; to time the work, benchmark {fix}")
+            return
         raise GpuBenchUsageError(
             f"gpu_bench: {name}() returned a {kind}, so only its creation was timed, not the work it does; "
             f"benchmark {fix} instead"

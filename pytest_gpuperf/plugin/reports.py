@@ -94,8 +94,12 @@ class ReportWriter:
         from pytest_gpuperf.measure.environment import utc_now
         from pytest_gpuperf.reporting.report import result_entry
 
-        stamp, (commit, _) = utc_now(), s.git_state()
+        from pytest_gpuperf.core.git import current_branch
+        from pytest_gpuperf.plugin.benchmark_compat import report_info, update_json
+
+        stamp, (commit, dirty) = utc_now(), s.git_state()
         environments = {rec.device_key: rec.environment for rec in s.recorded if rec.device_key}
+        machine_info, commit_info, problems = report_info(s.config, commit, dirty, current_branch(s.settings.rootpath))
         data = {
             "schema_version": SCHEMA_VERSION,
             "kind": "report",
@@ -113,9 +117,15 @@ class ReportWriter:
                 for rec in s.recorded
             },
             "warnings": s.session_warnings(),
+            "machine_info": machine_info,
+            "commit_info": commit_info,
         }
         for entry in data["benchmarks"].values():
             entry.pop("op_profile", None)  # the baselines keep it (compact); the report has the op diff
+        problems += update_json(s.config, [rec.result for rec in s.recorded], data)
+        for line in problems:
+            s.warn(line)
+        data["warnings"] = s.session_warnings()
         write_atomic(s.settings.json_path, dumps(data))
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -106,8 +105,11 @@ class ResultRow:
 
 
 def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (``postgresql://ci:***@db:5432/perf``)."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", str(url))
+    """``url`` (or any text that quotes one) with every password and secret parameter replaced by
+    ``***`` (``postgresql://ci:***@db:5432/perf``): :func:`pytest_gpuperf.core.secrets.redact`."""
+    from pytest_gpuperf.core.secrets import redact as _redact
+
+    return _redact(url)
 
 
 def shown(url: str) -> str:

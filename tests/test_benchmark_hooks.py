@@ -1,0 +1,81 @@
+"""pytest-benchmark's hooks in a suite's conftest (issue 46): declared when pytest-benchmark is not
+there, and called where they mean something here (the JSON report's machine and commit info, the
+report itself). Before, a conftest implementing one stopped the session at collection
+(``PluginValidationError: unknown hook``). Timings are scripted (tests/scripted.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripted import script_timings
+
+pytest_plugins = ["pytester"]
+
+#: a conftest implementing every hook pytest-benchmark 5 declares
+HOOKS = """
+def pytest_benchmark_scale_unit(config, unit, benchmarks, best, worst, sort):
+    return None
+
+def pytest_benchmark_generate_machine_info(config):
+    return {"node": "generated-node"}
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    machine_info["runner"] = "ci-7"
+
+def pytest_benchmark_generate_commit_info(config):
+    return {"id": "abc123", "project": "demo"}
+
+def pytest_benchmark_update_commit_info(config, commit_info):
+    commit_info["branch"] = "main"
+
+def pytest_benchmark_group_stats(config, benchmarks, group_by):
+    return None
+
+def pytest_benchmark_generate_json(config, benchmarks, include_data, machine_info, commit_info):
+    return None
+
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    output_json["suite"] = {"benchmarks": [b.benchmark_id for b in benchmarks]}
+
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    pass
+"""
+BODY = """
+def test_a(benchmark):
+    benchmark(sum, range(10))
+"""
+RUN = ("-p", "no:cacheprovider", "--gpuperf-processes=1", "--gpuperf-json=r.json")
+
+
+@pytest.mark.parametrize("pytest_benchmark", ["absent", "taken over"])
+def test_a_conftest_with_every_pytest_benchmark_hook_loads_and_shapes_the_report(
+        pytester: pytest.Pytester, pytest_benchmark: str) -> None:
+    pytester.makepyfile(test_bench=BODY)
+    script_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 1}, conftest=HOOKS)
+    blocked = ("-p", "no:benchmark") if pytest_benchmark == "absent" else ()
+    pytester.runpytest(*blocked, *RUN).assert_outcomes(passed=1)  # a plain run collects too
+    rec = pytester.runpytest("--gpuperf", *blocked, *RUN)
+    rec.assert_outcomes(passed=1)
+    report = json.loads(pytester.path.joinpath("r.json").read_text())
+    assert report["machine_info"] == {"node": "generated-node", "runner": "ci-7"}
+    assert report["commit_info"] == {"id": "abc123", "project": "demo", "branch": "main"}
+    assert report["suite"] == {"benchmarks": ["test_a"]}
+    from pytest_gpuperf.storage.schema import validate
+
+    validate(report, "report")
+
+
+def test_a_raising_hook_is_a_warning_and_the_report_is_written(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BODY)
+    script_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 1}, conftest="""
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    raise KeyError("no such field")
+""")
+    rec = pytester.runpytest("--gpuperf", "-p", "no:benchmark", *RUN)
+    rec.assert_outcomes(passed=1)
+    rec.stdout.fnmatch_lines(["*pytest_benchmark_update_json (a pytest-benchmark hook) raised KeyError: "
+                              "'no such field'; the JSON report was written without its part*"])
+    report = json.loads(pytester.path.joinpath("r.json").read_text())
+    assert list(report["benchmarks"]) == ["test_bench.py::test_a"] and report["machine_info"]["python_version"]
