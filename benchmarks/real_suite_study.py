@@ -89,7 +89,9 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
     base = [*args, "-p", "no:cacheprovider", "-p", "inject_plugin", *shlex.split(opts.extra_args)]
     result: dict[str, Any] = {"suite": name, "args": args}
 
-    rc, wall = run(opts.python, tree, [*base, f"--junitxml={work}/smoke.xml"], env, work / "smoke.log")
+    # the plugin's smoke mode (pytest-benchmark, when installed, would measure a plain run)
+    rc, wall = run(opts.python, tree, [*base, "-p", "no:benchmark", f"--junitxml={work}/smoke.xml"], env,
+                   work / "smoke.log")
     smoke = junit_outcomes(work / "smoke.xml")
     result["smoke"] = {"passed": sum(v == "passed" for v in smoke.values()), "tests": len(smoke), "wall_s": wall}
     print(f"[{name}] smoke: {result['smoke']}", flush=True)
