@@ -5,10 +5,11 @@ medians. This script decides every A/A pair of runs (the update run and the unch
 against each other) and every injected slowdown against the update run again, on the first 3
 process medians of each side, under:
 
-* ``t``: the plugin's rule (:func:`pytest_gpuperf.verdict.compare.process_level_test`, Student t
-  over the log process medians, and :func:`~pytest_gpuperf.verdict.compare.shift_verdict`), at a
-  two-sided ``--confidence`` (0.98: each bound a one-sided 99% bound, the non-inferiority reading)
-  and each ``--thresholds``;
+* ``t``: the plugin's rule (:func:`pytest_gpuperf.verdict.compare.decide_replicates`: a process a
+  slow period disturbed set aside, :func:`~pytest_gpuperf.verdict.compare.set_aside_slow`, then the
+  Student t over the log process medians at 99%), at each ``--thresholds``;
+* ``t-all``: the Student t over every process median (the rule before the set-aside), at a
+  two-sided ``--confidence`` (0.98: each bound a one-sided 99% bound, the non-inferiority reading);
 * ``median``: the ratio of the medians of the process medians against the threshold alone (no CI);
 * ``robust``: the same t rule with the median for the centre and the MAD (x1.4826, x sqrt(pi/2) for
   the median's efficiency) for the spread, so that one slow process of three moves neither.
@@ -38,12 +39,20 @@ from typing import Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_gpuperf.verdict.compare import process_level_test, shift_verdict  # noqa: E402
+from pytest_gpuperf.verdict.compare import decide_replicates, process_level_test, shift_verdict  # noqa: E402
 
 Rule = Callable[[Sequence[float], Sequence[float], float, float], str]
 
 
-def t_rule(cur: Sequence[float], base: Sequence[float], threshold: float, confidence: float) -> str:
+def t_rule(cur: Sequence[float], base: Sequence[float], threshold: float, _confidence: float) -> str:
+    """The plugin's decision (:func:`pytest_gpuperf.verdict.compare.decide_replicates`: a process a slow
+    period disturbed set aside, then the Student t over the process medians), at 99%."""
+    return decide_replicates([[v] for v in cur], list(base), threshold=threshold).verdict.value
+
+
+def t_all_rule(cur: Sequence[float], base: Sequence[float], threshold: float, confidence: float) -> str:
+    """The Student t over every process median (no process set aside: the rule before 2026-11-27),
+    at a two-sided ``confidence``."""
     r, ci, ps, pf, _df, _sd = process_level_test(cur, base, confidence=confidence)
     return shift_verdict(r, ci, ps, pf, floor=threshold, alpha=0.01)[0].value
 
@@ -73,7 +82,7 @@ def robust_rule(cur: Sequence[float], base: Sequence[float], threshold: float, c
                          float(sps.t.cdf(t, df)), floor=threshold, alpha=0.01)[0].value
 
 
-RULES: dict[str, Rule] = {"t": t_rule, "median": median_rule, "robust": robust_rule}
+RULES: dict[str, Rule] = {"t": t_rule, "t-all": t_all_rule, "median": median_rule, "robust": robust_rule}
 
 
 def medians(report: Path) -> dict[str, list[float]]:

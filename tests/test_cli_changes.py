@@ -13,7 +13,7 @@ import pytest
 
 from pytest_gpuperf.cli import main
 from pytest_gpuperf.cli.changes import pytest_node_id
-from pytest_gpuperf.storage.history import HistoryStore, ResultRow, RunRecord
+from pytest_gpuperf.storage.history import HistoryError, HistoryStore, ResultRow, RunRecord
 
 STEP = "tests/perf/test_w.py::test_gemm[64-fp16]"
 FLAT = "tests/perf/test_w.py::TestConv::test_conv::forward"
@@ -123,13 +123,44 @@ def test_an_unusable_store_or_url_is_exit_code_2(tmp_path: Path, capsys) -> None
     assert "junk.sqlite" in capsys.readouterr().err
 
 
-def test_the_default_store_is_under_the_current_folder(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_the_default_store_is_found_as_git_finds_its_repository_and_never_created(tmp_path: Path, capsys,
+                                                                                   monkeypatch) -> None:
+    # issue 46: a reading command in a folder without a store created one (and a .gitignore) and exited 0
     monkeypatch.chdir(tmp_path)
-    assert main(["changes"]) == 2
-    assert ".gpuperf/history.sqlite" in capsys.readouterr().err
-    _fill(tmp_path / ".gpuperf" / "history.sqlite")
+    for command in (["changes"], ["history", "runs"], ["history", "export"], ["dashboard", "--out", "site"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"looked for .gpuperf/history.sqlite in {tmp_path} and its parents" in err, command
+    assert not (tmp_path / ".gpuperf").exists() and not (tmp_path / "site").exists()
+    store = tmp_path / ".gpuperf" / "history.sqlite"
+    _fill(store)
+    before = store.read_bytes()
+    sub = tmp_path / "pkg" / "tests"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)  # from a subfolder: the project's store
     assert main(["changes"]) == 0
     assert "1 change(s)" in capsys.readouterr().out
+    assert main(["history", "runs"]) == 0
+    assert capsys.readouterr().out.count("compare") == 10
+    assert not (sub / ".gpuperf").exists() and not (tmp_path / "pkg" / ".gpuperf").exists()
+    assert store.read_bytes() == before  # opened read-only
+
+
+def test_a_store_whose_schema_version_is_text_is_a_clear_error_and_left_untouched(tmp_path: Path, capsys) -> None:
+    import sqlite3
+
+    db = tmp_path / "h.sqlite"
+    _fill(db, runs=2)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE gpuperf_schema SET version = 'three'")
+    before = db.read_bytes()
+    for command in (["history", "runs", "--history", str(db)], ["changes", "--history", str(db)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "its schema version is 'three', not a whole number" in err and "Traceback" not in err
+    with pytest.raises(HistoryError, match="schema version is 'three'"):
+        HistoryStore(db)  # the writer too
+    assert db.read_bytes() == before
 
 
 @pytest.mark.parametrize("name, node", [

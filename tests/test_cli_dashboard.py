@@ -71,6 +71,9 @@ def test_without_plotly_it_names_the_extra(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_an_unwritable_out_is_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_gpuperf.storage.history import HistoryStore
+
+    HistoryStore(tmp_path / "h.sqlite").close()  # a store (empty): reading commands never create one
     (tmp_path / "f").write_text("x")
     assert main(["dashboard", "--history", str(tmp_path / "h.sqlite"), "--out", str(tmp_path / "f")]) == 2
     assert str(tmp_path / "f") in capsys.readouterr().err

@@ -289,3 +289,45 @@ def test_ab_under_gpuperf_nproc_runs_each_side_as_a_torchrun_launch(pytester: py
     logs = top / ".gpuperf" / "ab" / "logs"
     assert "--nproc-per-node" not in out and sorted(p.name for p in logs.glob("worker-*.log")) == [
         "worker-A1.log", "worker-B1.log"]
+
+
+def test_an_exception_on_one_rank_fails_that_test_on_every_rank_quoting_it_never_an_internalerror(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: rank 1 raises inside a benchmarked function that calls ``all_reduce`` (from its
+    third call, in step with rank 0), which left rank 0 waiting in the collective while rank 1
+    went on to the outcome exchange: INTERNALERROR on both ranks, and rank 1's exception appeared
+    nowhere. Now the test fails on both ranks, rank 0's failure quotes rank 1's exception, the
+    process group being of no more use the next benchmark fails at once with that reason, and
+    torchrun's exit code is non-zero."""
+    pytester.makepyfile(test_d="""
+import os
+import pytest
+import torch
+import torch.distributed as dist
+
+calls = []
+
+def reduce_then_raise_on_rank_1():
+    calls.append(1)
+    if os.environ["RANK"] == "1" and len(calls) >= 3:
+        raise ValueError("rank 1's own error, in the benchmarked function")
+    dist.all_reduce(torch.ones(4))
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_raises_in_a_collective(gpu_bench):
+    gpu_bench(reduce_then_raise_on_rank_1)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_after(gpu_bench):
+    gpu_bench(lambda: None)
+""")
+    script_timings(pytester, {"ms": 2.0})
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))  # the ranks' shared folder
+    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5")
+    out = result.stdout.str() + "\n" + result.stderr.str()
+    assert result.ret != 0, out
+    assert "INTERNALERROR" not in out, out
+    assert out.count("rank 1's own error, in the benchmarked function") >= 2, out  # rank 1's and rank 0's failure
+    assert re.search(r"rank 1's test raised:\n.*test_raises_in_a_collective", out), out  # quoted by rank 0
+    assert out.count("test_d.py::test_after") >= 2 and "an earlier collective failed" in out, out
+    assert not (pytester.path / "baselines").exists()

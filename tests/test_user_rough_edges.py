@@ -404,6 +404,21 @@ def test_other_path_flags_in_the_space_form_outside_the_project_are_usage_errors
     pytester.runpytest("--gpuperf-json", str(fresh), "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_the_space_form_in_pytest_addopts_is_a_usage_error_too(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    # issue 46: PYTEST_ADDOPTS="--gpuperf-json /abs/r.json" (the file there) moved the rootdir and
+    # every benchmark was no-baseline, exit 0: the guard read only the command line
+    outside = tmp_path_factory.mktemp("elsewhere") / "r.json"
+    outside.write_text("{}")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"--gpuperf-json {outside}")
+    rec = pytester.runpytest("-p", "no:cacheprovider")
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"write --gpuperf-json={outside} (with '=') in PYTEST_ADDOPTS" in rec.stderr.str()
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"--gpuperf-json={outside}")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
 def test_long_calls_under_xdist_give_one_warning_line_in_the_controller(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_bench=LOOP, test_other=LOOP.replace("def test_loop", "def test_other"))

@@ -1,7 +1,7 @@
 """``gpuperf changes``: the change points of every benchmark's history (issue 34).
 
-Reads the history store (``--history URL``, default ``.gpuperf/history.sqlite`` in the current
-folder, as ``gpuperf history``) and finds, in each benchmark's series of runs (one series per
+Reads the history store read-only (``--history URL``, default the nearest ``.gpuperf/history.sqlite``
+in the current folder or a parent, as ``gpuperf history``) and finds, in each benchmark's series of runs (one series per
 device key; ``--branch`` keeps one branch's runs, ``--device`` one device key, ``-k TEXT`` the
 benchmarks whose name contains TEXT), where it stepped up or down: e-divisive means with a
 significance test (:mod:`pytest_gpuperf.verdict.changepoints`). For each change it prints the
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.argtypes import at_least
+from pytest_gpuperf.cli.argtypes import add_history_option, at_least, history_url
 
 EXIT_INPUT = 2
 #: Characters of a commit shown (and passed to ``gpuperf bisect``), as the Linux kernel's
@@ -51,9 +51,7 @@ def register(sub: Any, prog: str) -> None:
         description="Find where each benchmark's history stepped up or down (change points, per device key), "
                     "with the commit range, medians before and after, change %% and p-value.",
         epilog=_EPILOG.format(prog=prog), formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("--history", default=".gpuperf/history.sqlite", metavar="URL",
-                   help="the store: sqlite:///PATH, a path (SQLite) or postgresql://... "
-                        "(default .gpuperf/history.sqlite)")
+    add_history_option(c)
     c.add_argument("--branch", default=None, help="only the runs of this branch (default: all runs)")
     c.add_argument("-k", dest="match", default=None, metavar="TEXT",
                    help="only benchmarks whose name (module::test[::name]) contains TEXT")
@@ -131,20 +129,6 @@ def bisect_command(cp: Any) -> tuple[str | None, str | None]:
     return f"gpuperf bisect {short(cp.before_commit)} {short(cp.after_commit)} -- {shlex.quote(node)}", None
 
 
-def _store_error(url: str) -> str | None:
-    """Why ``url`` names no store to read (a SQLite file that does not exist), else None. Raises
-    :class:`~pytest_gpuperf.storage.history.HistoryError` for a URL that is not accepted."""
-    from pytest_gpuperf.storage.history import normalize_url, shown
-
-    full = normalize_url(url, Path.cwd())
-    if full.startswith("sqlite") and ":///" in full:
-        path = full.split(":///", 1)[1]
-        if path and path != ":memory:" and not Path(path).is_file():
-            return (f"no history store at {shown(full)} (runs are recorded by pytest --gpuperf, or brought in with "
-                    "gpuperf history import)")
-    return None
-
-
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
@@ -156,12 +140,12 @@ def cmd_changes(args: Any) -> int:
     from pytest_gpuperf.storage.history import HistoryError, HistoryStore
     from pytest_gpuperf.verdict.changepoints import run_series, series_change_points
 
+    url, why = history_url(args.history)
+    if url is None:
+        print(f"gpuperf changes: {why}", file=sys.stderr)
+        return EXIT_INPUT
     try:
-        why = _store_error(args.history)
-        if why is not None:
-            print(f"gpuperf changes: {why}", file=sys.stderr)
-            return EXIT_INPUT
-        with HistoryStore(args.history, root=Path.cwd()) as store:
+        with HistoryStore(url, root=Path.cwd(), read_only=True) as store:
             rows = store.series(device_key=args.device, branch=args.branch)
             shown = store.shown
     except HistoryError as exc:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pytest_gpuperf.cli.argtypes import at_least
+from pytest_gpuperf.cli.argtypes import add_history_option, at_least, history_url
 
 EXIT_INPUT = 2
 _EPILOG = """\
@@ -43,9 +43,7 @@ def register(sub: Any, prog: str) -> None:
                                    "is loaded from the network: open index.html from a CI artifact or publish DIR on\n"
                                    "GitHub Pages.",
                        epilog=_EPILOG.format(prog=prog), formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("--history", default=".gpuperf/history.sqlite", metavar="URL",
-                   help="the store: sqlite:///PATH, a path (SQLite) or postgresql://... "
-                        "(default .gpuperf/history.sqlite)")
+    add_history_option(d)
     d.add_argument("--out", default="gpuperf-dashboard", metavar="DIR",
                    help="the folder to write the site into (default gpuperf-dashboard)")
     d.add_argument("--limit", type=at_least(1), default=None, metavar="N", help="only the newest N runs")
@@ -75,9 +73,13 @@ def cmd_dashboard(args: Any) -> int:
     from pytest_gpuperf.reporting.dashboard import DashboardError, plotly_js, write_site
     from pytest_gpuperf.storage.history import HistoryError, HistoryStore
 
+    url, why = history_url(args.history)
+    if url is None:
+        print(f"gpuperf dashboard: {why}", file=sys.stderr)
+        return EXIT_INPUT
     try:
         js = plotly_js()  # before reading: a missing extra fails at once
-        with HistoryStore(args.history, root=Path.cwd()) as store:
+        with HistoryStore(url, root=Path.cwd(), read_only=True) as store:
             runs = store.runs(limit=args.limit)
             rows = store.series()
     except (DashboardError, HistoryError) as exc:

@@ -7,7 +7,8 @@
 * ``gpuperf history runs`` lists the stored runs; ``gpuperf history export`` writes them and their
   rows as JSON.
 
-``--history URL`` as for the plugin (default ``.gpuperf/history.sqlite`` in the current folder).
+``--history URL`` as for the plugin (default: the nearest ``.gpuperf/history.sqlite`` in the current folder or a
+parent, as git finds its repository; ``runs`` and ``export`` open it read-only and never create one).
 Exit codes: 0 done; 2 an unusable file, URL or store (the message names it; nothing of a file that
 cannot be read is stored).
 """
@@ -21,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuperf.cli.argtypes import add_history_option, history_url
+
 EXIT_INPUT = 2
 
 
@@ -30,9 +33,7 @@ def register(sub: Any, prog: str) -> None:
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
     hs = h.add_subparsers(dest="history_command", metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--history", default=".gpuperf/history.sqlite", metavar="URL",
-                        help="the store: sqlite:///PATH, a path (SQLite) or postgresql://... "
-                             "(default .gpuperf/history.sqlite)")
+    add_history_option(common)
     imp = hs.add_parser("import", parents=[common], help="import JSON reports and pytest-benchmark saved runs")
     imp.add_argument("files", nargs="+", metavar="FILE", help="a --gpuperf-json report or a pytest-benchmark "
                                                              "saved run (.benchmarks/<machine>/*.json)")
@@ -50,10 +51,15 @@ def register(sub: Any, prog: str) -> None:
     h.set_defaults(func=lambda args: (h.print_help(sys.stderr), EXIT_INPUT)[1])
 
 
-def _open(url: str) -> Any:
-    from pytest_gpuperf.storage.history import HistoryStore
+def _open(given: str | None, reading: bool = True) -> Any:
+    """The store of ``--history`` (``given``) or the project's (:func:`~pytest_gpuperf.cli.argtypes.history_url`),
+    read-only for a reading command. Raises ``HistoryError`` when there is none or it cannot be opened."""
+    from pytest_gpuperf.storage.history import HistoryError, HistoryStore
 
-    return HistoryStore(url, root=Path.cwd())
+    url, why = history_url(given, reading)
+    if url is None:
+        raise HistoryError(f"pytest-gpuperf: {why}")
+    return HistoryStore(url, root=Path.cwd(), read_only=reading)
 
 
 def run_from_file(path: Path, branch: str | None = None) -> tuple[Any, list[Any]]:
@@ -164,7 +170,7 @@ def cmd_import(args: Any) -> int:
             print(f"gpuperf history import: {exc}", file=sys.stderr)
             return EXIT_INPUT
     try:
-        with _open(args.history) as store:
+        with _open(args.history, reading=False) as store:
             for f, run, rows in loaded:
                 added = store.append(run, rows)
                 print(f"{f}: {len(rows)} benchmark(s) " + ("imported" if added else "already in the store"))

@@ -353,7 +353,8 @@ class Ranks:
             self.broken = (f"rank {self.rank} of {self.world_size}: {name} failed, a rank crashed or hung: "
                            f"{type(exc).__name__}: {first}; {self._roll_call(wait)}")
             # the hung ranks' tracebacks quoted once, not again by the later tests' messages
-            raise DistributedFault(self.broken + hung_tracebacks(self.watchdog_dir, self._missing)) from exc
+            raise DistributedFault(self.broken + hung_tracebacks(self.watchdog_dir, self._missing)
+                                   + raised_elsewhere(self.watchdog_dir, self.rank)) from exc
         if self._budget_s is None:
             self._set_wait(self._resting_s)
         elif not self._in_step:  # every rank is in this benchmark now: the budget from here on
@@ -478,3 +479,46 @@ def hung_tracebacks(folder: str | None, missing: tuple[int, ...]) -> str:
         except OSError:
             continue
     return hung_rank_tracebacks(dumps)
+
+
+def raised_path(folder: str, rank: int) -> str:
+    """The file (in the node's watchdog ``folder``) where ``rank`` leaves why its test raised, for
+    the other ranks' failure messages: ``<folder>/rank<rank>-raised.txt``."""
+    return f"{folder.rstrip('/')}/rank{rank}-raised.txt"
+
+
+def note_raised(folder: str | None, rank: int, text: str) -> None:
+    """This ``rank``'s test raised (``text``: its failure, the tail): leave it where the other
+    ranks of this node look when their collectives fail (:func:`raised_elsewhere`), so that they
+    quote its exception instead of only "a rank crashed or hung" (issue 46). Nothing without a
+    shared folder (ranks on several nodes: each rank's own output says it)."""
+    if folder is None or not text:
+        return
+    try:
+        with open(raised_path(folder, rank), "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError:
+        pass
+
+
+def raised_elsewhere(folder: str | None, rank: int) -> str:
+    """What the other ranks of this node left with :func:`note_raised`, as a failure message quotes
+    it (``"\nrank 1's test raised:\n<its failure>"``); ``""`` for none."""
+    if folder is None:
+        return ""
+    import glob
+    import re
+
+    parts = []
+    for path in sorted(glob.glob(f"{folder.rstrip('/')}/rank*-raised.txt")):
+        m = re.search(r"rank(\d+)-raised\.txt$", path)
+        if m is None or int(m.group(1)) == rank:
+            continue
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text:
+            parts.append(f"\nrank {m.group(1)}'s test raised:\n{text}")
+    return "".join(parts)

@@ -142,15 +142,19 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    gpuperf = session_of(config)
     benchmark_compat.select(config, items)  # --gpuperf-only/--gpuperf-skip (and --benchmark-only/-skip)
-    for item in items:
-        if item.get_closest_marker("gpu_bench") is None and not benchmark_compat.owns_marker(item):
-            continue
-        try:
-            gpuperf.options_for(item)
-        except opts.OptionError as exc:
-            raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A bad ``gpu_bench``/``benchmark`` marker value errors its own test at setup, with the reason
+    (issue 46): the other tests run, and a deselected test's marker is never read."""
+    if item.get_closest_marker("gpu_bench") is None and not benchmark_compat.owns_marker(item):
+        return
+    try:
+        session_of(item.config).options_for(item)
+    except opts.OptionError as exc:
+        pytest.fail(f"pytest-gpuperf: {exc}", pytrace=False)
 
 
 # ----------------------------------------------------------------------------- fixtures

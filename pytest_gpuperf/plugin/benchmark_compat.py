@@ -496,9 +496,16 @@ def tensor_device(fn: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> An
         if isinstance(value, torch.Tensor):
             found.append(value.device)
         elif isinstance(value, torch.nn.Module):
-            for t in (*value.parameters(), *value.buffers()):
-                found.append(t.device)
-                break
+            # torch's own methods, unbound: a user class may store an attribute named `parameters`
+            # (issue 46: TypeError: 'NoneType' object is not callable); a module torch cannot walk
+            # tells nothing, it never fails the benchmark
+            try:
+                first = next(iter(torch.nn.Module.parameters(value)), None)
+                first = first if first is not None else next(iter(torch.nn.Module.buffers(value)), None)
+            except Exception:  # noqa: BLE001 - a probe of a user object never fails a benchmark
+                first = None
+            if first is not None:
+                found.append(first.device)
         elif depth == 0 and isinstance(value, (list, tuple)):
             for v in value:
                 visit(v, 1)

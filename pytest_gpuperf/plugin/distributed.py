@@ -86,9 +86,20 @@ class DistributedSession:
             return
         from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
 
+        from pytest_gpuperf.measure.distributed import DistributedFault, note_raised
+
         raised = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
         text = str(report.longrepr)[-TEXT_TAIL:] if report.longrepr is not None and not report.passed else ""
-        agreed, why = agreed_outcome(self.ranks.gather(RankOutcome(report.outcome, raised, text)))
+        if raised:  # where the other ranks look when they cannot reach this one
+            note_raised(self.ranks.watchdog_dir, self.ranks.rank, f"{item_id(report)}: {text}")
+        try:
+            outcomes = self.ranks.gather(RankOutcome(report.outcome, raised, text))
+        except DistributedFault as exc:  # the ranks could not agree (one crashed, hung or raised elsewhere):
+            report.outcome = "failed"    # this test fails here, with why; never an INTERNALERROR (issue 46)
+            own = f"\n\nthis rank ({self.ranks.rank}):\n{text}" if text else ""
+            report.longrepr = f"pytest-gpuperf under torchrun: the ranks could not agree on this test's outcome: {exc}{own}"
+            return
+        agreed, why = agreed_outcome(outcomes)
         if agreed == report.outcome:
             return
         if agreed == "failed":
@@ -156,6 +167,11 @@ class WorldOfOne:
             self.owned = False
 
 
+def item_id(report: pytest.TestReport) -> str:
+    """The test's node id, as a rank's failure note names it."""
+    return str(getattr(report, "nodeid", "") or "")
+
+
 def _device_type(settings: Any) -> str:
     """``"cuda"`` when the session's benchmarks default to a GPU that exists here, else ``"cpu"``."""
     requested = settings.options.device
@@ -186,6 +202,9 @@ def _watchdog_file(config: pytest.Config, ranks: Any, environ: Any = None) -> tu
     folder = watchdog_folder(ranks, os.environ if environ is None else environ)
     if folder is not None:
         from pytest_gpuperf.verdict.distributed import watchdog_path
+
+        if ranks.rank == 0:
+            sweep_stale_watchdogs(os.path.dirname(folder), keep=folder)
 
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -221,6 +240,37 @@ def watchdog_folder(ranks: Any, environ: Any) -> str | None:
     return os.path.join(tempfile.gettempdir(), f"gpuperf-watchdog-{safe}-{port}-{restart or 0}")
 
 
+#: A watchdog folder untouched this long (s) belongs to a launch that ended without removing it
+#: (killed, or stopped by torchrun before its ranks' session end): it is swept.
+STALE_WATCHDOG_S = 24 * 3600
+
+
+def sweep_stale_watchdogs(temp_dir: str, keep: str | None = None, now: float | None = None) -> list[str]:
+    """Remove the ``gpuperf-watchdog-*`` folders in ``temp_dir`` (:func:`watchdog_folder`) whose
+    newest file is older than :data:`STALE_WATCHDOG_S` (issue 46: a killed launch's folder stayed),
+    except ``keep``; returns the removed paths. Never raises (another user's folder, a race)."""
+    import glob
+    import os
+    import shutil
+    import time
+
+    now = time.time() if now is None else now
+    removed = []
+    for folder in glob.glob(os.path.join(temp_dir, "gpuperf-watchdog-*")):
+        if keep is not None and os.path.abspath(folder) == os.path.abspath(keep):
+            continue
+        try:
+            paths = [folder, *(os.path.join(folder, n) for n in os.listdir(folder))]
+            newest = max(os.stat(p).st_mtime for p in paths)
+        except OSError:
+            continue
+        if now - newest > STALE_WATCHDOG_S:
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.exists(folder):
+                removed.append(folder)
+    return removed
+
+
 def _close_watchdog_file(fd: int, ranks: Any) -> None:
     """At the session's end: close the watchdog's descriptor; in the node's folder remove this
     rank's file when nothing was written to it (a traceback stays, where the failure messages say),
@@ -236,6 +286,12 @@ def _close_watchdog_file(fd: int, ranks: Any) -> None:
         return
     from pytest_gpuperf.verdict.distributed import watchdog_path
 
+    from pytest_gpuperf.measure.distributed import raised_path
+
+    try:
+        os.unlink(raised_path(ranks.watchdog_dir, ranks.rank))
+    except OSError:
+        pass
     try:
         if empty:
             os.unlink(watchdog_path(ranks.watchdog_dir, ranks.rank))

@@ -31,7 +31,7 @@ from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.handoff import Recorded, merge_workers, worker_payload
 from pytest_gpuperf.plugin.keys import BENCH_KEY
 from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
-from pytest_gpuperf.plugin.updating import write_baselines, write_when_every_rank_finished
+from pytest_gpuperf.plugin.updating import write_baselines, write_pending
 
 if TYPE_CHECKING:
     from pytest_gpuperf.storage.baseline import BaselineFile
@@ -94,7 +94,7 @@ class GpuPerfSession:
         self.overruns: list[tuple[str, Any]] = []  # (module::id, Overrun): one summary line for all
         self.inconclusive: list[str] = []  # module::id of inconclusive verdicts that pass: one line for all
         self.errors: dict[str, str] = {}
-        self.pending_writes: list[pytest.Item] = []  # under torchrun: tests whose baselines rank 0 writes at the end
+        self.pending_writes: list[pytest.Item] = []  # tests whose baselines are written at the end (updating.write_pending)
         self._progress_line: Any = None  # ProgressLine, made when long work starts
         self.workers_seen = 0
         self.ab_worker: Any = None
@@ -428,12 +428,10 @@ class GpuPerfSession:
             if r.top_ops and self.settings.verbose > 0:  # else only in the trace artifact (-v shows it)
                 report.sections.append((f"gpuperf top ops: {r.benchmark_id}", r.top_ops))
         if self.settings.updating:
-            # An update never records a benchmark that fails its own hard checks (max_memory, expect_bottleneck).
-            # under torchrun rank 0 alone writes, and only once every rank reached the end of the
-            # session (pytest_sessionfinish): never from a run where a rank crashed or hung
+            # never a benchmark that fails its own hard checks; deferred (updating.write_pending) under torchrun or workers
             ranks = self.settings.ranks
-            if ranks is not None and not messages:
-                if ranks.is_writer:
+            if (ranks is not None or self.settings.replicated) and not messages:
+                if ranks is None or ranks.is_writer:
                     self.pending_writes.append(item)
                 return
             problem = ("baseline not updated: " + "\n".join(messages)) if messages else write_baselines(self, item)
@@ -462,7 +460,10 @@ class GpuPerfSession:
             self.ab_worker.bye()
             return
         if self.settings.worker_id is not None:
-            # A pytest-xdist worker hands its measurements to the controller through the run's folder.
+            # A pytest-xdist worker writes its deferred baselines, then hands its measurements (and a
+            # write's error, as a warning) to the controller through the run's folder.
+            write_pending(self, session)
+            self.warnings.extend(self.errors.pop(k) for k in list(self.errors))
             if self.settings.xdist_dir is not None and (self.recorded or self.warnings):
                 from pytest_gpuperf.core.files import write_atomic
                 from pytest_gpuperf.storage.baseline import dumps
@@ -470,8 +471,7 @@ class GpuPerfSession:
                 write_atomic(self.settings.xdist_dir / f"worker-{self.settings.worker_id}.json", dumps(worker_payload(self)))
             return
         merge_workers(self)
-        if self.settings.ranks is not None:
-            write_when_every_rank_finished(self, session)
+        write_pending(self, session)
         self.recorded.sort(key=lambda rec: (rec.nodeid, rec.result.benchmark_id))  # the reports' order
 
 

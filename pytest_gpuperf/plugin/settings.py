@@ -316,7 +316,8 @@ def _baseline_dir(config: pytest.Config) -> Path:
 def _check_spaced_paths(config: pytest.Config) -> None:
     """A plugin flag that takes a value (``--gpuperf-baseline-dir DIR``, ``--gpuperf-history PATH``,
     ``--gpuperf-json PATH``, ``--benchmark-json PATH``...) written with a space, whose value is an
-    existing path outside the invocation folder, is a usage error.
+    existing path outside the invocation folder, is a usage error, on the command line or in
+    ``PYTEST_ADDOPTS`` (issue 46; ini ``addopts`` are read after the rootdir is chosen).
 
     pytest picks the rootdir before plugins add their options: it reads such a value as a test path
     and moves the rootdir to a common ancestor of the invocation folder and that path, so every
@@ -325,24 +326,32 @@ def _check_spaced_paths(config: pytest.Config) -> None:
     not exist yet (pytest ignores those), or any value when ``--rootdir`` is given."""
     from pytest_gpuperf.core.flags import BENCHMARK_FLAGS, PLUGIN_FLAGS, SIMULATED_CUDA
 
+    import os
+    import shlex
+
     takes_value = {f.name for f in (*PLUGIN_FLAGS, *BENCHMARK_FLAGS, SIMULATED_CUDA)
                    if f.metavar is not None and f.nargs is None}
-    args = [str(a) for a in config.invocation_params.args]
-    if any(a == "--rootdir" or a.startswith("--rootdir=") for a in args):
+    try:  # pytest reads PYTEST_ADDOPTS before it picks the rootdir, as the command line (ini addopts after)
+        env = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    except ValueError:
+        env = []  # pytest itself reports an unparsable PYTEST_ADDOPTS
+    sources = [("PYTEST_ADDOPTS", env), ("the command line", [str(a) for a in config.invocation_params.args])]
+    if any(a == "--rootdir" or a.startswith("--rootdir=") for _, args in sources for a in args):
         return  # the rootdir was given: pytest does not derive it from the paths
     here = Path(config.invocation_params.dir).resolve()
-    for i, flag in enumerate(args[:-1]):
-        if flag not in takes_value:
-            continue
-        value = args[i + 1]
-        where = Path(here, value.split("::")[0]).resolve()
-        if not where.exists() or where == here or here in where.parents:
-            continue
-        raise pytest.UsageError(
-            f"pytest-gpuperf: write {flag}={value} (with '='): with a space, pytest reads {value} as a "
-            f"test path when it picks the rootdir, which then moves to a common ancestor of {here} and "
-            f"{where} and every baseline is missed"
-        )
+    for source, args in sources:
+        for i, flag in enumerate(args[:-1]):
+            if flag not in takes_value:
+                continue
+            value = args[i + 1]
+            where = Path(here, value.split("::")[0]).resolve()
+            if not where.exists() or where == here or here in where.parents:
+                continue
+            raise pytest.UsageError(
+                f"pytest-gpuperf: write {flag}={value} (with '=') in {source}: with a space, pytest reads "
+                f"{value} as a test path when it picks the rootdir, which then moves to a common ancestor "
+                f"of {here} and {where} and every baseline is missed"
+            )
 
 
 def _thresholds(config: pytest.Config) -> Any:

@@ -1,7 +1,9 @@
 """Writing baselines (``--gpuperf-update-baselines``): a test's measurements into its baseline files.
 
-Called by the session when a test's call phase passed (:func:`write_baselines`); the baseline
-files themselves are :mod:`pytest_gpuperf.storage.baseline` (locked, atomic, validated).
+Called by the session when a test's call phase passed (:func:`write_baselines`), or at session
+finish for the tests whose writes were deferred (:func:`write_pending`: worker processes measured
+them, or under torchrun); the baseline files themselves are :mod:`pytest_gpuperf.storage.baseline`
+(locked, atomic, validated).
 """
 
 from __future__ import annotations
@@ -11,22 +13,26 @@ from typing import Any
 import pytest
 
 
-def write_baselines(session: Any, item: pytest.Item) -> str | None:
-    """``--gpuperf-update-baselines``: write the measurements of ``item`` (a test) that ``session``
-    (the :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`) recorded into their baseline files,
-    with the checkout's commit; returns an error message or None."""
+def write_baselines(session: Any, items: Any) -> str | None:
+    """``--gpuperf-update-baselines``: write the measurements that ``session`` (the
+    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`) recorded for ``items`` (a test, or
+    several) into their baseline files, with the checkout's commit: one read-modify-write per file
+    (a file of 100 benchmarks written once, not once per test: issue 45 measured 95 s of a 159 s
+    update run in per-test writes of a 5 MB file). Returns an error message (the first) or None."""
     from pytest_gpuperf.storage.baseline import BaselineError, update
     from pytest_gpuperf.measure.environment import utc_now
     from pytest_gpuperf.storage.codec import encode_result
     from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES
 
-    mine = [r for r in session.recorded if r.nodeid == item.nodeid and not r.result.smoke]
+    nodeids = {items.nodeid} if isinstance(items, pytest.Item) else {item.nodeid for item in items}
+    mine = [r for r in session.recorded if r.nodeid in nodeids and not r.result.smoke]
     if not mine:
         return None
     stamp, (commit, dirty) = utc_now(), session.git_state()
     by_path: dict[str, list[Any]] = {}
     for rec in mine:
         by_path.setdefault(rec.baseline_path or "", []).append(rec)
+    problem = None
     for path, recs in by_path.items():
         entries = {
             rec.result.benchmark_id: _compact_op_profile(dict(encode_result(
@@ -37,21 +43,35 @@ def write_baselines(session: Any, item: pytest.Item) -> str | None:
         try:
             update(path, entries, device_key=recs[0].device_key or "", module=recs[0].module)
         except (BaselineError, OSError) as exc:
-            return f"pytest-gpuperf: could not write baseline: {exc}"
+            problem = problem or f"pytest-gpuperf: could not write baseline: {exc}"
+            continue
         for rec in recs:
             rec.updated = True
         session.forget_baseline(path)  # the next read sees what was written
-    return None
+    return problem
 
 
-def write_when_every_rank_finished(session: Any, pytest_session: pytest.Session) -> None:
-    """Under torchrun, on every rank at session finish: a barrier; then rank 0 writes the baselines
-    of the tests that passed (``session.pending_writes``: ``session`` is the
-    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`). When the barrier fails, or an earlier
-    collective already did (``ranks.broken``: then no barrier is tried, and rank 0 used to reach
-    the writes before torchrun stopped it, in 2 of 6 runs of the killed-rank test), nothing is
-    written, so no baseline comes from a run in which a rank failed. A baseline that cannot be written is an error of the summary
-    and fails the session (``pytest_session.exitstatus``)."""
+def write_pending(session: Any, pytest_session: pytest.Session) -> None:
+    """At session finish: the baselines of the tests that passed whose writes were deferred
+    (``session.pending_writes``), once per file (:func:`write_baselines`): those of a session that
+    measured in worker processes (its tests only replay finished results), and under torchrun
+    rank 0's, after a barrier (:func:`_every_rank_finished`). A baseline that cannot be written is
+    an error of the summary and fails the session (``pytest_session.exitstatus``)."""
+    if session.settings.ranks is not None and not _every_rank_finished(session, pytest_session):
+        return
+    if not session.pending_writes:
+        return
+    problem = write_baselines(session, session.pending_writes)
+    if problem:
+        session.errors["baselines"] = problem
+        pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _every_rank_finished(session: Any, pytest_session: pytest.Session) -> bool:
+    """Under torchrun, on every rank: a barrier. When it fails, or an earlier collective already
+    did (``ranks.broken``: then no barrier is tried, and rank 0 used to reach the writes before
+    torchrun stopped it, in 2 of 6 runs of the killed-rank test), False: nothing is written, so no
+    baseline comes from a run in which a rank failed (a summary error says so)."""
     from pytest_gpuperf.measure.distributed import DistributedFault
 
     ranks = session.settings.ranks
@@ -61,17 +81,13 @@ def write_when_every_rank_finished(session: Any, pytest_session: pytest.Session)
             ranks.barrier()
         except DistributedFault as exc:
             fault = str(exc)
-    if fault is not None:
-        if session.pending_writes:
-            session.errors["baselines"] = (f"no baseline written ({len(session.pending_writes)} test(s) passed): "
-                                           f"not every rank finished the session: {fault}")
-            pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        return
-    for item in session.pending_writes:
-        problem = write_baselines(session, item)
-        if problem:
-            session.errors[f"baselines:{item.nodeid}"] = f"{item.nodeid}: {problem}"
-            pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if fault is None:
+        return True
+    if session.pending_writes:
+        session.errors["baselines"] = (f"no baseline written ({len(session.pending_writes)} test(s) passed): "
+                                       f"not every rank finished the session: {fault}")
+        pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return False
 
 
 def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:

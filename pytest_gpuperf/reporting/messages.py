@@ -144,9 +144,13 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
     first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)} ({c.processes} worker processes)")
+    note = c.note or ""  # a process set aside (verdict.compare.set_aside_slow) is named in the note
+    cur = f"{c.processes - 1} of {c.processes}" if "this run's process" in note else f"{c.processes}"
+    base = (f"{(c.baseline_processes or 1) - 1} of {c.baseline_processes}" if "the baseline's process" in note
+            else f"{c.baseline_processes}")
     text = (f"{c.benchmark_id}: {ratio_with_ci(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
-            f"mean of {c.processes} process medians {format_ms(c.current_median_ms)} vs "
-            f"{format_ms(c.baseline_median_ms)} of the baseline's {c.baseline_processes}; Student t over process "
+            f"mean of {cur} process medians {format_ms(c.current_median_ms)} vs "
+            f"{format_ms(c.baseline_median_ms)} of the baseline's {base}; Student t over process "
             f"medians p={_fmt_p(p)} (alpha {c.alpha:g}), between-process SD {(c.run_sd or 0) * 100:.1f}%, threshold "
             f"+{c.threshold * 100:g}%; baseline history: {c.runs} run(s)")
     return f"{first}\n  {text}{_tail(c, INTENDED_HINT)}"

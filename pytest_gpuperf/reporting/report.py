@@ -263,6 +263,16 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
     return row + ((items_text(r),) if items else ()) + (bus_cells(r) if bus else ()) + (_verdict_text(r, updated),)
 
 
+def _footnotes(ordered: list[tuple[str, BenchResult]]) -> list[str]:
+    """The Markdown report's footnote for its ``unchanged*`` verdicts (every mark gets one, issue
+    47): each such benchmark with its note."""
+    starred = [(label, r.comparison) for label, r in ordered if _verdict_text(r, False).split(" ")[0].endswith("*")]
+    if not starred:
+        return []
+    return ["", "\\* unchanged, with a note:", ""] + [
+        f"- `{label.replace('|', chr(92) + '|')}`: {comparison_note(c)}" for label, c in starred]
+
+
 def _centre_ms(r: BenchResult) -> float:
     """The table's "median" cell (ms): the median of all rounds, or for a benchmark decided over
     worker processes the geometric mean of their medians (what its baseline cell and ratio use);
@@ -661,7 +671,7 @@ def markdown(
             f"{_rate_text(r.rates(), 'flops_per_s', 'FLOP/s')} | {_rate_text(r.rates(), 'bytes_per_s', 'B/s')} | "
             f"{_bottleneck_text(r)} |"
         )
-    lines += _ab_and_why_markdown(ordered)
+    lines += _footnotes(ordered) + _ab_and_why_markdown(ordered)
     lines += ["", legend + " ops/kernels and syncs are exact counts per call (the count gate); FLOP/s and B/s are "
               "the counted FLOPs and minimum-traffic bytes per call at the median time."]
     if warnings:

@@ -128,8 +128,11 @@ def _header(s: SessionSummary) -> list[Line]:
     if s.replicated and s.world_size is not None:  # --gpuperf-nproc
         launches = "1 torchrun launch" if s.processes == 1 else f"{s.processes} torchrun launches"
         mode += f" ({launches} of {s.world_size} ranks per benchmark; a round's time is the slowest rank's)"
-    elif s.replicated:
-        mode += f" ({s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark)"
+    elif s.replicated:  # the real counts (issue 47): processes added for thin evidence too
+        used = [c.processes for c in (r.result.comparison for r in s.rows) if c is not None and c.processes]
+        more = [n for n in used if n > s.processes]
+        mode += (f" ({s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark"
+                 + (f"; {len(more)} measured in up to {max(more)}" if more else "") + ")")
     elif s.world_size is not None:
         mode += f" (torchrun: {s.world_size} ranks in step, one process each; a round's time is the slowest rank's)"
     else:

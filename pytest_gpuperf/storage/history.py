@@ -203,11 +203,17 @@ class HistoryStore:
     store is unreachable, unwritable or corrupt (a corrupt SQLite file is named and left untouched),
     was written by a newer plugin, or SQLAlchemy (or psycopg, for PostgreSQL) is not installed.
 
+    ``read_only`` (the reading commands, issue 46): nothing is created or migrated, a SQLite file is
+    opened with ``mode=ro`` (also on a read-only filesystem) and a PostgreSQL session with
+    ``default_transaction_read_only``; a store that does not exist, is not one, or has an older
+    schema version raises :class:`HistoryError` saying so.
+
     Use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, url: str | os.PathLike[str], root: Path | None = None) -> None:
+    def __init__(self, url: str | os.PathLike[str], root: Path | None = None, *, read_only: bool = False) -> None:
         self.url = normalize_url(url, root)
         self.shown = shown(self.url)
+        self.read_only = read_only
         try:
             import sqlalchemy as sa
         except ImportError:
@@ -223,6 +229,8 @@ class HistoryStore:
         sa = self._sa
         if self.url.startswith("sqlite"):
             path = self.url.split(":///", 1)[1] if ":///" in self.url else ""
+            if self.read_only:
+                return self._sqlite_read_only(path)
             if path and path != ":memory:":
                 try:  # in a .gpuperf folder it gets a .gitignore of "*", as the other outputs there do
                     from pytest_gpuperf.core.files import ensure_output_dir
@@ -250,14 +258,37 @@ class HistoryStore:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
             return engine
+        read_only = {"options": "-c default_transaction_read_only=on"} if self.read_only else {}
         try:
-            return sa.create_engine(self.url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+            return sa.create_engine(self.url, pool_pre_ping=True, connect_args={"connect_timeout": 10, **read_only})
         except ImportError as exc:
             raise HistoryError(f"pytest-gpuperf: the history store {self.shown} needs psycopg 3: "
                                f"pip install 'pytest-gpuperf[postgresql]' ({exc})") from None
         except self._sa.exc.ArgumentError as exc:
             raise HistoryError(f"pytest-gpuperf: history URL {self.shown} is not valid: {exc}; "
                                f"accepted: {ACCEPTED}") from None
+
+    def _sqlite_read_only(self, path: str) -> Any:
+        """An engine on the existing SQLite file ``path``, opened read-only (``mode=ro``). Raises
+        :class:`HistoryError` when there is no such file."""
+        if not path or path == ":memory:" or not Path(path).is_file():
+            raise HistoryError(f"pytest-gpuperf: no history store at {self.shown} (runs are recorded by "
+                               "pytest --gpuperf, or brought in with gpuperf history import)")
+        from urllib.parse import quote
+
+        engine = self._sa.create_engine(f"sqlite:///file:{quote(path)}?mode=ro&uri=true",
+                                        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+        @self._sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None
+            dbapi_conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+        @self._sa.event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN")  # a reader takes no write lock
+
+        return engine
 
     def _fail(self, what: str, exc: BaseException) -> HistoryError:
         lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()  # the driver's message, first line
@@ -268,7 +299,7 @@ class HistoryStore:
         sa = self._sa
         schema = self.t["schema"]
         try:
-            found = self._create_or_read(schema)
+            found = self._read_versions(schema) if self.read_only else self._create_or_read(schema)
             if found is None:
                 return
         except sa.exc.DatabaseError as exc:
@@ -283,6 +314,24 @@ class HistoryStore:
                                f"newer pytest-gpuperf; this one reads version {SCHEMA_VERSION}: upgrade "
                                "pytest-gpuperf (the store was left untouched)")
 
+    def _read_versions(self, schema: Any) -> list[int]:
+        """A read-only store's schema versions. Raises :class:`HistoryError` when it has no schema
+        table (not a store) or an older version (the reading commands do not migrate)."""
+        sa = self._sa
+        with self.engine.begin() as conn:
+            if not sa.inspect(conn).has_table(schema.name):
+                raise HistoryError(f"pytest-gpuperf: {self.shown} is not a pytest-gpuperf history store "
+                                   f"(no {schema.name} table); it was left untouched")
+            found = self._versions(conn.execute(sa.select(schema.c.version)).scalars().all())
+        if not found:
+            raise HistoryError(f"pytest-gpuperf: history store {self.shown} has no schema version row: a damaged "
+                               "store (it was left untouched)")
+        if max(found) < SCHEMA_VERSION:
+            raise HistoryError(f"pytest-gpuperf: history store {self.shown} has schema version {max(found)}, older "
+                               f"than this pytest-gpuperf's {SCHEMA_VERSION}: the next pytest --gpuperf run (or gpuperf "
+                               "history import) brings it up to date; a reading command opens it read-only")
+        return found
+
     def _create_or_read(self, schema: Any) -> list[int] | None:
         """Create the tables of a new store (and its version row; None) or read the stored versions.
         Two writers opening a new PostgreSQL store at once may both try to create a table: the one
@@ -294,7 +343,7 @@ class HistoryStore:
                     self.meta.create_all(conn, checkfirst=True)
                     # FOR UPDATE (PostgreSQL; SQLite's IMMEDIATE transaction holds the lock already):
                     # two sessions opening an older store at once migrate it once
-                    found = list(conn.execute(sa.select(schema.c.version).with_for_update()).scalars().all())
+                    found = self._versions(conn.execute(sa.select(schema.c.version).with_for_update()).scalars().all())
                     if not found:
                         conn.execute(schema.insert().values(version=SCHEMA_VERSION))
                         return None
@@ -306,6 +355,22 @@ class HistoryStore:
                 if attempt == 2:
                     raise
         return None  # pragma: no cover - the loop returns or raises
+
+    def _versions(self, raw: Iterable[Any]) -> list[int]:
+        """The stored schema versions as whole numbers. Raises :class:`HistoryError` for one that is
+        not (a row written by hand, another tool's table): the store is left untouched."""
+        versions = []
+        for v in raw:
+            try:
+                versions.append(int(v))
+            except (TypeError, ValueError):
+                raise HistoryError(f"pytest-gpuperf: history store {self.shown}: its schema version is {v!r}, "
+                                   "not a whole number: not a store written by pytest-gpuperf, or a damaged one "
+                                   "(it was left untouched)") from None
+            if isinstance(v, float) and v != int(v) or isinstance(v, bool):
+                raise HistoryError(f"pytest-gpuperf: history store {self.shown}: its schema version is {v!r}, "
+                                   "not a whole number (it was left untouched)")
+        return versions
 
     def _migrate(self, conn: Any, version: int) -> None:
         """Bring a store of schema ``version`` to :data:`SCHEMA_VERSION` with :data:`MIGRATIONS`, in

@@ -223,7 +223,7 @@ def decide_ab(
         lo, hi = median_ci(logs)
     ci = (math.exp(lo), math.exp(hi))
     p_slower, p_faster = signed_rank_pvalues(logs)
-    verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha)
+    verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha, test="signed-rank test")
     disagree, half, advice = None, 1 + threshold / 2, ()
     if verdict is Verdict.REGRESSED and min(per_process) <= half:
         disagree = "slower"

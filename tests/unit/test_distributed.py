@@ -327,6 +327,35 @@ def test_the_watchdog_folder_is_per_launch_and_only_on_one_node(tmp_path) -> Non
     assert sorted(p.name for p in d.iterdir()) == ["rank1.txt"]  # the traceback stays, where the message says
 
 
+def test_stale_watchdog_folders_are_swept_and_a_rank_s_raised_note_is_quoted_by_the_others(tmp_path) -> None:
+    """Issue 46: a killed launch's ``gpuperf-watchdog-*`` folder stayed in the temp dir; one untouched
+    for a day is swept (never the current launch's, nor a recent one). A rank whose test raised
+    leaves its failure in the launch's folder, the other ranks quote it, and it goes at the end."""
+    import os
+
+    from pytest_gpuperf.measure.distributed import note_raised, raised_elsewhere
+    from pytest_gpuperf.plugin.distributed import STALE_WATCHDOG_S, _close_watchdog_file, sweep_stale_watchdogs
+
+    old, recent, current = (tmp_path / f"gpuperf-watchdog-none-{p}-0" for p in (1, 2, 3))
+    for d in (old, recent, current):
+        d.mkdir()
+        (d / "rank1.txt").write_text("Timeout (0:00:07)!\n")
+    other = tmp_path / "someone-else"
+    other.mkdir()
+    now = os.stat(recent / "rank1.txt").st_mtime + 60
+    for path in (old, old / "rank1.txt", current, current / "rank1.txt", other):
+        os.utime(path, (now - 2 * STALE_WATCHDOG_S, now - 2 * STALE_WATCHDOG_S))
+    assert sweep_stale_watchdogs(str(tmp_path), keep=str(current), now=now) == [str(old)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([recent.name, current.name, other.name])
+
+    note_raised(str(recent), 1, "test_d.py::test_x: ValueError: rank 1's own error")
+    assert raised_elsewhere(str(recent), 0) == "\nrank 1's test raised:\ntest_d.py::test_x: ValueError: rank 1's own error"
+    assert raised_elsewhere(str(recent), 1) == "" and raised_elsewhere(None, 0) == ""
+    fd = os.open(recent / "rank0.txt", os.O_WRONLY | os.O_CREAT)
+    _close_watchdog_file(fd, Ranks(rank=1, world_size=2, watchdog_dir=str(recent)))
+    assert not (recent / "rank1-raised.txt").exists()
+
+
 class Timeouts(Ranks):
     """A :class:`Ranks` whose process group is a list of the timeouts it was given (s), a managed
     gloo group with its own timeout ``resting``; the roll call answers ``missing``."""

@@ -246,6 +246,40 @@ with _killed_with_us(child):
         raise AssertionError("the worker outlived its coordinator")
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="prctl(PR_SET_PDEATHSIG): Linux")
+def test_a_worker_dies_with_its_coordinator_even_when_it_is_killed(tmp_path: Path) -> None:
+    # issue 46: a coordinator killed by SIGKILL (no handler runs) left its workers measuring on
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    script = f"""
+import subprocess, sys, time
+from pytest_gpuperf.plugin.replicates import die_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=die_with_parent())
+open({str(pid_file)!r}, "w").write(str(child.pid))
+time.sleep(60)
+"""
+    coordinator = subprocess.Popen([sys.executable, "-c", script])
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    coordinator.send_signal(signal.SIGKILL)
+    coordinator.wait(timeout=30)
+    for _ in range(100):
+        if not _alive(child):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the worker outlived its killed coordinator")
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, left to a parent that does not reap it, is not running)."""
     try:

@@ -107,6 +107,19 @@ def test_markdown_labels_the_baseline_and_both_ratios():
     assert "median of the stored runs' medians" in text
 
 
+def test_markdown_gives_every_starred_verdict_its_footnote():
+    # issue 47: the Markdown report showed `unchanged*` with no footnote
+    import dataclasses
+
+    c = dataclasses.replace(decide(lognormal(10, 200), lognormal(11, 200), benchmark_id="m.py::t"),
+                            verdict=Verdict.UNCHANGED, note="significant but within the effect floor: +1.0% is inside ±5.0%")
+    r = result(lognormal(10, 200), comparison=c)
+    text = report.markdown([("m.py::t", r)], devices=["cpu"])
+    assert "unchanged*" in text
+    assert "\\* unchanged, with a note:" in text
+    assert "- `m.py::t`: significant but within the effect floor: +1.0% is inside ±5.0%" in text
+
+
 def test_legend_says_what_baseline_and_ratio_are():
     assert "median of the stored runs' medians" in report.LEGEND and "Hodges-Lehmann" in report.LEGEND
     assert "gpuperf show" in report.LEGEND
@@ -268,7 +281,7 @@ def test_benchmarking_a_generator_function_is_an_error_saying_what_was_timed():
         yield from range(10)
 
     with pytest.raises(GpuBenchUsageError, match=r"numbers\(\) returned a generator.*only its creation was timed"
-                                                 r".*lambda: list\(numbers\(\)\)"):
+                                                 r".*lambda: list\(numbers\(\.\.\.\)\)"):
         _bench()(numbers)
 
 
