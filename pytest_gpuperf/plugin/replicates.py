@@ -383,20 +383,26 @@ def _wait(proc: subprocess.Popen, timeout_s: float, report: Path, tick: Callable
     the count of the first worker, when known)."""
     deadline = time.monotonic() + timeout_s
     seen = -1
+
+    def step() -> None:  # a line when the report grew since the last one
+        nonlocal seen
+        done = _lines(report) if tick is not None else seen
+        if done != seen:
+            seen = done
+            of = f" of {planned}" if planned else ""
+            tick(f"gpuperf: worker process {k + 1}/{processes}: {done}{of} benchmark(s) measured, "
+                 f"{time.monotonic() - start:.0f} s elapsed")
+
     while True:
         try:
-            return proc.wait(timeout=POLL_S if tick is not None else max(0.0, deadline - time.monotonic()))
+            code = proc.wait(timeout=POLL_S if tick is not None else max(0.0, deadline - time.monotonic()))
+            step()  # its last benchmark too, when it ended between two polls
+            return code
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
                 _stop(proc)
                 return None
-        if tick is not None:
-            done = _lines(report)
-            if done != seen:
-                seen = done
-                of = f" of {planned}" if planned else ""
-                tick(f"gpuperf: worker process {k + 1}/{processes}: {done}{of} benchmark(s) measured, "
-                     f"{time.monotonic() - start:.0f} s elapsed")
+        step()
 
 
 def _lines(path: Path) -> int:
