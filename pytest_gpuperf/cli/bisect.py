@@ -70,40 +70,21 @@ def register(sub: Any, prog: str, pytest_args: Sequence[str] = ()) -> None:
     b.set_defaults(func=cmd_bisect, pytest_args=list(pytest_args))
 
 
-class _Terminated(BaseException):
-    """SIGTERM (a CI job cancelled) as an exception, so that the worktrees are removed as on Ctrl-C."""
-
-
-def _on_sigterm(handler: Any) -> Any:
-    """Install ``handler`` for SIGTERM (main thread only); returns the previous one (None: unchanged)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, handler)
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
 def cmd_bisect(args: argparse.Namespace) -> int:
     """Run ``gpuperf bisect``; returns its exit code (see the epilog). SIGTERM (a cancelled CI job)
     ends it as Ctrl-C does: the worktrees are removed."""
     pytest_args = list(args.pytest_args)
     roots = [r.strip() for r in args.pythonpath.split(",") if r.strip()]
-    previous = _on_sigterm(_raise_terminated)
-    try:
+    from pytest_gpuperf.core.signals import sigterm_raises
+
+    with sigterm_raises():
         return _bisect(args, pytest_args, roots)
-    finally:
-        if previous is not None:
-            _on_sigterm(previous)
 
 
 def _bisect(args: argparse.Namespace, pytest_args: list[str], roots: list[str]) -> int:
     from pytest_gpuperf.bisect.report import EXIT_USAGE, exit_code, json_dict, markdown, summary_lines
     from pytest_gpuperf.bisect.run import BisectError, Bisector, repository
+    from pytest_gpuperf.core.signals import Terminated
 
     try:
         here = Path.cwd()
@@ -118,7 +99,7 @@ def _bisect(args: argparse.Namespace, pytest_args: list[str], roots: list[str]) 
     except KeyboardInterrupt:
         print("bisect: interrupted; its worktrees were removed", file=sys.stderr)
         return 130
-    except _Terminated:
+    except Terminated:
         print("bisect: terminated (SIGTERM); its worktrees were removed", file=sys.stderr)
         return 143
     for line in summary_lines(run, pytest_args):

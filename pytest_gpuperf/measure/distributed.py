@@ -481,12 +481,6 @@ def hung_tracebacks(folder: str | None, missing: tuple[int, ...]) -> str:
     return hung_rank_tracebacks(dumps)
 
 
-def raised_path(folder: str, rank: int) -> str:
-    """The file (in the node's watchdog ``folder``) where ``rank`` leaves why its test raised, for
-    the other ranks' failure messages: ``<folder>/rank<rank>-raised.txt``."""
-    return f"{folder.rstrip('/')}/rank{rank}-raised.txt"
-
-
 def note_raised(folder: str | None, rank: int, text: str) -> None:
     """This ``rank``'s test raised (``text``: its failure, the tail): leave it where the other
     ranks of this node look when their collectives fail (:func:`raised_elsewhere`), so that they
@@ -494,6 +488,8 @@ def note_raised(folder: str | None, rank: int, text: str) -> None:
     shared folder (ranks on several nodes: each rank's own output says it)."""
     if folder is None or not text:
         return
+    from pytest_gpuperf.verdict.distributed import raised_path
+
     try:
         with open(raised_path(folder, rank), "w", encoding="utf-8") as f:
             f.write(text)
@@ -509,8 +505,10 @@ def raised_elsewhere(folder: str | None, rank: int) -> str:
     import glob
     import re
 
+    from pytest_gpuperf.verdict.distributed import raised_path
+
     parts = []
-    for path in sorted(glob.glob(f"{folder.rstrip('/')}/rank*-raised.txt")):
+    for path in sorted(glob.glob(raised_path(folder, "*"))):
         m = re.search(r"rank(\d+)-raised\.txt$", path)
         if m is None or int(m.group(1)) == rank:
             continue

@@ -578,19 +578,11 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
     if lockstep is not None:  # rank 0's: ask it about once per LOCKSTEP_EVERY_S of rounds
         loop.every = lockstep.choose(max(1, min(LOCKSTEP_MAX_EVERY, math.ceil(LOCKSTEP_EVERY_S / (est * cpr)))))
     samples: list[float] = []
-    thread_ms: list[float] = []
-    process_ms: list[float] = []
-    # the CPU clocks are read outside the wall clock's interval (thread, process, wall ... wall,
-    # process, thread): the wall time never includes their reads, each CPU interval the other's
-    thread_clock = cpu_clocks.thread if cpu_clocks is not None else None
-    process_clock = cpu_clocks.process if cpu_clocks is not None else None
-    c0 = p0 = 0
+    cpu = _RoundCpu(cpu_clocks, cpr)  # read outside the wall clock's interval: it never includes their reads
     with gc_disabled():
         while not loop.done(samples):
             a, k = prepare_call(fn, args, kwargs, setup)
-            if thread_clock is not None and process_clock is not None:
-                c0 = thread_clock()
-                p0 = process_clock()
+            cpu.start()
             if cpr == 1:
                 t0 = clock()
                 value = fn(*a, **k)
@@ -600,18 +592,13 @@ def _measure_cpu(fn, args, kwargs, options, setup, rounds, warmup_calls, progres
                 for _ in range(cpr):
                     value = fn(*a, **k)
                 t1 = clock()
-            if thread_clock is not None and process_clock is not None:
-                p1 = process_clock()
-                c1 = thread_clock()
-                thread_ms.append(max(c1 - c0, 1) / cpr / 1e6)
-                process_ms.append(max(p1 - p0, 1) / cpr / 1e6)
+            cpu.stop()
             samples.append(max(t1 - t0, 1) / cpr / 1e6)
             if probe is not None and len(samples) % every == 0:
                 time_probe()
         if probe is not None and len(samples) % every:
             time_probe()  # the last, partial block gets its probe too
-    return Timing(tuple(samples), len(samples), cpr, n_warm, value, tuple(probes), every,
-                  cpu_samples_ms=tuple(thread_ms), process_cpu_samples_ms=tuple(process_ms))
+    return Timing(tuple(samples), len(samples), cpr, n_warm, value, tuple(probes), every, **cpu.fields())
 
 
 def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls, progress=None,
@@ -647,7 +634,7 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
         block = max(1, int(CUDA_BLOCK_S / (est * cpr)))
         loop = _RoundLoop(options, rounds, progress, clock, lockstep)
         samples: list[float] = []
-        host = _HostCpu(cpu_clocks, cpr)  # the host's CPU time of issuing each round (not the device's time)
+        host = _RoundCpu(cpu_clocks, cpr)  # the host's CPU time of issuing each round (not the device's time)
         with gc_disabled():
             while not loop.done(samples):
                 n = loop.agree(min(block, max(1, loop.remaining(len(samples)))))
@@ -676,11 +663,13 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
         return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every, **host.fields())
 
 
-class _HostCpu:
-    """The host's CPU time around each CUDA round's launches (ms per call; nothing without
-    ``clocks``): what issuing the work costs the calling thread and the process, beside the device
-    time CUDA events give. Never a verdict's clock (:func:`pytest_gpuperf.verdict.gate.with_cpu_time`
-    decides on it for the CPU backend only): shown as the result's CPU time."""
+class _RoundCpu:
+    """The CPU time of each timed round (ms per call; nothing without ``clocks``): the calling
+    thread's and the process's, read in the order thread, process ... process, thread so that each
+    CPU interval holds the other's read and the wall clock's interval, read between them, neither.
+    On the CPU backend it is the work's own CPU time (:func:`pytest_gpuperf.verdict.gate.with_cpu_time`
+    may decide on it); on CUDA, what issuing the work costs the host beside the device time CUDA
+    events give (shown, never a verdict's clock)."""
 
     def __init__(self, clocks: CpuClocks | None, cpr: int) -> None:
         self.clocks, self.cpr = clocks, cpr
@@ -690,17 +679,19 @@ class _HostCpu:
 
     def start(self) -> None:
         if self.clocks is not None:
-            self._c0, self._p0 = self.clocks.thread(), self.clocks.process()
+            self._c0 = self.clocks.thread()
+            self._p0 = self.clocks.process()
+
+    def stop(self) -> None:
+        if self.clocks is not None:
+            p1 = self.clocks.process()
+            c1 = self.clocks.thread()
+            self.thread_ms.append(max(c1 - self._c0, 1) / self.cpr / 1e6)
+            self.process_ms.append(max(p1 - self._p0, 1) / self.cpr / 1e6)
 
     def fields(self) -> dict[str, tuple[float, ...]]:
         """The :class:`Timing` fields of what was read."""
         return {"cpu_samples_ms": tuple(self.thread_ms), "process_cpu_samples_ms": tuple(self.process_ms)}
-
-    def stop(self) -> None:
-        if self.clocks is not None:
-            p1, c1 = self.clocks.process(), self.clocks.thread()
-            self.thread_ms.append(max(c1 - self._c0, 1) / self.cpr / 1e6)
-            self.process_ms.append(max(p1 - self._p0, 1) / self.cpr / 1e6)
 
 
 #: Set once this process captured a CUDA graph (``cuda_graph=True``): profiling CUDA afterwards

@@ -95,7 +95,7 @@ class Coordinator:
         measured is decided and kept (:func:`_decide_all`; ``stopped`` says how it was stopped), every
         other test is skipped (:data:`~pytest_gpuperf.plugin.replicates.STOPPED`)."""
         from pytest_gpuperf.plugin.replicates import STOPPED, UNREPORTED
-        from pytest_gpuperf.plugin.stopping import Terminated, sigterm_raises, stop_reason
+        from pytest_gpuperf.core.signals import Terminated, sigterm_raises, stop_reason
 
         finished: dict[str, Any] = {}
         with sigterm_raises():  # also between the workers and in the steps after them

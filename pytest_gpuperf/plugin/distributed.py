@@ -84,14 +84,13 @@ class DistributedSession:
         one (:func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`); nothing once a collective failed."""
         if self.ranks.broken is not None:  # a rank crashed or hung: no more waiting
             return
-        from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
-
         from pytest_gpuperf.measure.distributed import DistributedFault, note_raised
+        from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
 
         raised = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
         text = str(report.longrepr)[-TEXT_TAIL:] if report.longrepr is not None and not report.passed else ""
         if raised:  # where the other ranks look when they cannot reach this one
-            note_raised(self.ranks.watchdog_dir, self.ranks.rank, f"{item_id(report)}: {text}")
+            note_raised(self.ranks.watchdog_dir, self.ranks.rank, f"{report.nodeid}: {text}")
         try:
             outcomes = self.ranks.gather(RankOutcome(report.outcome, raised, text))
         except DistributedFault as exc:  # the ranks could not agree (one crashed, hung or raised elsewhere):
@@ -165,11 +164,6 @@ class WorldOfOne:
             if dist.is_initialized():
                 dist.destroy_process_group()
             self.owned = False
-
-
-def item_id(report: pytest.TestReport) -> str:
-    """The test's node id, as a rank's failure note names it."""
-    return str(getattr(report, "nodeid", "") or "")
 
 
 def _device_type(settings: Any) -> str:
@@ -284,9 +278,7 @@ def _close_watchdog_file(fd: int, ranks: Any) -> None:
     os.close(fd)
     if ranks.watchdog_dir is None:
         return
-    from pytest_gpuperf.verdict.distributed import watchdog_path
-
-    from pytest_gpuperf.measure.distributed import raised_path
+    from pytest_gpuperf.verdict.distributed import raised_path, watchdog_path
 
     try:
         os.unlink(raised_path(ranks.watchdog_dir, ranks.rank))

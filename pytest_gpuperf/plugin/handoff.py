@@ -29,6 +29,20 @@ class Recorded:
     updated: bool = False
 
 
+def hand_to_controller(session: Any) -> None:
+    """At a pytest-xdist worker's session finish (after its deferred baselines were written): hand
+    its measurements, and its errors (a baseline it could not write) as warnings, to the controller
+    through the run's folder (``worker-<id>.json``)."""
+    session.warnings.extend(session.errors.values())
+    session.errors.clear()
+    s = session.settings
+    if s.xdist_dir is not None and (session.recorded or session.warnings):
+        from pytest_gpuperf.core.files import write_atomic
+        from pytest_gpuperf.storage.baseline import dumps
+
+        write_atomic(s.xdist_dir / f"worker-{s.worker_id}.json", dumps(worker_payload(session)))
+
+
 def worker_payload(session: Any) -> dict[str, Any]:
     """A pytest-xdist worker's measurements, warnings and notes, for its controller (JSON-ready)."""
     from pytest_gpuperf.measure.environment import utc_now

@@ -43,7 +43,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pytest_gpuperf.core.launch import launcher, stop as _stop
 from pytest_gpuperf.core.options import DEFAULT_PROCESSES
-from pytest_gpuperf.plugin.stopping import Stopped, Terminated, raise_terminated, stop_reason
+from pytest_gpuperf.core.signals import Terminated, sigterm_raises, stop_reason
+from pytest_gpuperf.plugin.stopping import Stopped
 
 #: Hidden option that makes a pytest process a replicate worker, given by its coordinator (the
 #: process's role comes once, on its command line; issue 33): ``--gpuperf-role={"replicate": "k/P",
@@ -319,19 +320,12 @@ def _killed_with_us(proc: subprocess.Popen) -> Iterator[None]:
     """While waiting for a worker: a SIGTERM to this process (a cancelled CI job, ``timeout``) ends it
     as Ctrl-C does, and a worker still running when the wait ends that way is killed, so that no
     worker outlives its coordinator. The previous SIGTERM handler is restored afterwards."""
-    import signal
-
-    try:
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
-    except ValueError:  # not the main thread: no handler, only the cleanup below
-        previous = None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        if proc.poll() is None:
-            _stop(proc)
+    with sigterm_raises():  # (not the main thread: no handler, only the cleanup below)
+        try:
+            yield
+        finally:
+            if proc.poll() is None:
+                _stop(proc)
 
 
 def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,

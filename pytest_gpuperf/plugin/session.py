@@ -28,7 +28,7 @@ import pytest
 
 from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin import benchmark_compat
-from pytest_gpuperf.plugin.handoff import Recorded, merge_workers, worker_payload
+from pytest_gpuperf.plugin.handoff import Recorded, hand_to_controller, merge_workers
 from pytest_gpuperf.plugin.keys import BENCH_KEY
 from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
 from pytest_gpuperf.plugin.updating import write_baselines, write_pending
@@ -434,7 +434,7 @@ class GpuPerfSession:
                 if ranks is None or ranks.is_writer:
                     self.pending_writes.append(item)
                 return
-            problem = ("baseline not updated: " + "\n".join(messages)) if messages else write_baselines(self, item)
+            problem = ("baseline not updated: " + "\n".join(messages)) if messages else write_baselines(self, [item])
             if problem:
                 report.outcome = "failed"
                 report.longrepr = problem
@@ -459,16 +459,9 @@ class GpuPerfSession:
                 self.ab_worker.hello([])
             self.ab_worker.bye()
             return
-        if self.settings.worker_id is not None:
-            # A pytest-xdist worker writes its deferred baselines, then hands its measurements (and a
-            # write's error, as a warning) to the controller through the run's folder.
+        if self.settings.worker_id is not None:  # a pytest-xdist worker
             write_pending(self, session)
-            self.warnings.extend(self.errors.pop(k) for k in list(self.errors))
-            if self.settings.xdist_dir is not None and (self.recorded or self.warnings):
-                from pytest_gpuperf.core.files import write_atomic
-                from pytest_gpuperf.storage.baseline import dumps
-
-                write_atomic(self.settings.xdist_dir / f"worker-{self.settings.worker_id}.json", dumps(worker_payload(self)))
+            hand_to_controller(self)
             return
         merge_workers(self)
         write_pending(self, session)

@@ -1,7 +1,7 @@
 """A run that Ctrl-C or SIGTERM stops (a CI job's timeout, a cancelled job) keeps what it finished (issue 45).
 
-* In the coordinator (worker processes before the tests) SIGTERM raises :class:`Terminated`
-  (:func:`sigterm_raises`); the running worker is stopped and :class:`Stopped` carries what the
+* In the coordinator (worker processes before the tests) SIGTERM raises
+  :class:`~pytest_gpuperf.core.signals.Terminated` (:func:`~pytest_gpuperf.core.signals.sigterm_raises`); the running worker is stopped and :class:`Stopped` carries what the
   workers finished, which the coordinator decides and keeps (its ``stopped`` says how it was
   stopped); the tests of the benchmarks not measured are skipped.
 * In the user's session otherwise (:class:`SigtermInterrupts`, registered when it measures),
@@ -11,20 +11,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-
-class Terminated(SystemExit):
-    """SIGTERM as an exception, with exit code 128 + 15 (what an uncaught one exits with)."""
-
-
-def raise_terminated(signum: int, frame: Any) -> None:
-    """A SIGTERM handler: raises :class:`Terminated`."""
-    raise Terminated(128 + signum)
 
 
 class Stopped(Exception):
@@ -35,26 +26,6 @@ class Stopped(Exception):
     def __init__(self, runs: list[Any], why: str) -> None:
         super().__init__(why)
         self.runs, self.why = runs, why
-
-
-def stop_reason(exc: BaseException) -> str:
-    """How the run was stopped, for messages: ``"SIGTERM"`` (:class:`Terminated`) or ``"Ctrl-C"``."""
-    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Within it SIGTERM raises :class:`Terminated` (main thread only; elsewhere nothing changes);
-    the previous handler is restored afterwards."""
-    try:
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
-    except ValueError:  # not the main thread
-        previous = None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 class SigtermInterrupts:

@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 
-def write_baselines(session: Any, items: Any) -> str | None:
+def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
     """``--gpuperf-update-baselines``: write the measurements that ``session`` (the
-    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`) recorded for ``items`` (a test, or
-    several) into their baseline files, with the checkout's commit: one read-modify-write per file
+    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`) recorded for ``items`` (tests) into their baseline files, with the checkout's commit: one read-modify-write per file
     (a file of 100 benchmarks written once, not once per test: issue 45 measured 95 s of a 159 s
     update run in per-test writes of a 5 MB file). Returns an error message (the first) or None."""
     from pytest_gpuperf.storage.baseline import BaselineError, update
@@ -24,7 +23,7 @@ def write_baselines(session: Any, items: Any) -> str | None:
     from pytest_gpuperf.storage.codec import encode_result
     from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES
 
-    nodeids = {items.nodeid} if isinstance(items, pytest.Item) else {item.nodeid for item in items}
+    nodeids = {item.nodeid for item in items}
     mine = [r for r in session.recorded if r.nodeid in nodeids and not r.result.smoke]
     if not mine:
         return None

@@ -23,7 +23,8 @@ from typing import Any
 
 from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, size_unit
 from pytest_gpuperf.verdict.advice import Advice
-from pytest_gpuperf.verdict.compare import MEMORY_SLACK_BYTES, Comparison, MemoryComparison, Verdict
+from pytest_gpuperf.verdict.compare import (MEMORY_SLACK_BYTES, Comparison, MemoryComparison, Verdict,
+                                            processes_decided_on)
 
 #: The end of every regression message (timing and memory): what to do when the change is wanted.
 INTENDED_HINT = "if the change is intended, re-record with `pytest --gpuperf-update-baselines`"
@@ -144,10 +145,9 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
     first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
              f"{format_ms(c.current_median_ms)} ({c.processes} worker processes)")
-    note = c.note or ""  # a process set aside (verdict.compare.set_aside_slow) is named in the note
-    cur = f"{c.processes - 1} of {c.processes}" if "this run's process" in note else f"{c.processes}"
-    base = (f"{(c.baseline_processes or 1) - 1} of {c.baseline_processes}" if "the baseline's process" in note
-            else f"{c.baseline_processes}")
+    used, base_used = processes_decided_on(c)  # a process set aside is left out (its note says which)
+    cur = f"{used} of {c.processes}" if used != c.processes else f"{c.processes}"
+    base = f"{base_used} of {c.baseline_processes}" if base_used != c.baseline_processes else f"{c.baseline_processes}"
     text = (f"{c.benchmark_id}: {ratio_with_ci(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
             f"mean of {cur} process medians {format_ms(c.current_median_ms)} vs "
             f"{format_ms(c.baseline_median_ms)} of the baseline's {base}; Student t over process "

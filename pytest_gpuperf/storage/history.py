@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from pytest_gpuperf.core.secrets import redact  # every URL shown here goes through it
+
 #: The schema this plugin writes. A store with a higher version was written by a newer plugin.
 SCHEMA_VERSION = 3
 
@@ -102,14 +104,6 @@ class ResultRow:
     ratio: float | None = None
     cpu_median_ms: float | None = None
     clock: str | None = None
-
-
-def redact(url: str) -> str:
-    """``url`` (or any text that quotes one) with every password and secret parameter replaced by
-    ``***`` (``postgresql://ci:***@db:5432/perf``): :func:`pytest_gpuperf.core.secrets.redact`."""
-    from pytest_gpuperf.core.secrets import redact as _redact
-
-    return _redact(url)
 
 
 def shown(url: str) -> str:
@@ -359,17 +353,12 @@ class HistoryStore:
     def _versions(self, raw: Iterable[Any]) -> list[int]:
         """The stored schema versions as whole numbers. Raises :class:`HistoryError` for one that is
         not (a row written by hand, another tool's table): the store is left untouched."""
-        versions = []
-        for v in raw:
-            try:
-                versions.append(int(v))
-            except (TypeError, ValueError):
+        versions = list(raw)
+        for v in versions:
+            if not isinstance(v, int) or isinstance(v, bool):
                 raise HistoryError(f"pytest-gpuperf: history store {self.shown}: its schema version is {v!r}, "
                                    "not a whole number: not a store written by pytest-gpuperf, or a damaged one "
-                                   "(it was left untouched)") from None
-            if isinstance(v, float) and v != int(v) or isinstance(v, bool):
-                raise HistoryError(f"pytest-gpuperf: history store {self.shown}: its schema version is {v!r}, "
-                                   "not a whole number (it was left untouched)")
+                                   "(it was left untouched)")
         return versions
 
     def _migrate(self, conn: Any, version: int) -> None:

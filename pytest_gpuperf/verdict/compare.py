@@ -596,6 +596,22 @@ def set_aside_slow(medians_ms: Sequence[float]) -> tuple[list[float], int | None
     return xs, None
 
 
+#: How a note names the side whose process :func:`set_aside_slow` left out (:func:`processes_decided_on` reads it).
+SET_ASIDE_SIDES = ("this run's", "the baseline's")
+
+
+def processes_decided_on(c: Comparison) -> tuple[int | None, int | None]:
+    """A replicated comparison's process counts the decision used, (this run's, the baseline's):
+    ``processes`` and ``baseline_processes`` less one for each side :func:`decide_replicates` set a
+    process aside on (its note names it)."""
+    import re
+
+    note = c.note or ""
+    cur, base = (re.search(rf"{side} process \d+ of \d+ set aside", note) is not None for side in SET_ASIDE_SIDES)
+    return (None if c.processes is None else c.processes - cur,
+            None if c.baseline_processes is None else c.baseline_processes - base)
+
+
 def _set_aside_note(side: str, index: int, medians: Sequence[float], kept: Sequence[float]) -> str:
     return (f"{side} process {index + 1} of {len(medians)} set aside: {medians[index] / float(np.median(kept)):.2f}x "
             f"the others' median, which agree within {OTHERS_AGREE:.0%} (a slow period of the machine; "
@@ -644,7 +660,8 @@ def decide_replicates(
     cur, cur_out = set_aside_slow(cur_all)
     base, base_out = set_aside_slow(base_all)
     set_aside = [_set_aside_note(side, i, xs, kept) for side, i, xs, kept in
-                 (("this run's", cur_out, cur_all, cur), ("the baseline's", base_out, base_all, base)) if i is not None]
+                 ((SET_ASIDE_SIDES[0], cur_out, cur_all, cur), (SET_ASIDE_SIDES[1], base_out, base_all, base))
+                 if i is not None]
     ratio, ci, p_slower, p_faster, df, sd = process_level_test(cur, base)
     verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha, test="t test")
     if set_aside:

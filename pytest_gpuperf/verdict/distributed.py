@@ -276,6 +276,12 @@ def watchdog_path(folder: str, rank: int | str) -> str:
     return f"{folder.rstrip('/')}/rank{rank}.txt"
 
 
+def raised_path(folder: str, rank: int | str) -> str:
+    """The file (in the same ``folder``) where ``rank`` leaves why its test raised, for the other
+    ranks' failure messages: ``<folder>/rank<rank>-raised.txt``."""
+    return f"{folder.rstrip('/')}/rank{rank}-raised.txt"
+
+
 def last_dump(text: str, lines: int = TRACEBACK_LINES) -> str:
     """The last traceback dump of ``faulthandler.dump_traceback_later`` in ``text`` (from its last
     ``Timeout (…)!`` line), cut to its first ``lines`` lines (faulthandler writes the innermost

@@ -4,6 +4,7 @@ A/B confirmation's final result (pure parts of pytest_gpuperf.plugin.replicates;
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -209,75 +210,81 @@ def test_geometric_mean_ci_of_process_medians() -> None:
         geometric_mean_ci([1.0, 0.0])
 
 
-def test_no_worker_outlives_a_coordinator_stopped_by_sigterm(tmp_path: Path) -> None:
-    # a cancelled CI job sends SIGTERM: the worker it was waiting for must go too (issue 31's study
-    # found a worker left running after its coordinator was stopped by `timeout`)
-    import os
-    import signal
+def _coordinator_with_a_worker(tmp_path: Path, body: str) -> tuple[Any, int]:
+    """A "coordinator" process running ``body`` (Python, with ``subprocess``, ``sys``, ``time`` and
+    ``PID_FILE`` in scope), which starts a worker that sleeps 60 s and writes its pid there; returns
+    the coordinator's Popen and the worker's pid once known."""
     import subprocess
     import sys
     import time
 
     pid_file = tmp_path / "child.pid"
-    script = f"""
-import subprocess, sys
-from pytest_gpuperf.plugin.replicates import _killed_with_us
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-open({str(pid_file)!r}, "w").write(str(child.pid))
-with _killed_with_us(child):
-    child.wait()
-"""
-    coordinator = subprocess.Popen([sys.executable, "-c", script])
+    coordinator = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time\nPID_FILE = {str(pid_file)!r}\n"
+                                                          + body])
     for _ in range(200):
         if pid_file.exists() and pid_file.read_text():
             break
         time.sleep(0.05)
-    child = int(pid_file.read_text())
+    return coordinator, int(pid_file.read_text())
+
+
+def _assert_gone(pid: int, what: str) -> None:
+    """``pid`` stops running within 5 s (else it is killed and the test fails with ``what``)."""
+    import os
+    import signal
+    import time
+
+    def running() -> bool:
+        if Path("/proc/self/stat").exists():
+            return _alive(pid)  # a zombie left to its parent is not running
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    for _ in range(100):
+        if not running():
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(what)
+
+
+WORKER = '[sys.executable, "-c", "import time; time.sleep(60)"]'
+
+
+def test_no_worker_outlives_a_coordinator_stopped_by_sigterm(tmp_path: Path) -> None:
+    # a cancelled CI job sends SIGTERM: the worker it was waiting for must go too (issue 31's study
+    # found a worker left running after its coordinator was stopped by `timeout`)
+    import signal
+
+    coordinator, child = _coordinator_with_a_worker(tmp_path, f"""
+from pytest_gpuperf.plugin.replicates import _killed_with_us
+child = subprocess.Popen({WORKER})
+open(PID_FILE, "w").write(str(child.pid))
+with _killed_with_us(child):
+    child.wait()
+""")
     coordinator.send_signal(signal.SIGTERM)
     assert coordinator.wait(timeout=30) == 128 + signal.SIGTERM
-    for _ in range(100):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(child, signal.SIGKILL)
-        raise AssertionError("the worker outlived its coordinator")
+    _assert_gone(child, "the worker outlived its coordinator")
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="prctl(PR_SET_PDEATHSIG): Linux")
 def test_a_worker_dies_with_its_coordinator_even_when_it_is_killed(tmp_path: Path) -> None:
     # issue 46: a coordinator killed by SIGKILL (no handler runs) left its workers measuring on
-    import os
     import signal
-    import subprocess
-    import sys
-    import time
 
-    pid_file = tmp_path / "child.pid"
-    script = f"""
-import subprocess, sys, time
+    coordinator, child = _coordinator_with_a_worker(tmp_path, f"""
 from pytest_gpuperf.plugin.replicates import die_with_parent
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=die_with_parent())
-open({str(pid_file)!r}, "w").write(str(child.pid))
+child = subprocess.Popen({WORKER}, preexec_fn=die_with_parent())
+open(PID_FILE, "w").write(str(child.pid))
 time.sleep(60)
-"""
-    coordinator = subprocess.Popen([sys.executable, "-c", script])
-    for _ in range(200):
-        if pid_file.exists() and pid_file.read_text():
-            break
-        time.sleep(0.05)
-    child = int(pid_file.read_text())
+""")
     coordinator.send_signal(signal.SIGKILL)
     coordinator.wait(timeout=30)
-    for _ in range(100):
-        if not _alive(child):
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(child, signal.SIGKILL)
-        raise AssertionError("the worker outlived its killed coordinator")
+    _assert_gone(child, "the worker outlived its killed coordinator")
 
 
 def _alive(pid: int) -> bool:
