@@ -140,11 +140,11 @@ def test_a_store_of_a_newer_plugin_is_refused_and_untouched(tmp_path: Path) -> N
 
 def _as_version_1(store: h.HistoryStore) -> None:
     """Make ``store`` what schema version 1 wrote: no subject and commit_time columns (nor version
-    3's cpu_median_ms and clock)."""
+    3's cpu_median_ms and clock, nor version 4's estimate_ms)."""
     with store.engine.begin() as conn:
         for column in ("subject", "commit_time"):
             conn.exec_driver_sql(f"ALTER TABLE gpuperf_runs DROP COLUMN {column}")
-        for column in ("cpu_median_ms", "clock"):
+        for column in ("cpu_median_ms", "clock", "estimate_ms"):
             conn.exec_driver_sql(f"ALTER TABLE gpuperf_results DROP COLUMN {column}")
         conn.execute(store.t["schema"].update().values(version=1))
 
@@ -159,6 +159,10 @@ def _migrates_keeping_the_runs(url: str) -> None:
         assert store.append(_run(2, subject="Faster conv", commit_time="2026-11-26T10:00:00+00:00"), _rows(2))
         s = store.series("m.py::t1")
         assert [r["run_id"] for r in s] == ["run-1", "run-2"] and [r["subject"] for r in s] == [None, "Faster conv"]
+        # a row from before schema 4 reads with its run's median computed as the verdict computes it (issue 47)
+        from pytest_gpuperf.verdict.estimate import run_estimate_ms
+
+        assert s[0]["estimate_ms"] == run_estimate_ms(s[0]["median_ms"], s[0]["process_medians_ms"])
         assert store.runs()[1]["commit_time"] == "2026-11-26T10:00:00+00:00"
 
 

@@ -100,9 +100,9 @@ def _from_report(data: dict[str, Any], run_id: str, branch: str | None) -> tuple
             process_medians_ms=tuple(e["process_medians_ms"]) if e.get("process_medians_ms") else None,
             peak_memory_bytes=e.get("peak_memory_bytes"),
             counts=counts or None,
-            verdict=c.get("verdict"), ratio=c.get("ratio"),
-            cpu_median_ms=(e.get("cpu_time") or {}).get("median_ms") if isinstance(e.get("cpu_time"), dict) else None,
-            clock=c.get("clock")))
+            verdict=c.get("verdict"), ratio=c.get("shown_ratio", c.get("ratio")),
+            cpu_median_ms=_cpu_of(e), clock=c.get("clock"),
+            estimate_ms=e["estimate_ms"] if _positive(e.get("estimate_ms")) else None))
     env = next(iter(envs.values()), {}) if envs else {}
     run = RunRecord(run_id=run_id, created_utc=data.get("created_utc") or "", mode="import", commit=data.get("git_commit"),
                     branch=branch, device_key=",".join(sorted(k for k in keys if k)) or None,
@@ -110,6 +110,19 @@ def _from_report(data: dict[str, Any], run_id: str, branch: str | None) -> tuple
                     driver_version=env.get("driver_version"), plugin_version=env.get("plugin_version"),
                     options={"source": "pytest-gpuperf report"})
     return run, rows
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _cpu_of(entry: dict[str, Any]) -> float | None:
+    """A report entry's CPU time per call as the table's CPU column shows it (``cpu_estimate_ms``;
+    a report written before it: its ``cpu_time.median_ms``), None where not read."""
+    if _positive(entry.get("cpu_estimate_ms")):
+        return float(entry["cpu_estimate_ms"])
+    cpu = entry.get("cpu_time")
+    return cpu.get("median_ms") if isinstance(cpu, dict) else None
 
 
 def _device_key(entry: dict[str, Any]) -> str | None:

@@ -338,7 +338,7 @@ def _print_pairs_table(decided: list[_Decided]) -> None:
             starred = True
         ci = f"{format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else "-"
         rows.append((c.benchmark_id, format_ms(c.baseline_median_ms), format_ms(c.current_median_ms),
-                     format_ratio(c.ratio), ci, verdict, mc.verdict.value if mc is not None else "-",
+                     format_ratio(c.shown_ratio), ci, verdict, mc.verdict.value if mc is not None else "-",
                      cc.verdict.value if cc is not None else "-"))
     header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict", "memory", "counts")
     for line in format_table(rows, header=header, numeric=header[1:5]):
@@ -423,7 +423,7 @@ def _show_rows(benchmarks: dict[str, BaselineEntry]) -> list[tuple[str, ...]]:
         rows.append((
             str(bid),
             str(len(entry.history)),
-            format_ms(last.median_ms),
+            format_ms(last.estimate_ms),
             stamp[:10] if isinstance(stamp, str) and stamp else "-",
             format_bytes(peak) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else "-",
             _show_counts(last.counts, entry.count_history),
@@ -437,9 +437,11 @@ RUN_HEADER = ("date (UTC)", "commit", "machine", "median", "CPU", "IQR", "rounds
 
 def _run_rows(entry: BaselineEntry) -> list[tuple[str, ...]]:
     """One row per stored run of ``entry``, oldest first: when it was recorded, its git commit
-    (``*`` when recorded from uncommitted changes), the machine (CPU model or GPU name), its median,
-    its median CPU time per call (the calling thread's; ``-`` where not read), its IQR as a share of
-    the median (the run's spread), its rounds, and its worker processes."""
+    (``*`` when recorded from uncommitted changes), the machine (CPU model or GPU name), its median
+    (:attr:`~pytest_gpuperf.verdict.history.RunRecord.estimate_ms`: over worker processes the
+    geometric mean of their medians, as the verdicts and the terminal give it), its CPU time per
+    call (the calling thread's, the same statistic; ``-`` where not read), its IQR as a share of the
+    pooled median (the run's spread), its rounds, and its worker processes."""
     from pytest_gpuperf.core.units import format_ms
 
     rows = []
@@ -450,8 +452,8 @@ def _run_rows(entry: BaselineEntry) -> list[tuple[str, ...]]:
         stamp = run.timestamp_utc.replace("T", " ")[:16] if isinstance(run.timestamp_utc, str) else "-"
         iqr = f"{run.iqr_ms / run.median_ms * 100:.1f}%" if run.iqr_ms is not None and run.median_ms > 0 else "-"
         processes = str(len(run.process_medians_ms)) if run.process_medians_ms else "1"
-        cpu = format_ms(run.cpu_median_ms) if run.cpu_median_ms else "-"
-        rows.append((stamp, commit, str(machine), format_ms(run.median_ms), cpu, iqr,
+        cpu = format_ms(run.cpu_estimate_ms) if run.cpu_median_ms else "-"
+        rows.append((stamp, commit, str(machine), format_ms(run.estimate_ms), cpu, iqr,
                      str(run.rounds) if run.rounds is not None else "-", processes))
     return rows
 

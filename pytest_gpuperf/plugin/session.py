@@ -524,12 +524,17 @@ def _max_memory_text(item: pytest.Item) -> str | None:
 
 
 def _record_properties(item: pytest.Item, result: Any, several: bool) -> None:
-    """JUnit XML properties of a benchmark (``record_property`` style), for CI dashboards."""
+    """JUnit XML properties of a benchmark (``record_property`` style), for CI dashboards: ``median_ms``
+    the run's median as the verdict decided on it (``estimate_ms``, issue 47), ``pooled_median_ms``
+    that of all rounds pooled, ``ratio`` the verdict's as its message shows it, ``clock`` the clock
+    that decided (a verdict on CPU time: its ratio and baseline are CPU time's)."""
     c, b = result.comparison, result.bottleneck
     props = {
-        "median_ms": result.median_ms,
+        "median_ms": result.estimate_ms if not result.smoke else result.median_ms,
+        "pooled_median_ms": result.median_ms if not result.smoke else None,
         "baseline_median_ms": c.baseline_median_ms if c is not None else None,
-        "ratio": c.ratio if c is not None else None,
+        "ratio": c.shown_ratio if c is not None else None,
+        "clock": c.clock if c is not None else None,
         "verdict": (c.verdict.value if c is not None else ("smoke" if result.smoke else None)),
         "peak_memory_bytes": result.peak_memory_bytes,
         "bottleneck": b.kind if b is not None else None,

@@ -8,9 +8,10 @@
 * ``index.html``: a row per benchmark, device key and branch: runs, the latest median, the trend
   (the latest median against the median of the :data:`TREND_RUNS` runs before it, and a sparkline
   of the last :data:`SPARK_RUNS` medians), the last change point and the latest verdict;
-* ``bench/<name>.html``: per benchmark and device key, the median over the runs (x: run order,
-  labelled by commit) with its 95% confidence interval as a band and each worker process's median
-  as points (hover: commit, subject, date, machine, branch, verdict), each change point a dashed
+* ``bench/<name>.html``: per benchmark and device key, the median over the runs (each run's
+  ``estimate_ms``, the value its verdict decided on and the terminal showed; x: run order,
+  labelled by commit) with, for a run measured in one process, its 95% confidence interval as a
+  band, and each worker process's median as points (hover: commit, subject, date, machine, branch, verdict), each change point a dashed
   line labelled with its commit range, and below a table of the change points with the
   ``gpuperf bisect`` command for each; peak memory and counts per call over the runs when
   recorded; the latest 30 runs;
@@ -275,6 +276,14 @@ def _col(values: Iterable[Any]) -> list[float | None]:
     return [v if v is None or math.isfinite(v) else None for v in out]
 
 
+def _median(row: Mapping[str, Any]) -> float:
+    """A stored row's median as its run's verdict and terminal gave it (``estimate_ms``,
+    :meth:`pytest_gpuperf.storage.history.HistoryStore.series` fills it for older rows too; a row
+    without it: its ``median_ms``)."""
+    value = row.get("estimate_ms")
+    return float(value) if value is not None else float(row["median_ms"])
+
+
 def _series_data(s: _Series, subjects: Mapping[str, str]) -> dict[str, Any]:
     """A benchmark page's JSON: the runs column-wise, counts by name, the commits' subjects and
     the change points at their position (index of the first run after) in the series."""
@@ -284,8 +293,11 @@ def _series_data(s: _Series, subjects: Mapping[str, str]) -> dict[str, Any]:
     counts: dict[str, list[Any]] = {}
     for i, r in enumerate(rows):
         for key, field in (("commit", "commit"), ("date", "created_utc"), ("machine", "machine"),
-                           ("median", "median_ms"), ("lo", "ci_low_ms"), ("hi", "ci_high_ms"), ("verdict", "verdict")):
+                           ("lo", "ci_low_ms"), ("hi", "ci_high_ms"), ("verdict", "verdict")):
             cols[key].append(r.get(field))
+        cols["median"].append(_median(r))
+        if len(r.get("process_medians_ms") or ()) >= 2:  # the stored CI is the pooled median's, not this median's
+            cols["lo"][-1] = cols["hi"][-1] = None
         cols["branch"].append(r.get("branch") or "")
         cols["pm"].append(_col(r["process_medians_ms"]) if r.get("process_medians_ms") else None)
         mem = r.get("peak_memory_bytes")
@@ -367,7 +379,7 @@ def _trend(medians: Sequence[float]) -> float | None:
 
 
 def _index_row(s: _Series, branch: str, rows: Sequence[Mapping[str, Any]], runs: _Runs) -> str:
-    medians = [r["median_ms"] for r in rows]
+    medians = [_median(r) for r in rows]
     last = rows[-1]
     trend = _trend(medians)
     mine = [c for c in s.changes if runs.branch(c.after_run) == branch]
@@ -377,7 +389,7 @@ def _index_row(s: _Series, branch: str, rows: Sequence[Mapping[str, Any]], runs:
     return (f'<tr data-device="{_e(s.device_key or "")}" data-branch="{_e(branch)}" data-name="{_e(s.benchmark.lower())}">'
             f'<td class="name"><a href="{href}">{_e(s.benchmark)}</a></td><td>{_e(_label(s.device_key))}</td>'
             f'<td>{_e(_label(branch))}</td><td class="num">{len(rows)}</td>'
-            f'<td class="num" data-v="{last["median_ms"]:.6g}">{_e(_ms(last["median_ms"]))}</td>'
+            f'<td class="num" data-v="{_median(last):.6g}">{_e(_ms(_median(last)))}</td>'
             f'<td class="num" data-v="{trend if trend is not None else 0:.4g}">'
             f'{"-" if trend is None else f"{trend:+.1f}%"}</td><td>{_spark(medians[-SPARK_RUNS:])}</td>'
             f'<td data-v="{runs.order.get(change.after_run, -1) if change else -1}">'
@@ -421,7 +433,7 @@ def _regressed_runs_table(series: Sequence[_Series], runs: _Runs) -> str:
            f'<td class="name"><a href="bench/{_e(s.file)}" data-keep-branch>{_e(s.benchmark)}</a></td>'
            f'<td>{_e(_label(s.device_key))}</td><td>{_e(_label(r.get("branch")))}</td>'
            f'<td class="mono">{_e((r.get("commit") or "-")[:SHORT])}</td><td>{_e(r.get("machine") or "-")}</td>'
-           f'<td class="num">{_e(_ms(r["median_ms"]))}</td>'
+           f'<td class="num">{_e(_ms(_median(r)))}</td>'
            f'<td class="num">{_ratio(r.get("ratio"))}</td></tr>'
            for _, s, r in hits[:MAX_REGRESSED_RUNS]]
     if not trs:

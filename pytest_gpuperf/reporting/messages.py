@@ -118,9 +118,7 @@ def comparison_message(c: Comparison) -> str:
         return _ab_message(c, head, p)
     if c.processes is not None and c.baseline_processes is not None and c.resolution is not None:
         return _replicates_message(c, head, p)
-    median_ratio = c.median_ratio
-    if median_ratio is None and c.baseline_median_ms > 0:  # a report written before the field existed
-        median_ratio = c.current_median_ms / c.baseline_median_ms
+    median_ratio = c.shown_ratio
     floor = c.floor if c.floor is not None else c.threshold
     gate = f"threshold +{c.threshold * 100:g}%"
     if floor > c.threshold + 1e-12:

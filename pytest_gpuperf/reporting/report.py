@@ -32,10 +32,11 @@ DROP_ORDER = ("B/s", "FLOP/s", "device", "p95", "rounds", "syncs", "ops/kern", "
 
 #: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
 LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show --runs` "
-          "lists each run); ratio = median / baseline, raw (the verdict's Hodges-Lehmann estimate and CI, after any "
-          "--gpuperf-normalize, are in its message and the JSON report); CPU = the calling thread's median CPU time "
-          "per call (a verdict 'on CPU time' was decided on it, and its median, baseline and ratio are CPU time's); "
-          "ops/kern, syncs = aten ops "
+          "lists each run); ratio = median / baseline, the ratio the verdict's message, the JSON report and the "
+          "history show (the gate's Hodges-Lehmann estimate, after any --gpuperf-normalize, is in the message's "
+          "evidence); CPU = the calling thread's median "
+          "CPU time per call (a verdict 'on CPU time' was decided on it, and its median, baseline and ratio are CPU "
+          "time's); ops/kern, syncs = aten ops "
           "(/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it differed "
           "between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
           "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
@@ -43,11 +44,13 @@ LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newe
 
 #: The legend in the default mode (``--gpuperf-processes`` >= 2): what "baseline" and "ratio" hold.
 REPLICATES_LEGEND = (
-    "median = geometric mean of this run's per-process medians; baseline = that of the baseline's; ratio = median / "
-    "baseline, the estimate the verdict is decided on (rows with [CI]: confirmed by A/B against the baselines' commit "
-    "on this machine: median = B's, baseline = that commit's (A's) median, ratio = B/A [99% CI of the paired "
-    "estimate]); CPU = the calling thread's median CPU time per call (a verdict 'on CPU time' was decided on it, "
-    "and its median, baseline and ratio are CPU time's); ops/kern, syncs = "
+    "median = geometric mean of this run's per-process medians (a process a slow period disturbed set aside: the "
+    "verdict's note names it; the median of all rounds pooled is the JSON report's stats.median_ms); baseline = "
+    "that of the baseline's; ratio = median / baseline, the estimate the verdict is decided on (rows with [CI]: "
+    "confirmed by A/B against the baselines' commit on this machine: median = B's, baseline = that commit's (A's) "
+    "median, ratio = the verdict's estimate of B/A [99% CI]); CPU = the calling thread's CPU time per call, the "
+    "same statistic (a verdict 'on CPU time' was decided on it, and its median, baseline and ratio are CPU time's); "
+    "ops/kern, syncs = "
     "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it "
     "differed between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
     "minimum-traffic bytes per call at the median time")
@@ -274,45 +277,47 @@ def _footnotes(ordered: list[tuple[str, BenchResult]]) -> list[str]:
 
 
 def _centre_ms(r: BenchResult) -> float:
-    """The table's "median" cell (ms): the median of all rounds, or for a benchmark decided over
-    worker processes the geometric mean of their medians (what its baseline cell and ratio use);
-    for a verdict decided on CPU time, CPU time's (the verdict cell says so)."""
+    """The table's "median" cell (ms): the run's median as the verdict decided on it
+    (:attr:`~pytest_gpuperf.verdict.result.BenchResult.estimate_ms`: the geometric mean of the
+    worker processes' medians, or the median of the rounds in one process); for a verdict decided
+    on CPU time, CPU time's (the verdict cell says so)."""
     c = r.comparison
-    if c is not None and (c.processes or c.clock == "cpu") and c.ab is None and not r.smoke:
+    if c is not None and c.clock == "cpu" and c.current_median_ms and not r.smoke:
         return c.current_median_ms
-    return r.median_ms
+    return r.estimate_ms
 
 
 def cpu_text(r: BenchResult) -> str:
-    """The "CPU" cell: the calling thread's median CPU time per call (``-`` where not read)."""
-    return format_ms(r.cpu.median_ms) if r.cpu is not None and not r.smoke else "-"
+    """The "CPU" cell: the calling thread's CPU time per call, the same central value as the median
+    cell (:attr:`~pytest_gpuperf.verdict.result.BenchResult.cpu_estimate_ms`; ``-`` where not read)."""
+    cpu = r.cpu_estimate_ms
+    return format_ms(cpu) if cpu is not None else "-"
 
 
 def table_ratio(r: BenchResult) -> float | None:
-    """The table's ratio: its median cell / its baseline cell (raw, never normalized), so the
-    three columns agree; None without a baseline median."""
+    """The table's ratio: the verdict's own estimate of current / baseline
+    (:attr:`~pytest_gpuperf.verdict.compare.Comparison.shown_ratio`), the one its message, the JSON
+    report and the history show (issue 47); None without one."""
     c = r.comparison
-    if c is None or not c.baseline_median_ms or r.smoke:
+    if c is None or r.smoke:
         return None
-    return _centre_ms(r) / c.baseline_median_ms
+    return c.shown_ratio
 
 
 def _ratio_cell(c: Comparison | None, r: BenchResult | None = None) -> str:
-    """The ratio column: median / baseline of the same row (:func:`table_ratio`); in A/B mode with
-    the paired estimate's 99% CI, ``1.12x [1.08x, 1.16x]``."""
-    if c is None or c.ratio is None:
+    """The ratio column: the verdict's ratio (:attr:`~pytest_gpuperf.verdict.compare.Comparison.shown_ratio`);
+    in A/B mode with the paired estimate's 99% CI, ``1.12x [1.08x, 1.16x]``, as the message gives it."""
+    if c is None or c.shown_ratio is None:
         return "-"
-    ratio = table_ratio(r) if r is not None else None
-    ratio = ratio if ratio is not None else c.ratio
     if c.ab is not None and c.ratio_ci:
-        return f"{format_ratio(ratio)} [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]"
-    return format_ratio(ratio)
+        return f"{format_ratio(c.shown_ratio)} [{format_ratio(c.ratio_ci[0])}, {format_ratio(c.ratio_ci[1])}]"
+    return format_ratio(c.shown_ratio)
 
 
 #: What the "baseline" and "ratio" columns hold in A/B mode (``--gpuperf-ab``).
-AB_LEGEND = ("A/B: median = of B's (the working tree's) samples; baseline = of REF's (A's) samples; ratio = median / "
-             "baseline [99% CI of the paired estimate]; the verdict's Hodges-Lehmann estimate of B/A over the paired "
-             "blocks [99% bootstrap CI of the median block ratio]; memory and counts are B's, compared with A's")
+AB_LEGEND = ("A/B: median = of B's (the working tree's) samples; baseline = of REF's (A's) samples; ratio = the "
+             "verdict's Hodges-Lehmann estimate of B/A over the paired blocks [99% CI of the median block ratio], as "
+             "in its message; memory and counts are B's, compared with A's")
 
 
 #: Columns of the summary table that hold numbers (right-aligned).
@@ -557,40 +562,34 @@ def noisy_baseline_warning(label: str, r: BenchResult) -> str | None:
 
 
 def median_ratio_text(c: Comparison | None, r: BenchResult | None = None) -> str:
-    """``0.738x (0.730x-0.746x)``: the median ratio with its 99% CI (the estimator the CI belongs to).
-    With ``r``, the ratio is the row's own current median / baseline (:func:`table_ratio`: raw)."""
-    if c is None or c.ratio is None:
+    """``0.738x (0.730x-0.746x)``: the verdict's ratio (:func:`table_ratio`) with its 99% CI, as its
+    message gives them."""
+    if c is None or c.shown_ratio is None:
         return "-"
-    mr = table_ratio(r) if r is not None else None
-    if mr is None:
-        mr = c.median_ratio
-    if mr is None and c.baseline_median_ms:  # a report written before the field existed
-        mr = c.current_median_ms / c.baseline_median_ms
-    text = format_ratio(mr)
+    text = format_ratio(c.shown_ratio)
     if c.ratio_ci:
         text += f" ({format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])})"
     return text
 
 
-def _estimate_text(c: Comparison | None) -> str:
-    """The verdict's own ratio estimate, marked when it was normalized (``--gpuperf-normalize``)."""
-    if c is None or c.ratio is None:
-        return "-"
-    return format_ratio(c.ratio) + (" (normalized)" if c.normalization is not None else "")
+def _normalized_mark(c: Comparison | None) -> str:
+    """`` (normalized)`` after a ratio that ``--gpuperf-normalize`` rescaled, else nothing."""
+    return " (normalized)" if c is not None and c.ratio is not None and c.normalization is not None else ""
 
 
 #: Markdown modes: (baseline column header, ratio column header, legend).
 _MARKDOWN_MODES = {
-    "stored": ("baseline (history median)", "Hodges-Lehmann ratio",
+    "stored": ("baseline (history median)", "median ratio",
                "baseline (history median): median of the stored runs' medians (3+ runs; else the newest run's "
-               "median). median ratio = current median / baseline, raw; its 99% CI is of the median ratio; the "
-               "gate decides on the Hodges-Lehmann ratio (marked when --gpuperf-normalize rescaled it)."),
+               "median). median: of this run's rounds. ratio: median / baseline with its 99% CI, as in the "
+               "verdict's message (marked when --gpuperf-normalize rescaled it); the gate also tests the "
+               "Hodges-Lehmann ratio, in the message's evidence."),
     "replicates": ("baseline (process medians)", "ratio",
-                   "baseline (process medians): geometric mean of the baseline's per-process medians; current "
-                   "median: that of this run's process medians; ratio: the one over the other, with its Student-t "
-                   "99% CI (the gate's evidence). Where an A/B "
-                   "confirmation against the baselines' commit decided, baseline is that commit's median on this "
-                   "machine and ratio the B/A estimate (the A/B lines below)."),
+                   "baseline (process medians): geometric mean of the baseline's per-process medians; median: that "
+                   "of this run's process medians (a process a slow period disturbed set aside, as the verdict's "
+                   "note says); ratio: the one over the other, with its Student-t 99% CI (the gate's evidence). "
+                   "Where an A/B confirmation against the baselines' commit decided, baseline is that commit's "
+                   "median on this machine and ratio the B/A estimate (the A/B lines below)."),
     "ab": ("baseline (REF's median)", "Hodges-Lehmann ratio B/A",
            "baseline (REF's median): median of side A's samples; ratio: Hodges-Lehmann estimate of B/A over the "
            "paired blocks; the 99% CI is of the median block ratio (the A/B lines below)."),
@@ -634,7 +633,7 @@ def markdown(
 
     A header line with the device(s) and the verdict counts, then one table: regressions first,
     then inconclusive, improvements and the rest; each row with the baseline (history median) and
-    current median, the median ratio with its 99% CI, the Hodges-Lehmann ratio, verdict, peak memory
+    median (:func:`_centre_ms`), the verdict's ratio with its 99% CI, verdict, peak memory
     and bottleneck; a legend line under it. Plain-text markers (``[REGRESSED]``...), no emoji.
     """
     if mode not in _MARKDOWN_MODES:
@@ -655,9 +654,9 @@ def markdown(
         f"**{'FAILED' if failing else 'PASSED'}**: {len(items)} benchmark(s) on {', '.join(devices) or '-'}: "
         f"{head}; {failing} failing.",
         "",
-        f"| | benchmark | {column} | current median | median ratio, raw (99% CI) | {ratio_name} "
+        f"| | benchmark | {column} | median | {ratio_name} (99% CI) "
         "| verdict | peak memory | ops/kernels | syncs | FLOP/s | B/s | bottleneck |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     ordered = sorted(items, key=lambda it: (not _failing(it[1], strict), _ORDER.get(verdict(it[1]), 5), it[0]))
     for label, r in ordered:
@@ -666,7 +665,7 @@ def markdown(
         name = label.replace("|", "\\|")
         lines.append(
             f"| {mark} | `{name}` | {format_ms(c.baseline_median_ms) if c and c.baseline_median_ms else '-'} | "
-            f"{format_ms(_centre_ms(r))} | {median_ratio_text(c, r)} | {_estimate_text(c)} | "
+            f"{format_ms(_centre_ms(r))} | {median_ratio_text(c, r)}{_normalized_mark(c)} | "
             f"{_verdict_text(r, False)} | {_memory_text(r)} | {ops_text(r)} | {syncs_text(r)} | "
             f"{_rate_text(r.rates(), 'flops_per_s', 'FLOP/s')} | {_rate_text(r.rates(), 'bytes_per_s', 'B/s')} | "
             f"{_bottleneck_text(r)} |"

@@ -31,6 +31,7 @@ def comparison_to_dict(c: Comparison | None) -> dict[str, Any] | None:
     d["ratio_ci"] = list(c.ratio_ci) if c.ratio_ci else None
     d["advice"] = [a.value for a in c.advice]
     d["machine_differs"] = c.machine_differs  # a property (the advice says it), kept as a key of report schema 2
+    d["shown_ratio"] = c.shown_ratio  # the ratio every surface shows with ratio_ci (issue 47)
     del d["ab"], d["normalization"]  # stored flat, under the keys of report schema 2
     ab, norm = c.ab, c.normalization
     d.update(ab_ref=ab.ref if ab else None, ab_pairs=ab.pairs if ab else None,
@@ -93,6 +94,10 @@ def _optional_parts(result: BenchResult, kept: int) -> dict[str, Any]:
     if result.probe_ms is not None:
         entry["probe_ms"] = result.probe_ms
         entry["probe"] = result.probe
+    if not result.smoke:  # the run's median as the verdict decided on it (issue 47), beside stats' pooled one
+        entry["estimate_ms"] = result.estimate_ms
+        if result.cpu_estimate_ms is not None:
+            entry["cpu_estimate_ms"] = result.cpu_estimate_ms
     if result.process_medians_ms is not None:
         entry["process_medians_ms"] = list(result.process_medians_ms)
     if result.cpu is not None:  # the CPU time of the same rounds, thinned as the samples are

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 from pytest_gpuperf.core.secrets import redact  # every URL shown here goes through it
 
 #: The schema this plugin writes. A store with a higher version was written by a newer plugin.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The schema's migrations: version -> the statements that bring a store of the version before to it
 #: (plain SQL that SQLite and PostgreSQL both run; applied in order, in the transaction that opens
@@ -39,6 +39,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # version 2 -> 3: each result's median CPU time and the clock its verdict was decided on (issue 45)
     3: ("ALTER TABLE gpuperf_results ADD COLUMN cpu_median_ms FLOAT",
         "ALTER TABLE gpuperf_results ADD COLUMN clock VARCHAR(8)"),
+    # version 3 -> 4: each result's median as its verdict decided on it (issue 47; the rows before
+    # it are read with the same value computed from their median and process medians)
+    4: ("ALTER TABLE gpuperf_results ADD COLUMN estimate_ms FLOAT",),
 }
 #: SQLite: how long (ms) a writer waits for another writer's transaction before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -82,13 +85,19 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class ResultRow:
-    """One benchmark of a run: ``benchmark`` (``module::id``), times in ms (``median_ms``, ``iqr_ms``,
-    the median's 95% CI ``ci_low_ms``/``ci_high_ms``, ``process_medians_ms``: each worker process's
-    median), ``rounds``, ``peak_memory_bytes`` (bytes), ``counts`` (name -> count per call),
-    ``verdict`` (``regressed``, ``unchanged``...; None when not compared) and ``ratio`` (the
-    verdict's estimate of current / baseline); ``cpu_median_ms`` the calling thread's median CPU
-    time per call (None: not read) and ``clock`` the clock the verdict was decided on (``"wall"``,
-    ``"cpu"``; None: not asked)."""
+    """One benchmark of a run: ``benchmark`` (``module::id``), times in ms (``estimate_ms``: the
+    run's median as its verdict decided on it and every surface shows it,
+    :attr:`~pytest_gpuperf.verdict.result.BenchResult.estimate_ms`; ``median_ms``: the pooled median
+    of all its rounds; ``iqr_ms``, the pooled median's 95% CI ``ci_low_ms``/``ci_high_ms``,
+    ``process_medians_ms``: each worker process's median), ``rounds``, ``peak_memory_bytes``
+    (bytes), ``counts`` (name -> count per call), ``verdict`` (``regressed``, ``unchanged``...; None
+    when not compared) and ``ratio`` (the verdict's ratio as its message shows it,
+    :attr:`~pytest_gpuperf.verdict.compare.Comparison.shown_ratio`); ``cpu_median_ms`` the calling
+    thread's CPU time per call, the same statistic as ``estimate_ms`` (None: not read), and ``clock``
+    the clock the verdict was decided on (``"wall"``, ``"cpu"``; None: not asked). ``estimate_ms``
+    None (a row written before schema 4): read as
+    :func:`~pytest_gpuperf.verdict.estimate.run_estimate_ms` of ``median_ms`` and
+    ``process_medians_ms``."""
 
     benchmark: str
     median_ms: float
@@ -104,6 +113,7 @@ class ResultRow:
     ratio: float | None = None
     cpu_median_ms: float | None = None
     clock: str | None = None
+    estimate_ms: float | None = None
 
 
 def shown(url: str) -> str:
@@ -165,6 +175,7 @@ def _tables(meta: Any) -> dict[str, Any]:
         sa.Column("peak_memory_bytes", sa.BigInteger), sa.Column("counts", sa.Text),
         sa.Column("verdict", sa.String(32)), sa.Column("ratio", sa.Float),
         sa.Column("cpu_median_ms", sa.Float), sa.Column("clock", sa.String(8)),  # version 3
+        sa.Column("estimate_ms", sa.Float),  # version 4
     )
     return {"schema": schema, "runs": runs, "results": results}
 
@@ -463,7 +474,20 @@ class HistoryStore:
             pm = r.get("process_medians_ms")
             r["process_medians_ms"] = tuple(json.loads(pm)) if pm else None
             r["counts"] = json.loads(r["counts"]) if r.get("counts") else None
+            if r.get("estimate_ms") is None:  # a row written before schema 4
+                r["estimate_ms"] = _estimate_of(r["median_ms"], r["process_medians_ms"])
         return got
+
+
+def _estimate_of(median_ms: float, process_medians_ms: Sequence[float] | None) -> float:
+    """A stored row's run estimate (ms) from its pooled median and process medians (rows written
+    before schema 4); the pooled median when those are not usable."""
+    from pytest_gpuperf.verdict.estimate import run_estimate_ms
+
+    try:
+        return run_estimate_ms(median_ms, process_medians_ms)
+    except (ValueError, TypeError):
+        return float(median_ms)
 
 
 def _row_values(run_key: int, r: ResultRow) -> dict[str, Any]:
@@ -472,7 +496,8 @@ def _row_values(run_key: int, r: ResultRow) -> dict[str, Any]:
             "process_medians_ms": json.dumps(list(r.process_medians_ms)) if r.process_medians_ms else None,
             "peak_memory_bytes": r.peak_memory_bytes,
             "counts": json.dumps(r.counts, sort_keys=True) if r.counts else None,
-            "verdict": r.verdict, "ratio": r.ratio, "cpu_median_ms": r.cpu_median_ms, "clock": r.clock}
+            "verdict": r.verdict, "ratio": r.ratio, "cpu_median_ms": r.cpu_median_ms, "clock": r.clock,
+            "estimate_ms": r.estimate_ms}
 
 
 def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
@@ -489,7 +514,7 @@ def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
             ci_low_ms=ci[0] if ci else None, ci_high_ms=ci[1] if ci else None,
             process_medians_ms=r.process_medians_ms, peak_memory_bytes=r.peak_memory_bytes,
             counts=counts, verdict=r.comparison.verdict.value if r.comparison is not None else None,
-            ratio=r.comparison.ratio if r.comparison is not None else None,
-            cpu_median_ms=r.cpu.median_ms if r.cpu is not None else None,
-            clock=r.comparison.clock if r.comparison is not None else None))
+            ratio=r.comparison.shown_ratio if r.comparison is not None else None,
+            cpu_median_ms=r.cpu_estimate_ms,
+            clock=r.comparison.clock if r.comparison is not None else None, estimate_ms=r.estimate_ms))
     return out

@@ -52,6 +52,7 @@ import numpy as np
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.core.units import format_pct, format_ratio
 from pytest_gpuperf.verdict.advice import Advice, merge_advice
+from pytest_gpuperf.verdict.estimate import OTHERS_AGREE, SLOW_PROCESS, run_estimate_ms, set_aside_slow  # noqa: F401
 
 #: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
 BOOTSTRAP_SEED = 20251121
@@ -179,6 +180,25 @@ class Comparison:
     ab_confirmation: str | None = None
     advice: tuple[Advice, ...] = ()
     clock: str | None = None
+
+    @property
+    def shown_ratio(self) -> float | None:
+        """The ratio every surface shows for this verdict, beside ``ratio_ci`` (issue 47: the
+        message's first line, the tables, the JSON report's ``shown_ratio``, JUnit, the history): the
+        estimator the CI belongs to. Over worker processes, ``ratio`` (the quotient of the two
+        geometric means); in A/B, ``ratio`` (the Hodges-Lehmann estimate of B/A over the paired
+        blocks); against a stored single-process baseline, ``median_ratio`` (current median /
+        baseline median; the Hodges-Lehmann ``ratio`` the gate also tests is in the message's
+        evidence). None without a baseline."""
+        if self.ratio is None:
+            return None
+        if self.ab is not None or self.processes is not None:
+            return self.ratio
+        if self.median_ratio is not None:
+            return self.median_ratio
+        if self.baseline_median_ms:  # a report written before the field existed
+            return self.current_median_ms / self.baseline_median_ms
+        return self.ratio
 
     @property
     def machine_differs(self) -> bool:
@@ -566,36 +586,6 @@ def process_level_test(current_medians_ms: Sequence[float], baseline_medians_ms:
             df, sd)
 
 
-#: A process median more than this fraction above the median of its side's other processes is set
-#: aside as disturbed (:func:`set_aside_slow`) ...
-SLOW_PROCESS = 0.10
-#: ... when those others agree within this fraction (largest / smallest).
-OTHERS_AGREE = 0.05
-
-
-def set_aside_slow(medians_ms: Sequence[float]) -> tuple[list[float], int | None]:
-    """One side's process medians (ms) without a process that a slow period of the machine
-    disturbed: with 3 or more, the slowest is set aside when it lies more than
-    :data:`SLOW_PROCESS` above the median of the others and those agree within
-    :data:`OTHERS_AGREE`. Returns ``(kept medians, index set aside or None)``. Pure.
-
-    Timing noise from interference is one-sided: other work, a slower core or a host's other
-    tenants only ever make a call slower (Chen & Revels, "Robust benchmarking in noisy
-    environments", 2016, arXiv:1608.04295, which argue for the minimum for that reason). On this
-    project's VMs a quiet machine has slow periods of a few seconds in which every benchmark of one
-    worker process runs 1.3-1.9x slower (issue 45's study, docs/verdicts.md); one such process of
-    three makes the Student t's CI 0.3x-3x wide. A process faster than the others is never set
-    aside, and a slowdown that shows in one process of three only is not decided on."""
-    xs = [float(v) for v in medians_ms]
-    if len(xs) < 3:
-        return xs, None
-    i = max(range(len(xs)), key=xs.__getitem__)
-    rest = xs[:i] + xs[i + 1:]
-    if rest[0] > 0 and xs[i] > (1 + SLOW_PROCESS) * float(np.median(rest)) and max(rest) / min(rest) < 1 + OTHERS_AGREE:
-        return rest, i
-    return xs, None
-
-
 #: How a note names the side whose process :func:`set_aside_slow` left out (:func:`processes_decided_on` reads it).
 SET_ASIDE_SIDES = ("this run's", "the baseline's")
 
@@ -649,14 +639,15 @@ def decide_replicates(
     groups = [list(g) for g in current_groups_ms]
     if not groups or any(not g for g in groups):
         raise ValueError("every process needs at least one sample")
-    medians = [float(np.median(_log_samples(g, "current"))) for g in groups]
-    cur_geo = math.exp(float(np.mean(medians)))
+    for g in groups:
+        _log_samples(g, "current")
+    cur_all = [float(np.median(np.asarray(g, dtype=np.float64))) for g in groups]  # as a result's process_medians_ms
+    cur_geo = run_estimate_ms(cur_all[0], cur_all)
     common: dict = dict(benchmark_id=benchmark_id, threshold=threshold, alpha=alpha, baseline_file=baseline_file,
                         processes=len(groups))
     if not baseline_medians_ms:
         return Comparison(verdict=Verdict.NO_BASELINE, current_median_ms=cur_geo, runs=0, **common)
     base_all = [float(v) for v in baseline_medians_ms]
-    cur_all = [math.exp(m) for m in medians]
     cur, cur_out = set_aside_slow(cur_all)
     base, base_out = set_aside_slow(base_all)
     set_aside = [_set_aside_note(side, i, xs, kept) for side, i, xs, kept in
@@ -670,8 +661,7 @@ def decide_replicates(
 
     se = sd * math.sqrt(1 / len(cur) + 1 / len(base))
     resolution = math.expm1(max(float(sps.t.ppf(1 - alpha, df)) * se, math.log1p(threshold)))
-    cur_geo = math.exp(float(np.mean(np.log(cur))))  # of the processes decided on: ratio = their quotient
-    base_geo = math.exp(float(np.mean(np.log(base))))
+    base_geo = run_estimate_ms(base_all[0], base_all)  # of the processes decided on: ratio = their quotient
     return Comparison(verdict=verdict, current_median_ms=cur_geo, baseline_median_ms=base_geo, ratio=ratio,
                       median_ratio=ratio, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
                       floor=threshold, runs=baseline_runs, run_sd=sd, baseline_processes=len(base_all),

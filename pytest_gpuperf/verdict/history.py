@@ -43,6 +43,24 @@ class RunRecord:
     cpu_median_ms: float | None = None
     cpu_process_medians_ms: tuple[float, ...] | None = None
 
+    @property
+    def estimate_ms(self) -> float:
+        """This run's median as a verdict decides on it and every surface shows it (ms; issue 47):
+        :func:`~pytest_gpuperf.verdict.estimate.run_estimate_ms` of ``median_ms`` (the pooled
+        median of its rounds) and ``process_medians_ms``."""
+        from pytest_gpuperf.verdict.estimate import run_estimate_ms
+
+        return run_estimate_ms(self.median_ms, self.process_medians_ms)
+
+    @property
+    def cpu_estimate_ms(self) -> float | None:
+        """The same statistic of its CPU time per call (ms), None when recorded without CPU time."""
+        if self.cpu_median_ms is None:
+            return None
+        from pytest_gpuperf.verdict.estimate import run_estimate_ms
+
+        return run_estimate_ms(self.cpu_median_ms, self.cpu_process_medians_ms)
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunRecord":
         """From a stored history record (unknown keys are ignored)."""

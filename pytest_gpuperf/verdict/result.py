@@ -237,8 +237,39 @@ class BenchResult:
         if not isinstance(self.options, BenchOptions):  # a mapping of option values (as a report stores them)
             object.__setattr__(self, "options", options_from_dict(self.options))
 
+    @property
+    def estimate_ms(self) -> float:
+        """The run's central value on the wall clock (ms), computed once and shown as its "median" by
+        every surface (table, message, JSON ``estimate_ms``, Markdown, JUnit, history, dashboard,
+        ``gpuperf show``; issue 47): the timing comparison's ``current_median_ms`` where one was
+        decided on the wall clock (what its ratio divides), else
+        :func:`~pytest_gpuperf.verdict.estimate.run_estimate_ms` of this run (the geometric mean of
+        its worker processes' medians, a slow one set aside, or the median of its rounds in one
+        process). The median of all rounds pooled stays ``median_ms`` ("pooled median")."""
+        c = self.comparison
+        if c is not None and not self.smoke and c.clock != "cpu" and c.current_median_ms:
+            return float(c.current_median_ms)
+        from pytest_gpuperf.verdict.estimate import run_estimate_ms
+
+        return run_estimate_ms(self.median_ms, self.process_medians_ms)
+
+    @property
+    def cpu_estimate_ms(self) -> float | None:
+        """The same central value on the calling thread's CPU time (ms; the "CPU" column): the
+        comparison's ``current_median_ms`` where CPU time decided, else
+        :func:`~pytest_gpuperf.verdict.estimate.run_estimate_ms` of the CPU time's process medians;
+        None where CPU time was not read."""
+        cpu, c = self.cpu, self.comparison
+        if cpu is None or self.smoke:
+            return None
+        if c is not None and c.clock == "cpu" and c.current_median_ms:
+            return float(c.current_median_ms)
+        from pytest_gpuperf.verdict.estimate import run_estimate_ms
+
+        return run_estimate_ms(cpu.median_ms, cpu.process_medians_ms)
+
     def rates(self) -> dict[str, float] | None:
-        """Achieved rates at the median: ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum
+        """Achieved rates at the run's median (:attr:`estimate_ms`): ``flops_per_s`` (FLOP/s), ``bytes_per_s`` (B/s, minimum
         traffic), ``items_per_s`` (with the ``items_per_call`` option), ``pct_of_peak_flops`` /
         ``pct_of_peak_bytes`` (percent of the calibrated peak, when the benchmark was classified)
         and ``algbw_gb_per_s`` / ``busbw_gb_per_s`` (a bare collective: :meth:`bus_bandwidth`).
@@ -248,7 +279,7 @@ class BenchResult:
         from pytest_gpuperf.verdict.counts import throughput
 
         ev = getattr(self.bottleneck, "evidence", None)
-        out = throughput(self.median_ms, self.counts, self.options.items_per_call,
+        out = throughput(self.estimate_ms, self.counts, self.options.items_per_call,
                          getattr(ev, "peak_flops_per_s", None), getattr(ev, "peak_bytes_per_s", None))
         bus = self.bus_bandwidth()
         return {**(out or {}), **bus} if bus else out
@@ -260,11 +291,11 @@ class BenchResult:
         ``collective=`` and ``bytes_per_call=`` and ran under torchrun (the ranks: ``ranks``'s world
         size); empty otherwise."""
         o = self.options
-        if not (o.collective and o.bytes_per_call and self.ranks is not None and self.median_ms > 0):
+        if not (o.collective and o.bytes_per_call and self.ranks is not None and self.estimate_ms > 0):
             return {}
         from pytest_gpuperf.verdict.communication import bandwidth
 
-        algbw, busbw = bandwidth(o.collective, o.bytes_per_call, self.median_ms / 1e3, self.ranks.world_size)
+        algbw, busbw = bandwidth(o.collective, o.bytes_per_call, self.estimate_ms / 1e3, self.ranks.world_size)
         return {"algbw_gb_per_s": algbw, "busbw_gb_per_s": busbw}
 
     @property

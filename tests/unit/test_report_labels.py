@@ -19,7 +19,7 @@ from pytest_gpuperf.verdict.compare import Verdict, decide, decide_memory
 from pytest_gpuperf.measure.drift import shared_reference
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.verdict.result import BenchResult
-from pytest_gpuperf.core.units import format_ratio, shorten_middle, size_unit
+from pytest_gpuperf.core.units import format_ms, format_ratio, shorten_middle, size_unit
 from pytest_gpuperf.reporting.messages import INTENDED_HINT, comparison_message, gate_messages
 
 
@@ -91,19 +91,23 @@ def test_message_of_an_old_report_without_median_ratio_still_names_it():
     assert f"median ratio {format_ratio(c.current_median_ms / c.baseline_median_ms)}" in comparison_message(c)
 
 
-def test_markdown_labels_the_baseline_and_both_ratios():
+def test_markdown_labels_the_baseline_and_shows_the_messages_ratio():
+    # issue 47: one ratio with one interval on every surface: the Markdown row's is the message's
     c = decide(lognormal(10, 200, 1.3), lognormal(11, 200), benchmark_id="m.py::t")
     r = result(lognormal(10, 200, 1.3), comparison=c)
     text = report.markdown([("m.py::t", r)], devices=["cpu"])
     header = next(ln for ln in text.splitlines() if ln.startswith("| | benchmark"))
-    assert "baseline (history median)" in header and "median ratio, raw (99% CI)" in header
-    assert "Hodges-Lehmann ratio" in header
+    assert "baseline (history median)" in header and "median ratio (99% CI)" in header
+    assert "Hodges-Lehmann ratio" not in header  # a second ratio beside the CI's is no longer shown
     row = next(ln for ln in text.splitlines() if ln.startswith("| [FAIL]"))
     cells = [x.strip() for x in row.split("|")]
-    shown = cells[header.split("|").index(" median ratio, raw (99% CI) ")]
+    shown = cells[header.split("|").index(" median ratio (99% CI) ")]
     assert shown == report.median_ratio_text(c, r)
-    assert shown.startswith(format_ratio(r.median_ms / c.baseline_median_ms))  # its own columns' ratio
-    assert cells[header.split("|").index(" Hodges-Lehmann ratio ")] == format_ratio(c.ratio)
+    assert shown.startswith(format_ratio(c.shown_ratio))
+    assert c.shown_ratio == pytest.approx(c.current_median_ms / c.baseline_median_ms)  # its own columns' ratio
+    first = comparison_message(c).splitlines()[0]
+    assert shown.split(" ")[0] in first and format_ratio(c.ratio_ci[0]) in first  # the message's ratio and CI
+    assert cells[header.split("|").index(" median ")] == format_ms(c.current_median_ms)
     assert "median of the stored runs' medians" in text
 
 

@@ -180,8 +180,10 @@ def test_result_entry_keys_and_values():
     e = report.result_entry(r, environment=env, git_commit="deadbeef", timestamp_utc="2025-01-02T03:04:05Z")
     assert REQUIRED_KEYS <= set(e)
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
-                                      "peak_memory_bytes", "bottleneck", "telemetry", "counts", "throughput"}
+                                      "peak_memory_bytes", "bottleneck", "telemetry", "counts", "throughput",
+                                      "estimate_ms"}
     assert e["counts"] is None and e["throughput"] is None  # not counted
+    assert e["estimate_ms"] == e["stats"]["median_ms"]  # one process: the run's median is its rounds' median
     assert e["schema_version"] == SCHEMA_VERSION
     assert e["id"] == "m.py::test_a"
     assert e["name"] == "test_x" and e["group"] == "g" and e["device"] == "cpu"
@@ -239,7 +241,10 @@ def test_result_entry_with_comparison():
     assert set(e) == REQUIRED_KEYS | {"name", "group", "device", "calls_per_round", "warmup_rounds",
                                       "peak_memory_bytes", "bottleneck", "telemetry", "comparison", "verdict",
                                       "memory_comparison", "trace_path", "counts", "throughput",
-                                      "count_comparison"}
+                                      "count_comparison", "estimate_ms"}
+    # issue 47: the run's median and the ratio as the verdict shows them (its message's first line)
+    assert e["estimate_ms"] == c.current_median_ms and comp["shown_ratio"] == c.median_ratio
+    assert format_ratio(comp["shown_ratio"]) in comp["message"].splitlines()[0]
     assert e["trace_path"] is None and e["bottleneck"] is None and e["count_comparison"] is None
     json.loads(dumps(e))
 
