@@ -38,7 +38,21 @@ As in Otava, candidates are first kept at a 10x looser level (the split step; th
 between ``Z[0:tau]`` and ``Z[tau:kappa]``, the parts the statistic compared, so a step up and
 back down is not hidden by what follows it), then every change is re-tested between its
 neighbouring changes and the weakest one above the level dropped, one at a time, until all pass
-(the merge step); the reported p-value is this last test's. Unlike Otava there are no sliding
+(the merge step); the reported p-value is this last test's. Two changes of issue 47, so that a
+2x step with 3 runs on each side is found at the default level (before: three runs at 80 ms,
+three at 250, three at 90 gave no change; p 0.012 and 0.015 at 0.05):
+
+* **The tests see log values.** Timing noise is multiplicative (a benchmark twice as slow varies
+  about twice as much in ms): on ms, the slow side's spread swamped the pooled variance. On logs
+  the sides share one spread, which the pooled t-test assumes, and a change is a ratio.
+* **The merge step's variance is the whole series'** (the residual variance of the step model
+  over every segment, n - K degrees of freedom for K segments: one-way ANOVA's contrast test),
+  never less than the two sides' own: a 3-vs-3 test alone has 4 degrees of freedom, where
+  p < 0.001 needs t > 8.61 (5.96 with 6, 3.46 with 60).
+
+The default level stays 0.001: a study of flat noisy series (false changes) and short stepped
+ones (power) in ``benchmarks/changepoint_study.py`` (docs/history.md, "Change points") found
+that 0.002 and above add false changes and 0.001 keeps the earlier figures. Unlike Otava there are no sliding
 windows (its 50 runs): the whole series is searched, the end ``kappa`` already confines a
 comparison to the runs near its split.
 
@@ -78,8 +92,8 @@ class ChangePoint:
     run ids; ``median_before_ms`` / ``median_after_ms``: the median of the process medians (ms) of
     the segment before and the segment after (each bounded by the neighbouring change points);
     ``change_pct``: ``(after / before - 1) * 100``; ``pvalue``: the significance test's p-value
-    (Student's t-test between the two segments' per-run values, adjusted for the choice of the
-    split: see the module's docstring); ``runs_before`` / ``runs_after``: how many runs the two
+    (Student's t-test between the logs of the two segments' per-run values, the variance of the
+    whole series' segments, adjusted for the choice of the split: see the module's docstring); ``runs_before`` / ``runs_after``: how many runs the two
     segments hold."""
 
     benchmark: str
@@ -202,10 +216,11 @@ def segments_pvalue(values: Sequence[float], bounds: Sequence[int], i: int, min_
     and ``values[bounds[i+1]:bounds[i+2]]`` (``bounds``: 0, the changes' indices, ``len(values)``).
 
     ``pooled`` (the default): Student's t statistic of the two segments' means with the variance
-    pooled over *every* segment of the series (the residual variance of the step model, ``n - K``
-    degrees of freedom for K segments of n values; the contrast test of a one-way analysis of
-    variance), so a 3-run segment borrows the noise level the rest of the series shows instead of
-    estimating it from 6 values (4 degrees of freedom, where p < 0.001 needs t > 8.6);
+    of every segment of the series (the residual variance of the step model, ``n - K`` degrees of
+    freedom for K segments of n values: the contrast test of a one-way analysis of variance), but
+    never less than the two segments' own pooled variance (a segment of outlier runs is not judged
+    by the quiet rest of the series). So a 3-run segment borrows its degrees of freedom from the
+    whole series instead of 6 values (4 degrees of freedom, where p < 0.001 needs t > 8.6).
     ``pooled=False``: :func:`ttest_pvalue` between the two segments alone. Then adjusted as
     :func:`split_pvalue` (times ``bounds[i+2] - bounds[i] - 2 min_runs + 1``, at most 1) unless
     ``adjust=False``."""
@@ -218,8 +233,10 @@ def segments_pvalue(values: Sequence[float], bounds: Sequence[int], i: int, min_
         return split_pvalue(x, lo, tau, hi, min_runs, adjust=adjust)
     ss = sum(float(np.sum((seg - seg.mean()) ** 2)) for seg in (x[a:b] for a, b in zip(bounds, bounds[1:])))
     df = int(bounds[-1] - bounds[0]) - (len(bounds) - 1)
-    diff = float(x[tau:hi].mean() - x[lo:tau].mean())
-    se2 = ss / df * (1.0 / (tau - lo) + 1.0 / (hi - tau)) if df > 0 else 0.0
+    before, after = x[lo:tau], x[tau:hi]
+    own = (float(np.sum((before - before.mean()) ** 2)) + float(np.sum((after - after.mean()) ** 2))) / (hi - lo - 2)
+    diff = float(after.mean() - before.mean())
+    se2 = max(ss / df, own) * (1.0 / (tau - lo) + 1.0 / (hi - tau)) if df > 0 else 0.0
     if not se2 > 0.0 or not math.isfinite(se2):
         p = 1.0 if diff == 0.0 else 0.0
     else:
