@@ -47,6 +47,8 @@ def test_the_store_becomes_a_site(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["dashboard", "--history", str(db), "--out", str(out)]) == 0
     said = capsys.readouterr().out
     assert "4 page(s) from 4 run(s)" in said and str(out / "index.html") in said
+    largest = max(p.stat().st_size for p in out.rglob("*.html"))
+    assert f"largest page {largest / 1e3:,.1f} KB" in said and " MB" not in said  # issue 47: 0.00 MB said nothing
     assert (out / "index.html").is_file() and (out / "regressions.html").is_file()
     assert (out / "assets" / "plotly.min.js").stat().st_size > 1_000_000
     data = _data(out / "bench" / page_name(NAMES[0], "cpu-x"))
