@@ -31,8 +31,9 @@ change to what Otava does, measured in ``benchmarks/changepoint_study.py`` (docs
 * **The p-value is adjusted for choosing the split** (Bonferroni over the ``n - 2 min_runs + 1``
   places the split could take in its segment of n runs): the split is the one that makes the two
   sides look most different, so the raw t-test's p-value is too small: with raw p-values (p <
-  0.001) flat series of 200 runs got 0.17 false changes per 100 runs (quiet model; Otava 0.09),
-  adjusted none. The adjustment is conservative: the splits' tests are strongly correlated.
+  0.001) flat series of 200 runs got 0.17 false changes per 100 runs (0.18 with the tests of
+  issue 47; quiet model; Otava 0.09), adjusted none. The adjustment is conservative: the splits'
+  tests are strongly correlated.
 
 As in Otava, candidates are first kept at a 10x looser level (the split step; there the test is
 between ``Z[0:tau]`` and ``Z[tau:kappa]``, the parts the statistic compared, so a step up and
@@ -93,8 +94,8 @@ class ChangePoint:
     the segment before and the segment after (each bounded by the neighbouring change points);
     ``change_pct``: ``(after / before - 1) * 100``; ``pvalue``: the significance test's p-value
     (Student's t-test between the logs of the two segments' per-run values, the variance of the
-    whole series' segments, adjusted for the choice of the split: see the module's docstring); ``runs_before`` / ``runs_after``: how many runs the two
-    segments hold."""
+    whole series' segments, adjusted for the choice of the split: see the module's docstring);
+    ``runs_before`` / ``runs_after``: how many runs the two segments hold."""
 
     benchmark: str
     device_key: str | None
