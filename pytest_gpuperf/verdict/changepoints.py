@@ -53,9 +53,9 @@ three at 250, three at 90 gave no change; p 0.012 and 0.015 at 0.05):
 
 The default level stays 0.001: a study of flat noisy series (false changes) and short stepped
 ones (power) in ``benchmarks/changepoint_study.py`` (docs/history.md, "Change points") found
-that 0.002 and above add false changes and 0.001 keeps the earlier figures. Unlike Otava there are no sliding
-windows (its 50 runs): the whole series is searched, the end ``kappa`` already confines a
-comparison to the runs near its split.
+that 0.002 and above add false changes and 0.001 keeps the earlier figures. Unlike Otava there
+are no sliding windows (its 50 runs): the whole series is searched, the end ``kappa`` already
+confines a comparison to the runs near its split.
 
 **Series.** One value per run: the median of its process medians (``process_medians_ms``, each
 worker process's median, ms; a row without them counts with its ``median_ms``), so a change
