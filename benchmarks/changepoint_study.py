@@ -6,7 +6,7 @@ Usage (repository root)::
 
     python3 -m venv /tmp/otava-venv && /tmp/otava-venv/bin/pip install apache-otava
     python benchmarks/changepoint_study.py --out /tmp/cp-study [--series 100] [--runs 60]
-        [--otava /tmp/otava-venv/bin/python] [--scale | --scale-only]
+        [--otava /tmp/otava-venv/bin/python] [--scale | --scale-only] [--short | --short-only]
 
 **Noise model** (one series = ``--runs`` runs of one benchmark, oldest first): each run has 3
 worker processes (the plugin's default); run i's level is ``L_i * exp(j_i)``, run-level jitter
@@ -21,9 +21,19 @@ medians (what ``gpuperf changes`` analyses).
 found is *false*, reported per 100 runs (on the flat series, step 0, all changes are false).
 
 **Methods:** ours (defaults: adjusted p < 0.001, 3 runs a side); ours at p < 0.01; ours with the
-raw p-values (no adjustment for the split's choice, as Otava tests); Apache Otava ``compute_change_points`` with
+raw p-values (no adjustment for the split's choice, as Otava tests); ours before issue 47 (the
+t-test on ms, each change's variance from its two sides); Apache Otava ``compute_change_points`` with
 its defaults (window 50, p < 0.001), run by ``benchmarks/otava_driver.py`` under ``--otava`` (its
 own virtual environment: it pins numpy 2.2). Writes ``study.json`` and ``study.md`` under ``--out``.
+
+**Short series (issue 47)**, ``--short`` (or ``--short-only``): per model -- the two above,
+``outliers`` (noisy, but 5% of the runs 1.5x slower) and ``shared`` (CV 10%, J 10%, 5% of the runs
+1.5x slower: a shared CI runner; the recorded history of docs/history.md was noisier still) -- the
+false changes per 100 runs of ``--series`` flat series of ``--runs`` runs, and the share of
+``--series`` 9-run series (3 runs at level 1, 3 at 1.5, 2 or 3, 3 at 1.1) whose two steps were
+both found (within +-1 run, no other change); for the method before issue 47 (t-test on ms,
+each change's variance from its two sides: ``detect(log=False, pooled=False)``) and ours at
+p < 0.0005, 0.001, 0.002 and 0.005.
 
 ``--scale`` also builds a SQLite store of 500 runs x 200 benchmarks (3 process medians each; 10%
 of the benchmarks with a 10% step) through ``HistoryStore.append`` and times ``gpuperf changes
@@ -45,20 +55,30 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 STEPS = (0.0, 0.03, 0.05, 0.10, 0.20, 0.50)
 MODELS = {"quiet": dict(cv=0.02, jitter=0.01, outliers=0.0), "noisy": dict(cv=0.05, jitter=0.02, outliers=0.02)}
+#: The short-series part (issue 47): models, with the outlier runs' slow-down, and the 3+3+3 steps.
+SHORT_MODELS = {**MODELS, "outliers": dict(cv=0.05, jitter=0.02, outliers=0.05, slow=1.5),
+                "shared": dict(cv=0.10, jitter=0.10, outliers=0.05, slow=1.5)}
+SHORT_STEPS = (1.5, 2.0, 3.0)
+#: (name, detect's keywords) of the short-series part: the method before issue 47 and ours at 4 levels.
+SHORT_METHODS = (("before (ms, two sides), p < 0.001", {"log": False, "pooled": False}),
+                 ("ours, p < 0.0005", {"pvalue": 0.0005}), ("ours, p < 0.001", {}),
+                 ("ours, p < 0.002", {"pvalue": 0.002}), ("ours, p < 0.005", {"pvalue": 0.005}))
 
 
-def make_series(rng, runs: int, step: float, cv: float, jitter: float, outliers: float, processes: int = 3):
-    """``(process medians (runs x processes), step position or None)`` of one series (see the module's docstring)."""
+def make_series(rng, runs: int, step: float, cv: float, jitter: float, outliers: float, processes: int = 3,
+                slow: float = 1.2, levels=None):
+    """``(process medians (runs x processes), step position or None)`` of one series (see the
+    module's docstring); ``levels``: the runs' levels instead of a step (``runs`` and ``step`` unused)."""
     import numpy as np
 
-    level = np.ones(runs)
-    at = None
-    if step:
+    level = np.ones(runs) if levels is None else np.asarray(levels, dtype=float)
+    runs, at = level.size, None
+    if step and levels is None:
         at = int(rng.integers(10, runs - 10 + 1))
         level[at:] *= 1 + step
     run = level * np.exp(rng.normal(0, jitter, runs))
     if outliers:
-        run *= np.where(rng.random(runs) < outliers, 1.2, 1.0)
+        run *= np.where(rng.random(runs) < outliers, slow, 1.0)
     return run[:, None] * np.exp(rng.normal(0, cv, (runs, processes))), at
 
 
@@ -98,7 +118,8 @@ def study(args: argparse.Namespace) -> dict:
                 all_series.append([float(v) for v in np.median(pm, axis=1)])
     methods: dict[str, list[list[int]]] = {}
     seconds: dict[str, float] = {}
-    for name, kw in (("ours", {}), ("ours, p < 0.01", {"pvalue": 0.01}), ("ours, raw p-values", {"adjust": False})):
+    for name, kw in (("ours", {}), ("ours, p < 0.01", {"pvalue": 0.01}), ("ours, raw p-values", {"adjust": False}),
+                     ("before issue 47", {"log": False, "pooled": False})):
         start = time.perf_counter()
         methods[name] = [[i for i, _ in detect(s, **kw)] for s in all_series]
         seconds[name] = time.perf_counter() - start
@@ -121,6 +142,43 @@ def study(args: argparse.Namespace) -> dict:
             table.append(row)
     return {"series_per_case": args.series, "runs": args.runs, "methods": list(methods), "seconds": seconds,
             "table": table, "notes": notes}
+
+
+def short_study(args: argparse.Namespace) -> list[dict]:
+    """Issue 47: per model of SHORT_MODELS and method of SHORT_METHODS, the false changes per 100
+    runs of ``args.series`` flat series of ``args.runs`` runs, and the share of ``args.series``
+    short series (3 runs at 1, 3 at the step, 3 at 1.1) whose both steps were found (within +-1
+    run; no other change)."""
+    import numpy as np
+
+    from pytest_gpuperf.verdict.changepoints import detect
+
+    rows = []
+    for mi, (model, kw) in enumerate(SHORT_MODELS.items()):
+        rng = np.random.default_rng([47, mi])
+        flat = [np.median(make_series(rng, args.runs, 0.0, **kw)[0], axis=1) for _ in range(args.series)]
+        short = {s: [np.median(make_series(rng, 9, 0.0, levels=[1.0] * 3 + [s] * 3 + [1.1] * 3, **kw)[0], axis=1)
+                     for _ in range(args.series)] for s in SHORT_STEPS}
+        for name, mkw in SHORT_METHODS:
+            row = {"model": model, "method": name, "false_per_100_runs":
+                   100 * sum(len(detect(x, **mkw)) for x in flat) / (args.series * args.runs)}
+            for s, series in short.items():
+                found = [[i for i, _ in detect(x, **mkw)] for x in series]
+                row[f"{s:g}x"] = sum(len(f) == 2 and abs(f[0] - 3) <= 1 and abs(f[1] - 6) <= 1
+                                     for f in found) / len(series)
+            rows.append(row)
+    return rows
+
+
+def short_markdown(rows: list[dict], runs: int) -> str:
+    """The short-series table of :func:`short_study` in Markdown."""
+    head = (f"| noise | method | flat {runs} runs: false /100 runs | "
+            + " | ".join(f"3+3+3 at {s:g}x: both found" for s in SHORT_STEPS) + " |")
+    lines = [head, "|" + " --- |" * (3 + len(SHORT_STEPS))]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['method']} | {r['false_per_100_runs']:.2f} | "
+                     + " | ".join(f"{r[f'{s:g}x']:.0%}" for s in SHORT_STEPS) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown(result: dict) -> str:
@@ -196,15 +254,22 @@ def main() -> int:
     p.add_argument("--otava", default="/tmp/otava-venv/bin/python", help="python of a venv with apache-otava")
     p.add_argument("--scale", action="store_true", help="also time gpuperf changes on 500 runs x 200 benchmarks")
     p.add_argument("--scale-only", action="store_true", help="only the timing of --scale")
+    p.add_argument("--short", action="store_true", help="also the short-series part (issue 47: 3+3+3 steps)")
+    p.add_argument("--short-only", action="store_true", help="only the short-series part")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
-    result = {"methods": [], "seconds": {}, "table": [], "notes": {}} if args.scale_only else study(args)
+    skip = args.scale_only or args.short_only
+    result = {"methods": [], "seconds": {}, "table": [], "notes": {}} if skip else study(args)
     if args.scale or args.scale_only:
         result["scale"] = scale(out)
+    if args.short or args.short_only:
+        result["short"] = short_study(args)
     (out / "study.json").write_text(json.dumps(result, indent=1))
-    text = "" if args.scale_only else markdown(result)
+    text = "" if skip else markdown(result)
+    if "short" in result:
+        text += "\n" + short_markdown(result["short"], args.runs)
     if "scale" in result:
         s = result["scale"]
         text += (f"\nscale: {s['runs']} runs x {s['benchmarks']} benchmarks ({s['rows']} rows): `{s['command']}` "

@@ -191,3 +191,22 @@ def test_postgresql_store_gives_the_same_change_and_hides_its_password(pg, capsy
     assert main(["changes", "--history", pg.url.replace(PASSWORD, "wrong-pw")]) == 2
     err = capsys.readouterr().err
     assert "wrong-pw" not in err and PASSWORD not in err
+
+
+def test_three_runs_at_80_250_and_90_ms_are_two_changes_at_the_default_level(tmp_path: Path, capsys) -> None:
+    # issue 47: the history a user saw: no change at the default level before, both steps at --pvalue 0.05
+    db = tmp_path / "h.sqlite"
+    levels = [78.0, 86.0, 80.0, 190.0, 255.0, 330.0, 84.0, 100.0, 88.0]  # ms, one value per run
+    with HistoryStore(db) as store:
+        for i, ms in enumerate(levels):
+            pm = (ms * 0.99, ms, ms * 1.01)  # the run's value is the median of its process medians: ms
+            store.append(RunRecord(run_id=f"r{i}", created_utc=f"2025-03-{i + 1:02d}T00:00:00Z", mode="compare",
+                                   commit=sha(i), branch="main", device_key="cpu-x"),
+                         [ResultRow(benchmark=STEP, median_ms=ms, rounds=20, device_key="cpu-x", process_medians_ms=pm)])
+    assert main(["changes", "--history", str(db), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["pvalue"] == 0.001
+    assert [(c["index"], c["slower"], c["before_commit"], c["after_commit"]) for c in data["changes"]] == [
+        (3, True, sha(2), sha(3)), (6, False, sha(5), sha(6))]
+    assert all(c["pvalue"] < 0.001 and c["runs_before"] == c["runs_after"] == 3 for c in data["changes"])
+    assert 150 < data["changes"][0]["change_pct"] < 250 and -75 < data["changes"][1]["change_pct"] < -50

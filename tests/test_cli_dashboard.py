@@ -47,6 +47,8 @@ def test_the_store_becomes_a_site(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["dashboard", "--history", str(db), "--out", str(out)]) == 0
     said = capsys.readouterr().out
     assert "4 page(s) from 4 run(s)" in said and str(out / "index.html") in said
+    largest = max(p.stat().st_size for p in out.rglob("*.html"))
+    assert f"largest page {largest / 1e3:,.1f} KB" in said and " MB" not in said  # issue 47: 0.00 MB said nothing
     assert (out / "index.html").is_file() and (out / "regressions.html").is_file()
     assert (out / "assets" / "plotly.min.js").stat().st_size > 1_000_000
     data = _data(out / "bench" / page_name(NAMES[0], "cpu-x"))
@@ -109,3 +111,24 @@ def test_change_points_and_subjects_reach_the_pages(tmp_path: Path, monkeypatch:
     assert c["pos"] == 5 and c["range"] == f"{shas[4][:9]}..{shas[5][:9]}" and c["slower"]
     assert f"gpuperf bisect {shas[4][:9]} {shas[5][:9]} -- " in c["bisect"]
     assert f"{shas[4][:9]}..{shas[5][:9]}" in (out / "regressions.html").read_text(encoding="utf-8")
+
+
+def test_the_80_250_90_ms_history_is_marked_with_both_changes_and_their_p_values(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47: three runs at about 80 ms, three at 250, three at 90: the page said "No change point
+    in this series" under a plot that showed the step; now both steps are marked, with p < 0.001."""
+    monkeypatch.chdir(tmp_path)
+    db, out = tmp_path / "h.sqlite", tmp_path / "site"
+    with HistoryStore(db) as store:
+        for i, ms in enumerate([78.0, 86.0, 80.0, 190.0, 255.0, 330.0, 84.0, 100.0, 88.0]):
+            run = RunRecord(run_id=f"run{i}", created_utc=f"2026-01-{i + 1:02d}T00:00:00+00:00", mode="compare",
+                            commit=f"{i:x}" * 40, branch="main", machine="box", device_key="cpu-x")
+            assert store.append(run, [ResultRow(benchmark=NAMES[0], median_ms=ms, rounds=10, device_key="cpu-x",
+                                                process_medians_ms=(ms * 0.99, ms, ms * 1.01))])
+    assert main(["dashboard", "--history", str(db), "--out", str(out)]) == 0
+    page = out / "bench" / page_name(NAMES[0], "cpu-x")
+    changes = _data(page)["changes"]
+    assert [(c["pos"], c["slower"], c["range"]) for c in changes] == [(3, True, "222222222..333333333"),
+                                                                      (6, False, "555555555..666666666")]
+    assert all(0 < c["p"] < 0.001 for c in changes)
+    assert "No change point in this series" not in page.read_text(encoding="utf-8")

@@ -15,8 +15,8 @@ import pytest
 
 from dashboard_history import DEVICE, NAMES, history
 from pytest_gpuperf.reporting import dashboard
-from pytest_gpuperf.reporting.dashboard import (DashboardError, bisect_command, commit_range, node_id, page_name,
-                                                write_site)
+from pytest_gpuperf.reporting.dashboard import (TREND_RUNS, DashboardError, bisect_command, commit_range,
+                                                count_steps, node_id, page_name, trend, wrap_name, write_site)
 from pytest_gpuperf.verdict.changepoints import ChangePoint
 
 STUB_JS = "/* plotly stub */"
@@ -111,7 +111,8 @@ def test_a_change_point_is_drawn_with_its_range_and_bisect_command(tmp_path: Pat
     assert drawn["bisect"] == bisect_command(change) == cmd
     assert cmd.replace("'", "&#x27;") in page.read_text(encoding="utf-8")  # the change-point table
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
-    assert commit_range(change) in index and commit_range(faster) in index
+    # the index may break a range after its ".." (the table fits 1280 px)
+    assert all(commit_range(c).replace("..", "..<wbr>") in index for c in (change, faster))
     regressions = (tmp_path / "regressions.html").read_text(encoding="utf-8")
     assert commit_range(change) in regressions and commit_range(faster) not in regressions  # only slower ones
     assert regressions.count("<tr data-device") == 2  # the change point and the run judged regressed
@@ -185,3 +186,55 @@ def test_odd_values_do_not_break_a_page(tmp_path: Path) -> None:
     data = _data(tmp_path / "bench" / page_name(NAMES[0], DEVICE))
     assert data["runs"]["median"][0] is None and data["runs"]["lo"][0] is None and data["runs"]["pm"][0] is None
     assert data["counts"]["kernels"] == [None, 3.0, 3.0] and data["runs"]["branch"][1] == ""
+
+
+def test_the_trend_is_the_median_of_the_last_runs_against_the_runs_before() -> None:
+    # issue 47: "latest against the 10 before" read +3832% when the latest run alone was an outlier
+    assert TREND_RUNS == 5
+    flat_then_odd = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 1.02, 0.98, 40.0]
+    assert trend(flat_then_odd) == pytest.approx((1.0 / 1.0 - 1) * 100)  # median(0.95..40) = 1.0
+    stepped = [1.0] * 5 + [2.0] * 5
+    assert trend(stepped) == pytest.approx(100.0) and trend([1.0] * 20 + [2.0] * 5) == pytest.approx(100.0)
+    assert trend([1.0, 3.0]) == pytest.approx(200.0) and trend([1.0, 2.0, 3.0]) == pytest.approx(50.0)  # k = n // 2
+    assert trend([1.0]) is None and trend([]) is None and trend([0.0, 1.0]) is None
+
+
+def test_the_index_shows_the_trend_and_breaks_names_at_their_separators(tmp_path: Path) -> None:
+    runs, rows, _ = history(12, NAMES[:1], step_at=0)
+    for r in rows[-5:]:
+        r["median_ms"] *= 2
+    rows[-1]["median_ms"] = 1000.0  # one odd run moves the median of five little
+    write_site(tmp_path, runs, rows, js=STUB_JS)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    got = float(re.search(r'<td class="num" data-v="([-0-9.e+]+)">[-+0-9.]+%</td>', index).group(1))
+    assert got == pytest.approx(trend([r["median_ms"] for r in rows]), rel=1e-3) and 90 < got < 110
+    assert "tests/<wbr>perf/<wbr>test_gemm.py::<wbr>test_gemm<wbr>[fp16-4096]" in index
+    assert wrap_name("a/b::c[<x>]") == "a/<wbr>b::<wbr>c<wbr>[&lt;x&gt;]" and wrap_name("") == ""
+
+
+def test_a_change_point_carries_its_p_value_to_the_plot(tmp_path: Path) -> None:
+    runs, rows, (change,) = history(30, step_at=20)
+    write_site(tmp_path, runs, rows, [change], js=STUB_JS)
+    (drawn,) = _data(tmp_path / "bench" / page_name(NAMES[0], DEVICE))["changes"]
+    assert drawn["p"] == pytest.approx(change.pvalue) and drawn["range"] == commit_range(change)
+
+
+def test_count_steps_are_where_a_count_changed_between_runs() -> None:
+    assert count_steps([2, 2, None, 4, 4, 3]) == [{"pos": 3, "from": 2, "to": 4}, {"pos": 5, "from": 4, "to": 3}]
+    assert count_steps([1, 1, 1]) == [] and count_steps([None, "many", float("nan"), 5]) == []
+
+
+def test_each_count_has_its_own_plot_and_a_changed_count_is_highlighted(tmp_path: Path) -> None:
+    runs, rows, _ = history(10, NAMES[:1], step_at=0)
+    for i, r in enumerate(rows):  # an op count that failed its check (2 -> 4) beside 10 M bytes
+        r["counts"] = {"ops": 2 if i < 6 else 4, "syncs": 1, "bytes": 10_000_000, "flops": 3e12}
+    write_site(tmp_path, runs, rows, js=STUB_JS)
+    page = (tmp_path / "bench" / page_name(NAMES[0], DEVICE)).read_text(encoding="utf-8")
+    cells = re.findall(r'<div class="([a-z ]+)" data-metric="(\w+)"><h3>(.*?)</h3><div id="(gp-count-\d)"', page)
+    assert [(c[1], c[3]) for c in cells] == [("bytes", "gp-count-0"), ("flops", "gp-count-1"), ("ops", "gp-count-2"),
+                                             ("syncs", "gp-count-3")]
+    classes = {c[1]: c[0] for c in cells}
+    assert classes["ops"] == "count changed up" and classes["bytes"] == classes["syncs"] == "count"
+    ops_title = next(c[2] for c in cells if c[1] == "ops")
+    assert "2 → 4" in ops_title and runs[6]["commit"][:9] in ops_title
+    assert _data(tmp_path / "bench" / page_name(NAMES[0], DEVICE))["countSteps"]["ops"] == [{"pos": 6, "from": 2, "to": 4}]

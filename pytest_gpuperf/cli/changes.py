@@ -37,8 +37,8 @@ examples:
 
 Each series is the benchmark's runs in the order they were stored, one value per run (the median
 of its process medians). A change needs at least --min-runs runs on each side and an adjusted
-p-value below --pvalue (Student's t-test between the two sides, times the number of places the
-split could have taken). exit codes: 0 done (changes found or not); 2 an unusable store, URL or option.
+p-value below --pvalue (Student's t-test on the logs of the two sides' values, the variance of the
+whole series, times the number of places the split could have taken). exit codes: 0 done (changes found or not); 2 an unusable store, URL or option.
 """
 
 

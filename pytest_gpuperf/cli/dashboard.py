@@ -98,5 +98,5 @@ def cmd_dashboard(args: Any) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_INPUT
     print(f"gpuperf dashboard: {len(site.pages)} page(s) from {len(runs)} run(s) written to {site.out} "
-          f"(open {site.out / 'index.html'}; largest page {site.largest_page_bytes / 1e6:.2f} MB)")
+          f"(open {site.out / 'index.html'}; largest page {site.largest_page_bytes / 1e3:,.1f} KB)")
     return 0

@@ -6,15 +6,19 @@
 (:class:`~pytest_gpuperf.verdict.changepoints.ChangePoint`), and writes into a folder:
 
 * ``index.html``: a row per benchmark, device key and branch: runs, the latest median, the trend
-  (the latest median against the median of the :data:`TREND_RUNS` runs before it, and a sparkline
-  of the last :data:`SPARK_RUNS` medians), the last change point and the latest verdict;
+  (the median of the last :data:`TREND_RUNS` runs' medians against the median of the
+  :data:`TREND_RUNS` before them, and a sparkline of the last :data:`SPARK_RUNS` medians), the last
+  change point and the latest verdict; names wrap at their path separators (``/``, ``::``, ``[``),
+  and the table fits a 1280-pixel window;
 * ``bench/<name>.html``: per benchmark and device key, the median over the runs (each run's
   ``estimate_ms``, the value its verdict decided on and the terminal showed; x: run order,
   labelled by commit) with, for a run measured in one process, its 95% confidence interval as a
-  band, and each worker process's median as points (hover: commit, subject, date, machine, branch, verdict), each change point a dashed
-  line labelled with its commit range, and below a table of the change points with the
-  ``gpuperf bisect`` command for each; peak memory and counts per call over the runs when
-  recorded; the latest 30 runs;
+  band, and each worker process's median as points (hover: commit, subject, date, machine,
+  branch, verdict), each change point a dashed line labelled with its commit range, change and
+  p-value, and below a table of the change points with the ``gpuperf bisect`` command for each;
+  peak memory over the runs and each count per call (ops, syncs, FLOPs, bytes...) in a small plot
+  of its own, when recorded, a count that changed between runs highlighted with the change
+  (:func:`count_steps`); the latest 30 runs;
 * ``regressions.html``: the change points that made a benchmark slower and the runs whose
   verdict was ``regressed``, newest first;
 * ``assets/``: Plotly's JavaScript (``plotly.min.js``, written once and shared by every page:
@@ -45,8 +49,9 @@ from urllib.parse import quote
 INSTALL_HINT = 'gpuperf dashboard needs plotly: pip install "pytest-gpuperf[dashboard]"'
 #: How many characters of a commit's sha the pages show.
 SHORT = 9
-#: The index's trend: the latest median against the median of this many runs before it.
-TREND_RUNS = 10
+#: The index's trend: the median of the last this many runs' medians against the median of as
+#: many before them (fewer when the series is shorter than twice this: half of it each).
+TREND_RUNS = 5
 #: The index's sparkline: the last so many medians.
 SPARK_RUNS = 40
 #: The regressions page lists at most this many regressed runs (the newest).
@@ -113,6 +118,30 @@ def bisect_command(change: Any) -> str | None:
         return None
     return (f"gpuperf bisect {change.before_commit[:SHORT]} {change.after_commit[:SHORT]} -- "
             f"{shlex.quote(node_id(change.benchmark))}")
+
+
+def count_steps(values: Sequence[Any]) -> list[dict[str, Any]]:
+    """Where a count per call changed between runs: ``[{"pos", "from", "to"}, ...]``, ``pos`` the
+    index in ``values`` (one count per run, oldest first; None where a run did not record it) of
+    the first run with the new value, ``from`` the previous recorded value. Counts are exact
+    (the count check's default tolerance is 0), so any change is one the check would report. The
+    stored rows hold the counts, not the count check's outcome: a run whose count differed from
+    its baseline but not from the run before is not marked."""
+    out: list[dict[str, Any]] = []
+    last = None
+    for i, v in enumerate(values):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            continue
+        if last is not None and v != last:
+            out.append({"pos": i, "from": last, "to": v})
+        last = v
+    return out
+
+
+def wrap_name(name: str) -> str:
+    """``name`` HTML-escaped, with a ``<wbr>`` (a place the line may break) after each ``/`` and
+    ``::`` and before each ``[``: a long benchmark id wraps at its path separators, not mid-word."""
+    return re.sub(r"(/|::)|(?=\[)", lambda m: (m.group(1) or "") + "<wbr>", _e(name)) if name else ""
 
 
 def commit_range(change: Any) -> str:
@@ -310,9 +339,10 @@ def _series_data(s: _Series, subjects: Mapping[str, str]) -> dict[str, Any]:
         del cols["mem"]
     where = {r["run_id"]: i for i, r in enumerate(rows)}
     changes = [{"pos": where.get(c.after_run), "range": commit_range(c), "pct": _num(c.change_pct, 4),
-                "slower": c.slower, "bisect": bisect_command(c)} for c in s.changes]
+                "p": _num(c.pvalue, 2), "slower": c.slower, "bisect": bisect_command(c)} for c in s.changes]
     return {"benchmark": s.benchmark, "device": s.device_key, "runs": cols,
             "counts": {n: _col(v) for n, v in sorted(counts.items())},
+            "countSteps": {n: count_steps(v) for n, v in sorted(counts.items())},
             "subjects": {c: subjects[c] for c in set(cols["commit"]) if c in subjects}, "changes": changes}
 
 
@@ -327,7 +357,7 @@ def _changes_table(changes: Sequence[Any], runs: _Runs, table: str, *, link: Map
         branch = runs.branch(c.after_run)
         name = ""
         if link is not None:
-            name = f'<td class="name"><a href="{_e(link[(c.benchmark, c.device_key)])}" data-keep-branch>{_e(c.benchmark)}</a></td>'
+            name = f'<td class="name"><a href="{_e(link[(c.benchmark, c.device_key)])}" data-keep-branch>{wrap_name(c.benchmark)}</a></td>'
         cmd = bisect_command(c)
         body.append(
             f'<tr data-device="{_e(c.device_key or "")}" data-branch="{_e(branch)}" data-name="{_e(c.benchmark.lower())}">'
@@ -337,6 +367,27 @@ def _changes_table(changes: Sequence[Any], runs: _Runs, table: str, *, link: Map
             f'<td class="num" data-v="{c.change_pct:.6g}">{_pct(c)}</td><td class="num">{c.pvalue:.2g}</td>'
             f'<td>{f"<code class=cmd>{_e(cmd)}</code>" if cmd else "<span class=muted>no commits recorded</span>"}</td></tr>')
     return (f'<table id="{table}" data-filtered><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+
+
+def _counts_section(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The counts' plots: one small plot per count (``#gp-count-<k>``, k in name order), each
+    titled with its name; a count that changed between runs is highlighted (class ``changed``,
+    ``up`` for a rise: what the count check fails on) and says how it changed and at which run."""
+    names = sorted({n for r in rows for n in (r.get("counts") or {})})
+    cells = []
+    for k, name in enumerate(names):
+        values = [(r.get("counts") or {}).get(name) for r in rows]
+        steps = count_steps(values)
+        note, cls = "", "count"
+        if steps:
+            last = steps[-1]
+            commit = (rows[last["pos"]].get("commit") or "")[:SHORT]
+            cls += " changed" + (" up" if any(st["to"] > st["from"] for st in steps) else "")
+            note = (f' <span class="note">changed {len(steps)}×, last {last["from"]:.6g} → {last["to"]:.6g}'
+                    f'{" at " + _e(commit) if commit else ""}</span>')
+        cells.append(f'<div class="{cls}" data-metric="{_e(name)}"><h3>{_e(name)} per call{note}</h3>'
+                     f'<div id="gp-count-{k}" class="plot small"></div></div>')
+    return f'<div id="gp-counts" class="counts">{"".join(cells)}</div>'
 
 
 def _bench_page(s: _Series, runs: _Runs, subjects: Mapping[str, str], others: Sequence[_Series]) -> str:
@@ -359,7 +410,7 @@ def _bench_page(s: _Series, runs: _Runs, subjects: Mapping[str, str], others: Se
     if has_mem:
         parts += ["<h2>Peak memory</h2>", '<div id="gp-memory" class="plot"></div>']
     if has_counts:
-        parts += ["<h2>Counts per call</h2>", '<div id="gp-counts" class="plot"></div>']
+        parts += ["<h2>Counts per call</h2>", _counts_section(s.rows)]
     parts.append('<h2>Latest runs</h2><table id="gp-runs"><thead><tr><th>When</th><th>Commit</th><th>Subject</th>'
                  "<th>Branch</th><th>Machine</th><th>Median (ms)</th><th>95% CI (ms)</th><th>Verdict</th></tr></thead>"
                  "<tbody></tbody></table>")
@@ -370,30 +421,36 @@ def _bench_page(s: _Series, runs: _Runs, subjects: Mapping[str, str], others: Se
 
 # ----------------------------------------------------------------------------- index and regressions
 
-def _trend(medians: Sequence[float]) -> float | None:
-    """The latest median against the median of the up to :data:`TREND_RUNS` before it, in %."""
-    if len(medians) < 2:
+def trend(medians: Sequence[float], k: int = TREND_RUNS) -> float | None:
+    """The index's trend, in %: the median of the last ``k`` values of ``medians`` (ms, oldest
+    first) against the median of the ``k`` before them (a series shorter than ``2 k``: half of it
+    each, the odd one out left out); None for fewer than 2 values or a reference <= 0. Medians of
+    several runs, so one odd run moves it little."""
+    k = min(k, len(medians) // 2)
+    if k < 1:
         return None
-    ref = statistics.median(medians[-TREND_RUNS - 1:-1])
-    return (medians[-1] / ref - 1) * 100 if ref > 0 else None
+    ref = statistics.median(medians[-2 * k:-k])
+    return (statistics.median(medians[-k:]) / ref - 1) * 100 if ref > 0 else None
 
 
 def _index_row(s: _Series, branch: str, rows: Sequence[Mapping[str, Any]], runs: _Runs) -> str:
     medians = [_median(r) for r in rows]
     last = rows[-1]
-    trend = _trend(medians)
+    change_pct = trend(medians)
     mine = [c for c in s.changes if runs.branch(c.after_run) == branch]
     change = max(mine, key=lambda c: runs.order.get(c.after_run, -1), default=None)
     href = f"bench/{s.file}" + (f"?branch={_e(quote(branch, safe=''))}" if branch else "")
     verdict = last.get("verdict") or "-"
+    cp_range = _e(commit_range(change)).replace("..", "..<wbr>") if change is not None else ""
     return (f'<tr data-device="{_e(s.device_key or "")}" data-branch="{_e(branch)}" data-name="{_e(s.benchmark.lower())}">'
-            f'<td class="name"><a href="{href}">{_e(s.benchmark)}</a></td><td>{_e(_label(s.device_key))}</td>'
-            f'<td>{_e(_label(branch))}</td><td class="num">{len(rows)}</td>'
+            f'<td class="name"><a href="{href}">{wrap_name(s.benchmark)}</a></td>'
+            f'<td class="key">{_e(_label(s.device_key)).replace("-", "-<wbr>")}</td>'
+            f'<td class="key">{wrap_name(_label(branch))}</td><td class="num">{len(rows)}</td>'
             f'<td class="num" data-v="{_median(last):.6g}">{_e(_ms(_median(last)))}</td>'
-            f'<td class="num" data-v="{trend if trend is not None else 0:.4g}">'
-            f'{"-" if trend is None else f"{trend:+.1f}%"}</td><td>{_spark(medians[-SPARK_RUNS:])}</td>'
+            f'<td class="num" data-v="{change_pct if change_pct is not None else 0:.4g}">'
+            f'{"-" if change_pct is None else f"{change_pct:+.1f}%"}</td><td>{_spark(medians[-SPARK_RUNS:])}</td>'
             f'<td data-v="{runs.order.get(change.after_run, -1) if change else -1}">'
-            f'{"-" if change is None else f"<span class=mono>{_e(commit_range(change))}</span> {_pct(change)}"}</td>'
+            f'{"-" if change is None else f"<span class=mono>{cp_range}</span> {_pct(change)}"}</td>'
             f'<td class="verdict-{_e(verdict)}">{_e(verdict)}</td>'
             f'<td class="mono">{_e((last.get("commit") or "-")[:SHORT])}</td></tr>')
 
@@ -414,7 +471,8 @@ def _index_page(series: Sequence[_Series], runs: _Runs, n_runs: int) -> str:
     branches = {b for s in series for b in s.branches()}
     head = ('<th data-sort="text">Benchmark</th><th data-sort="text">Device key</th><th data-sort="text">Branch</th>'
             '<th data-sort="num">Runs</th><th data-sort="num">Latest median</th>'
-            f'<th data-sort="num" title="the latest median against the median of the {TREND_RUNS} runs before it">'
+            f'<th data-sort="num" title="the median of the last {TREND_RUNS} runs against the median of the '
+            f'{TREND_RUNS} before them">'
             f'Trend</th><th>Last {SPARK_RUNS} runs</th><th data-sort="num">Last change point</th>'
             '<th data-sort="text">Latest verdict</th><th>Latest commit</th>')
     body = (f"<h1>Performance history</h1><p class=\"meta\">{n_runs} run(s) · {len(series)} benchmark series · "
@@ -430,7 +488,7 @@ def _regressed_runs_table(series: Sequence[_Series], runs: _Runs) -> str:
     more = len(hits) - MAX_REGRESSED_RUNS
     trs = [f'<tr data-device="{_e(s.device_key or "")}" data-branch="{_e(r.get("branch") or "")}" '
            f'data-name="{_e(s.benchmark.lower())}"><td>{_e(str(r.get("created_utc") or "")[:19].replace("T", " "))}</td>'
-           f'<td class="name"><a href="bench/{_e(s.file)}" data-keep-branch>{_e(s.benchmark)}</a></td>'
+           f'<td class="name"><a href="bench/{_e(s.file)}" data-keep-branch>{wrap_name(s.benchmark)}</a></td>'
            f'<td>{_e(_label(s.device_key))}</td><td>{_e(_label(r.get("branch")))}</td>'
            f'<td class="mono">{_e((r.get("commit") or "-")[:SHORT])}</td><td>{_e(r.get("machine") or "-")}</td>'
            f'<td class="num">{_e(_ms(_median(r)))}</td>'

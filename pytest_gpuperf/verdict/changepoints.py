@@ -31,16 +31,31 @@ change to what Otava does, measured in ``benchmarks/changepoint_study.py`` (docs
 * **The p-value is adjusted for choosing the split** (Bonferroni over the ``n - 2 min_runs + 1``
   places the split could take in its segment of n runs): the split is the one that makes the two
   sides look most different, so the raw t-test's p-value is too small: with raw p-values (p <
-  0.001) flat series of 200 runs got 0.17 false changes per 100 runs (quiet model; Otava 0.09),
-  adjusted none. The adjustment is conservative: the splits' tests are strongly correlated.
+  0.001) flat series of 200 runs got 0.17 false changes per 100 runs (0.18 with the tests of
+  issue 47; quiet model; Otava 0.09), adjusted none. The adjustment is conservative: the splits'
+  tests are strongly correlated.
 
 As in Otava, candidates are first kept at a 10x looser level (the split step; there the test is
 between ``Z[0:tau]`` and ``Z[tau:kappa]``, the parts the statistic compared, so a step up and
 back down is not hidden by what follows it), then every change is re-tested between its
 neighbouring changes and the weakest one above the level dropped, one at a time, until all pass
-(the merge step); the reported p-value is this last test's. Unlike Otava there are no sliding
-windows (its 50 runs): the whole series is searched, the end ``kappa`` already confines a
-comparison to the runs near its split.
+(the merge step); the reported p-value is this last test's. Two changes of issue 47, so that a
+2x step with 3 runs on each side is found at the default level (before: three runs at 80 ms,
+three at 250, three at 90 gave no change; p 0.012 and 0.015 at 0.05):
+
+* **The tests see log values.** Timing noise is multiplicative (a benchmark twice as slow varies
+  about twice as much in ms): on ms, the slow side's spread swamped the pooled variance. On logs
+  the sides share one spread, which the pooled t-test assumes, and a change is a ratio.
+* **The merge step's variance is the whole series'** (the residual variance of the step model
+  over every segment, n - K degrees of freedom for K segments: one-way ANOVA's contrast test),
+  never less than the two sides' own: a 3-vs-3 test alone has 4 degrees of freedom, where
+  p < 0.001 needs t > 8.61 (5.96 with 6, 3.46 with 60).
+
+The default level stays 0.001: a study of flat noisy series (false changes) and short stepped
+ones (power) in ``benchmarks/changepoint_study.py`` (docs/history.md, "Change points") found
+that 0.002 and above add false changes and 0.001 keeps the earlier figures. Unlike Otava there
+are no sliding windows (its 50 runs): the whole series is searched, the end ``kappa`` already
+confines a comparison to the runs near its split.
 
 **Series.** One value per run: the median of its process medians (``process_medians_ms``, each
 worker process's median, ms; a row without them counts with its ``median_ms``), so a change
@@ -78,9 +93,9 @@ class ChangePoint:
     run ids; ``median_before_ms`` / ``median_after_ms``: the median of the process medians (ms) of
     the segment before and the segment after (each bounded by the neighbouring change points);
     ``change_pct``: ``(after / before - 1) * 100``; ``pvalue``: the significance test's p-value
-    (Student's t-test between the two segments' per-run values, adjusted for the choice of the
-    split: see the module's docstring); ``runs_before`` / ``runs_after``: how many runs the two
-    segments hold."""
+    (Student's t-test between the logs of the two segments' per-run values, the variance of the
+    whole series' segments, adjusted for the choice of the split: see the module's docstring);
+    ``runs_before`` / ``runs_after``: how many runs the two segments hold."""
 
     benchmark: str
     device_key: str | None
@@ -196,22 +211,64 @@ def split_pvalue(values: Sequence[float], lo: int, tau: int, hi: int, min_runs: 
     return min(1.0, ttest_pvalue(values[lo:tau], values[tau:hi if end is None else end]) * places)
 
 
+def segments_pvalue(values: Sequence[float], bounds: Sequence[int], i: int, min_runs: int = DEFAULT_MIN_RUNS,
+                    adjust: bool = True, pooled: bool = True) -> float:
+    """The merge step's p-value of the change between the segments ``values[bounds[i]:bounds[i+1]]``
+    and ``values[bounds[i+1]:bounds[i+2]]`` (``bounds``: 0, the changes' indices, ``len(values)``).
+
+    ``pooled`` (the default): Student's t statistic of the two segments' means with the variance
+    of every segment of the series (the residual variance of the step model, ``n - K`` degrees of
+    freedom for K segments of n values: the contrast test of a one-way analysis of variance), but
+    never less than the two segments' own pooled variance (a segment of outlier runs is not judged
+    by the quiet rest of the series). So a 3-run segment borrows its degrees of freedom from the
+    whole series instead of 6 values (4 degrees of freedom, where p < 0.001 needs t > 8.6).
+    ``pooled=False``: :func:`ttest_pvalue` between the two segments alone. Then adjusted as
+    :func:`split_pvalue` (times ``bounds[i+2] - bounds[i] - 2 min_runs + 1``, at most 1) unless
+    ``adjust=False``."""
+    import numpy as np
+    from scipy.special import stdtr
+
+    x = np.asarray(values, dtype=np.float64)
+    lo, tau, hi = bounds[i], bounds[i + 1], bounds[i + 2]
+    if not pooled:
+        return split_pvalue(x, lo, tau, hi, min_runs, adjust=adjust)
+    ss = sum(float(np.sum((seg - seg.mean()) ** 2)) for seg in (x[a:b] for a, b in zip(bounds, bounds[1:])))
+    df = int(bounds[-1] - bounds[0]) - (len(bounds) - 1)
+    before, after = x[lo:tau], x[tau:hi]
+    own = (float(np.sum((before - before.mean()) ** 2)) + float(np.sum((after - after.mean()) ** 2))) / (hi - lo - 2)
+    diff = float(after.mean() - before.mean())
+    se2 = max(ss / df, own) * (1.0 / (tau - lo) + 1.0 / (hi - tau)) if df > 0 else 0.0
+    if not se2 > 0.0 or not math.isfinite(se2):
+        p = 1.0 if diff == 0.0 else 0.0
+    else:
+        p = 2.0 * float(stdtr(df, -abs(diff) / math.sqrt(se2)))
+    places = max(1, (hi - lo) - 2 * min_runs + 1) if adjust else 1
+    return min(1.0, p * places)
+
+
 def detect(values: Sequence[float], *, pvalue: float = DEFAULT_PVALUE, min_runs: int = DEFAULT_MIN_RUNS,
-           min_change_pct: float = 0.0, adjust: bool = True) -> list[tuple[int, float]]:
+           min_change_pct: float = 0.0, adjust: bool = True, log: bool = True,
+           pooled: bool = True) -> list[tuple[int, float]]:
     """The change points of one series: ``[(index, adjusted p-value), ...]`` by index, ``index``
     the first value after the change. ``values``: 1-D floats (ms), oldest first.
 
-    Split: e-divisive candidates (:func:`energy_candidate`) tested at ``SPLIT_LEVEL_FACTOR x
-    pvalue`` between the two parts the statistic compared (:func:`split_pvalue`), recursively. Merge
-    (Otava's): re-test each change between its neighbours; drop the weakest above ``pvalue``, or,
-    when all pass, the smallest change (relative change of the two sides' medians) under
-    ``min_change_pct`` percent; repeat. ``adjust=False`` tests the raw p-values, as Otava does (for
-    the study ``benchmarks/changepoint_study.py``). Raises ``ValueError`` for a ``pvalue`` outside (0, 1) or
-    ``min_runs`` < 2."""
+    ``log`` (the default): the tests see the natural logarithms of the values (timing noise is
+    multiplicative: a run twice as slow varies twice as much in ms, so on ms a slow segment's
+    spread would swamp a fast one's; on logs the segments share one spread, as the pooled tests
+    assume); a series with a value <= 0 is tested on its values. Split: e-divisive candidates
+    (:func:`energy_candidate`) tested at ``SPLIT_LEVEL_FACTOR x pvalue`` between the two parts the
+    statistic compared (:func:`split_pvalue`), recursively. Merge (Otava's): re-test each change
+    between its neighbours (:func:`segments_pvalue`; ``pooled``: the variance of all segments);
+    drop the weakest above ``pvalue``, or, when all pass, the smallest change (relative change of
+    the two sides' medians) under ``min_change_pct`` percent; repeat. ``adjust=False`` tests the
+    raw p-values, as Otava does; ``log=False, pooled=False`` is the method before issue 47 (both
+    for the study ``benchmarks/changepoint_study.py``). Raises ``ValueError`` for a ``pvalue``
+    outside (0, 1) or ``min_runs`` < 2."""
     import numpy as np
 
     _check(pvalue, min_runs)
-    x = np.asarray(values, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    x = np.log(v) if log and v.size and bool(np.all(v > 0)) else v
     first = min(0.5, pvalue * SPLIT_LEVEL_FACTOR)
     found: list[int] = []
     stack = [(0, int(x.size))]
@@ -227,12 +284,12 @@ def detect(values: Sequence[float], *, pvalue: float = DEFAULT_PVALUE, min_runs:
     found.sort()
     while found:
         bounds = [0, *found, int(x.size)]
-        ps = [split_pvalue(x, bounds[i], bounds[i + 1], bounds[i + 2], min_runs, adjust=adjust) for i in range(len(found))]
+        ps = [segments_pvalue(x, bounds, i, min_runs, adjust, pooled) for i in range(len(found))]
         weakest = max(range(len(found)), key=lambda i: ps[i])
         if ps[weakest] <= pvalue:
             if min_change_pct <= 0:
                 return list(zip(found, ps))
-            sizes = [abs(float(np.median(x[bounds[i + 1]:bounds[i + 2]])) / float(np.median(x[bounds[i]:bounds[i + 1]]))
+            sizes = [abs(float(np.median(v[bounds[i + 1]:bounds[i + 2]])) / float(np.median(v[bounds[i]:bounds[i + 1]]))
                          - 1.0) * 100.0 for i in range(len(found))]
             weakest = min(range(len(found)), key=lambda i: sizes[i])
             if sizes[weakest] >= min_change_pct:

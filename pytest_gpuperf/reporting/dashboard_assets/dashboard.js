@@ -120,7 +120,8 @@
       var x = where[c.pos] - 0.5, color = c.slower ? "#c0392b" : "#1e8449";
       shapes.push({ type: "line", xref: "x", yref: "paper", x0: x, x1: x, y0: 0, y1: 1, line: { color: color, width: 2, dash: "dash" } });
       notes.push({ x: x, xref: "x", y: j % 2 ? 1.11 : 1.02, yref: "paper", yanchor: "bottom", showarrow: false,
-                   text: esc(c.range) + " " + (c.pct >= 0 ? "+" : "") + c.pct.toFixed(1) + "%",
+                   text: esc(c.range) + " " + (c.pct >= 0 ? "+" : "") + c.pct.toFixed(1) + "%" +
+                         (c.p == null ? "" : " p=" + Number(c.p).toPrecision(2)),
                    hovertext: esc(c.bisect || c.range), font: { color: color, size: 12 }, bgcolor: "rgba(255,255,255,0.85)" });
     });
     return { shapes: shapes, annotations: notes };
@@ -163,14 +164,32 @@
                                    hovertemplate: HOVER + "peak memory: %{y:.4g} MiB<extra></extra>" }],
                    layout(d, idx, "peak memory (MiB)"), CONFIG);
     }
-    var names = Object.keys(d.counts || {});
-    if (names.length && document.getElementById("gp-counts")) {
-      Plotly.react("gp-counts", names.map(function (n) {
-        return { x: x, y: col(d.counts[n]), mode: "lines+markers", name: esc(n), customdata: cd,
-                 hovertemplate: HOVER + esc(n) + ": %{y:.6g} per call<extra></extra>" };
-      }), layout(d, idx, "count per call"), CONFIG);
-    }
+    countPlots(d, idx, x, cd);
     runsTable(d, idx);
+  }
+
+  /* one small plot per count (ops, syncs, FLOPs, bytes...): each on its own axis, so an op count
+     that went 2 -> 4 is not flattened under 10 M bytes; a run where a count changed is marked */
+  function countPlots(d, idx, x, cd) {
+    var where = {};
+    idx.forEach(function (i, k) { where[i] = k; });
+    Object.keys(d.counts || {}).sort().forEach(function (n, k) {
+      var el = document.getElementById("gp-count-" + k);
+      if (!el) { return; }
+      var steps = ((d.countSteps || {})[n] || []).filter(function (st) { return where[st.pos] !== undefined; });
+      var up = steps.some(function (st) { return st.to > st.from; }), color = steps.length ? (up ? "#c0392b" : "#b9770e") : "#1f77b4";
+      var trace = { x: x, y: idx.map(function (i) { return d.counts[n][i]; }), mode: "lines+markers", name: esc(n),
+                    customdata: cd, line: { color: color, width: 2, shape: "hv" }, marker: { size: 5 },
+                    hovertemplate: HOVER + esc(n) + ": %{y:.6g} per call<extra></extra>" };
+      var lay = layout(d, idx, "per call");
+      lay.height = 240; lay.margin = { l: 60, r: 12, t: 12, b: 70 }; lay.showlegend = false;
+      lay.xaxis.title = { text: "" };
+      lay.shapes = steps.map(function (st) {
+        var xs = where[st.pos] - 0.5;
+        return { type: "line", xref: "x", yref: "paper", x0: xs, x1: xs, y0: 0, y1: 1, line: { color: color, width: 1.5, dash: "dot" } };
+      });
+      Plotly.react(el, [trace], lay, CONFIG);
+    });
   }
 
   function runsTable(d, idx) {
