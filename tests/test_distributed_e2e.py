@@ -293,8 +293,15 @@ def test_ab_under_gpuperf_nproc_runs_each_side_as_a_torchrun_launch(pytester: py
 
 def test_an_exception_on_one_rank_fails_that_test_on_every_rank_quoting_it_never_an_internalerror(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 46: rank 1 raises inside a benchmarked function that calls ``all_reduce`` (from its
-    third call, in step with rank 0), which left rank 0 waiting in the collective while rank 1
+    """Issue 46, one session for the faults that leave the process group usable and then one that
+    breaks it. Rank 1's fixture raises in setup: before, rank 0 went on to the call and waited in
+    its benchmark's collectives for a rank that had moved on; now the setup fails on both ranks
+    quoting rank 1's error, and no rank runs the call. Rank 1's fixture raises in teardown: the
+    teardown fails on both ranks. A fixture's skip on rank 1 only skips the test on both ranks (a
+    skip inside the test body on one rank is the user's code leaving its ranks' collectives out
+    of step, as a raise there is). Later tests
+    run as usual. Then rank 1 raises inside a benchmarked function that calls ``all_reduce`` (from
+    its third call, in step with rank 0), which left rank 0 waiting in the collective while rank 1
     went on to the outcome exchange: INTERNALERROR on both ranks, and rank 1's exception appeared
     nowhere. Now the test fails on both ranks, rank 0's failure quotes rank 1's exception, the
     process group being of no more use the next benchmark fails at once with that reason, and
@@ -304,6 +311,39 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
+
+@pytest.fixture
+def setup_fails_on_rank_1():
+    if os.environ["RANK"] == "1":
+        raise KeyError("rank 1's own setup error")
+    yield
+
+@pytest.fixture
+def teardown_fails_on_rank_1():
+    yield
+    if os.environ["RANK"] == "1":
+        raise LookupError("rank 1's own teardown error")
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_setup_raises(setup_fails_on_rank_1, gpu_bench):
+    gpu_bench(lambda: dist.all_reduce(torch.ones(4)))
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_teardown_raises(teardown_fails_on_rank_1, gpu_bench):
+    gpu_bench(lambda: None)
+
+@pytest.fixture
+def device_of_rank_0_only():
+    if os.environ["RANK"] == "1":
+        pytest.skip("rank 1 has no such device")
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_skipped_on_rank_1(device_of_rank_0_only, gpu_bench):
+    gpu_bench(lambda: dist.all_reduce(torch.ones(4)))
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_in_step(gpu_bench):
+    gpu_bench(lambda: dist.all_reduce(torch.ones(4)))
 
 calls = []
 
@@ -323,11 +363,63 @@ def test_after(gpu_bench):
 """)
     script_timings(pytester, {"ms": 2.0})
     monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))  # the ranks' shared folder
+    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5", "-rA")
+    out = result.stdout.str() + "\n" + result.stderr.str()
+    assert result.ret != 0, out
+    assert "INTERNALERROR" not in out, out
+    # setup, teardown and a skip on one rank: the same outcome on both ranks, naming rank 1
+    assert out.count("ERROR at setup of test_setup_raises") == 2, out
+    assert "setup: rank 1 failed: " in out and out.count("rank 1's own setup error") >= 2, out
+    assert out.count("ERROR at teardown of test_teardown_raises") == 2, out
+    assert "teardown: rank 1 failed: " in out and out.count("rank 1's own teardown error") >= 2, out
+    assert "rank 1 skipped: rank 1 has no such device" in out, out  # rank 0's skip says why
+    assert len(re.findall(r"SKIPPED \[1\] .*rank 1 has no such device", out)) == 2, out
+    assert len(re.findall(r"PASSED test_d\.py::test_in_step", out)) == 2, out  # the group still works
+    # then a fault inside a collective
+    assert out.count("rank 1's own error, in the benchmarked function") >= 2, out  # rank 1's and rank 0's failure
+    assert re.search(r"rank 1's test raised:\n.*test_raises_in_a_collective", out), out  # quoted by rank 0
+    assert out.count("test_d.py::test_after") >= 2 and "an earlier collective failed" in out, out
+    assert not (pytester.path / "baselines").exists()
+
+
+def test_a_rank_that_hangs_inside_a_collective_fails_that_test_everywhere_and_the_launch_ends(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: rank 1 hangs inside a benchmarked function that calls ``all_reduce`` (from its
+    third call) while rank 0 waits in that collective. Before: bounded and named, but INTERNALERROR
+    on rank 0, and the next test never ran. Now rank 0's collective times out (the process group's
+    timeout is ``--gpuperf-rank-timeout``), the test fails on rank 0 naming rank 1 and quoting its
+    traceback (faulthandler, in the ranks' shared folder), the next test fails at once with the
+    reason, rank 0 exits non-zero and torchrun stops rank 1: the launch ends within its 120 s."""
+    pytester.makepyfile(test_d="""
+import os, time
+import pytest
+import torch
+import torch.distributed as dist
+
+calls = []
+
+def reduce_but_hang_on_rank_1():
+    calls.append(1)
+    if os.environ["RANK"] == "1" and len(calls) >= 3:
+        time.sleep(3600)
+    dist.all_reduce(torch.ones(4))
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_hangs_in_a_collective(gpu_bench):
+    gpu_bench(reduce_but_hang_on_rank_1)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_after(gpu_bench):
+    gpu_bench(lambda: None)
+""")
+    script_timings(pytester, {"ms": 2.0})
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))
     result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5")
     out = result.stdout.str() + "\n" + result.stderr.str()
     assert result.ret != 0, out
     assert "INTERNALERROR" not in out, out
-    assert out.count("rank 1's own error, in the benchmarked function") >= 2, out  # rank 1's and rank 0's failure
-    assert re.search(r"rank 1's test raised:\n.*test_raises_in_a_collective", out), out  # quoted by rank 0
-    assert out.count("test_d.py::test_after") >= 2 and "an earlier collective failed" in out, out
+    assert re.search(r"rank 1 did not answer within 5 s", out), out
+    assert re.search(r"File \".*test_d\.py\", line \d+ in reduce_but_hang_on_rank_1", out), out  # its traceback
+    assert "FAILED test_d.py::test_hangs_in_a_collective" in out, out
+    assert "FAILED test_d.py::test_after" in out and "an earlier collective failed" in out, out
     assert not (pytester.path / "baselines").exists()

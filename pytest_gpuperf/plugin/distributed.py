@@ -11,6 +11,9 @@ Its hooks:
 * collection finish: every rank must run the same tests in the same order (one
   ``all_gather_object`` of the node ids); a mismatch is one usage error naming the first differing
   test and the ranks, not a hang in the first benchmark's collectives;
+* each test's setup and teardown report: a fault (or a skip) on one rank fails (skips) the test on
+  every rank (:func:`~pytest_gpuperf.verdict.distributed.agreed_phase`), so no rank runs a call
+  the others do not;
 * each test's call report, twice: before the plugin's verdict (:class:`RaisedOnAnyRank`: a test
   that raised on any rank fails on every rank, naming it, so no baseline is written for it), and
   after it (every rank reports rank 0's verdict:
@@ -78,6 +81,37 @@ class DistributedSession:
                 self._agree(report, call)
             finally:  # the test's benchmark is over everywhere: its waits and watchdog end
                 self.ranks.end_benchmark()
+        else:  # setup, teardown: a fault on one rank fails (a skip skips) the test on every rank
+            self._agree_phase(item, report, call)
+
+    def _agree_phase(self, item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
+        """One ``all_gather_object`` of the ranks' setup (or teardown) outcomes, this rank's report
+        made the agreed one (:func:`~pytest_gpuperf.verdict.distributed.agreed_phase`): a setup
+        that failed or skipped on one rank fails or skips the test on every rank, so no rank runs a
+        call the others do not (issue 46). Nothing once a collective failed."""
+        if self.ranks.broken is not None:
+            return
+        from pytest_gpuperf.measure.distributed import DistributedFault, note_raised
+        from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_phase
+
+        text = _report_text(report)
+        if report.failed:
+            note_raised(self.ranks.watchdog_dir, self.ranks.rank, f"{report.nodeid} ({report.when}): {text}")
+        try:
+            outcomes = self.ranks.gather(RankOutcome(report.outcome, report.failed, text))
+        except DistributedFault as exc:
+            report.outcome = "failed"
+            report.longrepr = (f"pytest-gpuperf under torchrun: the ranks could not agree on this test's "
+                               f"{report.when}: {exc}" + (f"\n\nthis rank ({self.ranks.rank}):\n{text}" if text else ""))
+            return
+        agreed, why = agreed_phase(outcomes)
+        if agreed == report.outcome:
+            return
+        if agreed == "failed":
+            report.outcome, report.longrepr = "failed", f"pytest-gpuperf under torchrun: {report.when}: {why}"
+        elif agreed == "skipped":
+            path, line, _ = item.location
+            report.outcome, report.longrepr = "skipped", (str(item.path), (line or 0) + 1, f"Skipped: {why}")
 
     def _agree(self, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
         """One ``all_gather_object`` of the ranks' outcomes, and this rank's report made the agreed
@@ -88,7 +122,7 @@ class DistributedSession:
         from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
 
         raised = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
-        text = str(report.longrepr)[-TEXT_TAIL:] if report.longrepr is not None and not report.passed else ""
+        text = _report_text(report)
         if raised:  # where the other ranks look when they cannot reach this one
             note_raised(self.ranks.watchdog_dir, self.ranks.rank, f"{report.nodeid}: {text}")
         try:
@@ -130,6 +164,16 @@ class DistributedSession:
             fd, self.ranks.watchdog_file = self.ranks.watchdog_file, None
             if fd is not None:
                 _close_watchdog_file(fd, self.ranks)
+
+
+def _report_text(report: pytest.TestReport) -> str:
+    """What a rank sends the others of its report: the tail of why it failed or skipped (a skip's
+    reason alone), empty when it passed."""
+    if report.passed or report.longrepr is None:
+        return ""
+    if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        return str(report.longrepr[2]).removeprefix("Skipped: ")[-TEXT_TAIL:]
+    return str(report.longrepr)[-TEXT_TAIL:]
 
 
 class WorldOfOne:

@@ -154,7 +154,7 @@ def first_mismatch(per_rank: Sequence[Sequence[str]]) -> tuple[int, int, str | N
 
 @dataclass(frozen=True)
 class RankOutcome:
-    """One rank's outcome of a test's call phase: ``outcome`` (``"passed"``, ``"failed"``,
+    """One rank's outcome of a test's phase (call, setup or teardown): ``outcome`` (``"passed"``, ``"failed"``,
     ``"skipped"``), ``raised`` (the test raised: an error of this rank's own, not a verdict) and
     ``text`` (why it failed or skipped, shortened)."""
 
@@ -180,6 +180,24 @@ def agreed_outcome(per_rank: Sequence[RankOutcome]) -> tuple[str, str]:
         if o.outcome == "failed" and o.raised:
             return "failed", f"rank {rank} failed: {o.text}"
     return first.outcome, first.text
+
+
+def agreed_phase(per_rank: Sequence[RankOutcome]) -> tuple[str, str]:
+    """The one outcome every rank reports for a test's setup or teardown: ``(outcome, why)``.
+
+    Unlike the call (:func:`agreed_outcome`), no rank judges: a setup or teardown that failed on
+    any rank fails on every rank, naming the first such rank (``"rank 1's setup failed: ..."`` is
+    worded by the caller from ``why`` = ``"rank 1 failed: <its text>"``); else one that skipped on
+    any rank skips on every rank (a rank that ran the call alone would wait in its benchmark's
+    collectives for ranks that never come); else every rank's own outcome stands. Raises
+    ``ValueError`` for no ranks."""
+    if not per_rank:
+        raise ValueError("no rank outcomes to agree on")
+    for kind in ("failed", "skipped"):
+        for rank, o in enumerate(per_rank):
+            if o.outcome == kind:
+                return kind, f"rank {rank} {kind}: {o.text}"
+    return per_rank[0].outcome, per_rank[0].text
 
 
 # ----------------------------------------------------------------------------- faults: how long to wait

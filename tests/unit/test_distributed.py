@@ -523,3 +523,18 @@ def test_under_torchrun_every_rank_re_measures_in_step_when_rank_0_asks() -> Non
     ranks = _Decides(True)  # an update run (confirm 0): no question, no re-measure
     assert _judged_in_step(_gate(True), ranks, 0, again, measured) == ("decided without a re-measure", None)
     assert ranks.asked == [] and measured == []
+
+
+def test_a_setup_or_teardown_that_failed_or_skipped_on_one_rank_does_so_on_every_rank():
+    # issue 46: a fixture that raised on rank 1 left rank 0 running the call alone, waiting in its
+    # benchmark's collectives; now no rank judges setup or teardown: a fault anywhere fails it everywhere
+    from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_phase
+
+    ok = RankOutcome("passed")
+    assert agreed_phase([ok, ok]) == ("passed", "")
+    assert agreed_phase([ok, RankOutcome("failed", True, "KeyError: x")]) == ("failed", "rank 1 failed: KeyError: x")
+    assert agreed_phase([RankOutcome("skipped", False, "no device"), ok])[0] == "skipped"
+    # a failure wins over a skip, whichever rank has it
+    assert agreed_phase([RankOutcome("skipped", False, "s"), RankOutcome("failed", True, "f")]) == ("failed", "rank 1 failed: f")
+    with pytest.raises(ValueError):
+        agreed_phase([])
