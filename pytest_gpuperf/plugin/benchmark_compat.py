@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pytest
 
@@ -360,18 +360,157 @@ def update_json(config: pytest.Config, results: list[Any], data: dict[str, Any])
     return problems
 
 
-def _call_hook(cfg: pytest.Config, name: str, problems: list[str], **kwargs: Any) -> Any:
+def _call_hook(cfg: pytest.Config, name: str, problems: list[str], *,
+               without: str = "the JSON report was written without its part", **kwargs: Any) -> Any:
     """Call pytest-benchmark's hook ``name`` where it is declared; an exception of an
-    implementation is one line in ``problems`` (the hook's result is then None)."""
+    implementation is one line in ``problems`` (the hook's result is then None), ending with
+    ``without`` (what was done without it)."""
     hook = getattr(cfg.hook, name, None)
     if hook is None:
         return None
     try:
         return hook(**kwargs)
     except Exception as exc:  # a conftest's hook never takes the report down
-        problems.append(f"{name} (a pytest-benchmark hook) raised {type(exc).__name__}: {exc}; "
-                        "the JSON report was written without its part")
+        problems.append(f"{name} (a pytest-benchmark hook) raised {type(exc).__name__}: {exc}; {without}")
         return None
+
+
+def implemented(config: pytest.Config, name: str) -> bool:
+    """True when the ``benchmark`` fixture is served here (pytest-benchmark absent, or taken over:
+    its own implementations are gone with it) and a conftest or plugin implements
+    pytest-benchmark's hook ``name`` (pytest-gpuperf implements none of them itself)."""
+    hook, s = getattr(config.hook, name, None), _settings(config)
+    return (s.active or s.taken_over is not None) and hook is not None and bool(hook.get_hookimpls())
+
+
+#: pytest-benchmark's statistics of a benchmark (seconds), as its hooks see them (``as_dict(flat=True)``).
+_PB_STATS = {"min": "min_ms", "max": "max_ms", "mean": "mean_ms", "stddev": "std_ms", "median": "median_ms",
+             "iqr": "iqr_ms", "q1": "p25_ms", "q3": "p75_ms"}
+
+
+def bench_dicts(rows: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """pytest-benchmark's flat benchmark dicts of the summary's ``(label, BenchResult)`` rows, for
+    its display hooks: ``name`` (the test's name with its parameters), ``fullname`` (the label,
+    ``module::id``), ``group``, ``param`` (the id in brackets, else None), ``params`` (empty: not
+    kept), its statistics in seconds (``min``, ``max``, ``mean``, ``stddev``, ``median``, ``iqr``,
+    ``q1``, ``q3``; ``median`` is the run's median as its verdict decided on it), ``rounds`` and
+    ``ops`` (calls per second at the median)."""
+    out = []
+    for label, r in rows:
+        name = label.rsplit("::", 1)[-1]
+        param = name[name.index("[") + 1:-1] if "[" in name and name.endswith("]") else None
+        d: dict[str, Any] = {"name": name, "fullname": label, "group": r.group, "param": param, "params": {}}
+        for key, attr in _PB_STATS.items():
+            value = r.estimate_ms if key == "median" and not r.smoke else getattr(r, attr)
+            d[key] = value / 1e3 if isinstance(value, (int, float)) else None
+        d["rounds"] = r.rounds
+        d["ops"] = 1.0 / d["median"] if d["median"] else None
+        out.append(d)
+    return out
+
+
+def group_stats(config: pytest.Config, rows: Sequence[tuple[str, Any]], problems: list[str]) -> dict[str, Any] | None:
+    """pytest-benchmark's ``pytest_benchmark_group_stats(config, benchmarks, group_by)``, where a
+    conftest implements it: the summary's groups as it returns them (``[(group, [bench, ...]),
+    ...]``, :func:`bench_dicts`), as ``{fullname: group}``; None when none implements it, it
+    returned nothing or something else (a line in ``problems`` then), or raised (likewise). A
+    benchmark it leaves out keeps its own group. Only the terminal table is regrouped."""
+    if not implemented(config, "pytest_benchmark_group_stats"):
+        return None
+    group_by = ",".join(_settings(config).group_by or ("group",))
+    got = _call_hook(config, "pytest_benchmark_group_stats", problems, without="the summary keeps its own groups",
+                     config=config, benchmarks=bench_dicts(rows), group_by=group_by)
+    if got is None:
+        return None
+    try:
+        return {bench["fullname"]: group for group, benches in got for bench in benches}
+    except (TypeError, ValueError, KeyError) as exc:
+        problems.append(f"pytest_benchmark_group_stats (a pytest-benchmark hook) returned {type(got).__name__}, not "
+                        f"[(group, [benchmark dict, ...]), ...] ({exc}); the summary keeps its own groups")
+        return None
+
+
+def scale_unit(config: pytest.Config, rows: Sequence[tuple[str, Any]], problems: list[str]) -> tuple[str, float] | None:
+    """pytest-benchmark's ``pytest_benchmark_scale_unit(config, unit, benchmarks, best, worst,
+    sort)``, where a conftest implements it: ``(prefix, scale)`` for the summary table's times
+    (a time in seconds is shown as ``time * scale`` followed by ``prefix + "s"``), called with
+    ``unit="seconds"``, ``best``/``worst`` the smallest and largest of each statistic over the
+    benchmarks (seconds) and ``sort`` the table's sort key. None when none implements it, or it
+    raised or returned something else (a line in ``problems``): each time then gets its own unit."""
+    if not implemented(config, "pytest_benchmark_scale_unit"):
+        return None
+    benches = bench_dicts(rows)
+    best, worst = {}, {}
+    for key in _PB_STATS:
+        values = [b[key] for b in benches if b[key] is not None]
+        if values:
+            best[key], worst[key] = min(values), max(values)
+    got = _call_hook(config, "pytest_benchmark_scale_unit", problems, without="each time keeps its own unit",
+                     config=config, unit="seconds", benchmarks=benches, best=best, worst=worst,
+                     sort=_settings(config).sort or "name")
+    if got is None:
+        return None
+    if (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], str)
+            and isinstance(got[1], (int, float)) and not isinstance(got[1], bool) and got[1] > 0):
+        return got[0], float(got[1])
+    problems.append(f"pytest_benchmark_scale_unit (a pytest-benchmark hook) returned {got!r}, not (prefix, scale) "
+                    "with a scale > 0; each time keeps its own unit")
+    return None
+
+
+class _Logger:
+    """pytest-benchmark's session logger as its hooks use it: ``warning`` (and ``warn``/``error``)
+    becomes one warning of the session; ``info``/``debug`` are dropped."""
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+
+    def warning(self, text: Any, *args: Any, **kwargs: Any) -> None:
+        self._warn(str(text))
+
+    warn = error = warning
+
+    def info(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    debug = info
+
+
+class _BenchmarkSession:
+    """What a ``pytest_benchmark_compare_machine_info`` implementation uses of pytest-benchmark's
+    session: ``logger`` (:class:`_Logger`) and ``storage.location`` (the baseline file compared)."""
+
+    def __init__(self, warn: Callable[[str], None], location: str) -> None:
+        import types
+
+        self.logger = _Logger(warn)
+        self.storage = types.SimpleNamespace(location=location)
+
+
+def compare_machine_info(config: pytest.Config, machine_info: Mapping[str, Any],
+                         baselines: Mapping[str, Mapping[str, Any]], warn: Callable[[str], None]) -> list[str]:
+    """pytest-benchmark's ``pytest_benchmark_compare_machine_info(config, benchmarksession,
+    machine_info, compared_benchmark)``, where a conftest implements it: called once per baseline
+    file compared against, with this session's ``machine_info`` (:func:`report_info`) and, as
+    ``compared_benchmark``, ``{"machine_info", "commit_info", "datetime"}`` of the run that recorded
+    it (``baselines``: file shown -> one of its entries, which holds the ``machine_info`` its update
+    run made with the same hooks). Its ``benchmarksession.logger.warning(...)`` becomes a warning
+    of the session (``warn``). A baseline recorded before baselines kept ``machine_info`` is not
+    compared. Returns a line per implementation that raised."""
+    if not implemented(config, "pytest_benchmark_compare_machine_info"):
+        return []
+    problems: list[str] = []
+    for path, entry in baselines.items():
+        stored = entry.get("machine_info")
+        if not isinstance(stored, Mapping):
+            continue
+        compared = {"machine_info": dict(stored), "datetime": entry.get("timestamp_utc"),
+                    "commit_info": {"id": entry.get("git_commit"), "dirty": entry.get("dirty")}}
+        _call_hook(config, "pytest_benchmark_compare_machine_info", problems,
+                   without=f"the machine of {path} was not compared", config=config,
+                   benchmarksession=_BenchmarkSession(warn, path), machine_info=dict(machine_info),
+                   compared_benchmark=compared)
+    return problems
 
 
 def table_options(config: pytest.Config) -> dict[str, Any]:

@@ -7,8 +7,12 @@ pytest-benchmark does not declare them itself,
 :func:`~pytest_gpuperf.plugin.benchmark_compat.declare_hooks` adds these specifications: the same names, arguments and ``firstresult`` as pytest-benchmark 5's
 ``hookspec.py``. Which of them pytest-gpuperf calls, and with what, is
 :mod:`pytest_gpuperf.plugin.benchmark_compat` (:func:`~pytest_gpuperf.plugin.benchmark_compat.report_info`,
-:func:`~pytest_gpuperf.plugin.benchmark_compat.update_json`) and docs/pytest-benchmark.md; the
-others are declared so that a suite that implements them loads, and are not called.
+:func:`~pytest_gpuperf.plugin.benchmark_compat.update_json`) and the summary's
+:func:`~pytest_gpuperf.plugin.benchmark_compat.group_stats`,
+:func:`~pytest_gpuperf.plugin.benchmark_compat.scale_unit` and
+:func:`~pytest_gpuperf.plugin.benchmark_compat.compare_machine_info`, documented in
+docs/pytest-benchmark.md; ``pytest_benchmark_generate_json`` is declared so that a suite that
+implements it loads, and is not called (the report is pytest-gpuperf's own).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_benchmark_scale_unit(config, unit, benchmarks, best, worst, sort):  # type: ignore[no-untyped-def]
-    """pytest-benchmark: the unit prefix and scale of its table. Declared, not called: the summary
-    table formats each time with its own unit (µs, ms, s)."""
+    """pytest-benchmark: the unit prefix and scale of its table: ``(prefix, scale)``; called with
+    ``unit="seconds"`` where a conftest implements it, and every time of the summary table is then
+    shown in that unit (else each time gets its own: µs, ms, s)."""
 
 
 @pytest.hookspec(firstresult=True)
@@ -44,8 +49,9 @@ def pytest_benchmark_update_commit_info(config, commit_info):  # type: ignore[no
 
 @pytest.hookspec(firstresult=True)
 def pytest_benchmark_group_stats(config, benchmarks, group_by):  # type: ignore[no-untyped-def]
-    """pytest-benchmark: group its table's rows. Declared, not called: ``--benchmark-group-by``
-    groups the summary."""
+    """pytest-benchmark: group its table's rows, ``[(group, [benchmark dict, ...]), ...]``; called
+    where a conftest implements it, with ``group_by`` (``--benchmark-group-by``, default
+    ``group``), and the summary table is grouped as it returns (None: as ``--benchmark-group-by``)."""
 
 
 @pytest.hookspec(firstresult=True)
@@ -60,6 +66,7 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):  # type: igno
 
 
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):  # type: ignore[no-untyped-def]
-    """pytest-benchmark: warn when a saved run's machine differs. Declared, not called: a baseline
-    is per device key, and a machine that differs from the baseline's is reported by the drift
-    reference and the A/B confirmation."""
+    """pytest-benchmark: warn when a saved run's machine differs; called where a conftest
+    implements it, once per baseline file compared against, with the ``machine_info`` its update
+    run stored (``compared_benchmark["machine_info"]``); ``benchmarksession.logger.warning``
+    becomes a warning of the session."""

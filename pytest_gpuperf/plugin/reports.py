@@ -184,15 +184,69 @@ class TerminalSummary:
         s = session.settings
         ab = s.ab
         reports = (("results", s.json_path), ("Markdown summary", s.markdown_path), ("plots", s.plot_dir))
+        rows = [Row(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated, rec.device_key)
+                for rec in session.recorded]
+        rows, table_options = self._benchmark_display_hooks(config, rows)
         return SessionSummary(
-            rows=[Row(f"{rec.module}::{rec.result.benchmark_id}", rec.result, rec.updated, rec.device_key)
-                  for rec in session.recorded],
+            rows=rows,
             measuring=s.measuring, updating=s.updating, replicated=s.replicated, processes=s.processes,
             world_size=s.world_size if s.world_size > 1 else None,
             ab_label=None if ab is None else getattr(ab, "label", str(ab)), ab_processes=s.ab_processes,
             ab_removed=tuple(session.ab_removed), baselines=s.relpath(s.baseline_dir),
-            table_options=benchmark_compat.table_options(config), notes=tuple(session.notes),
+            table_options=table_options, notes=tuple(session.notes),
             warnings=tuple(session.session_warnings()), workers_seen=session.workers_seen,
             written=tuple((label, str(path)) for label, path in reports if path is not None and str(path) not in session.errors),
             errors=tuple(session.errors.values()),
         )
+
+    def _benchmark_display_hooks(self, config: pytest.Config, rows: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+        """pytest-benchmark's display hooks, where a conftest implements them (issue 46): the rows
+        regrouped by ``pytest_benchmark_group_stats``, the table's time unit from
+        ``pytest_benchmark_scale_unit``, and each baseline file's machine compared by
+        ``pytest_benchmark_compare_machine_info``; a hook that raised is a warning. Returns the
+        rows and the table's options."""
+        import dataclasses
+
+        from pytest_gpuperf.plugin import benchmark_compat as compat
+
+        session, problems = self.session, []
+        pairs = [(row.name, row.result) for row in rows]
+        options = dict(compat.table_options(config))
+        groups = compat.group_stats(config, pairs, problems)
+        if groups:
+            rows = [dataclasses.replace(row, result=dataclasses.replace(row.result, group=groups[row.name]))
+                    if row.name in groups else row for row in rows]
+        options["time_unit"] = compat.scale_unit(config, pairs, problems)
+        if compat.implemented(config, "pytest_benchmark_compare_machine_info"):
+            problems += compat.compare_machine_info(config, self._machine_info(config), self._compared(), session.warn)
+        for line in problems:
+            session.warn(line)
+        return rows, options
+
+    def _machine_info(self, config: pytest.Config) -> dict[str, Any]:
+        from pytest_gpuperf.core.git import current_branch
+        from pytest_gpuperf.plugin.benchmark_compat import report_info
+
+        commit, dirty = self.session.git_state()
+        return report_info(config, commit, dirty, current_branch(self.session.settings.rootpath))[0]
+
+    def _compared(self) -> dict[str, Any]:
+        """Each baseline file this session compared against (as shown) -> one of its entries' data."""
+        from pytest_gpuperf.storage.baseline import BaselineError, load
+
+        out: dict[str, Any] = {}
+        for rec in self.session.recorded:
+            c = rec.result.comparison
+            if c is None or c.baseline_median_ms is None or not rec.baseline_path:
+                continue
+            shown = str(self.session.settings.relpath(Path(rec.baseline_path)))
+            if shown in out:
+                continue
+            try:
+                base = load(rec.baseline_path)
+            except BaselineError:
+                continue
+            entry = base.get(rec.result.benchmark_id) if base else None
+            if entry is not None:
+                out[shown] = entry.data
+        return out

@@ -28,6 +28,7 @@ def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
     if not mine:
         return None
     stamp, (commit, dirty) = utc_now(), session.git_state()
+    machine_info = _machine_info(session, commit, dirty)
     by_path: dict[str, list[Any]] = {}
     for rec in mine:
         by_path.setdefault(rec.baseline_path or "", []).append(rec)
@@ -36,7 +37,8 @@ def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
         entries = {
             rec.result.benchmark_id: _compact_op_profile(dict(encode_result(
                 rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp,
-                max_samples=MAX_STORED_SAMPLES), **({} if dirty is None else {"dirty": dirty})))
+                max_samples=MAX_STORED_SAMPLES), **({} if dirty is None else {"dirty": dirty}),
+                machine_info=machine_info))
             for rec in recs
         }
         try:
@@ -48,6 +50,19 @@ def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
             rec.updated = True
         session.forget_baseline(path)  # the next read sees what was written
     return problem
+
+
+def _machine_info(session: Any, commit: str | None, dirty: bool | None) -> dict[str, Any]:
+    """The ``machine_info`` a baseline entry keeps: pytest-benchmark's, as the JSON report makes it
+    (:func:`~pytest_gpuperf.plugin.benchmark_compat.report_info`, a conftest's hooks included), so
+    that a later compare run can hand it to ``pytest_benchmark_compare_machine_info``."""
+    from pytest_gpuperf.core.git import current_branch
+    from pytest_gpuperf.plugin.benchmark_compat import report_info
+
+    machine_info, _, problems = report_info(session.config, commit, dirty, current_branch(session.settings.rootpath))
+    for line in problems:
+        session.warn(line)
+    return machine_info
 
 
 def write_pending(session: Any, pytest_session: pytest.Session) -> None:

@@ -236,9 +236,20 @@ def bus_cells(r: BenchResult) -> tuple[str, str]:
 BUS_COLUMNS = ("algbw", "busbw")
 
 
+def time_text(ms: float | None, time_unit: tuple[str, float] | None = None) -> str:
+    """A time cell: ``ms`` with a unit chosen for it (:func:`~pytest_gpuperf.core.units.format_ms`),
+    or, with ``time_unit`` = ``(prefix, scale)`` (pytest-benchmark's ``pytest_benchmark_scale_unit``),
+    the time in seconds times ``scale`` followed by ``prefix + "s"``."""
+    if ms is None or time_unit is None:
+        return format_ms(ms)
+    prefix, scale = time_unit
+    return f"{ms / 1e3 * scale:.4g} {prefix}s"
+
+
 def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False,
-                bus: bool = False) -> tuple[str, ...]:
-    """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s).
+                bus: bool = False, time_unit: tuple[str, float] | None = None) -> tuple[str, ...]:
+    """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s), or the one
+    ``time_unit`` gives (:func:`time_text`).
 
     ``items``: add the items/s cell (the table has the column when a benchmark declares
     ``items_per_call``), just before the verdict; ``bus``: then the algbw and busbw cells (a
@@ -249,12 +260,12 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
     row = (
         label,
         r.device,
-        format_ms(_centre_ms(r)),
-        cpu_text(r),
-        format_ms(r.p95_ms) if not r.smoke else "-",
+        time_text(_centre_ms(r), time_unit),
+        time_text(r.cpu_estimate_ms, time_unit),
+        time_text(r.p95_ms, time_unit) if not r.smoke else "-",
         iqr,
         str(r.rounds),
-        format_ms(c.baseline_median_ms) if c and c.baseline_median_ms is not None else "-",
+        time_text(c.baseline_median_ms, time_unit) if c and c.baseline_median_ms is not None else "-",
         _ratio_cell(c, r),
         _memory_text(r),
         ops_text(r),
@@ -389,6 +400,7 @@ def summary_lines(
     columns: Sequence[str] | None = None,
     sort: str | None = None,
     width: int | None = None,
+    time_unit: tuple[str, float] | None = None,
 ) -> list[str]:
     """The terminal summary: a table per group of (label, result, baseline-updated) triples.
 
@@ -399,6 +411,7 @@ def summary_lines(
     unit, e.g. ``samples/s``) comes before the verdict when a benchmark declares ``items_per_call``.
     ``width``: the terminal's width in characters (None: no limit); the default table then drops
     columns (:data:`DROP_ORDER`) and cuts names in the middle until it fits (see :func:`fit_table`).
+    ``time_unit``: ``(prefix, scale)`` for every time cell (:func:`time_text`); None: each its own.
     Raises ``ValueError`` for an unknown key.
     """
     items = list(items)
@@ -426,8 +439,8 @@ def summary_lines(
         members = groups[group]
         if order is not None:
             members = sorted(members, key=lambda m: order(m[0], m[1]))
-        rows = [summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items, bus=with_bus)
-                for label, r, updated in members]
+        rows = [summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items, bus=with_bus,
+                            time_unit=time_unit) for label, r, updated in members]
         header: Sequence[str] = all_headers
         if keys is not None:
             full = [dict(zip(all_keys, row)) for row in rows]
@@ -437,8 +450,7 @@ def summary_lines(
             lines.append(f"group: {group or '(none)'}")
         numeric = NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column} | set(BUS_COLUMNS)
         if width is not None and keys is None:
-            names = [label for label, _, _ in members]
-            lines.extend(fit_table(rows, header, numeric, width, names))
+            lines.extend(fit_table(rows, header, numeric, width, [label for label, _, _ in members]))
         else:
             lines.extend(format_table(rows, header, numeric))
         lines.append("")
