@@ -82,6 +82,17 @@ def counts(cases: dict[str, dict[str, str]]) -> dict[str, Any]:
     return c
 
 
+def _norm(test_id: str) -> str:
+    """A JUnit ``classname::name`` and a report's node id, made comparable (``a/b.py::C::t`` = ``a.b.C::t``)."""
+    return test_id.replace(".py::", ".").replace("/", ".").replace("::", ".")
+
+
+def not_recorded(cases: dict[str, dict[str, str]], recorded: dict[str, Any]) -> list[str]:
+    """Tests that passed in the recording run without a benchmark in its report (plain tests of the suite)."""
+    keys = {_norm(k) for k in recorded}
+    return sorted(k for k, v in cases.items() if v["outcome"] == "passed" and _norm(k) not in keys)
+
+
 def baseline_files(tree: Path) -> int:
     """Baseline files ``--gpuperf-update-baselines`` wrote under the copy (``baselines/`` folders)."""
     return sum(1 for p in tree.rglob("*") if p.is_file() and "baselines" in p.relative_to(tree).parts)
@@ -127,8 +138,9 @@ def run_suite(suite: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]
                              f"--junitxml={work}/record.xml", *shlex.split(opts.record_args)])
     report = work / "record.json"
     recorded = json.loads(report.read_text()).get("benchmarks", {}) if report.exists() else {}
-    result["record"] = {"exit": rc, "wall_s": wall, **counts(junit_cases(work / "record.xml")),
-                        "recorded": len(recorded), "baseline_files": baseline_files(tree)}
+    cases = junit_cases(work / "record.xml")
+    result["record"] = {"exit": rc, "wall_s": wall, **counts(cases), "recorded": len(recorded),
+                        "passed_not_recorded": not_recorded(cases, recorded), "baseline_files": baseline_files(tree)}
     r = result["record"]
     print(f"[{name}] record: exit {rc}, {r['recorded']} recorded, {r['baseline_files']} baseline files, "
           f"{r['failed']} failed, {r['error']} errors, {wall:.0f} s", flush=True)
@@ -143,6 +155,8 @@ def table(results: list[dict[str, Any]]) -> str:
         s, rec, pb = r["smoke"], r["record"], r.get("pytest_benchmark") or {}
         why = [f"{n}: {reason}" for reason, n in s["skip_reasons"].items()]
         why += [f"{k}: {v}" for k, v in (r.get("cannot_run") or {}).items()]
+        if rec.get("passed_not_recorded"):
+            why.append(f"{len(rec['passed_not_recorded'])} plain tests (no `benchmark`), passed")
         bad = s["failed"] + s["error"]
         rows.append(" | ".join([
             f"| {r['name']}", f"{r.get('repo')}@{(r.get('commit') or '')[:7]}", "yes" if r.get("torch") else "no",
@@ -165,8 +179,16 @@ def load_manifest(path: Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    if argv[:1] == ["table"]:
-        print(table(json.loads(Path(argv[1]).read_text())))
+    if argv[:1] == ["table"]:  # the table of a finished corpus, its plain tests counted again from the files
+        summary = Path(argv[1])
+        results = json.loads(summary.read_text())
+        for r in results:
+            work = summary.parent / r["name"]
+            if (work / "record.json").exists():
+                recorded = json.loads((work / "record.json").read_text()).get("benchmarks", {})
+                r["record"]["passed_not_recorded"] = not_recorded(junit_cases(work / "record.xml"), recorded)
+        summary.write_text(json.dumps(results, indent=1))
+        print(table(results))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--python", required=True, help="the interpreter of the study environment")
