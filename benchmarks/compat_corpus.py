@@ -156,7 +156,7 @@ def table(results: list[dict[str, Any]]) -> str:
         why = [f"{n}: {reason}" for reason, n in s["skip_reasons"].items()]
         why += [f"{k}: {v}" for k, v in (r.get("cannot_run") or {}).items()]
         if rec.get("passed_not_recorded"):
-            why.append(f"{len(rec['passed_not_recorded'])} plain tests (no `benchmark`), passed")
+            why.append(f"{len(rec['passed_not_recorded'])} passed without a benchmark (no `benchmark` call)")
         bad = s["failed"] + s["error"]
         rows.append(" | ".join([
             f"| {r['name']}", f"{r.get('repo')}@{(r.get('commit') or '')[:7]}", "yes" if r.get("torch") else "no",
