@@ -57,7 +57,8 @@ def _verdicts(report: dict) -> dict[str, dict]:
     return {k.split("::")[-1]: v for k, v in report["benchmarks"].items()}
 
 
-def test_each_verdict_names_its_clock_and_cpu_time_decides_on_a_busy_host(pytester: pytest.Pytester) -> None:
+def test_each_verdict_names_its_clock_and_cpu_time_decides_on_a_busy_host(pytester: pytest.Pytester,
+                                                                          capsys: pytest.CaptureFixture) -> None:
     pytester.makepyfile(test_bench=WORK)
     script_timings(pytester, QUIET, test_parallel={"ms": 1.0, "cv": 0.02, "seed": 1,
                                                    "cpu": {"share": 1.0, "parallel": 2.0}})
@@ -103,3 +104,19 @@ def test_each_verdict_names_its_clock_and_cpu_time_decides_on_a_busy_host(pytest
     assert all(e["cpu_time"]["median_ms"] > 0 for e in got.values())
     sleeps = [ln for ln in rec.outlines if ln.startswith("FAILED test_bench.py::test_sleeps")]
     assert sleeps and "CPU time" not in sleeps[0]
+    # `gpuperf compare` on the same baseline and report decides as the plugin did, on the same clock
+    # (issue 45: it read the wall clock alone, so the neighbour's benchmark ended inconclusive there)
+    from pytest_gpuperf.cli.reports import main
+
+    (baseline,) = pytester.path.joinpath("baselines").rglob("*.json")
+    assert main(["compare", str(baseline), str(pytester.path / "r.json"), "-v"]) == 1
+    out = capsys.readouterr().out
+    rows = {ln.split()[0].split("::")[-1]: ln for ln in out.splitlines()
+            if ln.startswith("test_bench.py::") and not ln.split()[0].endswith(":")}  # the table's rows
+    assert len(rows) == 4, out
+    from pytest_gpuperf.core.units import format_ms, format_ratio
+
+    for name, row in rows.items():  # the same verdict and the same ratio, on the same clock
+        assert c[name]["verdict"] in row and f" {format_ratio(c[name]['shown_ratio'])} " in row, (name, out)
+    for name in ("test_neighbour", "test_busy_slowdown"):
+        assert f"CPU time median {format_ms(c[name]['baseline_median_ms'])}" in out, (name, out)

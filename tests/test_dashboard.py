@@ -122,10 +122,14 @@ def test_regressed_runs_are_listed_newest_first(tmp_path: Path) -> None:
     runs, rows, _ = history(12, NAMES[:1], step_at=0)
     for i in (3, 7, 5):
         rows[i]["verdict"] = "regressed"
+    rows[5]["clock"] = "cpu"  # issue 45: a verdict decided on CPU time says so on the dashboard too
     write_site(tmp_path, runs, rows, js=STUB_JS)
     text = (tmp_path / "regressions.html").read_text(encoding="utf-8")
     shown = re.findall(r'<td class="mono">([0-9a-f]{9})</td>', text)
     assert shown == [runs[i]["commit"][:9] for i in (7, 5, 3)]
+    assert text.count(" on CPU time</td>") == 1
+    clocks = _data(tmp_path / "bench" / page_name(NAMES[0], DEVICE))["runs"]["clock"]
+    assert clocks[5] == "cpu" and clocks.count("cpu") == 1  # the page's hover and run table read it
 
 
 def test_memory_and_counts_plots_only_when_recorded(tmp_path: Path) -> None:

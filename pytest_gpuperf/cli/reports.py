@@ -313,14 +313,33 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
                         op_diff=diff)
     processes = c_entry.history[-1].process_medians_ms
     replicated = processes is not None and len(processes) >= 2  # measured by worker processes
+    busy = c_entry.host_busy
     evidence = Evidence(
         samples_ms=tuple(c_entry.samples_ms),
         process_samples_ms=tuple((m_,) for m_ in processes or ()) if replicated else None,
         peak_memory_bytes=c_entry.peak_memory_bytes if b_entry.peak_memory_bytes is not None else None,
-        counts=c_entry.counts if b_entry.count_history else None)
+        counts=c_entry.counts if b_entry.count_history else None,
+        throttle=busy, host_busy=busy, device=str(c_entry.data.get("device") or ""),
+        cpu=_cpu_evidence(c_entry.cpu_time, len(processes) if replicated and processes else None))
     ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
                   probe=None if replicated else _stored_probe(c_entry, b_entry))
     return _Decided(ev.comparison, ev.counts, ev.memory)
+
+
+def _cpu_evidence(cpu: Any, processes: int | None) -> Any:
+    """A stored entry's CPU time as the plugin's CPU-time rule reads it (issue 45): as stored for
+    one process (its samples aligned with the wall clock's); over ``processes`` worker processes,
+    each one's median as one sample (the wall clock's evidence here is their medians too), with
+    the process's CPU time scaled by the stored parallelism. None when not stored, or stored
+    without each process's median."""
+    if cpu is None or processes is None:
+        return cpu
+    medians = cpu.replicates_ms
+    if medians is None or len(medians) != processes:
+        return None
+    from pytest_gpuperf.verdict.cputime import CpuTime
+
+    return CpuTime(tuple(medians), tuple(m * cpu.parallelism for m in medians), tuple(medians))
 
 
 def _print_pairs_table(decided: list[_Decided]) -> None:

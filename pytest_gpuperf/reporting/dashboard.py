@@ -318,11 +318,11 @@ def _series_data(s: _Series, subjects: Mapping[str, str]) -> dict[str, Any]:
     the change points at their position (index of the first run after) in the series."""
     rows = s.rows
     cols: dict[str, list[Any]] = {k: [] for k in ("commit", "date", "machine", "branch", "median", "lo", "hi",
-                                                  "verdict", "pm", "mem")}
+                                                  "verdict", "clock", "pm", "mem")}
     counts: dict[str, list[Any]] = {}
     for i, r in enumerate(rows):
         for key, field in (("commit", "commit"), ("date", "created_utc"), ("machine", "machine"),
-                           ("lo", "ci_low_ms"), ("hi", "ci_high_ms"), ("verdict", "verdict")):
+                           ("lo", "ci_low_ms"), ("hi", "ci_high_ms"), ("verdict", "verdict"), ("clock", "clock")):
             cols[key].append(r.get(field))
         cols["median"].append(_median(r))
         if len(r.get("process_medians_ms") or ()) >= 2:  # the stored CI is the pooled median's, not this median's
@@ -492,7 +492,7 @@ def _regressed_runs_table(series: Sequence[_Series], runs: _Runs) -> str:
            f'<td>{_e(_label(s.device_key))}</td><td>{_e(_label(r.get("branch")))}</td>'
            f'<td class="mono">{_e((r.get("commit") or "-")[:SHORT])}</td><td>{_e(r.get("machine") or "-")}</td>'
            f'<td class="num">{_e(_ms(_median(r)))}</td>'
-           f'<td class="num">{_ratio(r.get("ratio"))}</td></tr>'
+           f'<td class="num">{_ratio(r.get("ratio"))}{" on CPU time" if r.get("clock") == "cpu" else ""}</td></tr>'
            for _, s, r in hits[:MAX_REGRESSED_RUNS]]
     if not trs:
         return '<p class="muted">No run was judged regressed.</p>'

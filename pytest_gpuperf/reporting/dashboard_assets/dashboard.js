@@ -92,11 +92,15 @@
     return idx;
   }
 
+  function verdictText(r, i) {  // the verdict with the clock that decided it, where CPU time did
+    return (r.verdict[i] || "-") + (r.clock && r.clock[i] === "cpu" ? " on CPU time" : "");
+  }
+
   function hoverData(d, idx) {
     var r = d.runs;
     return idx.map(function (i) {
       return [short(r.commit[i]), esc(d.subjects[r.commit[i]] || ""), esc(r.date[i]), esc(r.machine[i] || "-"),
-              esc(r.branch[i] || "-"), esc(r.verdict[i] || "-")];
+              esc(r.branch[i] || "-"), esc(verdictText(r, i))];
     });
   }
 
@@ -200,13 +204,13 @@
     newest.forEach(function (i) {
       var tr = body.insertRow();
       [String(r.date[i]).replace("T", " ").slice(0, 19), short(r.commit[i]), d.subjects[r.commit[i]] || "", r.branch[i] || "-",
-       r.machine[i] || "-", fmt(r.median[i]), r.lo[i] == null ? "-" : fmt(r.lo[i]) + " – " + fmt(r.hi[i]), r.verdict[i] || "-"]
+       r.machine[i] || "-", fmt(r.median[i]), r.lo[i] == null ? "-" : fmt(r.lo[i]) + " – " + fmt(r.hi[i]), verdictText(r, i)]
         .forEach(function (text, c) {
           var td = tr.insertCell();
           td.textContent = text;
           if (c === 1) { td.className = "mono"; }
           if (c === 5 || c === 6) { td.className = "num"; }
-          if (c === 7) { td.className = "verdict-" + text; }
+          if (c === 7) { td.className = "verdict-" + (r.verdict[i] || "-"); }
         });
     });
   }
