@@ -2,7 +2,7 @@
 
 Usage (run from a checkout; the children get it first on PYTHONPATH)::
 
-    python benchmarks/distributed_aa.py [--runs 20] [--ranks 2] [--updates 1] [--launches P] [--out DIR]
+    python benchmarks/distributed_aa.py [--runs 20] [--ranks 2] [--updates 1] [--launches P] [--straggler K] [--out DIR]
 
 A throw-away project with four real CPU benchmarks is measured under
 ``python -m torch.distributed.run --standalone --nproc-per-node N -m pytest``:
@@ -16,6 +16,9 @@ With ``--launches P`` each session is instead ``python -m pytest --gpuperf-nproc
 --gpuperf-processes P``: the plugin runs P whole torchrun launches of N ranks per benchmark (and
 more for an inconclusive one) and decides on the spread between them, as replicate worker
 processes do outside torchrun.
+
+``--straggler K``: then K sessions in which rank 1 does twice ``test_matmul``'s work (the
+environment variable ``GPUPERF_AA_STRAGGLER=1``): is it caught, and is rank 1 named?
 
 ``--updates`` ``--gpuperf-update-baselines`` sessions record the baselines (each appends a run to
 every entry: with 2 or more the gate counts the stored runs as replicates and knows the spread
@@ -47,6 +50,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 BENCHES = '''
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -57,9 +62,19 @@ X = torch.randn(100_000)
 T = torch.ones(2**16)  # 256 KiB of float32
 
 
+STRAGGLER = os.environ.get("GPUPERF_AA_STRAGGLER") == os.environ.get("RANK")  # --straggler runs: rank 1
+
+
+def mm():
+    out = torch.mm(A, A)
+    if STRAGGLER:  # twice the work on one rank
+        out = torch.mm(A, A)
+    return out
+
+
 @pytest.mark.gpu_bench(max_time=0.5)
 def test_matmul(gpu_bench):
-    gpu_bench(torch.mm, A, A)
+    gpu_bench(mm)
 
 
 @pytest.mark.gpu_bench(max_time=0.5)
@@ -97,6 +112,8 @@ def main() -> int:
     ap.add_argument("--launches", type=int, default=None,
                     help="sessions of --gpuperf-nproc RANKS --gpuperf-processes LAUNCHES instead of torchrun sessions")
     ap.add_argument("--out", help="keep the project, the reports and summary.json here")
+    ap.add_argument("--straggler", type=int, default=0,
+                    help="then this many sessions in which rank 1 does twice test_matmul's work (caught, rank named?)")
     args = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     env.pop("PYTEST_ADDOPTS", None)
@@ -157,7 +174,8 @@ def main() -> int:
         print(f"session wall time: median {statistics.median(walls):.1f} s, min {min(walls):.1f}, max {max(walls):.1f}; "
               f"update {update_s:.1f} s; load average at start: {min(l for l in loads if l is not None):.2f}"
               f" to {max(l for l in loads if l is not None):.2f}")
-        (out / "summary.json").write_text(json.dumps({
+        stragglers = _straggler_runs(args.straggler, torchrun, project, env, out)
+        (out / "summary.json").write_text(json.dumps({"straggler_runs": stragglers,
             "runs": args.runs, "ranks": args.ranks, "updates": args.updates, "launches": args.launches, "verdicts": verdicts, "false_alarms": dict(failed),
             "benchmark_runs": total, "failed_sessions": exits.count(1), "wall_s": walls, "update_s": update_s,
             "load_average": loads}, indent=1))
@@ -165,6 +183,24 @@ def main() -> int:
     finally:
         if not args.out:
             shutil.rmtree(out, ignore_errors=True)
+
+
+def _straggler_runs(n: int, torchrun: list[str], project: Path, env: dict[str, str], out: Path) -> list[dict]:
+    """``n`` sessions in which rank 1 does twice ``test_matmul``'s work: each one's verdict, whether
+    the test failed and whether its message names rank 1 as the straggler."""
+    got = []
+    for i in range(n):
+        report = out / f"straggler{i:02d}.json"
+        run = subprocess.run([*torchrun, "--gpuperf", f"--gpuperf-json={report}"], cwd=project,
+                             env=dict(env, GPUPERF_AA_STRAGGLER="1"), capture_output=True, text=True)
+        b = json.loads(report.read_text())["benchmarks"]["test_dist.py::test_matmul"] if report.exists() else {}
+        c = b.get("comparison") or {}
+        failed = any(line.startswith("FAILED test_dist.py::test_matmul") for line in run.stdout.splitlines())
+        named = "rank 1 is the straggler" in (run.stdout + run.stderr)
+        got.append({"verdict": c.get("verdict"), "ratio": c.get("ratio"), "failed": failed, "rank_named": named})
+        print(f"straggler run {i + 1}/{n}: test_matmul {c.get('verdict')} {c.get('ratio')}, failed {failed}, "
+              f"rank 1 named {named}", flush=True)
+    return got
 
 
 if __name__ == "__main__":
