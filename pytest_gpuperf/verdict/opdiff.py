@@ -548,7 +548,7 @@ def why_line(d: OpDiff, unchanged: int = 3) -> str:
     pct = [f" ({p}%)" for p in shares[len(d.named):]] if shares else ["", ""]
     parts.append(f"rest: other ops {_signed_ms(rest[0])}{pct[0]}, outside ops {_signed_ms(rest[1])}{pct[1]}" if split
                  else f"rest {_signed_ms(d.rest_ms)}{pct[0]}")
-    if any(_count(c) for c in (*d.named, *d.inside)):
+    if "×" in "".join(parts):  # say what the counts shown count
         parts.append("×N: calls per benchmark call")
     where = "" if d.source == "A/B" else f" [against {d.source}]"
     return "why: " + "; ".join(parts) + where
@@ -568,20 +568,20 @@ def table(d: OpDiff, rows: int = 15) -> str:
     call (ms), the shift with its 99% CI, the share of the whole change and the status; with the
     profiler's tree the ops are the top-level ones by total time, each named one followed by what
     ran inside it (``└ self``: its own self time, ``└ aten::copy_``: an inner op's self time; share:
-    of that op's change); then each ``gpu_bench.phase`` region (``phase forward``) and the whole call."""
+    of that op's change, ``39% of op``); then each ``gpu_bench.phase`` region (``phase forward``) and the whole call."""
     head = "| op | A ms/call | B ms/call | change (99% CI) | share | status |\n| --- | ---: | ---: | --- | ---: | --- |"
     lines = [head]
 
-    def row(c: OpChange) -> str:
+    def row(c: OpChange, of: str = "") -> str:
         ci = (f" [{_signed_ms(c.ci_ms[0])}, {_signed_ms(c.ci_ms[1])}]" if c.ci_ms is not None else "")
-        share = f"{c.share * 100:.0f}%" if c.share is not None else ""
+        share = f"{c.share * 100:.0f}%{of}" if c.share is not None else ""
         return (f"| {c.name}{_count(c)} | {format_ms(c.a_ms)} | {format_ms(c.b_ms)} | {_signed_ms(c.shift_ms)}{ci} "
                 f"| {share} | {c.status} |")
 
     for c in d.ops[:rows]:  # with the tree: under each named op, what ran inside it (└ inner)
         lines.append(row(c))
         prefix = c.name + INSIDE
-        lines += [row(replace(x, name="└ " + ("self" if x.name == prefix + c.name else x.name[len(prefix):])))
+        lines += [row(replace(x, name="└ " + ("self" if x.name == prefix + c.name else x.name[len(prefix):])), " of op")
                   for x in d.inside if x.name.startswith(prefix)][:5]
     if len(d.ops) > rows:
         lines.append(f"| … {len(d.ops) - rows} more | | | | | |")
