@@ -520,8 +520,8 @@ def _causes(d: OpDiff, shares: Sequence[int], whole: str) -> list[str]:
 
 def why_line(d: OpDiff, unchanged: int = 3) -> str:
     """The failure message's ``why:`` line, causes first, each a top-level op with its whole cost
-    (with the profiler's tree) and what inside it changed: ``why: aten::sort ×3 +94.14 ms/call
-    (+195%, 70% of the slowdown), of which self +31.6 ms, inside: aten::copy_ ×7 +39.74 ms;
+    (with the profiler's tree) and what inside it changed: ``why: aten::sort ×3 +156.9 ms/call
+    (+195%, 92% of the slowdown), of which self +94.14 ms, inside: aten::copy_ ×7 +39.74 ms;
     new: aten::clone ×3 (+0.10 ms, 8% of the slowdown); unchanged: aten::mm, aten::softmax; rest:
     other ops +0.05 ms (2%), outside ops +0.23 ms (20%); ×N: calls per benchmark call``. The
     shares add to exactly 100% (named + new + removed + other ops + outside ops). When nothing is
