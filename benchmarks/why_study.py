@@ -63,6 +63,9 @@ CHANGES = {
     "new exp": ({}, True, "aten::exp"),
 }
 
+#: the op the rule before the tree (every op by self time) names for a stage: the inner op doing the work
+SELF_OP = {"aten::matmul": "aten::mm", "aten::softmax": "aten::_softmax", "aten::layer_norm": "aten::native_layer_norm"}
+
 WORKER = textwrap.dedent('''
     import json, sys
     import torch
@@ -140,6 +143,8 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     ops of the changed stage (named, they are no false cause)."""
     sys.path.insert(0, str(ROOT))
     from pytest_gpuperf.ab.run import PROFILE_PAIRS
+    from dataclasses import replace
+
     from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles, why_line
 
     base = {k: float(v[0]) for k, v in STAGES.items()}
@@ -161,12 +166,19 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     d = diff_profiles(a, b, whole_ms=whole)
     named = [c.name for c in d.named]
     line = why_line(d)
+    # the rule before the tree (issue 47), on the same cycles: every op by its self time
+    flat = diff_profiles([replace(s, tree_ms={}, tree_counts={}) for s in a],
+                         [replace(s, tree_ms={}, tree_counts={}) for s in b], whole_ms=whole)
+    flat_named = [c.name for c in flat.named]
     # the shares the line prints (named ops, other ops, outside ops): they must add to 100
     shares = [int(x) for pair in re.findall(r"(-?\d+)% of the (?:slowdown|speed-up)|ops [+-][^(;]*\((-?\d+)%\)", line)
               for x in pair if x]
     return {"named": named, "first": named[0] if named else None, "expected": expected,
             "unchanged_named": [n for n in named if n != expected and n not in own], "why": line,
-            "total_shift_ms": d.total_shift_ms, "whole_ms": whole, "tree": d.tree, "shares_sum": sum(shares)}
+            "total_shift_ms": d.total_shift_ms, "whole_ms": whole, "tree": d.tree, "shares_sum": sum(shares),
+            "self_named": flat_named, "self_first": flat_named[0] if flat_named else None,
+            "self_expected": SELF_OP.get(expected, expected),
+            "self_unchanged_named": [n for n in flat_named if n != SELF_OP.get(expected, expected) and n not in own]}
 
 
 def naming(opts: argparse.Namespace) -> dict:
@@ -179,15 +191,21 @@ def naming(opts: argparse.Namespace) -> dict:
         out[name] = {"trials": len(rows), "right_first": sum(r["first"] == change[2] for r in rows),
                      "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows),
                      "shares_100": sum(r["shares_sum"] == 100 for r in rows), "tree": sum(r["tree"] for r in rows),
-                     "rows": rows}
+                     "self_right_first": sum(r["self_first"] == r["self_expected"] for r in rows),
+                     "self_unchanged_named": sum(bool(r["self_unchanged_named"]) for r in rows), "rows": rows}
         print(f"{name}: right op first {out[name]['right_first']}/{len(rows)}, "
               f"an unchanged op named {out[name]['unchanged_named']}/{len(rows)}, "
-              f"shares add to 100% {out[name]['shares_100']}/{len(rows)} (tree {out[name]['tree']})", flush=True)
+              f"shares add to 100% {out[name]['shares_100']}/{len(rows)} (tree {out[name]['tree']}); "
+              f"by self time, same cycles: right first {out[name]['self_right_first']}/{len(rows)}, "
+              f"unchanged named {out[name]['self_unchanged_named']}/{len(rows)}", flush=True)
+        (Path(opts.out) / "naming-rows.json").write_text(json.dumps(out, indent=1))  # so far
     rows = [trial(None) for _ in range(opts.aa)]
     out["A/A"] = {"trials": len(rows), "named_anything": sum(bool(r["named"]) for r in rows),
-                  "shares_100": sum(r["shares_sum"] == 100 for r in rows), "rows": rows}
+                  "shares_100": sum(r["shares_sum"] == 100 for r in rows),
+                  "self_named_anything": sum(bool(r["self_named"]) for r in rows), "rows": rows}
     print(f"A/A: named something in {out['A/A']['named_anything']}/{len(rows)}, "
-          f"shares add to 100% {out['A/A']['shares_100']}/{len(rows)}", flush=True)
+          f"shares add to 100% {out['A/A']['shares_100']}/{len(rows)}; by self time, same cycles: "
+          f"named something in {out['A/A']['self_named_anything']}/{len(rows)}", flush=True)
     return out
 
 

@@ -56,11 +56,11 @@ def fold_tree(events: Any, calls: int) -> tuple[dict[str, float], dict[str, floa
     ``FunctionEvent`` list (``prof.events()``); non-CPU events (kernels) are left out."""
     calls = max(1, calls)
     tree: dict[str, float] = {}
-    counts: dict[str, float] = {}
+    seen: dict[str, int] = {}
 
     def add(key: str, us: float) -> None:
         tree[key] = tree.get(key, 0.0) + us / 1e3 / calls
-        counts[key] = counts.get(key, 0.0) + 1 / calls
+        seen[key] = seen.get(key, 0) + 1
 
     for e in events or ():
         name = str(e.name)
@@ -72,7 +72,7 @@ def fold_tree(events: Any, calls: int) -> tuple[dict[str, float], dict[str, floa
         if top is e:
             add(name, _cpu_us(e))
         add(f"{top.name}{INSIDE}{name}", _self_cpu_us(e))
-    return tree, counts
+    return tree, {k: n / calls for k, n in seen.items()}  # counted whole, then per call: 20/20 is 1
 
 
 def sample_from(prof: Any, calls: int, cuda: bool, process: int = 0) -> OpSample:

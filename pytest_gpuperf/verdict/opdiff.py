@@ -469,7 +469,7 @@ def diff_against_stored(stored: Any, b: Sequence[OpSample], *, whole_ms: tuple[f
 
 
 def _count(c: OpChange) -> str:
-    n = c.b_count if c.status != "removed" else c.a_count
+    n = round(c.b_count if c.status != "removed" else c.a_count, 2)
     return f" ×{n:g}" if n and n != 1 else ""
 
 

@@ -138,3 +138,6 @@ def test_fold_tree_on_profiler_events() -> None:
     assert tree == pytest.approx({"aten::sort": 0.35, "aten::sort > aten::sort": 0.15, "aten::sort > aten::copy_": 0.15,
                                   "aten::sort > aten::arange": 0.05, "aten::add": 0.05, "aten::add > aten::add": 0.05})
     assert counts["aten::sort > aten::arange"] == 1.0 and counts["aten::sort"] == 0.5
+    # 20 calls of one sort each: exactly 1 a call (not 20 × 1/20), so the line shows no "×1"
+    many = [ev("aten::sort", 300, 700, region) for _ in range(20)]
+    assert fold_tree(many, calls=20)[1]["aten::sort"] == 1.0
