@@ -185,6 +185,8 @@ def naming(opts: argparse.Namespace) -> dict:
     ops = stage_ops()
     out: dict = {"stage_ops": ops}
     for name, change in CHANGES.items():
+        if opts.changes and name not in opts.changes:
+            continue
         stages = [k for k in change[0]] or ["added"]
         own = {op for k in stages for op in ops.get(k, [])}
         rows = [trial(change, own) for _ in range(opts.trials)]
@@ -333,6 +335,9 @@ def main() -> None:
     ap.add_argument("--cost-only", action="store_true")
     ap.add_argument("--naming-only", action="store_true")
     ap.add_argument("--cuda-only", action="store_true", help="only part 3 (CUDA control flow, simulated device)")
+    ap.add_argument("--changes", type=lambda v: [x.strip() for x in v.split(",")], default=None,
+                    help=f"only these injected changes in part 1, comma-separated (of: {', '.join(CHANGES)})")
+    ap.add_argument("--no-cuda", action="store_true", help="leave part 3 out of a naming run")
     ap.add_argument("--pairs", type=int, default=None,
                     help="profiling processes per side in parts 1 and 3 (default: the plugin's PROFILE_PAIRS)")
     opts = ap.parse_args()
@@ -349,7 +354,8 @@ def main() -> None:
     result = {} if opts.naming_only else {"cost": cost(opts)}
     if not opts.cost_only:
         result["naming"] = naming(opts)
-        result["cuda_simulated"] = cuda_control_flow(opts)
+        if not opts.no_cuda:
+            result["cuda_simulated"] = cuda_control_flow(opts)
     name = "summary-cost.json" if opts.cost_only else "summary-naming.json" if opts.naming_only else "summary.json"
     (Path(opts.out) / name).write_text(json.dumps(result, indent=1))  # one part's run never overwrites another's
 
