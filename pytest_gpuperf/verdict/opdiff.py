@@ -581,8 +581,10 @@ def table(d: OpDiff, rows: int = 15) -> str:
     for c in d.ops[:rows]:  # with the tree: under each named op, what ran inside it (└ inner)
         lines.append(row(c))
         prefix = c.name + INSIDE
-        lines += [row(replace(x, name="└ " + ("self" if x.name == prefix + c.name else x.name[len(prefix):])), " of op")
-                  for x in d.inside if x.name.startswith(prefix)][:5]
+        parts = [x for x in d.inside if x.name.startswith(prefix)]
+        if any(x.name != prefix + c.name for x in parts):  # an op with nothing inside is its own self time
+            lines += [row(replace(x, name="└ " + ("self" if x.name == prefix + c.name else x.name[len(prefix):])),
+                          " of op") for x in parts[:5]]
     if len(d.ops) > rows:
         lines.append(f"| … {len(d.ops) - rows} more | | | | | |")
     lines += [row(replace(c, name=f"phase {c.name}", a_count=0.0, b_count=0.0)) for c in d.phases]

@@ -141,3 +141,11 @@ def test_fold_tree_on_profiler_events() -> None:
     # 20 calls of one sort each: exactly 1 a call (not 20 × 1/20), so the line shows no "×1"
     many = [ev("aten::sort", 300, 700, region) for _ in range(20)]
     assert fold_tree(many, calls=20)[1]["aten::sort"] == 1.0
+
+
+def test_a_leaf_op_is_named_alone_without_parts() -> None:
+    d = diff_profiles(nested(9), nested(10, dict(TREE, **{"aten::mm": {"aten::mm": 2.0}})), whole_ms=(2.1, 3.1))
+    assert [c.name for c in d.named] == ["aten::mm"]
+    line = why_line(d)
+    assert line.startswith("why: aten::mm +") and "of which" not in line and "×N" not in line
+    assert "└" not in table(d) and sum(shares_in(line)) == 100
