@@ -6,9 +6,9 @@ runtime calls), one profiler cycle per :class:`~pytest_gpuperf.verdict.opdiff.Op
 after one discarded warm-up call (``torch.profiler.schedule(wait=0, warmup=1, active=1,
 repeat=cycles)``). Per cycle: every op's self CPU time and count from torch's own
 ``key_averages()`` (public API; the profiler's parent/child tree, so ops on the autograd thread
-count right), the same tree folded to the top-level ops (:func:`fold_tree`: each one's total time,
-and the self time of each op inside it, from the events' ``cpu_parent``), on CUDA each kernel's device time by kernel and launching op
-(:func:`pytest_gpuperf.verdict.opdiff.kernel_times`) and the GPU's idle time between kernels
+count right), the same tree folded to the top-level ops (:func:`fold_tree`: each one's total
+time, and the self time of each op inside it, from the events' ``cpu_parent``), on CUDA each
+kernel's device time by kernel and launching op (:func:`pytest_gpuperf.verdict.opdiff.kernel_times`) and the GPU's idle time between kernels
 (:func:`pytest_gpuperf.verdict.bottleneck.analyze`), the whole call's and each phase's time from
 the ``gpuperf::region`` and ``gpuperf::phase::*`` annotations. Runs outside the timed rounds;
 imports torch lazily.

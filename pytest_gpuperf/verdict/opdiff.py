@@ -301,7 +301,8 @@ def _changes(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]],
 INSIDE = " > "
 
 
-def _top_level(side: Sequence[OpSample], tree: bool, cuda: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+def _top_level(side: Sequence[OpSample], tree: bool,
+               cuda: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Per cycle, what the diff attributes the call to (ms per call) and the counts: with the tree,
     the top-level ops' total times, the kernels (CUDA: device time, no CPU parent) and the GPU's idle
     time; without it, every op's self time (and the idle time)."""
