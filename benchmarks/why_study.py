@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,23 +43,28 @@ ROOT = HERE.parent
 #: stage -> (its size in A, the op the changed stage names first); sizes chosen so that each stage
 #: takes about 0.2-0.7 ms on the study VM and each injected change moves the whole call by >= ~10%
 #: (an A/B verdict must say regressed for the diff to run at all)
+#: (issue 47: with the profiler's tree the op named is the one the stage calls, top-level, with its
+#: whole cost: aten::matmul with its aten::mm inside, aten::softmax with aten::_softmax, ...)
 STAGES = {
-    "mm": (256, "aten::mm"),
-    "softmax": (800_000, "aten::_softmax"),
+    "mm": (256, "aten::matmul"),
+    "softmax": (800_000, "aten::softmax"),
     "sort": (60_000, "aten::sort"),
     "index_select": (1_200_000, "aten::index_select"),
-    "layer_norm": (600_000, "aten::native_layer_norm"),
+    "layer_norm": (600_000, "aten::layer_norm"),
     "cumsum": (300_000, "aten::cumsum"),
 }
 #: injected changes: name -> (stage sizes of B relative to A, an added exp in B, the op expected first)
 CHANGES = {
-    "mm 1.5x size": ({"mm": 1.5}, False, "aten::mm"),
-    "softmax 2x": ({"softmax": 2.0}, False, "aten::_softmax"),
+    "mm 1.5x size": ({"mm": 1.5}, False, "aten::matmul"),
+    "softmax 2x": ({"softmax": 2.0}, False, "aten::softmax"),
     "sort 2x": ({"sort": 2.0}, False, "aten::sort"),
     "index_select 2x": ({"index_select": 2.0}, False, "aten::index_select"),
-    "layer_norm 2x": ({"layer_norm": 2.0}, False, "aten::native_layer_norm"),
+    "layer_norm 2x": ({"layer_norm": 2.0}, False, "aten::layer_norm"),
     "new exp": ({}, True, "aten::exp"),
 }
+
+#: the op the rule before the tree (every op by self time) names for a stage: the inner op doing the work
+SELF_OP = {"aten::matmul": "aten::mm", "aten::softmax": "aten::_softmax", "aten::layer_norm": "aten::native_layer_norm"}
 
 WORKER = textwrap.dedent('''
     import json, sys
@@ -95,7 +101,7 @@ WORKER = textwrap.dedent('''
             g()
             with profile() as p:
                 g()
-            out[name] = sorted({e.key for e in p.key_averages() if e.self_cpu_time_total > 0})
+            out[name] = sorted({e.key for e in p.key_averages() if e.count > 0})  # the stage's ops, all levels
         print(json.dumps(out))
         raise SystemExit(0)
     for _ in range(5):
@@ -137,6 +143,8 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     ops of the changed stage (named, they are no false cause)."""
     sys.path.insert(0, str(ROOT))
     from pytest_gpuperf.ab.run import PROFILE_PAIRS
+    from dataclasses import replace
+
     from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles, why_line
 
     base = {k: float(v[0]) for k, v in STAGES.items()}
@@ -157,25 +165,49 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     whole = (statistics.median(medians["A"]), statistics.median(medians["B"]))
     d = diff_profiles(a, b, whole_ms=whole)
     named = [c.name for c in d.named]
+    line = why_line(d)
+    # the rule before the tree (issue 47), on the same cycles: every op by its self time
+    flat = diff_profiles([replace(s, tree_ms={}, tree_counts={}) for s in a],
+                         [replace(s, tree_ms={}, tree_counts={}) for s in b], whole_ms=whole)
+    flat_named = [c.name for c in flat.named]
+    # the shares the line prints (named ops, other ops, outside ops): they must add to 100
+    shares = [int(x) for pair in re.findall(r"(-?\d+)% of the (?:slowdown|speed-up)|ops [+-][^(;]*\((-?\d+)%\)", line)
+              for x in pair if x]
     return {"named": named, "first": named[0] if named else None, "expected": expected,
-            "unchanged_named": [n for n in named if n != expected and n not in own], "why": why_line(d),
-            "total_shift_ms": d.total_shift_ms, "whole_ms": whole}
+            "unchanged_named": [n for n in named if n != expected and n not in own], "why": line,
+            "total_shift_ms": d.total_shift_ms, "whole_ms": whole, "tree": d.tree, "shares_sum": sum(shares),
+            "self_named": flat_named, "self_first": flat_named[0] if flat_named else None,
+            "self_expected": SELF_OP.get(expected, expected),
+            "self_unchanged_named": [n for n in flat_named if n != SELF_OP.get(expected, expected) and n not in own]}
 
 
 def naming(opts: argparse.Namespace) -> dict:
     ops = stage_ops()
     out: dict = {"stage_ops": ops}
     for name, change in CHANGES.items():
+        if opts.changes and name not in opts.changes:
+            continue
         stages = [k for k in change[0]] or ["added"]
         own = {op for k in stages for op in ops.get(k, [])}
         rows = [trial(change, own) for _ in range(opts.trials)]
         out[name] = {"trials": len(rows), "right_first": sum(r["first"] == change[2] for r in rows),
-                     "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows), "rows": rows}
+                     "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows),
+                     "shares_100": sum(r["shares_sum"] == 100 for r in rows), "tree": sum(r["tree"] for r in rows),
+                     "self_right_first": sum(r["self_first"] == r["self_expected"] for r in rows),
+                     "self_unchanged_named": sum(bool(r["self_unchanged_named"]) for r in rows), "rows": rows}
         print(f"{name}: right op first {out[name]['right_first']}/{len(rows)}, "
-              f"an unchanged op named {out[name]['unchanged_named']}/{len(rows)}", flush=True)
+              f"an unchanged op named {out[name]['unchanged_named']}/{len(rows)}, "
+              f"shares add to 100% {out[name]['shares_100']}/{len(rows)} (tree {out[name]['tree']}); "
+              f"by self time, same cycles: right first {out[name]['self_right_first']}/{len(rows)}, "
+              f"unchanged named {out[name]['self_unchanged_named']}/{len(rows)}", flush=True)
+        (Path(opts.out) / "naming-rows.json").write_text(json.dumps(out, indent=1))  # so far
     rows = [trial(None) for _ in range(opts.aa)]
-    out["A/A"] = {"trials": len(rows), "named_anything": sum(bool(r["named"]) for r in rows), "rows": rows}
-    print(f"A/A: named something in {out['A/A']['named_anything']}/{len(rows)}", flush=True)
+    out["A/A"] = {"trials": len(rows), "named_anything": sum(bool(r["named"]) for r in rows),
+                  "shares_100": sum(r["shares_sum"] == 100 for r in rows),
+                  "self_named_anything": sum(bool(r["self_named"]) for r in rows), "rows": rows}
+    print(f"A/A: named something in {out['A/A']['named_anything']}/{len(rows)}, "
+          f"shares add to 100% {out['A/A']['shares_100']}/{len(rows)}; by self time, same cycles: "
+          f"named something in {out['A/A']['self_named_anything']}/{len(rows)}", flush=True)
     return out
 
 
@@ -303,6 +335,9 @@ def main() -> None:
     ap.add_argument("--cost-only", action="store_true")
     ap.add_argument("--naming-only", action="store_true")
     ap.add_argument("--cuda-only", action="store_true", help="only part 3 (CUDA control flow, simulated device)")
+    ap.add_argument("--changes", type=lambda v: [x.strip() for x in v.split(",")], default=None,
+                    help=f"only these injected changes in part 1, comma-separated (of: {', '.join(CHANGES)})")
+    ap.add_argument("--no-cuda", action="store_true", help="leave part 3 out of a naming run")
     ap.add_argument("--pairs", type=int, default=None,
                     help="profiling processes per side in parts 1 and 3 (default: the plugin's PROFILE_PAIRS)")
     opts = ap.parse_args()
@@ -319,7 +354,8 @@ def main() -> None:
     result = {} if opts.naming_only else {"cost": cost(opts)}
     if not opts.cost_only:
         result["naming"] = naming(opts)
-        result["cuda_simulated"] = cuda_control_flow(opts)
+        if not opts.no_cuda:
+            result["cuda_simulated"] = cuda_control_flow(opts)
     name = "summary-cost.json" if opts.cost_only else "summary-naming.json" if opts.naming_only else "summary.json"
     (Path(opts.out) / name).write_text(json.dumps(result, indent=1))  # one part's run never overwrites another's
 

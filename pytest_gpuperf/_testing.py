@@ -167,7 +167,8 @@ class ScriptedMeasurer(Measurer):
     def profile_ops(self, fn, args, kwargs, device, *, cycles, calls, process=0, trace_path=None):
         """With scripted ``ops`` (``{"aten::mm": 0.5, ...}``, ms per call): ``cycles`` synthetic
         :class:`~pytest_gpuperf.verdict.opdiff.OpSample` with 3% seeded noise per op and cycle, the
-        call's total the ops' sum plus 5% (and no trace); otherwise the real profiler. The function
+        call's total the ops' sum plus 5% (and no trace), each op top-level in the profiler's tree
+        with nothing inside it (``tree_ms``: ``op`` and ``op > op``); otherwise the real profiler. The function
         is called once (its test's own checks see a real call)."""
         if self.ops is None:
             from pytest_gpuperf.measure.opprofile import profile_ops
@@ -183,7 +184,9 @@ class ScriptedMeasurer(Measurer):
         out = []
         for _ in range(cycles):
             times = {k: v * max(0.5, 1 + rng.gauss(0, 0.03)) for k, v in self.ops.items()}
-            out.append(OpSample(times, {k: 1.0 for k in times}, sum(times.values()) * 1.05, None, {}, process))
+            tree = {**times, **{f"{k} > {k}": v for k, v in times.items()}}
+            out.append(OpSample(times, {k: 1.0 for k in times}, sum(times.values()) * 1.05, None, {}, process,
+                                tree, {k: 1.0 for k in tree}))
         return out
 
     @classmethod

@@ -16,6 +16,7 @@ part of the output, the report and ``gpuperf compare``.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,7 @@ def test_regressions_name_the_op_that_got_slower_or_say_why_not(pytester: pytest
     # test_stages: the verdict first, then the cause
     stages = _failure(res, "test_stages")
     stages.fnmatch_lines(["regressed 1.*(A/B vs HEAD (*))", "  why: aten::sort +*/call (+*% of the slowdown)*"])
-    assert "unchanged: aten::mm, aten::softmax" in stages.str() and "rest " in stages.str()
+    assert "unchanged: aten::mm, aten::softmax" in stages.str() and "rest: other ops " in stages.str()
     md = (top / "out.md").read_text()
     assert "Why it moved, op by op" in md
     table = md.split("`test_x.py::test_stages`: why:", 1)[1].split("\n`", 1)[0]
@@ -151,6 +152,7 @@ def test_regressions_name_the_op_that_got_slower_or_say_why_not(pytester: pytest
     assert diff["processes"] == [3, 3] and diff["cycles"][0] >= 6
     total = diff["named_ms"] + diff["new_ms"] + diff["removed_ms"] + diff["rest_ms"]
     assert total == pytest.approx(diff["total_shift_ms"])
+    assert diff["rest_ms"] == pytest.approx(diff["other_ms"] + diff["outside_ms"]) and diff["tree"] is True
     assert diff["whole_from"] == "timing"  # the verdict's own medians are the change to explain
     # gpuperf compare shows the report's diff under the decision
     from pytest_gpuperf.cli.reports import main
@@ -170,7 +172,10 @@ def test_regressions_name_the_op_that_got_slower_or_say_why_not(pytester: pytest
     sorts = _failure(res, "test_sorts")
     sorts.fnmatch_lines(["regressed *(A/B vs HEAD (*))", "  why: aten::sort +*/call (*"])
     why = _indented_after(sorts.str(), "  why: ")
-    assert "unchanged: " in why and "aten::mm" in why.split("unchanged: ", 1)[1]
+    # the op called (matmul, with its mm inside) is the unchanged one; the shares add to 100%
+    assert "unchanged: " in why and "aten::matmul" in why.split("unchanged: ", 1)[1]
+    shares = [int(x) for x in re.findall(r"(-?\d+)% of the slowdown|\((-?\d+)%\)", " ".join(why.split())) for x in x if x]
+    assert sum(shares) == 100, why
     named = [c for c in benches["test_sorts.py::test_sorts"]["op_diff"]["ops"]
              if c["status"] in ("slower", "faster", "new", "removed")]
     assert named and named[0]["name"] == "aten::sort" and named[0]["status"] == "slower"

@@ -6,8 +6,9 @@ runtime calls), one profiler cycle per :class:`~pytest_gpuperf.verdict.opdiff.Op
 after one discarded warm-up call (``torch.profiler.schedule(wait=0, warmup=1, active=1,
 repeat=cycles)``). Per cycle: every op's self CPU time and count from torch's own
 ``key_averages()`` (public API; the profiler's parent/child tree, so ops on the autograd thread
-count right), on CUDA each kernel's device time by kernel and launching op
-(:func:`pytest_gpuperf.verdict.opdiff.kernel_times`) and the GPU's idle time between kernels
+count right), the same tree folded to the top-level ops (:func:`fold_tree`: each one's total
+time, and the self time of each op inside it, from the events' ``cpu_parent``), on CUDA each
+kernel's device time by kernel and launching op (:func:`pytest_gpuperf.verdict.opdiff.kernel_times`) and the GPU's idle time between kernels
 (:func:`pytest_gpuperf.verdict.bottleneck.analyze`), the whole call's and each phase's time from
 the ``gpuperf::region`` and ``gpuperf::phase::*`` annotations. Runs outside the timed rounds;
 imports torch lazily.
@@ -20,7 +21,7 @@ import warnings
 from typing import Any, Callable
 
 from pytest_gpuperf.verdict.bottleneck import FINAL_SYNC_NAME, PHASE_PREFIX, REGION_NAME
-from pytest_gpuperf.verdict.opdiff import OpSample, kernel_times
+from pytest_gpuperf.verdict.opdiff import INSIDE, OpSample, kernel_times
 
 #: Cycles per process and the profiled time per cycle the A/B profile aims at (ms).
 CYCLES = 6
@@ -40,6 +41,38 @@ def _self_cpu_us(e: Any) -> float:
 
 def _cpu_us(e: Any) -> float:
     return float(getattr(e, "cpu_time_total", 0.0) or 0.0)
+
+
+def _annotation(name: str) -> bool:
+    return name.startswith(("gpuperf::", "ProfilerStep")) or name == FINAL_SYNC_NAME
+
+
+def fold_tree(events: Any, calls: int) -> tuple[dict[str, float], dict[str, float]]:
+    """The profiler's CPU event tree folded to the top-level ops (:attr:`OpSample.tree_ms` and
+    ``tree_counts``, per call of ``calls``): a top-level op is one whose ``cpu_parent`` chain reaches
+    no other op (none, or a ``gpuperf::``/``ProfilerStep`` annotation); key ``op`` gets its
+    ``cpu_time_total`` (µs in torch, ms here), key ``op > inner`` the ``self_cpu_time_total`` of
+    every event named ``inner`` under it at any depth (``op > op`` its own). ``events``: torch's
+    ``FunctionEvent`` list (``prof.events()``); non-CPU events (kernels) are left out."""
+    calls = max(1, calls)
+    tree: dict[str, float] = {}
+    seen: dict[str, int] = {}
+
+    def add(key: str, us: float) -> None:
+        tree[key] = tree.get(key, 0.0) + us / 1e3 / calls
+        seen[key] = seen.get(key, 0) + 1
+
+    for e in events or ():
+        name = str(e.name)
+        if getattr(getattr(e, "device_type", None), "name", "CPU") != "CPU" or _annotation(name):
+            continue
+        top, up = e, getattr(e, "cpu_parent", None)
+        while up is not None and not _annotation(str(up.name)):
+            top, up = up, getattr(up, "cpu_parent", None)
+        if top is e:
+            add(name, _cpu_us(e))
+        add(f"{top.name}{INSIDE}{name}", _self_cpu_us(e))
+    return tree, {k: n / calls for k, n in seen.items()}  # counted whole, then per call: 20/20 is 1
 
 
 def sample_from(prof: Any, calls: int, cuda: bool, process: int = 0) -> OpSample:
@@ -74,7 +107,8 @@ def sample_from(prof: Any, calls: int, cuda: bool, process: int = 0) -> OpSample
         evidence = analyze(events, device_type="cuda", calls=calls)
         idle = evidence.idle_s * 1e3
         total = total or evidence.wall_s * 1e3
-    return OpSample(self_ms, counts, total, idle, phases, process)
+    tree, tree_counts = fold_tree(prof.events(), calls)
+    return OpSample(self_ms, counts, total, idle, phases, process, tree, tree_counts)
 
 
 def profile_ops(fn: Callable[..., Any], args: tuple, kwargs: dict, device: Any, *, cycles: int = CYCLES,

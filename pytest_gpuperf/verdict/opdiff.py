@@ -4,7 +4,10 @@ Each side (A: the old code, B: the new) is profiled in several *cycles* (a few c
 than one process); a cycle is one :class:`OpSample`: per benchmark call, each op's self time (CPU:
 aten-level self time; CUDA: kernel device time keyed by kernel and launching op), each op's count,
 the whole call's time, on CUDA the GPU's idle time between kernels, and the time per phase
-(``gpu_bench.phase`` regions). :func:`diff_profiles` compares A and B op by op:
+(``gpu_bench.phase`` regions), and the profiler's parent/child tree folded to the top-level ops
+(each one's total time, and the self time of each op inside it). :func:`diff_profiles` compares A
+and B op by op — with the tree, the top-level ops by their total time (the op the benchmark called
+is named with its whole cost, what ran inside it under it, never as a cause of its own):
 
 * the change of an op is the **Hodges–Lehmann shift** B − A of its per-call times over the cycles,
   with the distribution-free confidence interval that goes with the Mann–Whitney test (Hodges &
@@ -21,8 +24,9 @@ the whole call's time, on CUDA the GPU's idle time between kernels, and the time
   fluke is no cause), it is at least :data:`MIN_RELATIVE` of its own time, it goes the way the
   whole call went, and it explains at least :data:`MIN_SHARE` of the whole change (:func:`op_status`);
 * an op present in every cycle of one side and in none of the other is **new** or **removed**;
-* the parts add up: named ops + new + removed + the **rest** (every other op, Python overhead
-  outside ops, profiler noise) = the change of the whole call, and the rest is shown, not hidden.
+* the parts add up: named ops + new + removed + the **rest** (the other ops' change, and the time
+  outside ops: Python overhead between them, profiler noise) = the change of the whole call, so the
+  shares add to 100%, and the rest is shown, not hidden.
 
 Holistic Trace Analysis' ``TraceDiff`` compares op frequencies and durations between two sets of
 traces (with pandas, on trace files); it has no uncertainty, so it would name noise. The rule here
@@ -57,6 +61,14 @@ class OpSample:
     ``total_ms``: the whole call's time per call under the profiler (ms); ``idle_ms``: on CUDA the
     GPU's idle time between kernels per call (ms), None on the CPU; ``phase_ms``: phase name -> time
     per call (ms) of each ``gpu_bench.phase`` region. ``process``: which worker process profiled it.
+
+    ``tree_ms`` (the profiler's parent/child tree, folded to the ops the benchmark called; empty in a
+    profile recorded before it was kept, which is then diffed by self times): key ``op`` -> the
+    total (self + everything under it) time per call (ms) of a *top-level* op (one no other op
+    encloses: its ``cpu_parent`` is none or a ``gpuperf::`` annotation; torch's ``cpu_time_total``),
+    key ``op > inner`` -> the self time per call (ms) of the ops named ``inner`` that ran inside the
+    top-level ``op``, at any depth (``op > op``: the top-level op's own self time; the ``op > *``
+    entries of a cycle add up to its ``op`` entry); ``tree_counts``: the same keys, occurrences per call.
     """
 
     self_ms: Mapping[str, float]
@@ -65,19 +77,27 @@ class OpSample:
     idle_ms: float | None = None
     phase_ms: Mapping[str, float] = field(default_factory=dict)
     process: int = 0
+    tree_ms: Mapping[str, float] = field(default_factory=dict)
+    tree_counts: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"self_ms": dict(self.self_ms), "counts": dict(self.counts), "total_ms": self.total_ms,
-                "idle_ms": self.idle_ms, "phase_ms": dict(self.phase_ms), "process": self.process}
+        d = {"self_ms": dict(self.self_ms), "counts": dict(self.counts), "total_ms": self.total_ms,
+             "idle_ms": self.idle_ms, "phase_ms": dict(self.phase_ms), "process": self.process}
+        if self.tree_ms:  # absent from a profile without the tree (and from the profiles stored before it)
+            d.update(tree_ms=dict(self.tree_ms), tree_counts=dict(self.tree_counts))
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OpSample":
-        """Raises ``ValueError`` naming the field when ``d`` is not an op sample's dict."""
+        """Raises ``ValueError`` naming the field when ``d`` is not an op sample's dict. A dict without
+        ``tree_ms`` (a profile stored before the tree was kept) loads with an empty tree."""
+        def floats(m: Any) -> dict[str, float]:
+            return {str(k): float(v) for k, v in (m or {}).items()}
+
         try:
-            return cls({str(k): float(v) for k, v in d["self_ms"].items()},
-                       {str(k): float(v) for k, v in (d.get("counts") or {}).items()},
-                       float(d["total_ms"]), None if d.get("idle_ms") is None else float(d["idle_ms"]),
-                       {str(k): float(v) for k, v in (d.get("phase_ms") or {}).items()}, int(d.get("process", 0)))
+            return cls(floats(d["self_ms"]), floats(d.get("counts")), float(d["total_ms"]),
+                       None if d.get("idle_ms") is None else float(d["idle_ms"]), floats(d.get("phase_ms")),
+                       int(d.get("process", 0)), floats(d.get("tree_ms")), floats(d.get("tree_counts")))
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ValueError(f"not an op profile sample ({type(exc).__name__}: {exc}); expected self_ms, total_ms, "
                              f"counts, idle_ms, phase_ms") from None
@@ -118,6 +138,16 @@ class OpDiff:
     ``whole_from``: where the whole call's change came from (``"timing"``: the verdict's medians;
     ``"profile"``: the profiled cycles); ``traces``: the chrome traces of side A and side B (paths),
     when they were saved.
+
+    ``tree``: True when both sides carried the profiler's tree (:attr:`OpSample.tree_ms`): ``ops``
+    are then the top-level ops by their total time (the op the benchmark called, with everything
+    it ran), and ``inside`` the changes of what ran inside each named one (``op > inner``, self
+    times; ``op > op`` its own self time; share: of that op's change). False (a profile without the
+    tree, e.g. a baseline's stored before it was kept): ``ops`` by self time, ``inside`` empty.
+    ``other_ms``: the summed change of the ops not named; ``outside_ms``: the whole change less
+    every op's change (time outside any op: Python between ops, waits, what the timing saw and the
+    profiler did not). ``rest_ms`` = ``other_ms`` + ``outside_ms``, so named + new + removed +
+    other + outside = ``total_shift_ms`` exactly, and the shares add to 100%.
     """
 
     total_a_ms: float
@@ -135,6 +165,10 @@ class OpDiff:
     source: str = "A/B"
     whole_from: str = "profile"
     traces: tuple[str, ...] = ()
+    tree: bool = False
+    inside: tuple[OpChange, ...] = ()
+    other_ms: float | None = None
+    outside_ms: float | None = None
 
     @property
     def named(self) -> tuple[OpChange, ...]:
@@ -145,6 +179,7 @@ class OpDiff:
         d = asdict(self)
         d["ops"] = [asdict(c) for c in self.ops]
         d["phases"] = [asdict(c) for c in self.phases]
+        d["inside"] = [asdict(c) for c in self.inside]
         return d
 
     @classmethod
@@ -156,6 +191,7 @@ class OpDiff:
         ci = d.get("total_ci_ms")
         return cls(**{**d, "ops": tuple(change(c) for c in d.get("ops", ())),
                       "phases": tuple(change(c) for c in d.get("phases", ())),
+                      "inside": tuple(change(c) for c in d.get("inside", ())),
                       "total_ci_ms": tuple(ci) if ci is not None else None,
                       "cycles": tuple(d.get("cycles", (0, 0))), "processes": tuple(d.get("processes", (0, 0))),
                       "traces": tuple(d.get("traces") or ())})
@@ -261,6 +297,47 @@ def _changes(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]],
     return out
 
 
+#: The separator of a tree key: ``op > inner`` is what ran inside the top-level ``op``.
+INSIDE = " > "
+
+
+def _top_level(side: Sequence[OpSample], tree: bool,
+               cuda: bool) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Per cycle, what the diff attributes the call to (ms per call) and the counts: with the tree,
+    the top-level ops' total times, the kernels (CUDA: device time, no CPU parent) and the GPU's idle
+    time; without it, every op's self time (and the idle time)."""
+    times, counts = [], []
+    for s in side:
+        if tree:
+            t = {k: v for k, v in s.tree_ms.items() if INSIDE not in k}
+            t.update({k: v for k, v in s.self_ms.items() if k.startswith("kernel: ")})
+            c = {k: v for k, v in s.tree_counts.items() if INSIDE not in k}
+        else:
+            t, c = dict(s.self_ms), dict(s.counts)
+        if cuda and s.idle_ms is not None:
+            t[IDLE] = float(s.idle_ms)
+        times.append(t)
+        counts.append(c)
+    return times, counts
+
+
+def _inside(a: Sequence[OpSample], b: Sequence[OpSample], parents: Sequence[OpChange]) -> list[OpChange]:
+    """The changes of what ran inside each of ``parents`` (tree keys ``op > inner``, self times;
+    each one's share and status against its parent's change), largest first per parent."""
+    pa, pb = [s.process for s in a], [s.process for s in b]
+    out: list[OpChange] = []
+    for parent in parents:
+        prefix = parent.name + INSIDE
+
+        def under(side: Sequence[OpSample], m: str) -> list[dict[str, float]]:
+            return [{k: v for k, v in getattr(s, m).items() if k.startswith(prefix)} for s in side]
+
+        got = _changes(under(a, "tree_ms"), under(b, "tree_ms"), under(a, "tree_counts"), under(b, "tree_counts"),
+                       parent.shift_ms, pa, pb)
+        out += sorted(got, key=lambda c: (-abs(c.shift_ms), c.name))
+    return out
+
+
 def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A/B", *,
                   whole_ms: tuple[float, float] | None = None) -> OpDiff:
     """Diff side B's profiled cycles against side A's (see the module doc). ``a``, ``b``: the
@@ -270,8 +347,11 @@ def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A
     explain (its direction, the shares and the rest), and it is taken as decided — the verdict
     decided it, with the paired timing design, far more precisely than the profiled cycles can.
     Without it the profiles' own whole-call change is used, and nothing is named while its CI
-    includes 0. On CUDA (samples with ``idle_ms``) the GPU's idle time between kernels is diffed
-    as the op :data:`IDLE`. Pure and deterministic. Raises ``ValueError`` when a side has no cycle."""
+    includes 0. When every cycle of both sides carries the profiler's tree (:attr:`OpSample.tree_ms`)
+    the ops diffed are the top-level ones by total time, and what ran inside each named one is
+    diffed under it (``OpDiff.inside``); else every op by self time. On CUDA (samples with
+    ``idle_ms``) the GPU's idle time between kernels is diffed as the op :data:`IDLE`. Pure and
+    deterministic. Raises ``ValueError`` when a side has no cycle."""
     if not a or not b:
         raise ValueError("each side needs at least one profiled cycle")
     ta, tb = [s.total_ms for s in a], [s.total_ms for s in b]
@@ -284,12 +364,9 @@ def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A
     else:  # nothing to explain while the whole call's own change is within its noise
         decided = total_ci is not None and not total_ci[0] <= 0 <= total_ci[1]
     cuda = all(s.idle_ms is not None for s in (*a, *b))
-
-    def times(side: Sequence[OpSample]) -> list[dict[str, float]]:
-        return [dict(s.self_ms, **({IDLE: float(s.idle_ms)} if cuda and s.idle_ms is not None else {})) for s in side]
-
-    ops = _changes(times(a), times(b), [s.counts for s in a], [s.counts for s in b], total_shift if decided else 0.0,
-                   pa, pb)
+    tree = all(s.tree_ms for s in (*a, *b))
+    (xa, ca), (xb, cb) = _top_level(a, tree, cuda), _top_level(b, tree, cuda)
+    ops = _changes(xa, xb, ca, cb, total_shift if decided else 0.0, pa, pb)
     ops.sort(key=lambda c: (-abs(c.shift_ms), c.name))
     phases = _changes([s.phase_ms for s in a], [s.phase_ms for s in b], [], [], total_shift if decided else 0.0,
                       pa, pb)
@@ -297,10 +374,13 @@ def diff_profiles(a: Sequence[OpSample], b: Sequence[OpSample], source: str = "A
     named = sum(c.shift_ms for c in ops if c.status in ("slower", "faster"))
     new = sum(c.shift_ms for c in ops if c.status == "new")
     removed = sum(c.shift_ms for c in ops if c.status == "removed")
+    other = sum(c.shift_ms for c in ops if not c.named)
+    inside = _inside(a, b, [c for c in ops if c.named]) if tree else []
     return OpDiff(total_a, total_b, total_shift, total_ci, tuple(ops), tuple(phases), named, new, removed,
                   total_shift - named - new - removed, (len(a), len(b)),
                   (len({s.process for s in a}), len({s.process for s in b})), source,
-                  "timing" if whole_ms is not None else "profile")
+                  "timing" if whole_ms is not None else "profile", tree=tree, inside=tuple(inside),
+                  other_ms=other, outside_ms=total_shift - named - new - removed - other)
 
 
 #: A stored op profile keeps the ops whose median self time is at least this share of the call ...
@@ -319,7 +399,9 @@ def compact_profile(samples: Sequence[OpSample], floor_share: float = STORED_FLO
     median self time over the cycles is at least ``floor_share`` of the call's median time (at most
     ``max_ops``, the largest; None: no limit), times to 4 significant digits, and ``floor_ms``: the smallest time
     an op had to have to be kept (an op of a later run that is not stored and stays under it was
-    there, too small to keep). Raises ``ValueError`` when ``samples`` is empty."""
+    there, too small to keep). The profiler's tree (:attr:`OpSample.tree_ms`) is kept the same way:
+    the top-level ops whose median total time is at least the floor (at most ``max_ops``) and, inside
+    each kept one, the ops whose median self time there is. Raises ``ValueError`` when ``samples`` is empty."""
     if not samples:
         raise ValueError("no profiled cycle to store")
     total = _median([s.total_ms for s in samples])
@@ -329,12 +411,24 @@ def compact_profile(samples: Sequence[OpSample], floor_share: float = STORED_FLO
     kept = sorted((k for k in names if med[k] >= floor), key=lambda k: (-med[k], k))[:max_ops]
     if max_ops is not None and len(kept) == max_ops and kept:
         floor = max(floor, med[kept[-1]])
-    keep = set(kept)
+    keep = set(kept) | _kept_tree(samples, floor, max_ops)
     cycles = [OpSample({k: _sig(v) for k, v in s.self_ms.items() if k in keep},
                        {k: _sig(v) for k, v in s.counts.items() if k in keep}, _sig(s.total_ms),
                        None if s.idle_ms is None else _sig(s.idle_ms), {k: _sig(v) for k, v in s.phase_ms.items()},
-                       s.process).to_dict() for s in samples]
+                       s.process, {k: _sig(v) for k, v in s.tree_ms.items() if k in keep},
+                       {k: _sig(v) for k, v in s.tree_counts.items() if k in keep}).to_dict() for s in samples]
     return {"floor_ms": _sig(floor), "cycles": cycles}
+
+
+def _kept_tree(samples: Sequence[OpSample], floor: float, max_ops: int | None) -> set[str]:
+    """The tree keys a stored profile keeps: the top-level ops with a median total time of at least
+    ``floor`` (ms; at most ``max_ops``, the largest), and under each the ``op > inner`` keys with a
+    median self time of at least ``floor``."""
+    names = {k for s in samples for k in s.tree_ms}
+    med = {k: _median([s.tree_ms.get(k, 0.0) for s in samples]) for k in names}
+    tops = sorted((k for k in names if INSIDE not in k and med[k] >= floor), key=lambda k: (-med[k], k))[:max_ops]
+    keep = set(tops)
+    return keep | {k for k in names if INSIDE in k and k.split(INSIDE, 1)[0] in keep and med[k] >= floor}
 
 
 def stored_samples(d: Any) -> tuple[list[OpSample], float]:
@@ -357,21 +451,26 @@ def diff_against_stored(stored: Any, b: Sequence[OpSample], *, whole_ms: tuple[f
     under its ``floor_ms`` are dropped (A had them too, below what was kept); one above it is
     ``new`` (new, or grown from under the floor). The CIs and the every-pair rule group by process
     within each side only, as the stored side's processes never ran beside B's. Otherwise as
-    :func:`diff_profiles`. Raises ``ValueError`` for an unreadable stored profile or no cycles."""
+    :func:`diff_profiles` (a stored profile without the profiler's tree, recorded before it was kept:
+    both sides by self time). Raises ``ValueError`` for an unreadable stored profile or no cycles."""
     a, floor = stored_samples(stored)
-    stored_names = {k for s in a for k in s.self_ms}
+    stored_names = {k for s in a for k in (*s.self_ms, *s.tree_ms)}
     if a and all(s.idle_ms is not None for s in a):
         stored_names.add(IDLE)
 
+    def over(times: Mapping[str, float], counts: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+        keep = {k for k, v in times.items() if k in stored_names or v >= floor}
+        return {k: times[k] for k in keep}, {k: v for k, v in counts.items() if k in keep}
+
     def kept(s: OpSample) -> OpSample:
-        return replace(s, self_ms={k: v for k, v in s.self_ms.items() if k in stored_names or v >= floor},
-                       counts={k: v for k, v in s.counts.items() if k in stored_names or s.self_ms.get(k, 0.0) >= floor},
+        (self_ms, counts), (tree_ms, tree_counts) = over(s.self_ms, s.counts), over(s.tree_ms, s.tree_counts)
+        return replace(s, self_ms=self_ms, counts=counts, tree_ms=tree_ms, tree_counts=tree_counts,
                        process=s.process + 1_000_000)  # never paired with a stored process
     return diff_profiles(a, [kept(s) for s in b], source=source, whole_ms=whole_ms)
 
 
 def _count(c: OpChange) -> str:
-    n = c.b_count if c.status != "removed" else c.a_count
+    n = round(c.b_count if c.status != "removed" else c.a_count, 2)
     return f" ×{n:g}" if n and n != 1 else ""
 
 
@@ -379,20 +478,62 @@ def _signed_ms(ms: float) -> str:
     return ("+" if ms >= 0 else "-") + format_ms(abs(ms))
 
 
-def why_line(d: OpDiff, unchanged: int = 3) -> str:
-    """The failure message's ``why:`` line, causes first: ``why: aten::sort +1.32 ms/call (+412%,
-    88% of the slowdown); new: aten::clone ×3 (+0.10 ms); unchanged: aten::mm, aten::softmax; rest
-    +0.05 ms``. When nothing is named, it says so (the change is spread over many ops, or within noise).
-    With ``gpu_bench.phase`` regions, the phases that moved follow: ``in phase backward +1.2 ms/call (91%)``."""
+def percent_shares(parts: Sequence[float], whole: float) -> list[int]:
+    """``parts`` (ms) as whole percentages of ``whole`` (ms) that add to exactly 100 when the parts
+    add to ``whole`` (largest-remainder rounding: each share rounded down, the points left given to
+    the largest remainders). Signed: a part against the whole's direction has a negative share.
+    Raises ``ValueError`` when ``whole`` is 0."""
+    if not whole:
+        raise ValueError("no change to share")
+    exact = [100.0 * p / whole for p in parts]
+    out = [math.floor(x) for x in exact]
+    left = round(100 - sum(out)) if abs(sum(exact) - 100) < 1e-6 else 0
+    for i in sorted(range(len(exact)), key=lambda i: -(exact[i] - out[i]))[:max(0, left)]:
+        out[i] += 1
+    return out
+
+
+def _inner(d: OpDiff, c: OpChange, most: int = 3) -> str:
+    """``, of which self +x, inside: aten::copy_ ×7 +y, …``: a named top-level op's own self time's
+    change and the inner ops named against its change (at most ``most``); empty without any."""
+    prefix = c.name + INSIDE
+    rows = [x for x in d.inside if x.name.startswith(prefix)]
+    own = next((x for x in rows if x.name == prefix + c.name), None)
+    inner = [x for x in rows if x.named and x is not own][:most]
+    if not inner:
+        return ""
+    head = f"self {_signed_ms(own.shift_ms)}, " if own is not None else ""
+    return ", of which " + head + "inside: " + ", ".join(
+        f"{x.name[len(prefix):]}{_count(x)} {_signed_ms(x.shift_ms)}" for x in inner)
+
+
+def _causes(d: OpDiff, shares: Sequence[int], whole: str) -> list[str]:
     parts = []
-    whole = "slowdown" if d.total_shift_ms > 0 else "speed-up"
-    for c in d.named:
-        share = f", {c.share * 100:.0f}% of the {whole}" if c.share is not None else ""
+    for c, pct in zip(d.named, shares):
+        share = f", {pct}% of the {whole}"
         if c.status in ("slower", "faster"):
             rel = f"{format_pct(c.shift_ms / c.a_ms)}" if c.a_ms > 0 else "new"
-            parts.append(f"{c.name}{_count(c)} {_signed_ms(c.shift_ms)}/call ({rel}{share})")
+            parts.append(f"{c.name}{_count(c)} {_signed_ms(c.shift_ms)}/call ({rel}{share}){_inner(d, c)}")
         else:
-            parts.append(f"{c.status}: {c.name}{_count(c)} ({_signed_ms(c.shift_ms)}{share})")
+            parts.append(f"{c.status}: {c.name}{_count(c)} ({_signed_ms(c.shift_ms)}{share}){_inner(d, c)}")
+    return parts
+
+
+def why_line(d: OpDiff, unchanged: int = 3) -> str:
+    """The failure message's ``why:`` line, causes first, each a top-level op with its whole cost
+    (with the profiler's tree) and what inside it changed: ``why: aten::sort ×3 +156.9 ms/call
+    (+195%, 92% of the slowdown), of which self +94.14 ms, inside: aten::copy_ ×7 +39.74 ms;
+    new: aten::clone ×3 (+0.10 ms, 8% of the slowdown); unchanged: aten::mm, aten::softmax; rest:
+    other ops +0.05 ms (2%), outside ops +0.23 ms (20%); ×N: calls per benchmark call``. The
+    shares add to exactly 100% (named + new + removed + other ops + outside ops). When nothing is
+    named, it says so (the change is spread over many ops, or within noise). With
+    ``gpu_bench.phase`` regions, the phases that moved follow: ``in phase backward +1.2 ms/call (91%)``."""
+    whole = "slowdown" if d.total_shift_ms > 0 else "speed-up"
+    split = d.other_ms is not None and d.outside_ms is not None  # a diff read from an older report: one rest
+    rest = [d.other_ms or 0.0, d.outside_ms or 0.0] if split else [d.rest_ms]
+    shares = (percent_shares([c.shift_ms for c in d.named] + rest, d.total_shift_ms) if d.total_shift_ms
+              and all(c.share is not None for c in d.named) else [])
+    parts = _causes(d, shares, whole)
     if not parts:
         parts.append("no single op explains the change (each op's change is within its noise or under "
                      f"{MIN_SHARE * 100:.0f}% of the whole)")
@@ -405,7 +546,11 @@ def why_line(d: OpDiff, unchanged: int = 3) -> str:
             if c.status == "unchanged" and c.name != IDLE][:unchanged]
     if same:
         parts.append("unchanged: " + ", ".join(same))
-    parts.append(f"rest {_signed_ms(d.rest_ms)}")
+    pct = [f" ({p}%)" for p in shares[len(d.named):]] if shares else ["", ""]
+    parts.append(f"rest: other ops {_signed_ms(rest[0])}{pct[0]}, outside ops {_signed_ms(rest[1])}{pct[1]}" if split
+                 else f"rest {_signed_ms(d.rest_ms)}{pct[0]}")
+    if "×" in "".join(parts):  # say what the counts shown count
+        parts.append("×N: calls per benchmark call")
     where = "" if d.source == "A/B" else f" [against {d.source}]"
     return "why: " + "; ".join(parts) + where
 
@@ -421,24 +566,34 @@ def why_lines(d: OpDiff | None, missing: str = "") -> list[str]:
 
 def table(d: OpDiff, rows: int = 15) -> str:
     """The diff as a plain-text table (Markdown-compatible), largest changes first: op, A and B per
-    call (ms), the shift with its 99% CI, the share of the whole change and the status; then each
-    ``gpu_bench.phase`` region (``phase forward``) and the whole call."""
+    call (ms), the shift with its 99% CI, the share of the whole change and the status; with the
+    profiler's tree the ops are the top-level ones by total time, each named one followed by what
+    ran inside it (``└ self``: its own self time, ``└ aten::copy_``: an inner op's self time; share:
+    of that op's change, ``39% of op``); then each ``gpu_bench.phase`` region (``phase forward``) and the whole call."""
     head = "| op | A ms/call | B ms/call | change (99% CI) | share | status |\n| --- | ---: | ---: | --- | ---: | --- |"
     lines = [head]
 
-    def row(c: OpChange) -> str:
+    def row(c: OpChange, of: str = "") -> str:
         ci = (f" [{_signed_ms(c.ci_ms[0])}, {_signed_ms(c.ci_ms[1])}]" if c.ci_ms is not None else "")
-        share = f"{c.share * 100:.0f}%" if c.share is not None else ""
+        share = f"{c.share * 100:.0f}%{of}" if c.share is not None else ""
         return (f"| {c.name}{_count(c)} | {format_ms(c.a_ms)} | {format_ms(c.b_ms)} | {_signed_ms(c.shift_ms)}{ci} "
                 f"| {share} | {c.status} |")
 
-    lines += [row(c) for c in d.ops[:rows]]
+    for c in d.ops[:rows]:  # with the tree: under each named op, what ran inside it (└ inner)
+        lines.append(row(c))
+        prefix = c.name + INSIDE
+        parts = [x for x in d.inside if x.name.startswith(prefix)]
+        if any(x.name != prefix + c.name for x in parts):  # an op with nothing inside is its own self time
+            lines += [row(replace(x, name="└ " + ("self" if x.name == prefix + c.name else x.name[len(prefix):])),
+                          " of op") for x in parts[:5]]
     if len(d.ops) > rows:
         lines.append(f"| … {len(d.ops) - rows} more | | | | | |")
     lines += [row(replace(c, name=f"phase {c.name}", a_count=0.0, b_count=0.0)) for c in d.phases]
     lines.append(f"| whole call | {format_ms(d.total_a_ms)} | {format_ms(d.total_b_ms)} | "
                  f"{_signed_ms(d.total_shift_ms)} | 100% | named {_signed_ms(d.named_ms)}, new {_signed_ms(d.new_ms)}, "
-                 f"removed {_signed_ms(d.removed_ms)}, rest {_signed_ms(d.rest_ms)} |")
+                 f"removed {_signed_ms(d.removed_ms)}, " + (
+                     f"other ops {_signed_ms(d.other_ms)}, outside ops {_signed_ms(d.outside_ms)} |"
+                     if d.other_ms is not None and d.outside_ms is not None else f"rest {_signed_ms(d.rest_ms)} |"))
     return "\n".join(lines)
 
 

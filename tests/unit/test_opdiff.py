@@ -50,7 +50,7 @@ def test_one_op_made_slower_is_named_first_and_the_others_unchanged() -> None:
     assert d.named_ms + d.new_ms + d.removed_ms + d.rest_ms == pytest.approx(d.total_shift_ms)
     line = why_line(d)
     assert line.startswith("why: aten::sort +") and "/call (+" in line and "of the slowdown" in line
-    assert "unchanged: aten::mm, aten::softmax" in line and "rest " in line
+    assert "unchanged: aten::mm, aten::softmax" in line and "; rest: other ops " in line and ", outside ops " in line
     assert d.processes == (2, 2) and d.cycles == (8, 8)
 
 
@@ -149,6 +149,14 @@ def test_profile_ops_on_the_cpu(tmp_path) -> None:
         assert {"aten::mm", "aten::sort", "aten::sum"} <= set(s.self_ms)
         assert s.counts["aten::sort"] == 1.0 and s.total_ms > 0
         assert not any(k.startswith(("gpuperf::", "ProfilerStep")) for k in s.self_ms)
+        # the tree: the op called (matmul) is top-level with its mm inside; the parts add to its total
+        tops = {k for k in s.tree_ms if " > " not in k}
+        assert {"aten::matmul", "aten::sort", "aten::sum"} <= tops and "aten::mm" not in tops
+        assert "aten::matmul > aten::mm" in s.tree_ms and s.tree_counts["aten::sort"] == 1.0
+        for top in tops:
+            inner = sum(v for k, v in s.tree_ms.items() if k.startswith(top + " > "))
+            assert inner == pytest.approx(s.tree_ms[top], rel=1e-6, abs=1e-9)
+        assert not any(k.startswith(("gpuperf::", "ProfilerStep")) for k in s.tree_ms)
     assert calls_per_cycle(0.5) == 20 and calls_per_cycle(100.0) == 1 and calls_per_cycle(0.0) == 3
 
 
