@@ -42,6 +42,10 @@ ADVICE_WORDS = {
     Advice.UPDATE_OR_AB: MACHINE_DIFFERS_HINT,
 }
 
+#: The longest first line of a failure message (issue 47): pytest's short summary and an 80-column
+#: terminal show it whole; what does not fit follows on the evidence lines.
+FIRST_LINE_WIDTH = 80
+
 #: The first word of a timing message: the verdict.
 _HEADS = {
     Verdict.REGRESSED: "regressed",
@@ -141,10 +145,10 @@ def comparison_message(c: Comparison) -> str:
 
 def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
-    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
-             f"{format_ms(c.current_median_ms)} ({c.processes} worker processes)")
     used, base_used = processes_decided_on(c)  # a process set aside is left out (its note says which)
     cur = f"{used} of {c.processes}" if used != c.processes else f"{c.processes}"
+    first = _with_aside(f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} "
+                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"{cur} processes")
     base = f"{base_used} of {c.baseline_processes}" if base_used != c.baseline_processes else f"{c.baseline_processes}"
     text = (f"{c.benchmark_id}: {ratio_with_ci(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
             f"mean of {cur} process medians {format_ms(c.current_median_ms)} vs "
@@ -157,8 +161,8 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
 def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ab is not None
     per = ", ".join(format_ratio(v) for v in (c.ab.process_ratios or ()))
-    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
-             f"{format_ms(c.current_median_ms)} (A/B vs {c.ab.ref})")
+    first = _with_aside(f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} "
+                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"A/B vs {c.ab.ref}")
     text = (f"{c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median ratio); median A "
             f"{format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; Wilcoxon signed-rank "
             f"p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab.pairs} paired blocks from {c.runs} pair(s) of worker "
@@ -166,6 +170,39 @@ def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     if c.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
         return f"{first}\n  {text}{_tail(c, INTENDED_HINT)}"
     return f"{first}\n  {text}{_tail(c, 'if the change is intended, this A/B comparison passes once REF includes it')}"
+
+
+def _with_aside(first: str, aside: str) -> str:
+    """A message's first line with `` (aside)`` at its end where the line stays within
+    :data:`FIRST_LINE_WIDTH` (issue 47; the evidence line under it says the same), else without."""
+    longer = f"{first} ({aside})"
+    return longer if len(longer) <= FIRST_LINE_WIDTH else first
+
+
+def fit_first_line(message: str, width: int = FIRST_LINE_WIDTH) -> str:
+    """``message`` with its first line within ``width`` characters (issue 47): a longer one is cut
+    at its last ``"; "``, ``", "``, ``": "`` or ``" ("`` that leaves a head within the width, and
+    the rest becomes the first evidence line (indented two spaces); a first line with no such
+    place stays whole."""
+    first, sep, rest = message.partition("\n")
+    if len(first) <= width:
+        return message
+    cuts = [i for mark in ("; ", ", ", ": ", " (") for i in _find_all(first, mark) if 0 < i <= width]
+    if not cuts:
+        return message
+    at = max(cuts)
+    tail = first[at:].lstrip(";,: ") if first[at] != " " else first[at + 1:]
+    head = first[:at] + (":" if first[at] == ":" else "")
+    return f"{head}\n  {tail}" + (f"\n{rest}" if sep else "")
+
+
+def _find_all(text: str, mark: str) -> list[int]:
+    """Every index at which ``mark`` starts in ``text``."""
+    out, i = [], text.find(mark)
+    while i >= 0:
+        out.append(i)
+        i = text.find(mark, i + 1)
+    return out
 
 
 def _median_word(c: Comparison) -> str:
@@ -294,7 +331,7 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
             out.append(f"{label}: {bottleneck_message(r)}")
         elif check == "scaling":
             out.append(f"{label}: {r.scaling.message()}")
-    return out
+    return [fit_first_line(m) for m in out]
 
 
 def straggler_text(ranks: Any) -> str | None:
@@ -313,6 +350,8 @@ def with_straggler(message: str, r: Any) -> str:
     if text is None:
         return message
     head, sep, rest = message.partition("\n")
+    if len(f"{head}: {text}") > FIRST_LINE_WIDTH:  # issue 47: the first line within 80 columns
+        return f"{head}\n  {text}" + (f"\n{rest}" if sep else "")
     return f"{head}: {text}{sep}{rest}"
 
 

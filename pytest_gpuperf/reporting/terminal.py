@@ -123,34 +123,46 @@ def _line(text: str, **markup: bool) -> Line:
     return ("line", text, markup)
 
 
-def _header(s: SessionSummary) -> list[Line]:
-    mode = "update baselines" if s.updating else "compare"
+def _mode_detail(s: SessionSummary) -> str:
+    """What the header says, in parentheses, after the mode: how the benchmarks were measured."""
     if s.replicated and s.world_size is not None:  # --gpuperf-nproc
         launches = "1 torchrun launch" if s.processes == 1 else f"{s.processes} torchrun launches"
-        mode += f" ({launches} of {s.world_size} ranks per benchmark; a round's time is the slowest rank's)"
-    elif s.replicated:  # the real counts (issue 47): processes added for thin evidence too
+        return f"{launches} of {s.world_size} ranks per benchmark; a round = the slowest rank's"
+    if s.replicated:  # the real counts (issue 47): processes added for thin evidence too
         used = [c.processes for c in (r.result.comparison for r in s.rows) if c is not None and c.processes]
         more = [n for n in used if n > s.processes]
-        mode += (f" ({s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark"
-                 + (f"; {len(more)} measured in up to {max(more)}" if more else "") + ")")
-    elif s.world_size is not None:
-        mode += f" (torchrun: {s.world_size} ranks in step, one process each; a round's time is the slowest rank's)"
-    else:
-        mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
+        return (f"{s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark"
+                + (f"; {len(more)} measured in up to {max(more)}" if more else ""))
+    if s.world_size is not None:
+        return f"torchrun: {s.world_size} ranks in step; a round = the slowest rank's"
+    return "one process: run-to-run spread not measured, --gpuperf-processes 1"
+
+
+def _header(s: SessionSummary) -> list[Line]:
+    """The separator line with the mode (issue 47: within the width): ``gpuperf: N benchmark(s),
+    mode: compare (how it was measured)``; what does not fit in the separator's title (pytest adds
+    ``"= "`` and ``" ="`` at least) follows on lines of its own, wrapped."""
+    parts = [f"gpuperf: {len(s.rows)} benchmark(s), mode: " + ("update baselines" if s.updating else "compare"),
+             f"({_mode_detail(s)})"]
     if s.ab_label is not None:
         workers = "worker processes" if s.world_size is None else f"torchrun launches of {s.world_size} ranks"
-        mode = f"A/B vs {s.ab_label} ({s.ab_processes} pair(s) of {workers}, interleaved ABBA blocks)"
-    return [("sep", f"gpuperf: {len(s.rows)} benchmark(s), mode: {mode}", {})]
+        parts = [f"gpuperf: {len(s.rows)} benchmark(s), mode: A/B", f"vs {s.ab_label}",
+                 f"({s.ab_processes} pair(s) of {workers}, interleaved ABBA blocks)"]
+    fits = len(parts)
+    while fits > 1 and s.width and len(" ".join(parts[:fits])) + 4 > s.width:
+        fits -= 1
+    rest = " ".join(parts[fits:])
+    return [("sep", " ".join(parts[:fits]), {}), *_wrapped([_line(rest)] if rest else [], s.width)]
 
 
 def _table(s: SessionSummary) -> Iterator[Line]:
-    from pytest_gpuperf.reporting.report import AB_LEGEND, LEGEND, REPLICATES_LEGEND, summary_lines
+    from pytest_gpuperf.reporting.report import legend, summary_lines
 
-    for line in summary_lines([(r.name, r.result, r.updated) for r in s.rows], width=s.width, **s.table_options):
-        yield _line(line)
+    lines = summary_lines([(r.name, r.result, r.updated) for r in s.rows], width=s.width, **s.table_options)
+    yield from (_line(line) for line in lines)
     if any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows):
-        legend = AB_LEGEND if s.ab_label is not None else REPLICATES_LEGEND if s.replicated else LEGEND
-        for line in (textwrap.wrap(legend, s.width, break_on_hyphens=False) if s.width else [legend]):
+        text = legend("ab" if s.ab_label is not None else "replicates" if s.replicated else "stored", lines)
+        for line in (textwrap.wrap(text, s.width, break_on_hyphens=False) if s.width else [text]):
             yield _line(line)
 
 
