@@ -181,7 +181,7 @@ def _with_aside(first: str, aside: str) -> str:
 
 def fit_first_line(message: str, width: int = FIRST_LINE_WIDTH) -> str:
     """``message`` with its first line within ``width`` characters (issue 47): a longer one is cut
-    at its last ``"; "``, ``", "``, ``": "`` or ``" ("`` that leaves a head within the width, and
+    at its last ``"; "``, ``", "``, ``": "`` or ``" ("`` outside parentheses that leaves a head within the width, and
     the rest becomes the first evidence line (indented two spaces); a first line with no such
     place stays whole."""
     first, sep, rest = message.partition("\n")
@@ -196,12 +196,22 @@ def fit_first_line(message: str, width: int = FIRST_LINE_WIDTH) -> str:
     return f"{head}\n  {tail}" + (f"\n{rest}" if sep else "")
 
 
+def labelled(label: str, reason: str) -> str:
+    """A failure message whose ``reason`` does not name its benchmark: the reason first, its first
+    line within :data:`FIRST_LINE_WIDTH` (:func:`fit_first_line`), then ``label`` on the indented
+    line under it, then the rest of the reason (issue 47: the label no longer takes the first line)."""
+    head, sep, rest = fit_first_line(reason).partition("\n")
+    return f"{head}\n  {label}" + (f"\n{rest}" if sep else "")
+
+
 def _find_all(text: str, mark: str) -> list[int]:
-    """Every index at which ``mark`` starts in ``text``."""
-    out, i = [], text.find(mark)
-    while i >= 0:
-        out.append(i)
-        i = text.find(mark, i + 1)
+    """Every index at which ``mark`` starts in ``text`` outside parentheses and brackets (a cut
+    there leaves each aside whole)."""
+    depth, out = 0, []
+    for i, ch in enumerate(text):
+        if text.startswith(mark, i) and depth == 0:
+            out.append(i)
+        depth += (ch in "([") - (ch in ")]")
     return out
 
 
@@ -322,15 +332,15 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
         if check == "timing":
             out.append(with_communication(with_why(with_straggler(comparison_message(r.comparison), r), r), r))
             if r.trace_path and not r.misclassified:
-                out.append(f"{label}: trace of the profiled calls: {r.trace_path}")
+                out.append(f"trace of the profiled calls: {r.trace_path}\n  {label}")  # the reason first
         elif check == "memory":
             out.extend(gate_messages(r.memory_comparison, include_regression=not updating))
         elif check == "counts":
             out.extend(gate_messages(r.count_comparison, include_regression=not updating))
         elif check == "bottleneck":
-            out.append(f"{label}: {bottleneck_message(r)}")
+            out.append(labelled(label, bottleneck_message(r)))
         elif check == "scaling":
-            out.append(f"{label}: {r.scaling.message()}")
+            out.append(labelled(label, r.scaling.message()))
     return [fit_first_line(m) for m in out]
 
 
