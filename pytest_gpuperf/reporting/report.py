@@ -76,6 +76,7 @@ MARK_NOTES: tuple[tuple[str, str], ...] = (
     (r"\w\+\w", "a+b (compact verdict) = a, and b (memory, counts, scaling) regressed or over its budget too"),
     (r"misclassified\?", "misclassified? = misclassified while the host was busy: not trusted"),
     (r"\[upd\]", "[upd] = baseline updated"),
+    (r"  new\b", "new = no baseline"),
     (r"\(machine [+-]", "(machine +N%) = the machine differs: N% slower on the machine-speed probe"),
     (r"\d~", "~ after a count or peak: it differed between calls, gated only beyond twice that spread"),
     (r"\w\*", "* = a note, under * notes: below"),
@@ -104,16 +105,17 @@ def table_headers(lines: Sequence[str]) -> set[str]:
             for h in re.split(r"\s{2,}", above.strip())}
 
 
-def legend(mode: str, lines: Sequence[str]) -> str:
+def legend(mode: str, lines: Sequence[str], *, columns: bool = True) -> str:
     """The legend for the table ``lines`` as printed (issue 47): the parts of ``mode``'s legend
-    (``"stored"``, ``"replicates"``, ``"ab"``; :data:`LEGEND_PARTS`) whose columns the table shows,
-    and the footnote of each mark its cells carry (:data:`MARK_NOTES`), joined by ``"; "``."""
+    (``"stored"``, ``"replicates"``, ``"ab"``; :data:`LEGEND_PARTS`) whose columns the table shows
+    (none with ``columns=False``: a table without ratios), and the footnote of each mark its cells
+    carry (:data:`MARK_NOTES`), joined by ``"; "`` (``""``: nothing to explain)."""
     import re
 
     shown = table_headers(lines)
     cells = "\n".join(ln for ln in lines if ln and not set(ln) <= {"-", " "} and not ln.startswith("group: ")
                       and set(re.split(r"\s{2,}", ln.strip())) - shown)
-    parts = [text for columns, text in LEGEND_PARTS[mode] if shown & set(columns)]
+    parts = [text for keys, text in LEGEND_PARTS[mode] if columns and shown & set(keys)]
     parts += [text for pattern, text in MARK_NOTES if re.search(pattern, cells)]
     return "; ".join(dict.fromkeys(parts))
 
@@ -552,7 +554,7 @@ def fit_table(rows: Sequence[Sequence[str]], header: Sequence[str], numeric: Ite
 _COMPACT = ((r", misclassified \(host busy: not trusted\)", "+misclassified?"),
             (r", (memory|counts) regressed", r"+\1"), (r", over ", "+over "), (r", misclassified", "+misclassified"),
             (r", below min_scaling_efficiency", "+scaling"), (r" on CPU time", " [cpu]"),
-            (r" \(baseline updated\)", " [upd]"), (r" \(machine differs: ", " (machine "))
+            (r" \(baseline updated\)", " [upd]"), (r" \(machine differs: ", " (machine "), (r"^no-baseline", "new"))
 
 
 def compact_verdict(text: str) -> str:
@@ -560,8 +562,8 @@ def compact_verdict(text: str) -> str:
     failing check after the first verdict becomes ``+<check>`` (``"regressed, counts regressed"``
     -> ``"regressed+counts"``, ``, over …`` -> ``+over …``, ``+scaling``, ``+misclassified``, with
     ``?`` when the host was busy), ``on CPU time`` becomes ``[cpu]``, ``(baseline updated)``
-    ``[upd]`` and ``(machine differs: +12%)`` ``(machine +12%)``; the legend gives each mark's
-    footnote."""
+    ``[upd]``, ``(machine differs: +12%)`` ``(machine +12%)`` and ``no-baseline`` ``new``; the legend
+    gives each mark's footnote."""
     import re
 
     for pattern, repl in _COMPACT:

@@ -160,10 +160,11 @@ def _table(s: SessionSummary) -> Iterator[Line]:
 
     lines = summary_lines([(r.name, r.result, r.updated) for r in s.rows], width=s.width, **s.table_options)
     yield from (_line(line) for line in lines)
-    if any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows):
-        text = legend("ab" if s.ab_label is not None else "replicates" if s.replicated else "stored", lines)
-        for line in (textwrap.wrap(text, s.width, break_on_hyphens=False) if s.width else [text]):
-            yield _line(line)
+    ratios = any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows)
+    text = legend("ab" if s.ab_label is not None else "replicates" if s.replicated else "stored", lines,
+                  columns=ratios)  # without ratios, the marks' footnotes only
+    for line in (textwrap.wrap(text, s.width, break_on_hyphens=False) if s.width else [text] if text else []):
+        yield _line(line)
 
 
 def _baselines_or_ab(s: SessionSummary) -> Iterator[Line]:
