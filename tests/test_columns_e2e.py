@@ -50,10 +50,15 @@ BURSTS = {"every": 7, "factors": [1.0, 3.0, 1.5, 2.5]}
 
 
 def _too_long(lines: list[str]) -> list[str]:
-    """The lines longer than :data:`WIDTH`, but two kinds no wrapping can shorten: one token (a
-    path or a node id longer than the width, on a line of its own: it is never split), and
-    pytest's own ``rootdir:`` line (the temporary directory's path, which depends on the machine)."""
-    return [ln for ln in lines if len(ln) > WIDTH and " " in ln.strip() and not ln.startswith("rootdir: ")]
+    """The lines longer than :data:`WIDTH`, but those no wrapping can shorten: one token (a path or
+    a node id longer than the width, on a line of its own: it is never split), and two lines pytest
+    prints itself: ``rootdir: PATH`` (the temporary directory, whose path depends on the machine) and
+    the short summary's ``FAILED NODEID`` of a node id too long for a reason beside it (pytest then
+    leaves the reason out and never cuts the id)."""
+    def pytests(ln: str) -> bool:
+        head, _, rest = ln.partition(" ")
+        return head in ("rootdir:", "FAILED", "ERROR") and " " not in rest
+    return [ln for ln in lines if len(ln) > WIDTH and " " in ln.strip() and not pytests(ln)]
 
 
 def _spread_baseline(pytester: pytest.Pytester, name: str) -> None:
