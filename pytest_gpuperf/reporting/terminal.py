@@ -86,10 +86,21 @@ def _wrapped(lines: Sequence[Line], width: int | None) -> list[Line]:
             out.append((kind, text, markup))
             continue
         indent = " " * (len(text) - len(text.lstrip(" ")) + 2)
-        for part in textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+        for part in textwrap.wrap(_code_whole(text), width, subsequent_indent=indent, break_long_words=False,
                                   break_on_hyphens=False):
-            out.append((kind, part, markup))
+            out.append((kind, part.replace(_NBSP, " "), markup))
     return out
+
+
+#: Stands for a space inside a `code span` while a line is wrapped (textwrap breaks at ASCII spaces only).
+_NBSP = "\u00a0"
+
+
+def _code_whole(text: str) -> str:
+    """``text`` with the spaces inside each `` `code span` `` (a command: `` `pytest
+    --gpuperf-update-baselines` ``) made unbreakable, so that wrapping keeps the command on one line."""
+    parts = text.split("`")
+    return "`".join(p.replace(" ", _NBSP) if i % 2 else p for i, p in enumerate(parts)) if len(parts) > 2 else text
 
 
 def wrap(text: str, width: int | None) -> list[str]:
@@ -114,8 +125,9 @@ def wrap_message(text: str, width: int | None) -> str:
         clauses = [c.strip() for c in line.strip().split("; ")]
         for i, clause in enumerate(clauses):
             clause += ";" if i < len(clauses) - 1 else ""
-            out.extend(textwrap.wrap(clause, width, initial_indent=lead if i == 0 else more, subsequent_indent=more,
-                                     break_long_words=False, break_on_hyphens=False) or [clause])
+            out.extend(part.replace(_NBSP, " ") for part in textwrap.wrap(
+                _code_whole(clause), width, initial_indent=lead if i == 0 else more, subsequent_indent=more,
+                break_long_words=False, break_on_hyphens=False) or [clause])
     return "\n".join(out)
 
 
@@ -163,8 +175,9 @@ def _table(s: SessionSummary) -> Iterator[Line]:
     ratios = any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows)
     text = legend("ab" if s.ab_label is not None else "replicates" if s.replicated else "stored", lines,
                   columns=ratios)  # without ratios, the marks' footnotes only
-    for line in (textwrap.wrap(text, s.width, break_on_hyphens=False) if s.width else [text] if text else []):
-        yield _line(line)
+    for line in (textwrap.wrap(_code_whole(text), s.width, break_on_hyphens=False) if s.width else
+                 [text] if text else []):
+        yield _line(line.replace(_NBSP, " "))
 
 
 def _baselines_or_ab(s: SessionSummary) -> Iterator[Line]:
