@@ -141,7 +141,7 @@ def test_slower_code_in_every_process_fails_with_one_median_and_ratio_on_every_s
     rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
                              "--gpuperf-markdown=r.md", "--junitxml=j.xml", "--gpuperf-history=h.sqlite", *RUN)
     rec.assert_outcomes(failed=1, passed=1)
-    rec.stdout.fnmatch_lines(["regressed 1.*x [[]*]: median * -> * (3 worker processes)",  # the reason first
+    rec.stdout.fnmatch_lines(["regressed 1.*x [[]*]: median * -> * (2 of 3 processes)",  # the reason first, the real count
                               "  test_bench.py::test_loop: 1.*x*geometric mean of 2 of 3 process "
                               "medians*Student t over process medians*"])
     # One median and one ratio wherever they are shown (issue 47): computed once in the verdict
