@@ -148,7 +148,8 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     used, base_used = processes_decided_on(c)  # a process set aside is left out (its note says which)
     cur = f"{used} of {c.processes}" if used != c.processes else f"{c.processes}"
     first = _with_aside(f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} "
-                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"{cur} processes")
+                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"{cur} processes",
+                        f"{cur} proc.")
     base = f"{base_used} of {c.baseline_processes}" if base_used != c.baseline_processes else f"{c.baseline_processes}"
     text = (f"{c.benchmark_id}: {ratio_with_ci(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
             f"mean of {cur} process medians {format_ms(c.current_median_ms)} vs "
@@ -162,7 +163,8 @@ def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ab is not None
     per = ", ".join(format_ratio(v) for v in (c.ab.process_ratios or ()))
     first = _with_aside(f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} "
-                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"A/B vs {c.ab.ref}")
+                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"A/B vs {c.ab.ref}",
+                        "A/B")
     text = (f"{c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median ratio); median A "
             f"{format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; Wilcoxon signed-rank "
             f"p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab.pairs} paired blocks from {c.runs} pair(s) of worker "
@@ -172,11 +174,14 @@ def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     return f"{first}\n  {text}{_tail(c, 'if the change is intended, this A/B comparison passes once REF includes it')}"
 
 
-def _with_aside(first: str, aside: str) -> str:
-    """A message's first line with `` (aside)`` at its end where the line stays within
-    :data:`FIRST_LINE_WIDTH` (issue 47; the evidence line under it says the same), else without."""
-    longer = f"{first} ({aside})"
-    return longer if len(longer) <= FIRST_LINE_WIDTH else first
+def _with_aside(first: str, *asides: str) -> str:
+    """A message's first line with `` (aside)`` at its end, the first of ``asides`` (longest first)
+    with which the line stays within :data:`FIRST_LINE_WIDTH` (issue 47; the evidence line under
+    it says the same), else without."""
+    for aside in asides:
+        if len(longer := f"{first} ({aside})") <= FIRST_LINE_WIDTH:
+            return longer
+    return first
 
 
 def fit_first_line(message: str, width: int = FIRST_LINE_WIDTH) -> str:

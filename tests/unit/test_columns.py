@@ -42,7 +42,7 @@ def test_a_failures_first_line_fits_80_columns_in_every_mode(mode: str) -> None:
     first = message.splitlines()[0]
     assert len(first) <= FIRST_LINE_WIDTH and " 1.462x [1.391x, 1.523x]: " in first, first
     aside = {"processes": " (12 processes)", "set aside": " (2 of 3 processes)", "A/B": " (A/B vs main (3f2a1c9))",
-             "A/B long ref": "", "stored": ""}[mode]
+             "A/B long ref": " (A/B)", "stored": ""}[mode]
     assert first.endswith("ms" + aside), first  # the real counts; a long ref left to the evidence line
     if mode == "A/B long ref":
         assert "A/B vs origin/feature/a-rather-long-branch-name (3f2a1c9)" in message.splitlines()[1]
