@@ -266,8 +266,8 @@ class ProgressLine:
     in place, as pytest's own "collecting ..." line does (``tr.rewrite``), cut to ``width`` characters
     so that it never wraps; in CI logs and pipes each step is a plain line.
 
-    - :meth:`line`: a line that stays (what starts or ends a phase);
-    - :meth:`step`: a step, rewritten on a terminal, a plain line elsewhere;
+    - :meth:`line`: a line that stays (what starts or ends a phase), wrapped to ``width``;
+    - :meth:`step`: a step, rewritten on a terminal, a plain line (wrapped) elsewhere;
     - :meth:`tick`: a finer step (e.g. each benchmark a worker process finished), shown only on a
       terminal, where it costs no line;
     - :meth:`close`: ends the rewritten line (it stays visible).
@@ -286,13 +286,15 @@ class ProgressLine:
         if self.tr is None:
             return
         self.close()
-        self.tr.write_line(text)
+        for part in wrap(text, self.width):  # within the width, as the summary's lines (issue 47)
+            self.tr.write_line(part)
 
     def step(self, text: str) -> None:
         if self.tr is None:
             return
         if not self.live:
-            self.tr.write_line(text)
+            for part in wrap(text, self.width):
+                self.tr.write_line(part)
             return
         self.tick(text)
 
