@@ -99,3 +99,24 @@ def test_80_columns(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) 
     again.stdout.fnmatch_lines(["*inconclusive*"])
     for rec in (update, compare, again):
         assert not _too_long(rec.outlines), "\n".join(rec.outlines)
+
+
+def test_80_columns_with_worker_processes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default mode's words at 80 columns: the progress lines, the header with the processes,
+    # the first line "(2 processes)" and the legend of the replicates (worker processes: slower)
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    pytester.makepyfile(**{"tests/models/test_matmul_variants": BENCH.split("@pytest.mark.gpu_bench(**OPTS)\ndef "
+                                                                            "test_neighbour")[0]})
+    run = ("-p", "no:cacheprovider", "--gpuperf-processes=2", "--gpuperf-max-processes=2", "--gpuperf-no-why",
+           "--gpuperf-no-ab-confirm", "-rf")
+    script_timings(pytester, {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.02]})
+    update = pytester.runpytest("--gpuperf-update-baselines", *run)
+    update.assert_outcomes(passed=1)
+    set_timings(pytester, {"ms": 2.0, "cv": 0.02, "process_factors": [1.0, 1.02]})
+    compare = pytester.runpytest("--gpuperf", *run)
+    compare.assert_outcomes(failed=1)
+    compare.stdout.fnmatch_lines(["regressed 2.0*x [[]*]: median * -> * (2 processes)",
+                                  "*mode: compare (2 worker processes per benchmark)*",
+                                  "median = geometric mean of this run's per-process medians*"])
+    for rec in (update, compare):
+        assert not _too_long(rec.outlines), "\n".join(rec.outlines)

@@ -53,9 +53,7 @@ LEGEND_PARTS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
                       "set aside: the verdict's note names it; the median of all rounds pooled is the JSON report's "
                       "stats.median_ms)"),
         (("baseline",), "baseline = that of the baseline's"),
-        (("ratio",), "ratio = median / baseline, the estimate the verdict is decided on (rows with [CI]: confirmed "
-                     "by A/B against the baselines' commit on this machine: median = B's, baseline = that commit's "
-                     "(A's) median, ratio = the verdict's estimate of B/A [99% CI])"),
+        (("ratio",), "ratio = median / baseline, the estimate the verdict is decided on"),
         (("CPU",), "CPU = the calling thread's CPU time per call, the same statistic"),
         _COUNT_PART,
         (("FLOP/s", "B/s"), "FLOP/s, B/s = counted FLOPs and minimum-traffic bytes per call at the median time"),
@@ -83,9 +81,14 @@ MARK_NOTES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The footnote of a ratio cell with its CI in brackets in the default mode (an A/B confirmation).
+CONFIRMED_CI_NOTE = ("rows with [CI]: confirmed by A/B against the baselines' commit on this machine: median = B's, "
+                     "baseline = that commit's (A's) median, ratio = the verdict's estimate of B/A [99% CI]")
+
+
 def _joined(mode: str) -> str:
     """Every legend part of ``mode``, joined: the whole legend (every column shown)."""
-    return "; ".join(text for _, text in LEGEND_PARTS[mode])
+    return "; ".join([text for _, text in LEGEND_PARTS[mode]] + ([CONFIRMED_CI_NOTE] if mode == "replicates" else []))
 
 
 #: What the summary's columns hold (stored baselines, one process); all of it.
@@ -116,6 +119,8 @@ def legend(mode: str, lines: Sequence[str], *, columns: bool = True) -> str:
     cells = "\n".join(ln for ln in lines if ln and not set(ln) <= {"-", " "} and not ln.startswith("group: ")
                       and set(re.split(r"\s{2,}", ln.strip())) - shown)
     parts = [text for keys, text in LEGEND_PARTS[mode] if columns and shown & set(keys)]
+    if mode == "replicates" and re.search(r"\dx \[\d", cells):  # a ratio with its CI: an A/B confirmation
+        parts.append(CONFIRMED_CI_NOTE)
     parts += [text for pattern, text in MARK_NOTES if re.search(pattern, cells)]
     return "; ".join(dict.fromkeys(parts))
 

@@ -95,6 +95,10 @@ def test_the_legend_explains_only_the_columns_shown_and_every_mark() -> None:
     assert "a verdict 'on CPU time' ([cpu])" in text and any("[cpu]" in ln for ln in narrow)
     assert report.legend("stored", narrow, columns=False).startswith("a verdict 'on CPU time'")
     assert report.legend("replicates", wide).startswith("median = geometric mean")
+    assert "rows with [CI]" not in report.legend("replicates", wide)  # no A/B-confirmed row
+    confirmed = report.format_table([("t", "1.0 ms", "1.12x [1.08x, 1.16x]", "regressed")],
+                                    ("name", "median", "ratio", "verdict"), ())
+    assert report.legend("replicates", confirmed).endswith(report.CONFIRMED_CI_NOTE)
     assert report.legend("ab", wide).startswith("A/B: median = of B's (the working tree's) samples; baseline = ")
     assert report.LEGEND.startswith("baseline = ") and "Hodges-Lehmann" in report.LEGEND
 
