@@ -87,7 +87,7 @@ def test_ab_catches_a_slowdown_reports_new_and_removed_gates_counts_and_passes_a
     assert "Wilcoxon signed-rank" in text and "16 paired blocks from 2 pair(s)" in text
     assert "confirmed on re-measure" in text
     res.stdout.fnmatch_lines([f"*mode: A/B vs HEAD ({sha[:7]})*"])
-    res.stdout.fnmatch_lines(["*counts regressed: *syncs 1 -> 2*", "  test_x.py::test_d*"])
+    res.stdout.fnmatch_lines(["*counts regressed: ops 4 -> 6 per call*", "*syncs 1 -> 2*", "  test_x.py::test_d*"])
     assert f"test_x.py::test_b: removed since HEAD ({sha[:7]})" in text  # reported, not failed
     report = json.loads((repo / "out.json").read_text())["benchmarks"]
     c = report["test_x.py::test_a"]["comparison"]
