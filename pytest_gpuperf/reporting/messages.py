@@ -300,7 +300,8 @@ def _count_messages(cc: Any, include_regression: bool) -> list[str]:
         where = f"; baseline: {cc.baseline_file}" if cc.baseline_file else ""
         out.append(f"{families} counts regressed: " + "; ".join(c.text() for c in regressed)
                    + f"\n  {cc.benchmark_id}{where}")
-    out.extend(cc.over_budget)
+    prefix = f"{cc.benchmark_id}: "  # the reason first, the benchmark under it (issue 47)
+    out.extend(labelled(cc.benchmark_id, m[len(prefix):]) if m.startswith(prefix) else m for m in cc.over_budget)
     return out
 
 
