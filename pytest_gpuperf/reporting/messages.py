@@ -186,19 +186,32 @@ def _with_aside(first: str, *asides: str) -> str:
 
 def fit_first_line(message: str, width: int = FIRST_LINE_WIDTH) -> str:
     """``message`` with its first line within ``width`` characters (issue 47): a longer one is cut
-    at its last ``"; "``, ``", "``, ``": "`` or ``" ("`` outside parentheses that leaves a head within the width, and
-    the rest becomes the first evidence line (indented two spaces); a first line with no such
-    place stays whole."""
+    at its last ``"; "`` outside parentheses within the width, else its last ``", "``, ``" ("``,
+    ``": "`` or space (:data:`_CUTS`), and the rest becomes the first evidence line (indented two
+    spaces); a first line with no such place stays whole."""
     first, sep, rest = message.partition("\n")
     if len(first) <= width:
         return message
-    cuts = [i for mark in ("; ", ", ", ": ", " (") for i in _find_all(first, mark) if 0 < i <= width]
-    if not cuts:
+    at = _cut_at(first, width)
+    if at is None:
         return message
-    at = max(cuts)
     tail = first[at:].lstrip(";,: ") if first[at] != " " else first[at + 1:]
     head = first[:at] + (":" if first[at] == ":" else "")
     return f"{head}\n  {tail}" + (f"\n{rest}" if sep else "")
+
+
+#: Where :func:`fit_first_line` cuts, best first, each with the shortest head it leaves there.
+_CUTS = (("; ", 1), (", ", 20), (" (", 20), (": ", 40), (" ", 40))
+
+
+def _cut_at(first: str, width: int) -> int | None:
+    """Where a first line longer than ``width`` is cut (:data:`_CUTS`): the last place of the best
+    kind, outside parentheses, that leaves a head within ``width`` and not too short; None: nowhere."""
+    for mark, shortest in _CUTS:
+        cuts = [i for i in _find_all(first, mark) if shortest <= i <= width]
+        if cuts:
+            return max(cuts)
+    return None
 
 
 def labelled(label: str, reason: str) -> str:

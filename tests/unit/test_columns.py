@@ -60,8 +60,11 @@ def test_a_straggler_goes_under_a_first_line_it_would_push_past_80_columns() -> 
 
 def test_fit_first_line_cuts_outside_parentheses_and_labelled_puts_the_reason_first() -> None:
     text = "memory regressed +100.0%: 1.000 MiB -> 2.000 MiB, allowed +10% + 1.000 MiB (the peak varies, a lot)"
-    assert fit_first_line(text) == ("memory regressed +100.0%: 1.000 MiB -> 2.000 MiB, allowed +10% + 1.000 MiB\n"
-                                    "  (the peak varies, a lot)")  # the last place within 80, not in the aside
+    assert fit_first_line(text) == ("memory regressed +100.0%: 1.000 MiB -> 2.000 MiB\n"
+                                    "  allowed +10% + 1.000 MiB (the peak varies, a lot)")  # not in the aside
+    long = "counts unavailable: RuntimeError: this function refuses to run under a dispatch mode; max_ops=1 needs it"
+    assert fit_first_line(long).splitlines()[0] == ("counts unavailable: RuntimeError: this function refuses to run "
+                                                    "under a dispatch")  # no clause ends within 80: a space
     assert fit_first_line("short\n  evidence") == "short\n  evidence"
     assert fit_first_line("x" * 90) == "x" * 90  # nowhere to cut: whole
     got = labelled(BID, "expected compute-bound, measured overhead-bound: device busy 23% of 4.1 ms; 1,840 kernels")
