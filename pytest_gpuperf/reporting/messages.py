@@ -201,7 +201,7 @@ def fit_first_line(message: str, width: int = FIRST_LINE_WIDTH) -> str:
 
 
 #: Where :func:`fit_first_line` cuts, best first, each with the shortest head it leaves there.
-_CUTS = (("; ", 1), (", ", 20), (" (", 20), (": ", 40), (" ", 40))
+_CUTS = (("; ", 1), (", ", 20), (" (", 20), (": ", 40), (" ", 40), (": ", 20))
 
 
 def _cut_at(first: str, width: int) -> int | None:
