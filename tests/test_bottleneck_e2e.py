@@ -108,7 +108,9 @@ def test_wrong_expectation_fails_with_evidence_and_saves_trace(pytester: pytest.
     rec = pytester.runpytest("--gpuperf", "--gpuperf-device", "cpu", "--gpuperf-artifacts", "arts", "-v", *RUN)
     rec.assert_outcomes(failed=1)
     rec.stdout.fnmatch_lines([
-        "*test_tiny: expected data-bound, measured *-bound: *; 2,000 ops, median *; trace: *arts*test_tiny*.trace.json",
+        "expected data-bound, measured *-bound*",  # the reason first, within 80 columns (issue 47)
+        "  *::test_tiny",
+        "*2,000 ops, median *; trace: *arts*test_tiny*.trace.json",
         "*gpuperf top ops: test_tiny*",  # with -v (issue 24): else only in the trace artifact
         "*aten::add*",
         "*(expected data)*misclassified*",

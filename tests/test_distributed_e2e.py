@@ -103,7 +103,7 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     assert "FAILED test_d.py::test_step" in out and "FAILED test_d.py::test_local" not in out
     assert "FAILED test_d.py::test_spike" in out and "not confirmed" not in out, out
     assert report_comparison(pytester, "test_spike")["confirmed"] is True
-    assert re.search(r"regressed 1\.\d+x .*: rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
+    assert re.search(r"regressed 1\.\d+x .*\n  rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
                      out), out
     report = json.loads((pytester.path / "report.json").read_text())
     step, local = report["benchmarks"]["test_d.py::test_step"], report["benchmarks"]["test_d.py::test_local"]
@@ -260,7 +260,7 @@ def test_gpuperf_nproc_measures_in_whole_torchrun_launches(pytester: pytest.Pyte
     out = slow.stdout.str()
     assert slow.ret == 1, out
     assert "1 failed, 2 passed" in out and out.count("FAILED test_d.py::test_step") == 1, out
-    assert re.search(r"regressed 1\.\d+x .*: rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
+    assert re.search(r"regressed 1\.\d+x .*\n  rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
                      out), out
     report = json.loads((pytester.path / "report.json").read_text())["benchmarks"]
     step = report["test_d.py::test_step"]

@@ -180,3 +180,29 @@ def shorten_middle(text: str, width: int = 70) -> str:
         return text
     keep = width - 3
     return text[: (keep + 1) // 2] + "..." + text[len(text) - keep // 2:]
+
+
+#: Where :func:`shorten_name` may cut a benchmark's name: after one of these characters.
+_NAME_SEPARATORS = "/:._-[]"
+
+
+def shorten_name(text: str, width: int = 70) -> str:
+    """A benchmark's name (``path::test_id[case]``) cut to at most ``width`` characters at its
+    separators (``/ : . _ - [ ]``), not in the middle of a word: the test's id kept whole where it
+    fits (the notes and messages name it so), as much of the path before it as fits, ``...``
+    between (``"tests/perf...::test_tmul_chain"``); a name whose separators leave too little falls
+    back to :func:`shorten_middle`."""
+    if len(text) <= width:
+        return text
+    keep = width - 3
+    cuts = [i for i in range(1, len(text)) if text[i - 1] in _NAME_SEPARATORS]
+    tails = [i for i in cuts if len(text) - i <= keep and text[i - 1] != "." and text[i] != ":"]
+    if keep < 8 or not tails:
+        return shorten_middle(text, width)
+    test_id = text.rfind("::") + 2 if "::" in text else len(text)
+    whole = [i for i in tails if i <= test_id]
+    tail = max(whole) if whole else min(tails)
+    head = max([i for i in cuts if i <= keep - (len(text) - tail)], default=0)
+    tail = min(i for i in tails if i >= head and len(text) - i <= keep - head)
+    out = text[:head] + "..." + text[tail:]
+    return out if len(out) >= width - width // 4 else shorten_middle(text, width)

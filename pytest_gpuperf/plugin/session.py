@@ -436,8 +436,11 @@ class GpuPerfSession:
                 return
             problem = ("baseline not updated: " + "\n".join(messages)) if messages else write_baselines(self, [item])
             if problem:
+                from pytest_gpuperf.reporting.messages import fit_first_line
+                from pytest_gpuperf.reporting.terminal import wrap_message
+
                 report.outcome = "failed"
-                report.longrepr = problem
+                report.longrepr = wrap_message(fit_first_line(problem), self.config.get_terminal_writer().fullwidth)
             return
         if messages:
             from pytest_gpuperf.reporting.terminal import wrap_message

@@ -42,6 +42,10 @@ ADVICE_WORDS = {
     Advice.UPDATE_OR_AB: MACHINE_DIFFERS_HINT,
 }
 
+#: The longest first line of a failure message (issue 47): pytest's short summary and an 80-column
+#: terminal show it whole; what does not fit follows on the evidence lines.
+FIRST_LINE_WIDTH = 80
+
 #: The first word of a timing message: the verdict.
 _HEADS = {
     Verdict.REGRESSED: "regressed",
@@ -141,10 +145,11 @@ def comparison_message(c: Comparison) -> str:
 
 def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ratio is not None and c.baseline_median_ms is not None and c.ratio_ci is not None
-    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
-             f"{format_ms(c.current_median_ms)} ({c.processes} worker processes)")
     used, base_used = processes_decided_on(c)  # a process set aside is left out (its note says which)
     cur = f"{used} of {c.processes}" if used != c.processes else f"{c.processes}"
+    first = _with_aside(f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} "
+                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"{cur} processes",
+                        f"{cur} proc.")
     base = f"{base_used} of {c.baseline_processes}" if base_used != c.baseline_processes else f"{c.baseline_processes}"
     text = (f"{c.benchmark_id}: {ratio_with_ci(c.ratio, c.ratio_ci)} ({format_pct(c.ratio - 1)}, 99% CI): geometric "
             f"mean of {cur} process medians {format_ms(c.current_median_ms)} vs "
@@ -157,8 +162,9 @@ def _replicates_message(c: Comparison, head: str, p: float | None) -> str:
 def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     assert c.ab is not None
     per = ", ".join(format_ratio(v) for v in (c.ab.process_ratios or ()))
-    first = (f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} {format_ms(c.baseline_median_ms)} -> "
-             f"{format_ms(c.current_median_ms)} (A/B vs {c.ab.ref})")
+    first = _with_aside(f"{head} {ratio_with_ci(c.ratio, c.ratio_ci)}: {_median_word(c)} "
+                        f"{format_ms(c.baseline_median_ms)} -> {format_ms(c.current_median_ms)}", f"A/B vs {c.ab.ref}",
+                        "A/B")
     text = (f"{c.benchmark_id}: {ab_summary(c)} (Hodges-Lehmann B/A, 99% CI of the median ratio); median A "
             f"{format_ms(c.baseline_median_ms)} -> B {format_ms(c.current_median_ms)}; Wilcoxon signed-rank "
             f"p={_fmt_p(p)} (alpha {c.alpha:g}) over {c.ab.pairs} paired blocks from {c.runs} pair(s) of worker "
@@ -166,6 +172,65 @@ def _ab_message(c: Comparison, head: str, p: float | None) -> str:
     if c.ab_confirmation:  # an A/B confirmation of a stored-baseline comparison: REF is the baseline's commit
         return f"{first}\n  {text}{_tail(c, INTENDED_HINT)}"
     return f"{first}\n  {text}{_tail(c, 'if the change is intended, this A/B comparison passes once REF includes it')}"
+
+
+def _with_aside(first: str, *asides: str) -> str:
+    """A message's first line with `` (aside)`` at its end, the first of ``asides`` (longest first)
+    with which the line stays within :data:`FIRST_LINE_WIDTH` (issue 47; the evidence line under
+    it says the same), else without."""
+    for aside in asides:
+        if len(longer := f"{first} ({aside})") <= FIRST_LINE_WIDTH:
+            return longer
+    return first
+
+
+def fit_first_line(message: str, width: int = FIRST_LINE_WIDTH) -> str:
+    """``message`` with its first line within ``width`` characters (issue 47): a longer one is cut
+    at its last ``"; "`` outside parentheses within the width, else its last ``", "``, ``" ("``,
+    ``": "`` or space (:data:`_CUTS`), and the rest becomes the first evidence line (indented two
+    spaces); a first line with no such place stays whole."""
+    first, sep, rest = message.partition("\n")
+    if len(first) <= width:
+        return message
+    at = _cut_at(first, width)
+    if at is None:
+        return message
+    tail = first[at:].lstrip(";,: ") if first[at] != " " else first[at + 1:]
+    head = first[:at] + (":" if first[at] == ":" else "")
+    return f"{head}\n  {tail}" + (f"\n{rest}" if sep else "")
+
+
+#: Where :func:`fit_first_line` cuts, best first, each with the shortest head it leaves there.
+_CUTS = (("; ", 1), (", ", 20), (" (", 20), (": ", 40), (" ", 40), (": ", 20))
+
+
+def _cut_at(first: str, width: int) -> int | None:
+    """Where a first line longer than ``width`` is cut (:data:`_CUTS`): the last place of the best
+    kind, outside parentheses, that leaves a head within ``width`` and not too short; None: nowhere."""
+    for mark, shortest in _CUTS:
+        cuts = [i for i in _find_all(first, mark) if shortest <= i <= width]
+        if cuts:
+            return max(cuts)
+    return None
+
+
+def labelled(label: str, reason: str) -> str:
+    """A failure message whose ``reason`` does not name its benchmark: the reason first, its first
+    line within :data:`FIRST_LINE_WIDTH` (:func:`fit_first_line`), then ``label`` on the indented
+    line under it, then the rest of the reason (issue 47: the label no longer takes the first line)."""
+    head, sep, rest = fit_first_line(reason).partition("\n")
+    return f"{head}\n  {label}" + (f"\n{rest}" if sep else "")
+
+
+def _find_all(text: str, mark: str) -> list[int]:
+    """Every index at which ``mark`` starts in ``text`` outside parentheses and brackets (a cut
+    there leaves each aside whole)."""
+    depth, out = 0, []
+    for i, ch in enumerate(text):
+        if text.startswith(mark, i) and depth == 0:
+            out.append(i)
+        depth += (ch in "([") - (ch in ")]")
+    return out
 
 
 def _median_word(c: Comparison) -> str:
@@ -248,7 +313,8 @@ def _count_messages(cc: Any, include_regression: bool) -> list[str]:
         where = f"; baseline: {cc.baseline_file}" if cc.baseline_file else ""
         out.append(f"{families} counts regressed: " + "; ".join(c.text() for c in regressed)
                    + f"\n  {cc.benchmark_id}{where}")
-    out.extend(cc.over_budget)
+    prefix = f"{cc.benchmark_id}: "  # the reason first, the benchmark under it (issue 47)
+    out.extend(labelled(cc.benchmark_id, m[len(prefix):]) if m.startswith(prefix) else m for m in cc.over_budget)
     return out
 
 
@@ -285,16 +351,16 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
         if check == "timing":
             out.append(with_communication(with_why(with_straggler(comparison_message(r.comparison), r), r), r))
             if r.trace_path and not r.misclassified:
-                out.append(f"{label}: trace of the profiled calls: {r.trace_path}")
+                out.append(f"trace of the profiled calls: {r.trace_path}\n  {label}")  # the reason first
         elif check == "memory":
             out.extend(gate_messages(r.memory_comparison, include_regression=not updating))
         elif check == "counts":
             out.extend(gate_messages(r.count_comparison, include_regression=not updating))
         elif check == "bottleneck":
-            out.append(f"{label}: {bottleneck_message(r)}")
+            out.append(labelled(label, bottleneck_message(r)))
         elif check == "scaling":
-            out.append(f"{label}: {r.scaling.message()}")
-    return out
+            out.append(labelled(label, r.scaling.message()))
+    return [fit_first_line(m) for m in out]
 
 
 def straggler_text(ranks: Any) -> str | None:
@@ -313,6 +379,8 @@ def with_straggler(message: str, r: Any) -> str:
     if text is None:
         return message
     head, sep, rest = message.partition("\n")
+    if len(f"{head}: {text}") > FIRST_LINE_WIDTH:  # issue 47: the first line within 80 columns
+        return f"{head}\n  {text}" + (f"\n{rest}" if sep else "")
     return f"{head}: {text}{sep}{rest}"
 
 

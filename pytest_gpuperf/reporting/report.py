@@ -15,7 +15,8 @@ from pytest_gpuperf.storage.codec import (  # noqa: F401 - json_safe: read here 
 from pytest_gpuperf.reporting.columns import DEFAULT_COLUMNS, EXTRA_COLUMN_KEYS
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison
 from pytest_gpuperf.verdict.result import BenchResult
-from pytest_gpuperf.core.units import format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, si_scaled
+from pytest_gpuperf.core.units import (  # noqa: F401 - shorten_middle: read here by older callers
+    format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, shorten_name, si_scaled)
 
 COLUMNS = ("name", "device", "median", "CPU", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
            "syncs", "FLOP/s", "B/s", "bottleneck", "verdict")
@@ -30,30 +31,98 @@ MIN_NAME_WIDTH = 24
 DROP_ORDER = ("B/s", "FLOP/s", "device", "p95", "rounds", "syncs", "ops/kern", "IQR", "CPU", "bottleneck",
               "peak mem", "baseline")
 
-#: What the summary's "baseline" and "ratio" columns hold (printed under the terminal table).
-LEGEND = ("baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf show --runs` "
-          "lists each run); ratio = median / baseline, the ratio the verdict's message, the JSON report and the "
-          "history show (the gate's Hodges-Lehmann estimate, after any --gpuperf-normalize, is in the message's "
-          "evidence); CPU = the calling thread's median "
-          "CPU time per call (a verdict 'on CPU time' was decided on it, and its median, baseline and ratio are CPU "
-          "time's); ops/kern, syncs = aten ops "
-          "(/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it differed "
-          "between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
-          "minimum-traffic bytes per call at the median time (% of the calibrated peak when classified)")
+#: The legend under the terminal table, in parts (issue 47: the legend explains the columns shown
+#: only): each mode's parts as ``(column headers, text)``, printed, in order, when the fitted table
+#: shows any of the headers (``"verdict"``: always).
+_COUNT_PART = (("ops/kern", "syncs"), "ops/kern, syncs = aten ops (/CUDA kernels) and host-device syncs per call "
+               "(exact counts, gated)")
+LEGEND_PARTS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "stored": (
+        (("baseline",), "baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf "
+                        "show --runs` lists each run)"),
+        (("ratio",), "ratio = median / baseline, the ratio the verdict's message, the JSON report and the history "
+                     "show (the gate's Hodges-Lehmann estimate, after any --gpuperf-normalize, is in the message's "
+                     "evidence)"),
+        (("CPU",), "CPU = the calling thread's median CPU time per call"),
+        _COUNT_PART,
+        (("FLOP/s", "B/s"), "FLOP/s, B/s = counted FLOPs and minimum-traffic bytes per call at the median time (% of "
+                            "the calibrated peak when classified)"),
+    ),
+    "replicates": (
+        (("median",), "median = geometric mean of this run's per-process medians (a process a slow period disturbed "
+                      "set aside: the verdict's note names it; the median of all rounds pooled is the JSON report's "
+                      "stats.median_ms)"),
+        (("baseline",), "baseline = that of the baseline's"),
+        (("ratio",), "ratio = median / baseline, the estimate the verdict is decided on"),
+        (("CPU",), "CPU = the calling thread's CPU time per call, the same statistic"),
+        _COUNT_PART,
+        (("FLOP/s", "B/s"), "FLOP/s, B/s = counted FLOPs and minimum-traffic bytes per call at the median time"),
+    ),
+    "ab": (
+        (("median",), "A/B: median = of B's (the working tree's) samples"),
+        (("baseline",), "baseline = of REF's (A's) samples"),
+        (("ratio",), "ratio = the verdict's Hodges-Lehmann estimate of B/A over the paired blocks [99% CI of the "
+                     "median block ratio], as in its message"),
+        (("peak mem", "ops/kern", "syncs"), "memory and counts are B's, compared with A's"),
+    ),
+}
+#: The footnote of each mark a verdict cell may carry (issue 47: every mark has one), as
+#: ``(pattern found in the table, text)``; the compact forms are :func:`compact_verdict`'s.
+MARK_NOTES: tuple[tuple[str, str], ...] = (
+    (r" on CPU time|\[cpu\]", "a verdict 'on CPU time' ([cpu]) was decided on the calling thread's CPU time, and "
+                              "its median, baseline and ratio are CPU time's"),
+    (r"\w\+\w", "a+b (compact verdict) = a, and b (memory, counts, scaling) regressed or over its budget too"),
+    (r"misclassified\?", "misclassified? = misclassified while the host was busy: not trusted"),
+    (r"\[upd\]", "[upd] = baseline updated"),
+    (r"  new\b", "new = no baseline"),
+    (r"\(machine [+-]", "(machine +N%) = the machine differs: N% slower on the machine-speed probe"),
+    (r"\d~", "~ after a count or peak: it differed between calls, gated only beyond twice that spread"),
+    (r"\w\*", "* = a note, under * notes: below"),
+)
 
 
-#: The legend in the default mode (``--gpuperf-processes`` >= 2): what "baseline" and "ratio" hold.
-REPLICATES_LEGEND = (
-    "median = geometric mean of this run's per-process medians (a process a slow period disturbed set aside: the "
-    "verdict's note names it; the median of all rounds pooled is the JSON report's stats.median_ms); baseline = "
-    "that of the baseline's; ratio = median / baseline, the estimate the verdict is decided on (rows with [CI]: "
-    "confirmed by A/B against the baselines' commit on this machine: median = B's, baseline = that commit's (A's) "
-    "median, ratio = the verdict's estimate of B/A [99% CI]); CPU = the calling thread's CPU time per call, the "
-    "same statistic (a verdict 'on CPU time' was decided on it, and its median, baseline and ratio are CPU time's); "
-    "ops/kern, syncs = "
-    "aten ops (/CUDA kernels) and host-device syncs per call (exact counts, gated; ~ after a count or peak: it "
-    "differed between calls, gated only beyond twice that spread); FLOP/s, B/s = counted FLOPs and "
-    "minimum-traffic bytes per call at the median time")
+#: The footnote of a ratio cell with its CI in brackets in the default mode (an A/B confirmation).
+CONFIRMED_CI_NOTE = ("rows with [CI]: confirmed by A/B against the baselines' commit on this machine: median = B's, "
+                     "baseline = that commit's (A's) median, ratio = the verdict's estimate of B/A [99% CI]")
+
+
+def _joined(mode: str) -> str:
+    """Every legend part of ``mode``, joined: the whole legend (every column shown)."""
+    return "; ".join([text for _, text in LEGEND_PARTS[mode]] + ([CONFIRMED_CI_NOTE] if mode == "replicates" else []))
+
+
+#: What the summary's columns hold (stored baselines, one process); all of it.
+LEGEND = _joined("stored")
+#: The legend in the default mode (``--gpuperf-processes`` >= 2); all of it.
+REPLICATES_LEGEND = _joined("replicates")
+#: What the columns hold in A/B mode (``--gpuperf-ab``); all of it.
+AB_LEGEND = _joined("ab")
+
+
+def table_headers(lines: Sequence[str]) -> set[str]:
+    """The column headers of the tables in ``lines`` (:func:`summary_lines`' output): each line
+    above a rule of dashes, split where two spaces part its cells."""
+    import re
+
+    return {h for above, rule in zip(lines, lines[1:]) if rule.startswith("-") and set(rule) <= {"-", " "}
+            for h in re.split(r"\s{2,}", above.strip())}
+
+
+def legend(mode: str, lines: Sequence[str], *, columns: bool = True) -> str:
+    """The legend for the table ``lines`` as printed (issue 47): the parts of ``mode``'s legend
+    (``"stored"``, ``"replicates"``, ``"ab"``; :data:`LEGEND_PARTS`) whose columns the table shows
+    (none with ``columns=False``: a table without ratios), and the footnote of each mark its cells
+    carry (:data:`MARK_NOTES`), joined by ``"; "`` (``""``: nothing to explain)."""
+    import re
+
+    shown = table_headers(lines)
+    cells = "\n".join(ln for ln in lines if ln and not set(ln) <= {"-", " "} and not ln.startswith("group: ")
+                      and set(re.split(r"\s{2,}", ln.strip())) - shown)
+    parts = [text for keys, text in LEGEND_PARTS[mode] if columns and shown & set(keys)]
+    if mode == "replicates" and re.search(r"\dx \[\d", cells):  # a ratio with its CI: an A/B confirmation
+        parts.append(CONFIRMED_CI_NOTE)
+    parts += [text for pattern, text in MARK_NOTES if re.search(pattern, cells)]
+    return "; ".join(dict.fromkeys(parts))
 
 
 def comparison_dict(c: Comparison | None) -> dict[str, Any] | None:
@@ -325,12 +394,6 @@ def _ratio_cell(c: Comparison | None, r: BenchResult | None = None) -> str:
     return format_ratio(c.shown_ratio)
 
 
-#: What the "baseline" and "ratio" columns hold in A/B mode (``--gpuperf-ab``).
-AB_LEGEND = ("A/B: median = of B's (the working tree's) samples; baseline = of REF's (A's) samples; ratio = the "
-             "verdict's Hodges-Lehmann estimate of B/A over the paired blocks [99% CI of the median block ratio], as "
-             "in its message; memory and counts are B's, compared with A's")
-
-
 #: Columns of the summary table that hold numbers (right-aligned).
 NUMERIC_COLUMNS = frozenset({"median", "CPU", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
                              "syncs", "FLOP/s", "B/s", "items/s"})
@@ -439,7 +502,7 @@ def summary_lines(
         members = groups[group]
         if order is not None:
             members = sorted(members, key=lambda m: order(m[0], m[1]))
-        rows = [summary_row(shorten_middle(label, MAX_NAME_WIDTH), r, updated, items=with_items, bus=with_bus,
+        rows = [summary_row(shorten_name(label, MAX_NAME_WIDTH), r, updated, items=with_items, bus=with_bus,
                             time_unit=time_unit) for label, r, updated in members]
         header: Sequence[str] = all_headers
         if keys is not None:
@@ -459,46 +522,70 @@ def summary_lines(
 
 def fit_table(rows: Sequence[Sequence[str]], header: Sequence[str], numeric: Iterable[str], width: int,
               names: Sequence[str]) -> list[str]:
-    """:func:`format_table` of the default table, made to fit ``width`` characters: columns are
-    dropped in :data:`DROP_ORDER` until it fits, then the names (first column; ``names`` are the
-    full ones) are cut in the middle, to :data:`MIN_NAME_WIDTH` at the shortest."""
+    """:func:`format_table` of the default table, made to fit ``width`` characters (issue 47: the
+    baseline outlives a long verdict cell): columns are dropped in :data:`DROP_ORDER` but its last
+    (``baseline``) until it fits; then the names (first column; ``names`` are the full ones) are
+    cut at their separators (:func:`~pytest_gpuperf.core.units.shorten_name`), to twice
+    :data:`MIN_NAME_WIDTH` at the shortest, and if that is not enough the verdict cells take their
+    compact form (:func:`compact_verdict`) and the names are cut to :data:`MIN_NAME_WIDTH` at the
+    shortest; only then the baseline goes, and the names are cut again for what is left."""
     numeric = set(numeric)
     keep = list(range(len(header)))
+    cells = [tuple(r) for r in rows]
 
     def table(name_width: int | None = None) -> list[str]:
-        body = [tuple(shorten_middle(names[k], name_width) if i == 0 and name_width else row[i] for i in keep)
-                for k, row in enumerate(rows)]
+        body = [tuple(shorten_name(names[k], name_width) if i == 0 and name_width else row[i] for i in keep)
+                for k, row in enumerate(cells)]
         return format_table(body, [header[i] for i in keep], numeric)
+
+    def excess(lines: list[str]) -> int:
+        return max(map(len, lines)) - width
+
+    def cut_names(shortest: int = MIN_NAME_WIDTH) -> list[str]:
+        lines = table()
+        if excess(lines) > 0:
+            shown = max((len(row[0]) for row in cells), default=0)  # as cut to MAX_NAME_WIDTH
+            lines = table(max(shortest, shown - excess(lines)))
+        return lines
 
     lines = table()
     for column in DROP_ORDER:
-        if max(map(len, lines)) <= width:
+        if excess(lines) <= 0:
             return lines
+        if column == DROP_ORDER[-1]:
+            lines = cut_names(2 * MIN_NAME_WIDTH)
+            if excess(lines) > 0 and "verdict" in header:  # the compact verdict ("regressed+counts")
+                v = header.index("verdict")
+                cells = [tuple(compact_verdict(c) if i == v else c for i, c in enumerate(row)) for row in cells]
+                lines = cut_names()
+            if excess(lines) <= 0:
+                return lines
         if column in header:
             keep.remove(header.index(column))
             lines = table()
-    excess = max(map(len, lines)) - width
-    if excess > 0:
-        longest = max(len(r[0]) for r in rows) if rows else 0
-        lines = table(max(MIN_NAME_WIDTH, longest - excess))
-    if max(map(len, lines)) > width and "verdict" in header:
-        # still too wide: the verdict in its compact form ("regressed, counts regressed" -> "regressed+counts")
-        v = header.index("verdict")
-        rows = [tuple(compact_verdict(c) if i == v else c for i, c in enumerate(row)) for row in rows]
-        excess = max(map(len, table())) - width
-        longest = max(len(r[0]) for r in rows) if rows else 0
-        lines = table(max(MIN_NAME_WIDTH, longest - max(0, excess)))
-    return lines
+    return cut_names()
+
+
+#: The compact forms of a verdict cell's parts (:func:`compact_verdict`); each mark they leave has
+#: its footnote in the legend (:data:`MARK_NOTES`).
+_COMPACT = ((r", misclassified \(host busy: not trusted\)", "+misclassified?"),
+            (r", (memory|counts) regressed", r"+\1"), (r", over ", "+over "), (r", misclassified", "+misclassified"),
+            (r", below min_scaling_efficiency", "+scaling"), (r" on CPU time", " [cpu]"),
+            (r" \(baseline updated\)", " [upd]"), (r" \(machine differs: ", " (machine "), (r"^no-baseline", "new"))
 
 
 def compact_verdict(text: str) -> str:
     """A summary verdict cell in its compact form, for a terminal too narrow for the full one: a
-    regressed check after the first verdict becomes ``+<check>`` (``"regressed, counts regressed"``
-    -> ``"regressed+counts"``), and ``, over …`` / ``, misclassified`` lose their comma and space."""
+    failing check after the first verdict becomes ``+<check>`` (``"regressed, counts regressed"``
+    -> ``"regressed+counts"``, ``, over …`` -> ``+over …``, ``+scaling``, ``+misclassified``, with
+    ``?`` when the host was busy), ``on CPU time`` becomes ``[cpu]``, ``(baseline updated)``
+    ``[upd]``, ``(machine differs: +12%)`` ``(machine +12%)`` and ``no-baseline`` ``new``; the legend
+    gives each mark's footnote."""
     import re
 
-    text = re.sub(r", (memory|counts) regressed", r"+\1", text)
-    return text.replace(", over ", "+over ").replace(", misclassified", "+misclassified")
+    for pattern, repl in _COMPACT:
+        text = re.sub(pattern, repl, text)
+    return text
 
 
 def machine_differs_line(results: Iterable[BenchResult]) -> str | None:

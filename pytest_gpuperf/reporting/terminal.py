@@ -86,10 +86,21 @@ def _wrapped(lines: Sequence[Line], width: int | None) -> list[Line]:
             out.append((kind, text, markup))
             continue
         indent = " " * (len(text) - len(text.lstrip(" ")) + 2)
-        for part in textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+        for part in textwrap.wrap(_code_whole(text), width, subsequent_indent=indent, break_long_words=False,
                                   break_on_hyphens=False):
-            out.append((kind, part, markup))
+            out.append((kind, part.replace(_NBSP, " "), markup))
     return out
+
+
+#: Stands for a space inside a `code span` while a line is wrapped (textwrap breaks at ASCII spaces only).
+_NBSP = "\u00a0"
+
+
+def _code_whole(text: str) -> str:
+    """``text`` with the spaces inside each `` `code span` `` (a command: `` `pytest
+    --gpuperf-update-baselines` ``) made unbreakable, so that wrapping keeps the command on one line."""
+    parts = text.split("`")
+    return "`".join(p.replace(" ", _NBSP) if i % 2 else p for i, p in enumerate(parts)) if len(parts) > 2 else text
 
 
 def wrap(text: str, width: int | None) -> list[str]:
@@ -114,8 +125,9 @@ def wrap_message(text: str, width: int | None) -> str:
         clauses = [c.strip() for c in line.strip().split("; ")]
         for i, clause in enumerate(clauses):
             clause += ";" if i < len(clauses) - 1 else ""
-            out.extend(textwrap.wrap(clause, width, initial_indent=lead if i == 0 else more, subsequent_indent=more,
-                                     break_long_words=False, break_on_hyphens=False) or [clause])
+            out.extend(part.replace(_NBSP, " ") for part in textwrap.wrap(
+                _code_whole(clause), width, initial_indent=lead if i == 0 else more, subsequent_indent=more,
+                break_long_words=False, break_on_hyphens=False) or [clause])
     return "\n".join(out)
 
 
@@ -123,35 +135,49 @@ def _line(text: str, **markup: bool) -> Line:
     return ("line", text, markup)
 
 
-def _header(s: SessionSummary) -> list[Line]:
-    mode = "update baselines" if s.updating else "compare"
+def _mode_detail(s: SessionSummary) -> str:
+    """What the header says, in parentheses, after the mode: how the benchmarks were measured."""
     if s.replicated and s.world_size is not None:  # --gpuperf-nproc
         launches = "1 torchrun launch" if s.processes == 1 else f"{s.processes} torchrun launches"
-        mode += f" ({launches} of {s.world_size} ranks per benchmark; a round's time is the slowest rank's)"
-    elif s.replicated:  # the real counts (issue 47): processes added for thin evidence too
+        return f"{launches} of {s.world_size} ranks per benchmark; a round = the slowest rank's"
+    if s.replicated:  # the real counts (issue 47): processes added for thin evidence too
         used = [c.processes for c in (r.result.comparison for r in s.rows) if c is not None and c.processes]
         more = [n for n in used if n > s.processes]
-        mode += (f" ({s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark"
-                 + (f"; {len(more)} measured in up to {max(more)}" if more else "") + ")")
-    elif s.world_size is not None:
-        mode += f" (torchrun: {s.world_size} ranks in step, one process each; a round's time is the slowest rank's)"
-    else:
-        mode += " (one process: run-to-run spread not measured, --gpuperf-processes 1)"
+        return (f"{s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark"
+                + (f"; {len(more)} measured in up to {max(more)}" if more else ""))
+    if s.world_size is not None:
+        return f"torchrun: {s.world_size} ranks in step; a round = the slowest rank's"
+    return "one process: run-to-run spread not measured, --gpuperf-processes 1"
+
+
+def _header(s: SessionSummary) -> list[Line]:
+    """The separator line with the mode (issue 47: within the width): ``gpuperf: N benchmark(s),
+    mode: compare (how it was measured)``; what does not fit in the separator's title (pytest adds
+    ``"= "`` and ``" ="`` at least) follows on lines of its own, wrapped."""
+    parts = [f"gpuperf: {len(s.rows)} benchmark(s), mode: " + ("update baselines" if s.updating else "compare"),
+             f"({_mode_detail(s)})"]
     if s.ab_label is not None:
         workers = "worker processes" if s.world_size is None else f"torchrun launches of {s.world_size} ranks"
-        mode = f"A/B vs {s.ab_label} ({s.ab_processes} pair(s) of {workers}, interleaved ABBA blocks)"
-    return [("sep", f"gpuperf: {len(s.rows)} benchmark(s), mode: {mode}", {})]
+        parts = [f"gpuperf: {len(s.rows)} benchmark(s), mode: A/B", f"vs {s.ab_label}",
+                 f"({s.ab_processes} pair(s) of {workers}, interleaved ABBA blocks)"]
+    fits = len(parts)
+    while fits > 1 and s.width and len(" ".join(parts[:fits])) + 4 > s.width:
+        fits -= 1
+    rest = " ".join(parts[fits:])
+    return [("sep", " ".join(parts[:fits]), {}), *_wrapped([_line(rest)] if rest else [], s.width)]
 
 
 def _table(s: SessionSummary) -> Iterator[Line]:
-    from pytest_gpuperf.reporting.report import AB_LEGEND, LEGEND, REPLICATES_LEGEND, summary_lines
+    from pytest_gpuperf.reporting.report import legend, summary_lines
 
-    for line in summary_lines([(r.name, r.result, r.updated) for r in s.rows], width=s.width, **s.table_options):
-        yield _line(line)
-    if any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows):
-        legend = AB_LEGEND if s.ab_label is not None else REPLICATES_LEGEND if s.replicated else LEGEND
-        for line in (textwrap.wrap(legend, s.width, break_on_hyphens=False) if s.width else [legend]):
-            yield _line(line)
+    lines = summary_lines([(r.name, r.result, r.updated) for r in s.rows], width=s.width, **s.table_options)
+    yield from (_line(line) for line in lines)
+    ratios = any(r.result.comparison is not None and r.result.comparison.ratio is not None for r in s.rows)
+    text = legend("ab" if s.ab_label is not None else "replicates" if s.replicated else "stored", lines,
+                  columns=ratios)  # without ratios, the marks' footnotes only
+    for line in (textwrap.wrap(_code_whole(text), s.width, break_on_hyphens=False) if s.width else
+                 [text] if text else []):
+        yield _line(line.replace(_NBSP, " "))
 
 
 def _baselines_or_ab(s: SessionSummary) -> Iterator[Line]:
@@ -240,8 +266,8 @@ class ProgressLine:
     in place, as pytest's own "collecting ..." line does (``tr.rewrite``), cut to ``width`` characters
     so that it never wraps; in CI logs and pipes each step is a plain line.
 
-    - :meth:`line`: a line that stays (what starts or ends a phase);
-    - :meth:`step`: a step, rewritten on a terminal, a plain line elsewhere;
+    - :meth:`line`: a line that stays (what starts or ends a phase), wrapped to ``width``;
+    - :meth:`step`: a step, rewritten on a terminal, a plain line (wrapped) elsewhere;
     - :meth:`tick`: a finer step (e.g. each benchmark a worker process finished), shown only on a
       terminal, where it costs no line;
     - :meth:`close`: ends the rewritten line (it stays visible).
@@ -260,13 +286,15 @@ class ProgressLine:
         if self.tr is None:
             return
         self.close()
-        self.tr.write_line(text)
+        for part in wrap(text, self.width):  # within the width, as the summary's lines (issue 47)
+            self.tr.write_line(part)
 
     def step(self, text: str) -> None:
         if self.tr is None:
             return
         if not self.live:
-            self.tr.write_line(text)
+            for part in wrap(text, self.width):
+                self.tr.write_line(part)
             return
         self.tick(text)
 

@@ -78,8 +78,11 @@ def test_a_regression_carried_by_one_rank_names_it() -> None:
     r = BenchResult.from_samples([3.1], name="t", device="cpu", rounds=1, calls_per_round=1, warmup_calls=0,
                                  ranks=RankTiming.of([2.2, 3.1]))
     assert straggler_text(r.ranks) == "rank 1 is the straggler (median 3.1 ms vs 2.2 ms on the others)"
+    assert with_straggler("regressed 1.4x\n  details", r) == (
+        "regressed 1.4x: rank 1 is the straggler (median 3.1 ms vs 2.2 ms on the others)\n  details")
+    # issue 47: on the line under a first line it would push past 80 characters
     assert with_straggler("t: regressed 1.42x\n  details", r) == (
-        "t: regressed 1.42x: rank 1 is the straggler (median 3.1 ms vs 2.2 ms on the others)\n  details")
+        "t: regressed 1.42x\n  rank 1 is the straggler (median 3.1 ms vs 2.2 ms on the others)\n  details")
     balanced = r.replace(ranks=RankTiming.of([3.0, 3.1]))
     assert with_straggler("t: regressed 1.42x", balanced) == "t: regressed 1.42x"
 

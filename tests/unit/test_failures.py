@@ -16,7 +16,7 @@ import pytest
 from pytest_gpuperf.verdict.bottleneck import Bottleneck, Evidence, classify
 from pytest_gpuperf.verdict.compare import Comparison, MemoryComparison, Verdict, decide, decide_memory
 from pytest_gpuperf.verdict.result import BenchResult
-from pytest_gpuperf.reporting.messages import comparison_message, failure_messages, gate_messages
+from pytest_gpuperf.reporting.messages import comparison_message, failure_messages, fit_first_line as F, gate_messages, labelled
 
 BID = "tests/perf/test_m.py::test_t[2]"
 MiB = 1 << 20
@@ -161,10 +161,10 @@ def test_memory_snapshot_is_appended_to_failing_memory_messages():
 def test_misclassification_fails_also_while_updating_with_label_prefix():
     r = result(None, bottleneck=overhead_bound(), expect=("compute",))
     assert r.misclassified
-    assert failure_messages(r) == [f"{BID}: {MISMATCH}"]  # default label: the benchmark id
-    assert failure_messages(r, updating=True) == [f"{BID}: {MISMATCH}"]
-    assert failure_messages(r, label="test_t[2]") == [f"test_t[2]: {MISMATCH}"]
-    assert failure_messages(r, label="test_t[2]", updating=True, strict=True) == [f"test_t[2]: {MISMATCH}"]
+    assert failure_messages(r) == [labelled(BID, MISMATCH)]  # default label: the benchmark id
+    assert failure_messages(r, updating=True) == [labelled(BID, MISMATCH)]
+    assert failure_messages(r, label="test_t[2]") == [labelled("test_t[2]", MISMATCH)]
+    assert failure_messages(r, label="test_t[2]", updating=True, strict=True) == [labelled("test_t[2]", MISMATCH)]
 
 
 def test_expected_bottleneck_passes():
@@ -175,9 +175,9 @@ def test_expected_bottleneck_passes():
 def test_misclassification_with_trace_names_the_trace_once():
     c = regressed()
     r = result(c, bottleneck=overhead_bound(), expect=("compute",), trace_path=TRACE)
-    assert failure_messages(r) == [comparison_message(c), f"{BID}: {MISMATCH}; trace: {TRACE}"]
+    assert failure_messages(r) == [comparison_message(c), labelled(BID, f"{MISMATCH}; trace: {TRACE}")]
     assert sum(TRACE in f for f in failure_messages(r)) == 1
-    assert failure_messages(r, updating=True) == [f"{BID}: {MISMATCH}; trace: {TRACE}"]
+    assert failure_messages(r, updating=True) == [labelled(BID, f"{MISMATCH}; trace: {TRACE}")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,8 +188,8 @@ def test_misclassification_with_trace_names_the_trace_once():
 def test_regression_with_trace_adds_the_trace_message():
     c = regressed()
     r = result(c, trace_path=TRACE)
-    assert failure_messages(r) == [comparison_message(c), f"{BID}: trace of the profiled calls: {TRACE}"]
-    assert failure_messages(r, label="t") == [comparison_message(c), f"t: trace of the profiled calls: {TRACE}"]
+    assert failure_messages(r) == [comparison_message(c), F(f"trace of the profiled calls: {TRACE}\n  {BID}")]
+    assert failure_messages(r, label="t") == [comparison_message(c), F(f"trace of the profiled calls: {TRACE}\n  t")]
     assert failure_messages(r, updating=True) == []  # the regression does not count, nor its trace
 
 
@@ -202,7 +202,7 @@ def test_inconclusive_strict_with_trace():
     c = inconclusive()
     r = result(c, trace_path=TRACE)
     assert failure_messages(r) == []
-    assert failure_messages(r, strict=True) == [comparison_message(c), f"{BID}: trace of the profiled calls: {TRACE}"]
+    assert failure_messages(r, strict=True) == [comparison_message(c), F(f"trace of the profiled calls: {TRACE}\n  {BID}")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,8 +215,8 @@ def test_all_failures_in_order():
     m = decide_memory(40 * MiB, 10 * MiB, max_memory_bytes=32 * MiB, benchmark_id=BID, device="cpu")
     r = result(c, memory=m, bottleneck=overhead_bound(), expect=("compute",))
     got = failure_messages(r)
-    assert got == [comparison_message(c), *gate_messages(m), f"{BID}: {MISMATCH}"]
-    assert failure_messages(r, updating=True) == [gate_messages(m, include_regression=False)[0], f"{BID}: {MISMATCH}"]
+    assert got == [comparison_message(c), *gate_messages(m), labelled(BID, MISMATCH)]
+    assert failure_messages(r, updating=True) == [gate_messages(m, include_regression=False)[0], labelled(BID, MISMATCH)]
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -232,7 +232,7 @@ def test_misclassification_on_a_busy_host_fails_only_strict_or_while_updating():
         tuple(samples(9, 20, 1.3)), name="test_t[2]", device="cpu", rounds=20, calls_per_round=1,
         warmup_calls=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
         telemetry=busy)
-    why = f"{BID}: {MISMATCH}; measured while host busy: other processes used 0.98 of 2 CPU cores while it ran"
+    why = labelled(BID, f"{MISMATCH}; measured while host busy: other processes used 0.98 of 2 CPU cores while it ran")
     assert r.misclassified and not r.misclassification_trusted
     assert failure_messages(r) == []
     assert failure_messages(r, strict=True) == [why] and failure_messages(r, updating=True) == [why]
@@ -240,4 +240,4 @@ def test_misclassification_on_a_busy_host_fails_only_strict_or_while_updating():
         tuple(samples(9, 20, 1.3)), name="test_t[2]", device="cpu", rounds=20, calls_per_round=1,
         warmup_calls=3, benchmark_id=BID, bottleneck=overhead_bound(), options={"expect_bottleneck": ("compute",)},
         telemetry={"other_cpu_cores": 0.1, "cpu_count": 2})
-    assert quiet.misclassification_trusted and failure_messages(quiet) == [f"{BID}: {MISMATCH}"]
+    assert quiet.misclassification_trusted and failure_messages(quiet) == [labelled(BID, MISMATCH)]

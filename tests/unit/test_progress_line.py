@@ -51,7 +51,7 @@ def test_in_a_log_every_step_is_a_plain_line_and_ticks_are_not_shown(pytestconfi
 
 def test_a_line_ends_a_rewritten_step_first(pytestconfig: pytest.Config) -> None:
     tr, out = _reporter(pytestconfig, tty=True)
-    p = ProgressLine(tr, width=30)
+    p = ProgressLine(tr, width=40)
     p.step("A/B: test_a (worker pair 1)")
     p.line("A/B: confirming 1 regression(s)")
     assert out.getvalue().split("\n")[1] == "A/B: confirming 1 regression(s)"

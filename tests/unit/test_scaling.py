@@ -85,7 +85,8 @@ def test_the_gate_fails_the_result_and_travels_in_the_report_entry() -> None:
     r = BenchResult.from_samples([1.0], name="t", device="cpu", rounds=1, calls_per_round=1, warmup_calls=0,
                                  benchmark_id="t", scaling=check)
     assert r.failing() == ("scaling",) and r.failing(updating=True) == ("scaling",)  # a hard check
-    assert failure_messages(r, label="m.py::t") == [f"m.py::t: {check.message()}"]
+    head, aside = check.message().split(" (", 1)  # the reason first, within 80 columns (issue 47)
+    assert failure_messages(r, label="m.py::t") == [f"{head}\n  m.py::t\n  ({aside}"]
     entry = encode_result(r, environment={}, git_commit=None, timestamp_utc="", with_comparison=True)
     assert entry["scaling"] == {"kind": "strong", "world_size": 4, "median_ms": 1.0, "reference_world_size": 1,
                                 "reference_ms": 2.0, "reference_file": "b.json", "efficiency": 0.5,

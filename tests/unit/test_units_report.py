@@ -804,7 +804,7 @@ def test_the_default_table_fits_the_terminal_by_priority(width):
         assert any("..." in ln for ln in table[2:])  # the long name cut in the middle
         assert any(ln.startswith("tests/a.py::test_b") for ln in table)  # a short one kept whole
     if width == 120:  # dropping columns was enough: the name is cut only to MAX_NAME_WIDTH, as without a width
-        assert any(ln.startswith(report.shorten_middle(long_name, report.MAX_NAME_WIDTH) + " ") for ln in table)
+        assert any(ln.startswith(report.shorten_name(long_name, report.MAX_NAME_WIDTH) + " ") for ln in table)
 
 
 def test_explicit_columns_are_shown_as_asked_and_the_legend_wraps():
