@@ -533,9 +533,12 @@ class Measurer:
         machine's), or with ``measure`` False (``--gpuperf-no-host-load``)."""
         if getattr(device, "type", str(device)) != "cpu" or not measure or self.clock is not time.perf_counter_ns:
             return None
-        from pytest_gpuperf.measure.telemetry import PROCESS_LOAD, HostLoadMeter
+        from pytest_gpuperf.measure.telemetry import PROCESS_LOAD, HostLoadMeter, job_cpu_reader
 
-        return HostLoadMeter(process=PROCESS_LOAD)
+        # under torchrun the launch's other ranks share the cores: their CPU time is this job's own
+        # load, not another user's (before, every torchrun benchmark's host load counted them, and a
+        # real neighbour could not be told from them)
+        return HostLoadMeter(own=job_cpu_reader(), process=PROCESS_LOAD)
 
     def measure(self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, options: BenchOptions, device: Any,
                 setup: Setup | None = None, rounds: int | None = None, warmup_calls: int | None = None,
