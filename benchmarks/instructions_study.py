@@ -160,7 +160,7 @@ def analyse(runs: list[dict], number: int, tolerance: float) -> dict:
         v = decide_instructions(runs[j]["per_call"]["chain21"], runs[i]["per_call"]["chain20"], tolerance=tolerance,
                                 benchmark_id="chain20")
         named = grown_function(base, cur, number)
-        trials.append({"baseline_worker": i, "current_worker": j, "verdict": v.verdict.value, "ratio": v.ratio,
+        trials.append({"baseline_worker": Path(runs[i]["dir"]).name, "current_worker": Path(runs[j]["dir"]).name, "verdict": v.verdict.value, "ratio": v.ratio,
                        "message": v.message, "named": named.name if named else None,
                        "diff": diff_text(function_diff(base, cur, number), named)})
     aa = []
@@ -181,6 +181,7 @@ def main() -> int:
     ap.add_argument("--tolerance", type=float, default=None)
     ap.add_argument("--no-busy", action="store_true")
     ap.add_argument("--worker", type=Path)
+    ap.add_argument("--analyse-only", action="store_true", help="analyse the finished workers under --out again")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.number, args.warmup)
@@ -189,7 +190,11 @@ def main() -> int:
 
     tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     runs = []
-    for busy in ([False, True] if not args.no_busy else [False]):
+    for d in sorted(args.out.glob("*[0-9]")) if args.analyse_only else []:
+        timing = list(d.glob("timing.*.json"))
+        if timing:
+            runs.append({**json.loads(timing[0].read_text()), "busy": d.name.startswith("busy"), "dir": str(d)})
+    for busy in ([False, True] if not (args.no_busy or args.analyse_only) else [False] if not args.analyse_only else []):
         for i in range(args.processes):
             r = run_worker(args.out / f"{'busy' if busy else 'quiet'}{i}", args.number, args.warmup, busy)
             print(f"worker {'busy' if busy else 'quiet'}{i}: {r['wall_s']:.1f} s wall "

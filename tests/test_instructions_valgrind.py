@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.measure import instructions as I
-from pytest_gpuperf.verdict.callgrind import parse_callgrind
+from pytest_gpuperf.verdict.callgrind import Profile, parse_callgrind
 from pytest_gpuperf.verdict.instructions import per_call_counts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ print(I.measure_many([("f", f), ("g", g)], number=10, warmup=2))
 """
 
 
-def run_worker(tmp_path: Path, code: str, out: str) -> dict[str, object]:
+def run_worker(tmp_path: Path, code: str, out: str) -> list[Profile]:
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(code))
     out_dir = tmp_path / out
@@ -52,17 +52,16 @@ def run_worker(tmp_path: Path, code: str, out: str) -> dict[str, object]:
                             stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    profiles = [parse_callgrind(f.read_text()) for f in I.dump_files(out_dir, proc.pid)]
-    return {p.name or str(i): p for i, p in enumerate(profiles)}
+    return [parse_callgrind(f.read_text()) for f in I.dump_files(out_dir, proc.pid)]
 
 
 def test_one_process_measures_several_functions_one_named_dump_each(tmp_path: Path) -> None:
-    profiles = run_worker(tmp_path, PURE, "a")
+    profiles = {p.name: p for p in run_worker(tmp_path, PURE, "a")}
     assert list(profiles) == [I.LOOP, "f", "g"]
-    counts = per_call_counts(profiles, 10)  # type: ignore[arg-type]
+    counts = per_call_counts(profiles, 10)
     assert counts["f"] > 1000  # a 200-step Python loop: thousands of instructions per call
     assert counts["g"] == pytest.approx(2 * counts["f"], rel=0.02)  # g is f twice (+ one Python call)
-    again = per_call_counts(run_worker(tmp_path, PURE, "b"), 10)  # type: ignore[arg-type]
+    again = per_call_counts({p.name: p for p in run_worker(tmp_path, PURE, "b")}, 10)
     assert again["f"] == pytest.approx(counts["f"], rel=1e-3) and again["g"] == pytest.approx(counts["g"], rel=1e-3)
 
 
@@ -79,7 +78,7 @@ def test_the_torch_fallback_counts_and_dumps_in_order(tmp_path: Path) -> None:
     I.measure_one(count, "one", lambda: a + a, number=10, warmup=2)
     I.measure_one(count, "two", lambda: (a + a) + a, number=10, warmup=2)
     """
-    profiles = list(run_worker(tmp_path, code, "t").values())
-    assert len(profiles) == 2, [p.name for p in profiles]
+    profiles = run_worker(tmp_path, code, "t")
+    assert [p.name for p in profiles] == ["Client Request", "Client Request"]  # unnamed: by dump order
     one, two = (p.total / 10 for p in profiles)
     assert 1.5 < two / one < 2.5  # two adds against one (plus the loop's own cost in both)
