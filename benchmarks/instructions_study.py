@@ -33,7 +33,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 
-def benchmarks():  # the worker's side: built after torch is imported
+def benchmarks():
+    """The worker's benchmarks, (name, zero-argument function) each, built after torch is imported."""
     import json as _json
 
     import torch
@@ -64,8 +65,6 @@ def benchmarks():  # the worker's side: built after torch is imported
     def python_work(items=tuple(range(200))):  # what a pytest-benchmark drop-in test would benchmark
         return sorted((i * 7919) % 211 for i in items)
 
-    with torch.no_grad():
-        pass
     return [
         ("add", lambda: torch.add(a, b)),
         ("mul_", lambda: a.mul_(1.0)),
@@ -94,10 +93,7 @@ def worker(out: Path, number: int, warmup: int) -> None:
     from pytest_gpuperf.measure import instructions as I
 
     timed: dict[str, float] = {}
-    bench = benchmarks()
-    wrapped = []
-    for name, fn in bench:
-        wrapped.append((name, fn))
+    wrapped = benchmarks()
     t1 = time.perf_counter()
     names = []
     count = I.counter()
@@ -114,6 +110,7 @@ def worker(out: Path, number: int, warmup: int) -> None:
 
 
 def run_worker(out: Path, number: int, warmup: int, busy: bool) -> dict:
+    """One worker under valgrind (nice 10; with a busy core when ``busy``); its timing and wall seconds."""
     from pytest_gpuperf.measure.instructions import valgrind_command
 
     out.mkdir(parents=True, exist_ok=True)
@@ -131,6 +128,7 @@ def run_worker(out: Path, number: int, warmup: int, busy: bool) -> dict:
 
 
 def analyse(runs: list[dict], number: int, tolerance: float) -> dict:
+    """Per-call counts, A/A spreads and verdicts, and the +1-add trials with the function named."""
     from pytest_gpuperf.measure.instructions import dump_files
     from pytest_gpuperf.verdict.callgrind import parse_callgrind
     from pytest_gpuperf.verdict.instructions import (decide_instructions, diff_text, function_diff, grown_function,
@@ -180,6 +178,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--tolerance", type=float, default=None)
     ap.add_argument("--no-busy", action="store_true")
+    ap.add_argument("--busy-only", action="store_true")
     ap.add_argument("--worker", type=Path)
     ap.add_argument("--analyse-only", action="store_true", help="analyse the finished workers under --out again")
     args = ap.parse_args()
@@ -194,7 +193,8 @@ def main() -> int:
         timing = list(d.glob("timing.*.json"))
         if timing:
             runs.append({**json.loads(timing[0].read_text()), "busy": d.name.startswith("busy"), "dir": str(d)})
-    for busy in ([False, True] if not (args.no_busy or args.analyse_only) else [False] if not args.analyse_only else []):
+    phases = [] if args.analyse_only else [False] if args.no_busy else [True] if args.busy_only else [False, True]
+    for busy in phases:
         for i in range(args.processes):
             r = run_worker(args.out / f"{'busy' if busy else 'quiet'}{i}", args.number, args.warmup, busy)
             print(f"worker {'busy' if busy else 'quiet'}{i}: {r['wall_s']:.1f} s wall "

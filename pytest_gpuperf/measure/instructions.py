@@ -52,8 +52,12 @@ _AMD64_REQUEST = bytes.fromhex("4889f8" "4889f2" "48c1c703" "48c1c70d" "48c1c73d
                                "4889d0" "c3")
 #: the name of the dump of the empty loop (the loop's own cost)
 LOOP = "__loop__"
-#: environment of the worker: what makes counts repeat between processes
-WORKER_ENV = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: environment of the worker: what makes counts repeat between processes. glibc's fastbins and
+#: per-thread cache off: with them, the heap's state when measuring starts (which differs between
+#: some processes) sent the same malloc down other paths, an A/A spread of up to 2.1% (0.13% without;
+#: docs/instructions.md)
+WORKER_ENV = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "GLIBC_TUNABLES": "glibc.malloc.mxfast=0:glibc.malloc.tcache_count=0"}
 
 
 class ValgrindUnavailable(RuntimeError):

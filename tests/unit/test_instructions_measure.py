@@ -63,7 +63,8 @@ def test_valgrind_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert cmd[:2] == ["valgrind", "--tool=callgrind"] and cmd[-2:] == ["python", "w.py"]
     assert "--instr-atstart=no" in cmd and "--collect-atstart=no" in cmd
     assert f"--callgrind-out-file={tmp_path / 'callgrind.out.%p'}" in cmd
-    assert env == {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert env == {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                   "GLIBC_TUNABLES": "glibc.malloc.mxfast=0:glibc.malloc.tcache_count=0"}
     cmd, _ = I.valgrind_command(["python"], tmp_path, backend="torch")
     assert "--instr-atstart=yes" in cmd  # torch's requests cannot start instrumentation
 
