@@ -1,7 +1,7 @@
 """Issue 48: counting under valgrind for real — a worker process toggles callgrind around its calls.
 
-The pure-Python tests take about 3 s each (Python starts uninstrumented); the torch fallback test
-imports torch under valgrind (about 20-30 s on a 2-core VM) and is the only one that does.
+The pure-Python test takes 3-12 s (two workers; Python starts uninstrumented); the torch fallback test
+imports torch under valgrind (18-32 s on a 2-core VM) and is the only one that does.
 Skipped, with the reason, where valgrind is missing or the ctypes client requests cannot run.
 """
 
