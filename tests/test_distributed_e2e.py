@@ -70,7 +70,8 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     both ranks naming rank 1, while the other benchmarks pass; the JSON report has per-rank medians
     and each rank's communication (a real gloo all-reduce: its share, and nccl-tests' bandwidths at
     the scripted 2 ms). A one-off slow first measurement of ``test_spike`` is re-measured in step on
-    both ranks and not confirmed (passes); a real 2x slowdown is confirmed on re-measure (fails)."""
+    both ranks and not confirmed (passes); a real 2x slowdown on both ranks is confirmed on
+    re-measure, and, against one stored run and with no straggler, ends inconclusive (issue 45)."""
     pytester.makepyfile(test_d=BENCHES + COMM_BENCH + SPIKE_BENCH)
     script_timings(pytester, {"ms": 2.0})
     update = torchrun(pytester, "--gpuperf-update-baselines")
@@ -99,10 +100,14 @@ def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None
     slow = torchrun(pytester, "--gpuperf", "--gpuperf-json", "report.json")
     out = slow.stdout.str()
     assert slow.ret == 1, out
-    assert out.count("2 failed, 2 passed") == 2, out  # the same outcome on both ranks
+    assert out.count("1 failed, 3 passed") == 2, out  # the same outcome on both ranks
     assert "FAILED test_d.py::test_step" in out and "FAILED test_d.py::test_local" not in out
-    assert "FAILED test_d.py::test_spike" in out and "not confirmed" not in out, out
-    assert report_comparison(pytester, "test_spike")["confirmed"] is True
+    # a 2x slowdown on both ranks, confirmed on re-measure, against one stored run: a whole session
+    # moves that much from one launch to the next on shared cores (issue 45), so it fails only where a
+    # rank carries it (test_step's straggler) or under --gpuperf-strict
+    spike = report_comparison(pytester, "test_spike")
+    assert spike["confirmed"] is True and spike["verdict"] == "inconclusive", spike
+    assert "one stored run under torchrun" in spike["note"] and "FAILED test_d.py::test_spike" not in out, out
     assert re.search(r"regressed 1\.\d+x .*\n  rank 1 is the straggler \(median 2\.9\d* ms vs 1\.9\d* ms on the others\)",
                      out), out
     report = json.loads((pytester.path / "report.json").read_text())

@@ -536,9 +536,8 @@ class InProcess(Measuring):
         inline = ctx.extras == "inline"  # a timed replicate worker makes no extra call: the extras process does
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts and inline else None
         t, telemetry, elapsed_s = self._timed_rounds(timed)
-        ranks = None
-        if ctx.ranks is not None:  # torchrun: one gather of every rank's rounds, the slowest rank's per round
-            t, ranks = _combine_ranks(ctx.ranks, t)
+        # torchrun: one gather of every rank's rounds, the slowest rank's per round
+        t, ranks = _combine_ranks(ctx.ranks, t) if ctx.ranks is not None else (t, None)
         compiled = None
         if self.options.counts and inline:  # torch.compile's compiles since the first call
             from pytest_gpuperf.measure.counting import compile_snapshot
@@ -558,6 +557,7 @@ class InProcess(Measuring):
         communication = (self._communication(fn, a, k, entry, unavailable)
                          if ctx.ranks is not None and inline else None)
         evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid)
+        evaluation = _one_stored_run(evaluation, ranks, entry)  # torchrun: only a straggler fails (issue 45)
         memory = evaluation.memory
         if memory is not None and memory.failed:
             memory = dataclasses.replace(memory, snapshot=contained(
@@ -856,6 +856,19 @@ def _combined(t: Timing, per_rank: Sequence[Sequence[float]]) -> Timing:
     # each round is the slowest rank's: this rank's CPU time is not that round's, so it is left out
     return dataclasses.replace(t, samples_ms=combined, rounds=len(combined), cpu_samples_ms=(),
                                process_cpu_samples_ms=())
+
+
+def _one_stored_run(evaluation: Any, ranks: Any, entry: BaselineEntry | None) -> Any:
+    """Under torchrun (``ranks``: this run's :class:`~pytest_gpuperf.verdict.distributed.RankTiming`),
+    the evaluation with its timing verdict passed through
+    :func:`~pytest_gpuperf.verdict.distributed.one_stored_run` against ``entry``'s stored runs and
+    ranks; unchanged outside torchrun or without a baseline."""
+    if ranks is None or entry is None:
+        return evaluation
+    from pytest_gpuperf.verdict.distributed import RankTiming, one_stored_run
+
+    return dataclasses.replace(evaluation, comparison=one_stored_run(
+        evaluation.comparison, len(entry.history), ranks, RankTiming.from_dict(entry.data.get("ranks"))))
 
 
 def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:

@@ -541,3 +541,33 @@ def test_a_setup_or_teardown_that_failed_or_skipped_on_one_rank_does_so_on_every
     assert agreed_phase([RankOutcome("skipped", False, "s"), RankOutcome("failed", True, "f")]) == ("failed", "rank 1 failed: f")
     with pytest.raises(ValueError):
         agreed_phase([])
+
+
+def test_under_torchrun_one_stored_run_fails_only_a_regression_a_rank_carries():
+    # issue 45: against one recorded run, A/A torchrun sessions read a bare all-reduce 1.57x-2.80x
+    # (4 false failures in 40 benchmark-runs, nothing else running); a straggler, a contrast inside
+    # one session, still fails
+    import dataclasses
+
+    from pytest_gpuperf.verdict.advice import Advice
+    from pytest_gpuperf.verdict.compare import Comparison, Verdict
+    from pytest_gpuperf.verdict.distributed import RankTiming, one_stored_run
+
+    c = Comparison(verdict=Verdict.REGRESSED, benchmark_id="t.py::test_x", current_median_ms=2.0,
+                   baseline_median_ms=1.0, ratio=2.0, ratio_ci=(1.9, 2.1))
+    balanced, straggling = RankTiming.of([2.0, 2.02]), RankTiming.of([1.0, 2.0])
+    uniform = one_stored_run(c, 1, balanced, RankTiming.of([1.0, 1.01]))
+    assert uniform.verdict is Verdict.INCONCLUSIVE and Advice.STRICT in uniform.advice
+    assert "one stored run under torchrun" in uniform.note and "2 more update runs" in uniform.note
+    assert one_stored_run(c, 1, straggling, RankTiming.of([1.0, 1.01])) is c  # rank 1 carries it: fails
+    assert one_stored_run(c, 1, straggling, None) is c
+    assert one_stored_run(c, 1, straggling, RankTiming.of([1.0, 2.0])).verdict is Verdict.INCONCLUSIVE  # as before
+    # ranks 1.22x apart in an A/A session of a matmul: within what A/A sessions showed, not a straggler
+    assert one_stored_run(c, 1, RankTiming.of([1.0, 1.22]), RankTiming.of([1.0, 1.0])).verdict is Verdict.INCONCLUSIVE
+    # a "straggler" whose other ranks moved with it: the whole session shifted (all-reduce, 1.17x apart)
+    assert one_stored_run(c, 1, RankTiming.of([1.12, 1.31]), RankTiming.of([0.594, 0.596])).verdict \
+        is Verdict.INCONCLUSIVE
+    assert one_stored_run(c, 3, balanced, None) is c  # stored runs give the spread between sessions
+    unchanged = dataclasses.replace(c, verdict=Verdict.UNCHANGED)
+    assert one_stored_run(unchanged, 1, balanced, None) is unchanged
+    assert one_stored_run(None, 1, balanced, None) is None
