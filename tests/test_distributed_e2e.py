@@ -428,3 +428,42 @@ def test_after(gpu_bench):
     assert "FAILED test_d.py::test_hangs_in_a_collective" in out, out
     assert "FAILED test_d.py::test_after" in out and "an earlier collective failed" in out, out
     assert not (pytester.path / "baselines").exists()
+
+
+def test_a_rank_that_raises_in_a_collective_free_function_fails_that_test_everywhere_quoting_it(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: rank 1 raises inside a benchmarked function that calls no collective (from its
+    third call, in step), while rank 0 goes on to the plugin's own collectives of that benchmark.
+    Before: rank 0 failed "one was late", rank 1 INTERNALERROR. Now the test fails on both ranks,
+    rank 0's failure quotes rank 1's exception (its type, message and innermost frame), never an
+    INTERNALERROR, the next test fails at once or runs, and the exit codes agree (non-zero)."""
+    pytester.makepyfile(test_d="""
+import os
+import pytest
+
+calls = []
+
+def raise_on_rank_1():
+    calls.append(1)
+    if os.environ["RANK"] == "1" and len(calls) >= 3:
+        raise ZeroDivisionError("rank 1's own error, no collective here")
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_raises(gpu_bench):
+    gpu_bench(raise_on_rank_1)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_after(gpu_bench):
+    gpu_bench(lambda: None)
+""")
+    script_timings(pytester, {"ms": 2.0})
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))
+    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5")
+    out = result.stdout.str() + "\n" + result.stderr.str()
+    assert result.ret != 0, out
+    assert "INTERNALERROR" not in out, out
+    assert out.count("FAILED test_d.py::test_raises") == 2, out  # on both ranks
+    assert out.count("ZeroDivisionError") >= 2 and out.count("rank 1's own error, no collective here") >= 2, out
+    assert re.search(r"test_d\.py\", line \d+, in raise_on_rank_1|test_d\.py:\d+: ZeroDivisionError", out), out
+    assert out.count("test_d.py::test_after") >= 2, out  # it ran, or failed at once with the reason
+    assert not (pytester.path / "baselines").exists()
