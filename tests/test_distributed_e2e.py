@@ -64,6 +64,19 @@ def torchrun(pytester: pytest.Pytester, *args: str, ranks: int = 2) -> pytest.Ru
                         "-m", "pytest", "-p", "no:cacheprovider", *args, timeout=120)
 
 
+def _faulty_update(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """An update run of the ``test_d.py`` written, on 2 ranks with ``--gpuperf-rank-timeout 5`` and
+    the ranks' shared folder in a temp dir of the test's: its output (both ranks, stdout then
+    stderr), after checking that it failed (non-zero) and never with an INTERNALERROR."""
+    script_timings(pytester, {"ms": 2.0})
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))
+    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5", *args)
+    out = result.stdout.str() + "\n" + result.stderr.str()
+    assert result.ret != 0, out
+    assert "INTERNALERROR" not in out, out
+    return out
+
+
 def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None:
     """Update: one baseline file, written by rank 0, in a folder keyed by world size; an unchanged
     rerun passes on both ranks; rank 1 made 1.5x slower in one benchmark fails that benchmark on
@@ -366,12 +379,7 @@ def test_raises_in_a_collective(gpu_bench):
 def test_after(gpu_bench):
     gpu_bench(lambda: None)
 """)
-    script_timings(pytester, {"ms": 2.0})
-    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))  # the ranks' shared folder
-    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5", "-rA")
-    out = result.stdout.str() + "\n" + result.stderr.str()
-    assert result.ret != 0, out
-    assert "INTERNALERROR" not in out, out
+    out = _faulty_update(pytester, monkeypatch, "-rA")
     # setup, teardown and a skip on one rank: the same outcome on both ranks, naming rank 1
     assert out.count("ERROR at setup of test_setup_raises") == 2, out
     assert "setup: rank 1 failed: " in out and out.count("rank 1's own setup error") >= 2, out
@@ -417,12 +425,7 @@ def test_hangs_in_a_collective(gpu_bench):
 def test_after(gpu_bench):
     gpu_bench(lambda: None)
 """)
-    script_timings(pytester, {"ms": 2.0})
-    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))
-    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5")
-    out = result.stdout.str() + "\n" + result.stderr.str()
-    assert result.ret != 0, out
-    assert "INTERNALERROR" not in out, out
+    out = _faulty_update(pytester, monkeypatch)
     assert re.search(r"rank 1 did not answer within 5 s", out), out
     assert re.search(r"File \".*test_d\.py\", line \d+ in reduce_but_hang_on_rank_1", out), out  # its traceback
     assert "FAILED test_d.py::test_hangs_in_a_collective" in out, out
@@ -456,12 +459,7 @@ def test_raises(gpu_bench):
 def test_after(gpu_bench):
     gpu_bench(lambda: None)
 """)
-    script_timings(pytester, {"ms": 2.0})
-    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))
-    result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5")
-    out = result.stdout.str() + "\n" + result.stderr.str()
-    assert result.ret != 0, out
-    assert "INTERNALERROR" not in out, out
+    out = _faulty_update(pytester, monkeypatch)
     assert out.count("FAILED test_d.py::test_raises") == 2, out  # on both ranks
     assert out.count("ZeroDivisionError") >= 2 and out.count("rank 1's own error, no collective here") >= 2, out
     assert re.search(r"test_d\.py\", line \d+, in raise_on_rank_1|test_d\.py:\d+: ZeroDivisionError", out), out

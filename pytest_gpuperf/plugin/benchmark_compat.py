@@ -351,6 +351,18 @@ def report_info(config: pytest.Config, commit: str | None, dirty: bool | None,
     return machine, commit_info, problems
 
 
+def session_machine_info(session: Any) -> tuple[dict[str, Any], list[str]]:
+    """:func:`report_info`'s ``machine_info`` of ``session`` (the
+    :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`: its checkout's commit and branch), and
+    a line per hook that raised: what a baseline entry keeps and a compare run hands to
+    ``pytest_benchmark_compare_machine_info``."""
+    from pytest_gpuperf.core.git import current_branch
+
+    commit, dirty = session.git_state()
+    machine_info, _, problems = report_info(session.config, commit, dirty, current_branch(session.settings.rootpath))
+    return machine_info, problems
+
+
 def update_json(config: pytest.Config, results: list[Any], data: dict[str, Any]) -> list[str]:
     """pytest-benchmark's ``pytest_benchmark_update_json(config, benchmarks, output_json)``: a
     conftest changes the report ``data`` in place before it is written; ``results``: the session's

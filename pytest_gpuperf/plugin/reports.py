@@ -218,17 +218,11 @@ class TerminalSummary:
                     if row.name in groups else row for row in rows]
         options["time_unit"] = compat.scale_unit(config, pairs, problems)
         if compat.implemented(config, "pytest_benchmark_compare_machine_info"):
-            problems += compat.compare_machine_info(config, self._machine_info(config), self._compared(), session.warn)
+            machine_info, raised = compat.session_machine_info(session)
+            problems += raised + compat.compare_machine_info(config, machine_info, self._compared(), session.warn)
         for line in problems:
             session.warn(line)
         return rows, options
-
-    def _machine_info(self, config: pytest.Config) -> dict[str, Any]:
-        from pytest_gpuperf.core.git import current_branch
-        from pytest_gpuperf.plugin.benchmark_compat import report_info
-
-        commit, dirty = self.session.git_state()
-        return report_info(config, commit, dirty, current_branch(self.session.settings.rootpath))[0]
 
     def _compared(self) -> dict[str, Any]:
         """Each baseline file this session compared against (as shown) -> one of its entries' data."""

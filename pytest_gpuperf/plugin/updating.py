@@ -20,6 +20,7 @@ def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
     update run in per-test writes of a 5 MB file). Returns an error message (the first) or None."""
     from pytest_gpuperf.storage.baseline import BaselineError, update
     from pytest_gpuperf.measure.environment import utc_now
+    from pytest_gpuperf.plugin.benchmark_compat import session_machine_info
     from pytest_gpuperf.storage.codec import encode_result
     from pytest_gpuperf.verdict.stats import MAX_STORED_SAMPLES
 
@@ -28,7 +29,9 @@ def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
     if not mine:
         return None
     stamp, (commit, dirty) = utc_now(), session.git_state()
-    machine_info = _machine_info(session, commit, dirty)
+    machine_info, problems = session_machine_info(session)  # kept for pytest_benchmark_compare_machine_info
+    for line in problems:
+        session.warn(line)
     by_path: dict[str, list[Any]] = {}
     for rec in mine:
         by_path.setdefault(rec.baseline_path or "", []).append(rec)
@@ -50,19 +53,6 @@ def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
             rec.updated = True
         session.forget_baseline(path)  # the next read sees what was written
     return problem
-
-
-def _machine_info(session: Any, commit: str | None, dirty: bool | None) -> dict[str, Any]:
-    """The ``machine_info`` a baseline entry keeps: pytest-benchmark's, as the JSON report makes it
-    (:func:`~pytest_gpuperf.plugin.benchmark_compat.report_info`, a conftest's hooks included), so
-    that a later compare run can hand it to ``pytest_benchmark_compare_machine_info``."""
-    from pytest_gpuperf.core.git import current_branch
-    from pytest_gpuperf.plugin.benchmark_compat import report_info
-
-    machine_info, _, problems = report_info(session.config, commit, dirty, current_branch(session.settings.rootpath))
-    for line in problems:
-        session.warn(line)
-    return machine_info
 
 
 def write_pending(session: Any, pytest_session: pytest.Session) -> None:

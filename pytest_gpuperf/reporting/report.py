@@ -367,13 +367,6 @@ def _centre_ms(r: BenchResult) -> float:
     return r.estimate_ms
 
 
-def cpu_text(r: BenchResult) -> str:
-    """The "CPU" cell: the calling thread's CPU time per call, the same central value as the median
-    cell (:attr:`~pytest_gpuperf.verdict.result.BenchResult.cpu_estimate_ms`; ``-`` where not read)."""
-    cpu = r.cpu_estimate_ms
-    return format_ms(cpu) if cpu is not None else "-"
-
-
 def table_ratio(r: BenchResult) -> float | None:
     """The table's ratio: the verdict's own estimate of current / baseline
     (:attr:`~pytest_gpuperf.verdict.compare.Comparison.shown_ratio`), the one its message, the JSON
