@@ -142,7 +142,7 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     each side's timed per-call medians, as the verdict gives it) and what it named. ``own``: the
     ops of the changed stage (named, they are no false cause)."""
     sys.path.insert(0, str(ROOT))
-    from pytest_gpuperf.ab.run import PROFILE_PAIRS
+    from pytest_gpuperf.ab.run import MORE_PROFILE_PAIRS, PROFILE_PAIRS
     from dataclasses import replace
 
     from pytest_gpuperf.verdict.opdiff import OpSample, diff_profiles, why_line
@@ -153,17 +153,27 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     a, b = [], []
     medians: dict[str, list[float]] = {"A": [], "B": []}
     call_ms = None
-    for p in range(PROFILE_PAIRS):
-        first = ("A", "B") if p % 2 == 0 else ("B", "A")
-        for side in first:
-            got = profile_side(base if side == "A" else sizes_b, added and side == "B", p, call_ms)
-            call_ms = call_ms or got["call_ms"]  # the same calls per cycle on both sides, as the A/B workers
-            (a if side == "A" else b).extend(OpSample.from_dict(x) for x in got["samples"])
-            medians[side].append(got["median_ms"])
     import statistics
 
+    def pairs(start: int, n: int) -> None:
+        nonlocal call_ms
+        for p in range(start, start + n):
+            first = ("A", "B") if p % 2 == 0 else ("B", "A")
+            for side in first:
+                got = profile_side(base if side == "A" else sizes_b, added and side == "B", p, call_ms)
+                call_ms = call_ms or got["call_ms"]  # the same calls per cycle on both sides, as the A/B workers
+                (a if side == "A" else b).extend(OpSample.from_dict(x) for x in got["samples"])
+                medians[side].append(got["median_ms"])
+
+    # the whole change, as the verdict gives it: the timed medians of the first pairs (the A/B
+    # verdict is decided before the profiling, and more profiling pairs do not change it)
+    pairs(0, PROFILE_PAIRS)
     whole = (statistics.median(medians["A"]), statistics.median(medians["B"]))
     d = diff_profiles(a, b, whole_ms=whole)
+    first_named = [c.name for c in d.named]
+    if not d.named:  # as the A/B run: more pairs where no op explained it
+        pairs(PROFILE_PAIRS, MORE_PROFILE_PAIRS)
+        d = diff_profiles(a, b, whole_ms=whole)
     named = [c.name for c in d.named]
     line = why_line(d)
     # the rule before the tree (issue 47), on the same cycles: every op by its self time
@@ -174,6 +184,7 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     shares = [int(x) for pair in re.findall(r"(-?\d+)% of the (?:slowdown|speed-up)|ops [+-][^(;]*\((-?\d+)%\)", line)
               for x in pair if x]
     return {"named": named, "first": named[0] if named else None, "expected": expected,
+            "pairs": len(medians["A"]), "first_pairs_named": first_named,
             "unchanged_named": [n for n in named if n != expected and n not in own], "why": line,
             "total_shift_ms": d.total_shift_ms, "whole_ms": whole, "tree": d.tree, "shares_sum": sum(shares),
             "self_named": flat_named, "self_first": flat_named[0] if flat_named else None,
@@ -194,17 +205,21 @@ def naming(opts: argparse.Namespace) -> dict:
                      "unchanged_named": sum(bool(r["unchanged_named"]) for r in rows),
                      "shares_100": sum(r["shares_sum"] == 100 for r in rows), "tree": sum(r["tree"] for r in rows),
                      "self_right_first": sum(r["self_first"] == r["self_expected"] for r in rows),
-                     "self_unchanged_named": sum(bool(r["self_unchanged_named"]) for r in rows), "rows": rows}
+                     "self_unchanged_named": sum(bool(r["self_unchanged_named"]) for r in rows),
+                     "more_pairs": sum(not r["first_pairs_named"] for r in rows),
+                     "rows": rows}
         print(f"{name}: right op first {out[name]['right_first']}/{len(rows)}, "
               f"an unchanged op named {out[name]['unchanged_named']}/{len(rows)}, "
               f"shares add to 100% {out[name]['shares_100']}/{len(rows)} (tree {out[name]['tree']}); "
               f"by self time, same cycles: right first {out[name]['self_right_first']}/{len(rows)}, "
-              f"unchanged named {out[name]['self_unchanged_named']}/{len(rows)}", flush=True)
+              f"unchanged named {out[name]['self_unchanged_named']}/{len(rows)}; "
+              f"profiled in more pairs {out[name]['more_pairs']}/{len(rows)}", flush=True)
         (Path(opts.out) / "naming-rows.json").write_text(json.dumps(out, indent=1))  # so far
     rows = [trial(None) for _ in range(opts.aa)]
     out["A/A"] = {"trials": len(rows), "named_anything": sum(bool(r["named"]) for r in rows),
                   "shares_100": sum(r["shares_sum"] == 100 for r in rows),
-                  "self_named_anything": sum(bool(r["self_named"]) for r in rows), "rows": rows}
+                  "self_named_anything": sum(bool(r["self_named"]) for r in rows),
+                  "more_pairs": sum(not r["first_pairs_named"] for r in rows), "rows": rows}
     print(f"A/A: named something in {out['A/A']['named_anything']}/{len(rows)}, "
           f"shares add to 100% {out['A/A']['shares_100']}/{len(rows)}; by self time, same cycles: "
           f"named something in {out['A/A']['self_named_anything']}/{len(rows)}", flush=True)

@@ -36,4 +36,5 @@ SAMPLES: dict[str, tuple[tuple[str, object], tuple[object, object] | None, tuple
     "min_scaling_efficiency": (("0.5", 0.5), None, (0.8, 0.8)),
     "collective": (("all_gather", "all_gather"), None, ("all_reduce", "all_reduce")),
     "bytes_per_call": (("1 KiB", 1024), None, (4096, 4096)),
+    "instructions": (("true", True), None, (False, False)),
 }

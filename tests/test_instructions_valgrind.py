@@ -82,3 +82,78 @@ def test_the_torch_fallback_counts_and_dumps_in_order(tmp_path: Path) -> None:
     assert [p.name for p in profiles] == ["Client Request", "Client Request"]  # unnamed: by dump order
     one, two = (p.total / 10 for p in profiles)
     assert 1.5 < two / one < 2.5  # two adds against one (plus the loop's own cost in both)
+
+
+# ----------------------------------------------------------------------------- the session (--gpuperf-instructions)
+
+pytest_plugins = ["pytester"]
+
+SESSION_BENCH = """
+import os
+import pytest
+
+N = int(os.environ.get("CHAIN", "200"))
+
+def chain(n):
+    x = 0
+    for i in range(n):
+        x = x + i * 3
+    return x
+
+@pytest.mark.gpu_bench(device="cpu", counts=False, instructions=True)
+def test_changed(gpu_bench):
+    gpu_bench(chain, N)
+
+@pytest.mark.gpu_bench(device="cpu", counts=False, instructions=True)
+def test_same(gpu_bench):
+    gpu_bench(chain, 200)
+
+@pytest.mark.gpu_bench(device="cpu", counts=False)
+def test_not_asked(gpu_bench):
+    gpu_bench(chain, 200)
+"""
+SESSION_RUN = ("-p", "no:cacheprovider", "--gpuperf-processes=2", "--gpuperf-max-processes=2", "--gpuperf-no-why",
+               "--gpuperf-no-ab-confirm")
+
+
+def test_a_session_counts_stores_gates_and_explains_instructions(pytester: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole path users run, in one pair of sessions (scripted timings, real callgrind counts):
+    the update run counts the benchmarks that ask in one valgrind worker and stores instructions per
+    call in the baseline (no local path) with the run's dump kept for the why; the next run, with
+    one benchmark's chain 20% longer, fails that test on its instructions (the function that grew
+    named, both dumps kept as artifacts), passes the unchanged one (an A/A across two launches
+    within the tolerance), and writes both into the JSON report and the table."""
+    import json
+
+    from scripted import script_timings
+
+    pytester.makepyfile(test_chain=SESSION_BENCH)
+    script_timings(pytester, {"ms": 1.0, "cv": 0.01})
+    rec = pytester.runpytest("--gpuperf-update-baselines", *SESSION_RUN)  # the markers ask
+    rec.assert_outcomes(passed=3)
+    rec.stdout.fnmatch_lines(["*counting the instructions of 2 benchmark(s) in one valgrind worker*"])
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    stored = json.loads(path.read_text())["benchmarks"]
+    assert stored["test_not_asked"].get("instructions") is None
+    for name in ("test_changed", "test_same"):
+        inst = stored[name]["instructions"]
+        assert inst["per_call"] > 1_000 and inst["calls"] == I.CALLS and "dump" not in inst
+        assert "callgrind" in inst["tool"]
+    assert len(list(pytester.path.joinpath(".gpuperf", "instructions").glob("*.callgrind"))) == 2
+
+    monkeypatch.setenv("CHAIN", "240")
+    monkeypatch.setenv("COLUMNS", "200")
+    run = pytester.runpytest("--gpuperf", "--gpuperf-json=r.json", *SESSION_RUN)
+    run.assert_outcomes(passed=2, failed=1)
+    run.stdout.fnmatch_lines(["host instructions per call regressed: * -> * (x1.*)",
+                              "  test_chain.py::test_changed (callgrind; tolerance 3.0%)",
+                              "  why: the function that grew: *"])
+    run.stdout.fnmatch_lines(["*instr/call*", "*test_changed*instructions regressed*"])
+    report = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]
+    changed, same = report["test_chain.py::test_changed"], report["test_chain.py::test_same"]
+    assert changed["instruction_comparison"]["verdict"] == "regressed"
+    assert 1.1 < changed["instruction_comparison"]["ratio"] < 1.3
+    assert same["instruction_comparison"]["verdict"] == "unchanged"
+    assert all(Path(p).is_file() for p in changed["instruction_comparison"]["dumps"])
+    assert "instruction_comparison" not in report["test_chain.py::test_not_asked"]

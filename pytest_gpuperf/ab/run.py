@@ -936,7 +936,8 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
     it decides; the CI is over process pairs, so each pair narrows it). ``label`` names side A in the
     verdicts (``"origin/main (3f2a9c1)"``). With ``why``, the benchmarks that come out regressed or
     improved are then profiled on both sides in :data:`PROFILE_PAIRS` more pairs and get their per-op
-    diff (:func:`with_op_diff`; issue 32), and with ``traces_dir`` each side's chrome trace is saved
+    diff (:func:`with_op_diff`; issue 32), and those whose diff named no op in :data:`MORE_PROFILE_PAIRS`
+    more, and with ``traces_dir`` each side's chrome trace is saved
     there, A's and B's next to each other. The one A/B decision of the plugin (``--gpuperf-ab``, the
     confirmation of stored-baseline regressions) and of ``gpuperf bisect``. Raises :class:`ABError`."""
     from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
@@ -970,12 +971,23 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
                     coordinator.measured[key].profile_errors.setdefault("B", (f"the profiling workers failed: {exc}", ""))
             results = {k: with_op_diff(r, coordinator.measured.get(k), label) if k in moved else r
                        for k, r in results.items()}
+            unnamed = {k for k in moved if (d := getattr(results[k], "op_diff", None)) is not None and not d.named}
+            if unnamed:  # no op explained it: more pairs, where one pair may then disagree
+                try:
+                    coordinator.profile(unnamed, MORE_PROFILE_PAIRS)
+                except ABError:  # the diff of the first pairs stands
+                    unnamed = set()
+                results = {k: with_op_diff(r, coordinator.measured.get(k), label) if k in unnamed else r
+                           for k, r in results.items()}
     return ABOutcome(results, removed, coordinator.notes + notes)
 
 
 #: Process pairs that profile the benchmarks an A/B run found regressed or improved (the diff's CI
 #: groups their cycles by process, so it needs two or more per side).
 PROFILE_PAIRS = 3
+#: More pairs for a benchmark whose diff named no op after :data:`PROFILE_PAIRS`: with 5 pairs one
+#: may disagree (:data:`pytest_gpuperf.verdict.opdiff.DISSENT_FROM_PAIRS`; docs/why.md).
+MORE_PROFILE_PAIRS = 2
 
 
 def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:

@@ -28,7 +28,9 @@ MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT = "peak memory", "counts", "bottlene
 OP_DIFF = "op diff"
 #: Under torchrun: each rank's communication time, share of the step and overlap (issue 35).
 COMMUNICATION = "communication"
-PARTS = (MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT, OP_DIFF, COMMUNICATION)
+#: The host's instructions per call under callgrind (issue 48, ``--gpuperf-instructions``).
+INSTRUCTIONS = "instructions"
+PARTS = (MEMORY, COUNTS, BOTTLENECK, TRACE, SNAPSHOT, OP_DIFF, COMMUNICATION, INSTRUCTIONS)
 #: How many frames of the traceback a reason names (innermost last).
 FRAMES = 3
 #: Frames from these packages are torch's or ours, not the user's: skipped when naming where it failed.

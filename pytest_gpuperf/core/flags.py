@@ -85,6 +85,10 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
     Flag("--gpuperf-threshold", True, "FRACTION", _opt("threshold")),
     Flag("--gpuperf-alpha", True, "P", _opt("alpha")),
     Flag("--gpuperf-max-time", True, "SECONDS", _opt("max_time")),
+    Flag("--gpuperf-instructions", True,
+         help="also count every benchmark's host instructions per call under valgrind's callgrind (one valgrind "
+              "worker process after the timed ones) and gate them against the baseline's (ini "
+              "gpuperf_instructions = true; marker option instructions=True)"),
     Flag("--gpuperf-no-counts", True,
          help="do not count ops/kernels/syncs/copies/FLOPs/bytes per call, so no count gate (same as ini "
               "gpuperf_counts = false)"),

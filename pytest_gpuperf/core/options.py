@@ -39,6 +39,9 @@ class BenchOptions:
     smaller world size (None: no gate; see :mod:`pytest_gpuperf.verdict.scaling`). ``collective`` (one of
     :data:`COLLECTIVES`) and ``bytes_per_call`` (bytes, nccl-tests' size S) declare a benchmark of
     a bare collective: under torchrun its algorithm and bus bandwidth (GB/s) are reported.
+    ``instructions``: also count the host's instructions per call under valgrind's callgrind and
+    gate them against the baseline's (:mod:`pytest_gpuperf.verdict.instructions`; one valgrind
+    worker process per session, after the timed ones).
     """
 
     group: str | None = None
@@ -70,6 +73,7 @@ class BenchOptions:
     min_scaling_efficiency: float | None = None
     collective: str | None = None
     bytes_per_call: int | None = None
+    instructions: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -127,6 +131,8 @@ OPTION_HELP: dict[str, str] = {
     "collective": "under torchrun, a benchmark of one bare collective: " + ", ".join(COLLECTIVES)
                   + " (reports algbw and busbw with bytes_per_call; default none)",
     "bytes_per_call": "bytes one call of the collective moves, e.g. '64 MiB' (nccl-tests' size; default none)",
+    "instructions": "count the host's instructions per call under valgrind's callgrind, in one valgrind worker "
+                    "process after the timed ones, and gate them against the baseline's (default false)",
 }
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
@@ -272,6 +278,7 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "min_scaling_efficiency": _min_efficiency,
     "collective": _collective,
     "bytes_per_call": _bytes_per_call,
+    "instructions": _bool,
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

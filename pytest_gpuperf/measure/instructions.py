@@ -195,6 +195,93 @@ def measure_many(benchmarks: Iterable[tuple[str, Callable[[], Any]]], *, number:
     return names
 
 
+#: Counted calls per benchmark and uncounted calls before them, as the study measured them
+#: (docs/instructions.md: 20 and 5; A/A within 0.13% in one launch command).
+CALLS = 20
+WARMUP = 5
+
+
+class InstructionCounting:
+    """The counting side of the instruction worker (one per process, running under
+    :func:`valgrind_command`): instrumentation on once, the empty loop's dump first, then each
+    benchmark's calls into a dump of its own, read back at once (callgrind writes a dump before the
+    client request returns) and turned into an
+    :class:`~pytest_gpuperf.verdict.instructions.Instructions`.
+
+    ``dump_dir``: the folder of the worker's ``--callgrind-out-file`` (``callgrind.out.<pid>.<n>``);
+    ``calls``/``warmup``: counted and uncounted calls per benchmark; ``backend``: as :func:`counter`.
+    Raises :class:`ValgrindUnavailable` when this process is not running under valgrind.
+    """
+
+    def __init__(self, dump_dir: str | os.PathLike[str], *, calls: int = CALLS, warmup: int = WARMUP,
+                 backend: str = "auto") -> None:
+        if calls < 1 or warmup < 0:
+            raise ValueError(f"calls={calls!r}, warmup={warmup!r}: expected calls >= 1 and warmup >= 0")
+        self.count = counter(backend)
+        if not self.count.running_on_valgrind():
+            raise ValgrindUnavailable("not running under valgrind: the instruction worker is started by the session")
+        self.dump_dir, self.calls, self.warmup = Path(dump_dir), calls, warmup
+        self.pid, self.dumps = os.getpid(), 0
+        self.tool = tool_text()
+        self.count.start_instrumentation()
+        self.loop = self._dump(LOOP, _empty)
+
+    def _dump(self, name: str, fn: Callable[[], Any]) -> tuple[Any, Path]:
+        from pytest_gpuperf.verdict.callgrind import parse_callgrind
+
+        measure_one(self.count, name, fn, number=self.calls, warmup=self.warmup)
+        self.dumps += 1
+        path = self.dump_dir / f"callgrind.out.{self.pid}.{self.dumps}"
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return parse_callgrind(f), path
+
+    def measure(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Count ``fn``'s calls (``warmup`` uncounted, then ``calls`` counted) into a dump named
+        ``name``: its :class:`~pytest_gpuperf.verdict.instructions.Instructions` (per call, the empty
+        loop's subtracted; ``dump``: the file). Raises what ``fn`` raises, and ``OSError`` when the
+        dump cannot be read."""
+        from pytest_gpuperf.verdict.instructions import Instructions, per_call
+
+        profile, path = self._dump(name, fn)
+        return Instructions(per_call(profile, self.loop[0], self.calls), self.calls, self.warmup, self.tool, str(path))
+
+
+_PROCESS: dict[str, Any] = {}  # the dump folder of this process (its role) and its counting, made once
+
+
+def set_dump_folder(folder: str | os.PathLike[str]) -> None:
+    """Name this process's dump folder (the ``--callgrind-out-file`` folder :func:`valgrind_command`
+    was given): the instruction worker's role does, once, at start-up."""
+    _PROCESS["folder"] = str(folder)
+
+
+def process_counting() -> InstructionCounting:
+    """This process's :class:`InstructionCounting` (callgrind's counters are the process's: one per
+    process, made at the first call, in the folder :func:`set_dump_folder` named). Raises
+    :class:`ValgrindUnavailable` in a process that is no instruction worker."""
+    if "counting" not in _PROCESS:
+        if "folder" not in _PROCESS:
+            raise ValgrindUnavailable("no dump folder named: this process is no instruction worker")
+        _PROCESS["counting"] = InstructionCounting(_PROCESS["folder"])
+    return _PROCESS["counting"]
+
+
+def tool_text() -> str:
+    """What counts: ``"valgrind-3.19.0 callgrind, CPython 3.11.7, torch 2.13.0+cpu"`` (torch when
+    imported). Counts compare only between the same builds."""
+    import subprocess
+
+    try:  # a child of a valgrind process runs natively (no --trace-children)
+        version = subprocess.run(["valgrind", "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        version = "valgrind"
+    parts = [f"{version or 'valgrind'} callgrind", f"{platform.python_implementation()} {platform.python_version()}"]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        parts.append(f"torch {getattr(torch, '__version__', '?')}")
+    return ", ".join(parts)
+
+
 def valgrind_missing() -> str | None:
     """Why callgrind cannot run here (a sentence for the session to print once), or None when it can.
 

@@ -121,6 +121,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.settings.worker_id is None and writer:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
     s = session.settings
+    if s.replicate is not None and s.replicate.dumps:  # the instruction worker under valgrind (issue 48)
+        from pytest_gpuperf.measure.instructions import set_dump_folder
+
+        set_dump_folder(s.replicate.dumps)
     if s.measuring and s.worker_id is None and s.replicate_slot is None and not s.in_ab_worker and ranks is None:
         from pytest_gpuperf.plugin.stopping import SigtermInterrupts
 

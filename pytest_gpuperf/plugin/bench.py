@@ -65,7 +65,9 @@ class BenchContext:
     (the plugin passes ``pytest.fail``). ``extras``: where the auxiliary measurements (peak memory,
     counts, bottleneck) are made: ``"inline"`` after this benchmark's timed rounds (one process),
     ``"none"`` (a timed replicate worker: the extras process makes them), ``"only"`` (the extras
-    process: nothing timed, each extra from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls).
+    process: nothing timed, each extra from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls),
+    ``"instructions"`` (the instruction worker under valgrind: its
+    :class:`~pytest_gpuperf.measure.instructions.InstructionCounting` counts each call's instructions).
     ``op_profile``: where the extras are made, also profile the ops (why it got slower, issue 32):
     for the baseline while updating, or to diff a stored regression against its baseline's profile.
     ``ranks``: under ``torchrun``, this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`

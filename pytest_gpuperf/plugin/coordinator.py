@@ -50,6 +50,7 @@ class Coordinator:
         self.stored_entries: dict[str, Any] = {}
         self.stopped: str | None = None
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
+        self.instructions = _instruction_mode(settings, lambda line: self.progress().line(line), warn)
 
     def run(self) -> None:
         """Replicate worker processes (the default) or the A/B measurement, before the tests run; or,
@@ -102,7 +103,7 @@ class Coordinator:
             try:
                 args, logs = _worker_args(self.config), self._replicate_logs()
                 runs, extras, unreported, self.stopped = _measure_replicates(self.config, self.settings,
-                                                                             self.progress(), args, logs)
+                                                                             self.progress(), args, logs, self.instructions)
                 commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
                 _decide_all(finished, runs, extras, self.settings.processes,
                             lambda key, entries, *more: self._decide_replicated(key, entries, commits, *more))
@@ -371,13 +372,13 @@ class Coordinator:
         if baseline is not None:
             commits[key] = (baseline.git_commit, baseline.dirty)
             self.stored_entries[key] = baseline
-        result = decide(key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
-                        can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing)
+        result = self.instructions.judge(key, decide(  # with the instruction gate, where counted
+            key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
+            can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing), baseline)
         if self.settings.nproc and env.get("device_type"):  # scaling efficiency, communication's change
             from pytest_gpuperf.storage.scaling import ScalingReference
             from pytest_gpuperf.verdict.distributed import launched_result
 
-            module, _, bid = key.partition("::")
             s = self.settings
             reference = ScalingReference(self.baseline, Path(s.baseline_dir), device_key(env), module, s.nproc,
                                          s.relpath)
@@ -515,12 +516,20 @@ def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, a
     return thin
 
 
+def _instruction_mode(settings: SessionSettings, progress: Callable[[str], None], warn: Callable[[str], None]) -> Any:
+    """The session's :class:`~pytest_gpuperf.plugin.instructions.InstructionMode` (inert unless a benchmark asks)."""
+    from pytest_gpuperf.plugin.instructions import InstructionMode
+
+    return InstructionMode(settings, progress, warn)
+
+
 def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str],
-                        logs: Path) -> tuple[list[Any], list[Any], str | None, str | None]:
+                        logs: Path, instructions: Any = None) -> tuple[list[Any], list[Any], str | None, str | None]:
     """The timed worker processes, then the extras processes (peak memory, counts, bottleneck),
     after all timing: an update run in two, so that what differs between processes is seen as
-    variable. Returns (timed runs, extras runs, the message for benchmarks no worker reported, how
-    Ctrl-C or SIGTERM stopped it or None). After a stop in the timed processes their runs so far
+    variable; then, where benchmarks ask for them, the instruction worker (``instructions``, an
+    :class:`~pytest_gpuperf.plugin.instructions.InstructionMode`). Returns (timed runs, extras runs,
+    the message for benchmarks no worker reported, how Ctrl-C or SIGTERM stopped it or None). After a stop in the timed processes their runs so far
     come back (the stopped one last) and no extras; after one in the extras, the extras so far."""
     from pytest_gpuperf.plugin.replicates import run_extras, run_workers, unreported_message
     from pytest_gpuperf.plugin.stopping import Stopped
@@ -546,6 +555,8 @@ def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any
     except Stopped as exc:  # the timing is complete: keep it, with the extras finished so far
         stopped = f"stopped ({exc.why}) while measuring the extras (peak memory, counts, bottleneck)"
         extras = [r for r in exc.runs if r.entries]
+    if stopped is None and instructions is not None:
+        stopped = instructions.run(args, here, logs, runs)
     progress.close()
     return runs, extras, unreported, stopped
 

@@ -9,6 +9,8 @@
 * :class:`ABWorker`: an A/B worker process, measuring blocks as its coordinator commands;
 * :class:`ExtrasOnly`: the extras process, timing nothing: peak memory, counts, bottleneck (and op
   profiles), each from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls;
+* :class:`InstructionsOnly`: the instruction worker under valgrind (issue 48), timing nothing: the
+  host's instructions per call;
 * :class:`InProcess`: a timed process (a replicate worker, or the one process with
   ``--gpuperf-processes 1``): warmup, timed rounds with telemetry, the extras inline where asked,
   the verdict against the stored baseline, the bottleneck and the trace.
@@ -502,6 +504,38 @@ class ExtrasOnly(Measuring):
                                         **common)
 
 
+class InstructionsOnly(Measuring):
+    """The instruction worker (``context.extras == "instructions"``, under valgrind's callgrind;
+    :mod:`pytest_gpuperf.plugin.instructions`)."""
+
+    def measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
+        """Count the host's instructions of ``fn``'s calls (the process's
+        :class:`~pytest_gpuperf.measure.instructions.InstructionCounting`: uncounted warmup calls,
+        then the counted ones, one callgrind dump), with the arguments prepared once (a pedantic
+        ``setup`` runs once, uncounted). A benchmark without the ``instructions`` option runs once.
+        Nothing is timed: the one sample is the first call's time under valgrind (never compared).
+        Where counting fails the part is unavailable with why (the session goes on)."""
+        import time
+
+        from pytest_gpuperf.core.containment import contained
+        from pytest_gpuperf.verdict.instructions import INSTRUCTIONS
+
+        a, k = prepare_call(fn, args, kwargs, setup)
+        start = time.perf_counter()
+        value = fn(*a, **k)
+        first_ms = max((time.perf_counter() - start) * 1e3, 1e-6)
+        self._check_value(fn, value)
+        unavailable: dict[str, Any] = {}
+        counted = None
+        if self.options.instructions:
+            from pytest_gpuperf.measure.instructions import process_counting
+
+            counted = contained(INSTRUCTIONS, lambda: process_counting().measure(self._full_id(bid), lambda: fn(*a, **k)),
+                                unavailable)
+        return BenchResult.from_samples((first_ms,), rounds=1, calls_per_round=1, warmup_calls=0, value=value,
+                                        instructions=counted, unavailable=unavailable, **common)
+
+
 class InProcess(Measuring):
     """A timed process: measured here, under pytest-xdist one worker at a time per device."""
 
@@ -776,6 +810,8 @@ def strategy_for(context: Any) -> Measuring:
         return ABWorker(context)
     if context.extras == "only":
         return ExtrasOnly(context)
+    if context.extras == "instructions":
+        return InstructionsOnly(context)
     return InProcess(context)
 
 

@@ -68,6 +68,10 @@ class ReplicateError(RuntimeError):
 #: ``k`` of the extras process's slot (``x/P``): it times nothing and measures
 #: every benchmark's extras (peak memory, counts, bottleneck), each from more than one call.
 EXTRAS = -1
+#: ``k`` of the instruction worker's slot (``i/P``, issue 48): it runs under valgrind's callgrind,
+#: times nothing and counts every selected benchmark's instructions per call
+#: (:mod:`pytest_gpuperf.plugin.instructions`).
+INSTRUCTIONS = -2
 #: Calls an extras process makes for each extra (peak memory, counts): a count or peak that
 #: differs between them is variable, not exact (:func:`pytest_gpuperf.verdict.counts.combine_counts`).
 EXTRA_CALLS = 2
@@ -82,22 +86,28 @@ class WorkerRole:
 
     slot: tuple[int, int]
     out: str | None = None
+    dumps: str | None = None  # the instruction worker: the folder of its callgrind dumps
 
     def argument(self) -> str:
         """The worker's ``--gpuperf-role=<JSON>`` argument."""
         k, p = self.slot
-        return f"{ROLE_OPTION}=" + json.dumps({"replicate": f"{'x' if k == EXTRAS else k}/{p}", "out": self.out})
+        dumps = {"dumps": self.dumps} if self.dumps is not None else {}
+        return f"{ROLE_OPTION}=" + json.dumps({"replicate": f"{_SLOT_LETTERS.get(k, k)}/{p}", "out": self.out, **dumps})
+
+
+_SLOT_LETTERS = {EXTRAS: "x", INSTRUCTIONS: "i"}
 
 
 def parse_slot(raw: str, what: str = ROLE_OPTION) -> tuple[int, int]:
-    """``"k/P"`` -> ``(k, P)``, ``"x/P"`` -> ``(EXTRAS, P)``. Raises ``ValueError`` naming ``what``
-    for a malformed value."""
+    """``"k/P"`` -> ``(k, P)``, ``"x/P"`` -> ``(EXTRAS, P)``, ``"i/P"`` -> ``(INSTRUCTIONS, P)``.
+    Raises ``ValueError`` naming ``what`` for a malformed value."""
+    letters = {v: k for k, v in _SLOT_LETTERS.items()}
     try:
         k_text, p_text = raw.split("/")
-        k, p = (EXTRAS if k_text == "x" else int(k_text)), int(p_text)
+        k, p = (letters[k_text] if k_text in letters else int(k_text)), int(p_text)
     except ValueError:
-        raise ValueError(f"{what} {raw!r}: expected k/P or x/P, e.g. 0/3") from None
-    if (k < 0 and k_text != "x") or p < 1:
+        raise ValueError(f"{what} {raw!r}: expected k/P, x/P or i/P, e.g. 0/3") from None
+    if (k < 0 and k_text not in letters) or p < 1:
         raise ValueError(f"{what} {raw!r}: expected 0 <= k and P >= 1 (k >= P: a process added for "
                          f"inconclusive benchmarks)")
     return k, p
@@ -110,10 +120,10 @@ def worker_role(value: str | None) -> WorkerRole | None:
         return None
     try:
         data = json.loads(value)
-        raw, out = data["replicate"], data.get("out")
+        raw, out, dumps = data["replicate"], data.get("out"), data.get("dumps")
     except (ValueError, TypeError, KeyError, AttributeError):
         raise ValueError(f'{ROLE_OPTION} {value!r}: expected {{"replicate": "k/P", "out": "<file>"}}') from None
-    return WorkerRole(parse_slot(str(raw)), None if out is None else str(out))
+    return WorkerRole(parse_slot(str(raw)), None if out is None else str(out), None if dumps is None else str(dumps))
 
 
 def slot_of(config: Any) -> tuple[int, int] | None:
@@ -127,7 +137,7 @@ def worker_options(options: Any, slot: tuple[int, int]) -> Any:
     split over the processes that measure the benchmark (P, or its ``processes`` option when
     smaller; ``warmup_time`` too). The extras process keeps the options as they are (it times nothing)."""
     k, p = slot
-    if k == EXTRAS:
+    if k in (EXTRAS, INSTRUCTIONS):
         return options
     n = min(options.processes or p, p)
     return dataclasses.replace(options, max_time=options.max_time / n, warmup_time=options.warmup_time / n)
@@ -256,15 +266,18 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
 
 
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
-             wait: Callable[[Path, subprocess.Popen], int | None] | None, nproc: int | None = None) -> WorkerRun:
+             wait: Callable[[Path, subprocess.Popen], int | None] | None, nproc: int | None = None, *,
+             wrap: Sequence[str] = (), env: Mapping[str, str] | None = None, dumps: str | None = None) -> WorkerRun:
     """One worker process (``python -m pytest <args> --gpuperf-role=...`` with ``<slot>``, or with
     ``nproc`` a torchrun launch of it, :func:`~pytest_gpuperf.core.launch.launcher`; results in ``<stem>.jsonl``, output in
     ``<stem>.log``): its :class:`WorkerRun`, with what it reported. ``wait(report, proc)`` waits
-    for it (its exit code, None when it timed out); default :func:`_wait`."""
+    for it (its exit code, None when it timed out); default :func:`_wait`. ``wrap``: a command the
+    worker runs under (valgrind's, for the instruction worker), with ``env`` added to its
+    environment and ``dumps`` (its dump folder) in its role."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     report.unlink(missing_ok=True)
-    env = dict(os.environ, **{PROCESSES_ENV: "1"})
-    cmd = [*launcher(nproc), *args, WorkerRole(parse_slot(slot), str(report)).argument()]
+    env = dict(os.environ, **{PROCESSES_ENV: "1"}, **(env or {}))
+    cmd = [*wrap, *launcher(nproc), *args, WorkerRole(parse_slot(slot), str(report), dumps).argument()]
     run = WorkerRun(index, None, log)
     with open(log, "wb") as out:
         try:
@@ -732,6 +745,7 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
     return ab.replace(
         comparison=dataclasses.replace(a, ab_confirmation=note), memory_comparison=stored.memory_comparison,
         count_comparison=stored.count_comparison, counts=stored.counts, peak_memory_bytes=stored.peak_memory_bytes,
+        instructions=stored.instructions, instruction_comparison=stored.instruction_comparison,
         bottleneck=stored.bottleneck, telemetry=stored.telemetry, process_medians_ms=stored.process_medians_ms,
         options=stored.options, unavailable={**stored.unavailable, **{k: v for k, v in ab.unavailable.items()
                                                                        if k == OP_DIFF}})

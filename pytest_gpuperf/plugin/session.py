@@ -364,6 +364,7 @@ class GpuPerfSession:
                           out=self.settings.replicate.out)
         _record_properties(item, result, several=len(bench.results) > 1 or result.name != test_id.split("::")[-1])
         self.warnings.extend(result.notes)
+        self.warnings.extend(_not_counted(self.settings, result))
         name = f"{module}::{result.benchmark_id}"
         self.warnings.extend(_extras_warnings(name, result))
         if result.overrun is not None:
@@ -486,12 +487,22 @@ def _op_profile_mode(s: SessionSettings) -> bool:
 
 def _extras_mode(slot: tuple[int, int] | None) -> str:
     """Where a process makes the extras (:attr:`~pytest_gpuperf.plugin.bench.BenchContext.extras`):
-    inline in one process, none in a timed replicate worker, only them in the extras process."""
+    inline in one process, none in a timed replicate worker, only them in the extras process,
+    instruction counts in the instruction worker."""
     if slot is None:
         return "inline"
-    from pytest_gpuperf.plugin.replicates import EXTRAS
+    from pytest_gpuperf.plugin.replicates import EXTRAS, INSTRUCTIONS
 
-    return "only" if slot[0] == EXTRAS else "none"
+    return {EXTRAS: "only", INSTRUCTIONS: "instructions"}.get(slot[0], "none")
+
+
+def _not_counted(s: SessionSettings, result: Any) -> list[str]:
+    """The warning for a benchmark that asks for instruction counts in a session that cannot make them."""
+    if not result.options.instructions or result.smoke or s.replicate is not None or s.replicated:
+        return []
+    return ["--gpuperf-instructions: instructions are counted by the instruction worker of a session that "
+            "measures in worker processes (--gpuperf-processes 2 or more, the default, without --gpuperf-ab or "
+            "torchrun); this session measured in its own process: none counted"]
 
 
 def _extras_warnings(name: str, result: Any) -> list[str]:

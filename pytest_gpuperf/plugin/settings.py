@@ -278,6 +278,8 @@ def cli_values(config: pytest.Config) -> dict[str, Any]:
     values = {name: config.getoption(f"--gpuperf-{name.replace('_', '-')}") for name in opts.CLI_OPTIONS}
     if config.getoption("--gpuperf-no-counts"):
         values["counts"] = False
+    if config.getoption("--gpuperf-instructions"):
+        values["instructions"] = True
     return values
 
 

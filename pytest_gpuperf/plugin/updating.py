@@ -38,10 +38,10 @@ def write_baselines(session: Any, items: list[pytest.Item]) -> str | None:
     problem = None
     for path, recs in by_path.items():
         entries = {
-            rec.result.benchmark_id: _compact_op_profile(dict(encode_result(
+            rec.result.benchmark_id: _without_local_paths(_compact_op_profile(dict(encode_result(
                 rec.result, environment=rec.environment or {}, git_commit=commit, timestamp_utc=stamp,
                 max_samples=MAX_STORED_SAMPLES), **({} if dirty is None else {"dirty": dirty}),
-                machine_info=machine_info))
+                machine_info=machine_info)))
             for rec in recs
         }
         try:
@@ -105,4 +105,14 @@ def _compact_op_profile(entry: dict[str, Any]) -> dict[str, Any]:
             entry["op_profile"] = compact_profile(stored_samples(raw)[0])
         except ValueError:
             pass  # nothing profiled: no profile stored
+    return entry
+
+
+def _without_local_paths(entry: dict[str, Any]) -> dict[str, Any]:
+    """A baseline entry without this run's local callgrind dump path (``instructions.dump``): the
+    instruction mode keeps the baseline's dump under ``.gpuperf/instructions/`` by benchmark instead
+    (:mod:`pytest_gpuperf.plugin.instructions`), and a committed file names no local path."""
+    inst = entry.get("instructions")
+    if isinstance(inst, dict):
+        entry["instructions"] = {k: v for k, v in inst.items() if k != "dump"}
     return entry

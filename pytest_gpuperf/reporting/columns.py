@@ -7,8 +7,9 @@ from __future__ import annotations
 #: The default table's column keys, in order (``name`` always first, ``verdict`` always last).
 DEFAULT_COLUMNS: tuple[str, ...] = ("name", "device", "median", "cpu", "p95", "iqr", "rounds", "baseline", "ratio",
                                     "peak-mem", "ops-kern", "syncs", "flops", "bytes", "bottleneck", "verdict")
-#: Columns shown only when asked for (``items``: with the ``items_per_call`` option).
-EXTRA_COLUMN_KEYS: tuple[str, ...] = ("items", "min", "max", "mean", "stddev", "outliers", "ops", "iterations")
+#: Columns shown only when asked for (``items``: with the ``items_per_call`` option; ``instr``: with
+#: ``--gpuperf-instructions``).
+EXTRA_COLUMN_KEYS: tuple[str, ...] = ("items", "instr", "min", "max", "mean", "stddev", "outliers", "ops", "iterations")
 #: Every key ``--gpuperf-columns`` accepts.
 TABLE_COLUMNS: tuple[str, ...] = DEFAULT_COLUMNS + EXTRA_COLUMN_KEYS
 #: The order of each group's rows without ``--gpuperf-sort``.

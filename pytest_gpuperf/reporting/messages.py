@@ -360,7 +360,23 @@ def failure_messages(r: Any, *, strict: bool = False, updating: bool = False, la
             out.append(labelled(label, bottleneck_message(r)))
         elif check == "scaling":
             out.append(labelled(label, r.scaling.message()))
+        elif check == "instructions":
+            out.append(instruction_message(r.instruction_comparison, label))
     return [fit_first_line(m) for m in out]
+
+
+def instruction_message(v: Any, label: str) -> str:
+    """The instruction gate's failure (:class:`~pytest_gpuperf.verdict.instructions.InstructionVerdict`):
+    its verdict line, the per-function diff (``why: the function that grew: ...``) when both dumps
+    were kept, and where they are."""
+    ratio = f" (x{v.ratio:.4f})" if v.ratio is not None else ""
+    text = (f"host instructions per call {v.verdict.value}: {v.stored or 0:,.0f} -> {v.current:,.0f}{ratio}"
+            f"\n  {label} (callgrind; tolerance {v.tolerance:.1%})")
+    if v.why:
+        text += f"\n  why: {v.why}"
+    if v.dumps:
+        text += "\n  callgrind dumps (baseline, this run): " + ", ".join(v.dumps)
+    return text
 
 
 def straggler_text(ranks: Any) -> str | None:

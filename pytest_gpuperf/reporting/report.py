@@ -18,6 +18,8 @@ from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.core.units import (  # noqa: F401 - shorten_middle: read here by older callers
     format_bytes, format_ms, format_pct, format_ratio, format_si, shorten_middle, shorten_name, si_scaled)
 
+#: The header of the instructions column (shown when a benchmark was counted: ``--gpuperf-instructions``).
+INSTR_HEADER = "instr/call"
 COLUMNS = ("name", "device", "median", "CPU", "p95", "IQR", "rounds", "baseline", "ratio", "peak mem", "ops/kern",
            "syncs", "FLOP/s", "B/s", "bottleneck", "verdict")
 
@@ -29,13 +31,15 @@ MIN_NAME_WIDTH = 24
 #: dropped first) until it fits; name, median, ratio and verdict always stay (then names are cut in
 #: the middle). ``--gpuperf-columns`` is shown as asked; the JSON and Markdown reports hold everything.
 DROP_ORDER = ("B/s", "FLOP/s", "device", "p95", "rounds", "syncs", "ops/kern", "IQR", "CPU", "bottleneck",
-              "peak mem", "baseline")
+              "peak mem", INSTR_HEADER, "baseline")
 
 #: The legend under the terminal table, in parts (issue 47: the legend explains the columns shown
 #: only): each mode's parts as ``(column headers, text)``, printed, in order, when the fitted table
 #: shows any of the headers (``"verdict"``: always).
 _COUNT_PART = (("ops/kern", "syncs"), "ops/kern, syncs = aten ops (/CUDA kernels) and host-device syncs per call "
                "(exact counts, gated)")
+_INSTR_PART = ((INSTR_HEADER,), "instr/call = the host's instructions per call under valgrind's callgrind "
+               "(--gpuperf-instructions; gated, with the change against the baseline's)")
 LEGEND_PARTS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
     "stored": (
         (("baseline",), "baseline = median of the stored runs' medians (under 3 runs: the newest run's; `gpuperf "
@@ -45,6 +49,7 @@ LEGEND_PARTS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
                      "evidence)"),
         (("CPU",), "CPU = the calling thread's median CPU time per call"),
         _COUNT_PART,
+        _INSTR_PART,
         (("FLOP/s", "B/s"), "FLOP/s, B/s = counted FLOPs and minimum-traffic bytes per call at the median time (% of "
                             "the calibrated peak when classified)"),
     ),
@@ -56,6 +61,7 @@ LEGEND_PARTS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
         (("ratio",), "ratio = median / baseline, the estimate the verdict is decided on"),
         (("CPU",), "CPU = the calling thread's CPU time per call, the same statistic"),
         _COUNT_PART,
+        _INSTR_PART,
         (("FLOP/s", "B/s"), "FLOP/s, B/s = counted FLOPs and minimum-traffic bytes per call at the median time"),
     ),
     "ab": (
@@ -71,7 +77,8 @@ LEGEND_PARTS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
 MARK_NOTES: tuple[tuple[str, str], ...] = (
     (r" on CPU time|\[cpu\]", "a verdict 'on CPU time' ([cpu]) was decided on the calling thread's CPU time, and "
                               "its median, baseline and ratio are CPU time's"),
-    (r"\w\+\w", "a+b (compact verdict) = a, and b (memory, counts, scaling) regressed or over its budget too"),
+    (r"\w\+\w", "a+b (compact verdict) = a, and b (memory, counts, instr: instructions, scaling) regressed or "
+                 "over its budget too"),
     (r"misclassified\?", "misclassified? = misclassified while the host was busy: not trusted"),
     (r"\[upd\]", "[upd] = baseline updated"),
     (r"  new\b", "new = no baseline"),
@@ -212,6 +219,9 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
         text += ", misclassified" if r.misclassification_trusted else ", misclassified (host busy: not trusted)"
     if r.scaling is not None and r.scaling.failed:
         text += ", below min_scaling_efficiency"
+    ic = r.instruction_comparison
+    if ic is not None and ic.verdict.value in ("regressed", "improved"):
+        text += f", instructions {ic.verdict.value}"
     if r.comparison is not None and r.comparison.machine_differs and r.comparison.machine_ratio is not None:
         text += f" (machine differs: {(r.comparison.machine_ratio - 1) * 100:+.0f}%)"
     elif r.comparison is not None and r.comparison.confirmed is True:
@@ -283,6 +293,18 @@ def _rate_text(rates: dict[str, float] | None, key: str, unit: str) -> str:
     return text + (f" ({pct:.0f}%)" if pct is not None else "")
 
 
+def instructions_text(r: BenchResult) -> str:
+    """``8.75k`` instructions per call, with the change against the baseline's (``9.54k +9.1%``), else ``-``."""
+    if r.instructions is None:
+        return "-"
+    scaled, prefix = si_scaled(r.instructions.per_call)
+    text = f"{scaled:.3g}{prefix}"
+    ic = r.instruction_comparison
+    if ic is not None and ic.ratio is not None and ic.verdict.value != "inconclusive":
+        text += f" {format_pct(round(ic.ratio - 1, 3) or 0.0)}"
+    return text
+
+
 def items_text(r: BenchResult) -> str:
     """``1.23k samples/s`` with ``items_per_call``, else ``-``."""
     rates = r.rates()
@@ -316,13 +338,14 @@ def time_text(ms: float | None, time_unit: tuple[str, float] | None = None) -> s
 
 
 def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: bool = False,
-                bus: bool = False, time_unit: tuple[str, float] | None = None) -> tuple[str, ...]:
+                bus: bool = False, time_unit: tuple[str, float] | None = None, instr: bool = False) -> tuple[str, ...]:
     """One row of the summary table; each time gets a unit chosen for it (ns/µs/ms/s), or the one
     ``time_unit`` gives (:func:`time_text`).
 
     ``items``: add the items/s cell (the table has the column when a benchmark declares
     ``items_per_call``), just before the verdict; ``bus``: then the algbw and busbw cells (a
-    benchmark declares ``collective=`` and ``bytes_per_call=`` under torchrun)."""
+    benchmark declares ``collective=`` and ``bytes_per_call=`` under torchrun); ``instr``: then the
+    instructions cell (:func:`instructions_text`; a benchmark was counted)."""
     c = r.comparison
     iqr = f"{r.iqr_fraction * 100:.1f}%" if not r.smoke else "-"
     rates = r.rates()
@@ -343,7 +366,8 @@ def summary_row(label: str, r: BenchResult, updated: bool = False, *, items: boo
         _rate_text(rates, "bytes_per_s", "B/s"),
         _bottleneck_text(r),
     )
-    return row + ((items_text(r),) if items else ()) + (bus_cells(r) if bus else ()) + (_verdict_text(r, updated),)
+    return (row + ((items_text(r),) if items else ()) + (bus_cells(r) if bus else ())
+            + ((instructions_text(r),) if instr else ()) + (_verdict_text(r, updated),))
 
 
 def _footnotes(ordered: list[tuple[str, BenchResult]]) -> list[str]:
@@ -431,7 +455,7 @@ EXTRA_COLUMNS: dict[str, tuple[str, Any]] = {
 }
 #: ``--gpuperf-columns`` keys of the default columns, in :data:`COLUMNS` order.
 COLUMN_KEYS = DEFAULT_COLUMNS
-assert len(COLUMN_KEYS) == len(COLUMNS) and set(EXTRA_COLUMNS) | {"items"} == set(EXTRA_COLUMN_KEYS)
+assert len(COLUMN_KEYS) == len(COLUMNS) and set(EXTRA_COLUMNS) | {"items", "instr"} == set(EXTRA_COLUMN_KEYS)
 
 _SORT: dict[str, Any] = {
     "name": lambda label, r: (0, label),
@@ -471,20 +495,18 @@ def summary_lines(
     Raises ``ValueError`` for an unknown key.
     """
     items = list(items)
-    units = {r.options.items for _, r, _ in items if r.options.items_per_call}
-    with_items = bool(units)
-    rate_column = f"{units.pop()}/s" if len(units) == 1 else "items/s"
-    with_bus = any(not r.smoke and r.bus_bandwidth() for _, r, _ in items)
+    with_items, rate_column, with_bus, with_instr = _optional_columns([r for _, r, _ in items])
     all_keys = (COLUMN_KEYS[:-1] + (("items",) if with_items else ()) + (BUS_COLUMNS if with_bus else ())
-                + COLUMN_KEYS[-1:])
+                + (("instr",) if with_instr else ()) + COLUMN_KEYS[-1:])
     all_headers = (COLUMNS[:-1] + ((rate_column,) if with_items else ()) + (BUS_COLUMNS if with_bus else ())
-                   + COLUMNS[-1:])
+                   + ((INSTR_HEADER,) if with_instr else ()) + COLUMNS[-1:])
     keys = None
     if columns is not None:
-        unknown = [c for c in columns if c not in COLUMN_KEYS and c not in EXTRA_COLUMNS and c != "items"]
+        unknown = [c for c in columns if c not in COLUMN_KEYS and c not in EXTRA_COLUMNS and c not in ("items", "instr")]
         if unknown:
             raise ValueError(f"unknown column(s) {', '.join(unknown)}")
-        keys = ["name"] + [c for c in columns if c not in ("name", "verdict") and (c != "items" or with_items)]
+        keys = ["name"] + [c for c in columns if c not in ("name", "verdict") and (c != "items" or with_items)
+                           and (c != "instr" or with_instr)]
         keys += ["verdict"]
     order = _sort_key(sort) if sort else None
     groups: dict[str, list[tuple[str, BenchResult, bool]]] = defaultdict(list)
@@ -496,7 +518,7 @@ def summary_lines(
         if order is not None:
             members = sorted(members, key=lambda m: order(m[0], m[1]))
         rows = [summary_row(shorten_name(label, MAX_NAME_WIDTH), r, updated, items=with_items, bus=with_bus,
-                            time_unit=time_unit) for label, r, updated in members]
+                            time_unit=time_unit, instr=with_instr) for label, r, updated in members]
         header: Sequence[str] = all_headers
         if keys is not None:
             full = [dict(zip(all_keys, row)) for row in rows]
@@ -504,13 +526,22 @@ def summary_lines(
             header = [all_headers[all_keys.index(k)] if k in all_keys else EXTRA_COLUMNS[k][0] for k in keys]
         if group or len(groups) > 1:
             lines.append(f"group: {group or '(none)'}")
-        numeric = NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column} | set(BUS_COLUMNS)
+        numeric = (NUMERIC_COLUMNS | {h for h, _ in EXTRA_COLUMNS.values()} | {rate_column} | set(BUS_COLUMNS)
+                   | {INSTR_HEADER})
         if width is not None and keys is None:
             lines.extend(fit_table(rows, header, numeric, width, [label for label, _, _ in members]))
         else:
             lines.extend(format_table(rows, header, numeric))
         lines.append("")
     return lines
+
+
+def _optional_columns(results: Sequence[BenchResult]) -> tuple[bool, str, bool, bool]:
+    """Which optional columns the table shows: (items/s, its header, the bus bandwidths, instr/call)."""
+    units = {r.options.items for r in results if r.options.items_per_call}
+    rate_column = f"{units.pop()}/s" if len(units) == 1 else "items/s"
+    return (any(r.options.items_per_call for r in results), rate_column,
+            any(not r.smoke and r.bus_bandwidth() for r in results), any(r.instructions is not None for r in results))
 
 
 def fit_table(rows: Sequence[Sequence[str]], header: Sequence[str], numeric: Iterable[str], width: int,
@@ -562,7 +593,7 @@ def fit_table(rows: Sequence[Sequence[str]], header: Sequence[str], numeric: Ite
 #: The compact forms of a verdict cell's parts (:func:`compact_verdict`); each mark they leave has
 #: its footnote in the legend (:data:`MARK_NOTES`).
 _COMPACT = ((r", misclassified \(host busy: not trusted\)", "+misclassified?"),
-            (r", (memory|counts) regressed", r"+\1"), (r", over ", "+over "), (r", misclassified", "+misclassified"),
+            (r", (memory|counts) regressed", r"+\1"), (r", instructions regressed", "+instr"), (r", over ", "+over "), (r", misclassified", "+misclassified"),
             (r", below min_scaling_efficiency", "+scaling"), (r" on CPU time", " [cpu]"),
             (r" \(baseline updated\)", " [upd]"), (r" \(machine differs: ", " (machine "), (r"^no-baseline", "new"))
 

@@ -114,6 +114,8 @@ def _optional_parts(result: BenchResult, kept: int) -> dict[str, Any]:
         entry["op_diff"] = result.op_diff.to_dict()
     if result.op_profile is not None:  # the op profile's cycles (a baseline keeps them compact)
         entry["op_profile"] = result.op_profile
+    if result.instructions is not None:  # --gpuperf-instructions: the host's instructions per call
+        entry["instructions"] = result.instructions.to_dict()
     return entry
 
 
@@ -166,6 +168,8 @@ def encode_result(
         entry["trace_path"] = result.trace_path
         if result.scaling is not None:  # under torchrun: the efficiency against a smaller world size's baseline
             entry["scaling"] = result.scaling.to_dict()
+        if result.instruction_comparison is not None:  # the instruction gate (issue 48)
+            entry["instruction_comparison"] = result.instruction_comparison.to_dict()
     return entry
 
 
@@ -228,6 +232,7 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
     """
     from pytest_gpuperf.core.options import options_from_dict
     from pytest_gpuperf.verdict.counts import CountComparison, Counts
+    from pytest_gpuperf.verdict.instructions import InstructionVerdict, Instructions
     from pytest_gpuperf.verdict.stats import STAT_FIELDS, Outliers, Summary
 
     samples = tuple(entry["samples_ms"])
@@ -270,6 +275,8 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         peak_memory_low_bytes=entry.get("peak_memory_low_bytes"),
         op_diff=decode_op_diff(entry.get("op_diff")),
         op_profile=entry.get("op_profile") if isinstance(entry.get("op_profile"), dict) else None,
+        instructions=Instructions.from_dict(entry.get("instructions")),
+        instruction_comparison=InstructionVerdict.from_dict(entry.get("instruction_comparison"), entry["id"]),
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 from pytest_gpuperf.core.secrets import redact  # every URL shown here goes through it
 
 #: The schema this plugin writes. A store with a higher version was written by a newer plugin.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The schema's migrations: version -> the statements that bring a store of the version before to it
 #: (plain SQL that SQLite and PostgreSQL both run; applied in order, in the transaction that opens
@@ -42,6 +42,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # version 3 -> 4: each result's median as its verdict decided on it (issue 47; the rows before
     # it are read with the same value computed from their median and process medians)
     4: ("ALTER TABLE gpuperf_results ADD COLUMN estimate_ms FLOAT",),
+    # version 4 -> 5: each result's host instructions per call under callgrind (issue 48; None: not counted)
+    5: ("ALTER TABLE gpuperf_results ADD COLUMN instructions FLOAT",),
 }
 #: SQLite: how long (ms) a writer waits for another writer's transaction before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -97,7 +99,8 @@ class ResultRow:
     the clock the verdict was decided on (``"wall"``, ``"cpu"``; None: not asked). ``estimate_ms``
     None (a row written before schema 4): read as
     :func:`~pytest_gpuperf.verdict.estimate.run_estimate_ms` of ``median_ms`` and
-    ``process_medians_ms``."""
+    ``process_medians_ms``. ``instructions``: the host's instructions per call under callgrind
+    (``--gpuperf-instructions``; None: not counted)."""
 
     benchmark: str
     median_ms: float
@@ -114,6 +117,7 @@ class ResultRow:
     cpu_median_ms: float | None = None
     clock: str | None = None
     estimate_ms: float | None = None
+    instructions: float | None = None
 
 
 def shown(url: str) -> str:
@@ -176,6 +180,7 @@ def _tables(meta: Any) -> dict[str, Any]:
         sa.Column("verdict", sa.String(32)), sa.Column("ratio", sa.Float),
         sa.Column("cpu_median_ms", sa.Float), sa.Column("clock", sa.String(8)),  # version 3
         sa.Column("estimate_ms", sa.Float),  # version 4
+        sa.Column("instructions", sa.Float),  # version 5
     )
     return {"schema": schema, "runs": runs, "results": results}
 
@@ -497,7 +502,7 @@ def _row_values(run_key: int, r: ResultRow) -> dict[str, Any]:
             "peak_memory_bytes": r.peak_memory_bytes,
             "counts": json.dumps(r.counts, sort_keys=True) if r.counts else None,
             "verdict": r.verdict, "ratio": r.ratio, "cpu_median_ms": r.cpu_median_ms, "clock": r.clock,
-            "estimate_ms": r.estimate_ms}
+            "estimate_ms": r.estimate_ms, "instructions": r.instructions}
 
 
 def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
@@ -516,5 +521,6 @@ def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
             counts=counts, verdict=r.comparison.verdict.value if r.comparison is not None else None,
             ratio=r.comparison.shown_ratio if r.comparison is not None else None,
             cpu_median_ms=r.cpu_estimate_ms,
-            clock=r.comparison.clock if r.comparison is not None else None, estimate_ms=r.estimate_ms))
+            clock=r.comparison.clock if r.comparison is not None else None, estimate_ms=r.estimate_ms,
+            instructions=r.instructions.per_call if r.instructions is not None else None))
     return out

@@ -21,8 +21,9 @@ small relative change); torch.utils.benchmark's ``CallgrindStats.delta`` (per-fu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from pytest_gpuperf.core import containment
 from pytest_gpuperf.verdict.callgrind import Profile
 from pytest_gpuperf.verdict.compare import Verdict
 
@@ -56,6 +57,45 @@ def spread(values: Sequence[float]) -> float:
     return max(vals) / min(vals) - 1 if len(vals) > 1 else 0.0
 
 
+#: The part name of instruction counts (unavailable extras, ``failing()``'s check, the JSON key).
+INSTRUCTIONS = containment.INSTRUCTIONS
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """One benchmark's instruction count under callgrind, as results, reports and baselines carry it.
+
+    ``per_call``: instructions per call (the empty loop's subtracted, :func:`per_call`); ``calls``:
+    the calls counted; ``warmup``: the uncounted calls before them; ``tool``: what counted them
+    (``"valgrind-3.19.0 callgrind, CPython 3.11.7, torch 2.13.0+cpu"``: counts compare only between
+    the same builds); ``dump``: the callgrind file of this run (an artifact; not stored in baselines).
+    """
+
+    per_call: float
+    calls: int
+    warmup: int = 0
+    tool: str = ""
+    dump: str | None = None
+
+    def to_dict(self, *, with_dump: bool = True) -> dict[str, Any]:
+        """JSON-ready (``with_dump=False``: without the run's local dump path, as a baseline keeps it)."""
+        d: dict[str, Any] = {"per_call": self.per_call, "calls": self.calls, "warmup": self.warmup, "tool": self.tool}
+        if with_dump and self.dump:
+            d["dump"] = self.dump
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Instructions | None":
+        """From :meth:`to_dict`'s form; None for anything else (an entry without instructions)."""
+        if not isinstance(d, Mapping):
+            return None
+        try:
+            return cls(float(d["per_call"]), int(d["calls"]), int(d.get("warmup") or 0), str(d.get("tool") or ""),
+                       str(d["dump"]) if d.get("dump") else None)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
 @dataclass(frozen=True)
 class InstructionVerdict:
     """The gate's decision for one benchmark (see :func:`decide_instructions`).
@@ -75,10 +115,35 @@ class InstructionVerdict:
     tolerance: float
     message: str
 
+    #: the per-function diff against the baseline's dump, when both dumps were there (:func:`diff_text`)
+    why: str = ""
+    #: the baseline's dump and this run's, kept as artifacts for the diff (paths; empty when not kept)
+    dumps: tuple[str, ...] = ()
+
     @property
     def failed(self) -> bool:
         """True when the instructions per call regressed."""
         return self.verdict is Verdict.REGRESSED
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the report's ``instruction_comparison``)."""
+        return {"verdict": self.verdict.value, "current": self.current, "stored": self.stored, "ratio": self.ratio,
+                "limit": self.limit, "tolerance": self.tolerance, "message": self.message, "why": self.why,
+                "dumps": list(self.dumps)}
+
+    @classmethod
+    def from_dict(cls, d: Any, benchmark_id: str = "benchmark") -> "InstructionVerdict | None":
+        """From :meth:`to_dict`'s form; None for anything else."""
+        if not isinstance(d, Mapping):
+            return None
+        try:
+            return cls(benchmark_id, Verdict(d["verdict"]), float(d["current"]),
+                       None if d.get("stored") is None else float(d["stored"]),
+                       None if d.get("ratio") is None else float(d["ratio"]),
+                       None if d.get("limit") is None else float(d["limit"]), float(d["tolerance"]),
+                       str(d.get("message") or ""), str(d.get("why") or ""), tuple(d.get("dumps") or ()))
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 def decide_instructions(current: float, stored: Sequence[float] | float | None, *, tolerance: float = DEFAULT_TOLERANCE,

@@ -76,7 +76,9 @@ class BenchExtras:
     ``telemetry``: what the machine did during the timed rounds (GPU: NVML SM clock, throttle
     reasons, utilization, temperature, power; CPU: frequency and load); ``communication``: under
     torchrun, each rank's communication per call, its share of the step and its overlap with
-    computation (:class:`~pytest_gpuperf.verdict.communication.Communication`). Each None when not measured.
+    computation (:class:`~pytest_gpuperf.verdict.communication.Communication`); ``instructions``:
+    the host's instructions per call under callgrind
+    (:class:`~pytest_gpuperf.verdict.instructions.Instructions`). Each None when not measured.
     ``unavailable`` maps an extra that could not be measured (``"counts"``, ``"peak memory"``,
     ``"bottleneck"``, ``"trace"``, ``"memory snapshot"``) to why
     (:class:`~pytest_gpuperf.core.containment.Unavailable`); the timing and the other checks stand.
@@ -89,6 +91,7 @@ class BenchExtras:
     telemetry: dict[str, Any] | None = None
     unavailable: Mapping[str, Unavailable] = field(default_factory=dict)
     communication: Any = None  # pytest_gpuperf.verdict.communication.Communication
+    instructions: Any = None  # pytest_gpuperf.verdict.instructions.Instructions (--gpuperf-instructions)
 
 
 @dataclass(frozen=True)
@@ -99,13 +102,16 @@ class BenchEvaluation:
     and the declared budgets) and ``op_diff`` (:class:`~pytest_gpuperf.verdict.opdiff.OpDiff`: why
     a verdict moved, op by op), ``scaling`` (:class:`~pytest_gpuperf.verdict.scaling.ScalingCheck`:
     under torchrun, the efficiency against the baseline at a smaller world size and the
-    ``min_scaling_efficiency`` gate). Each None when not decided (smoke mode, no baseline for it)."""
+    ``min_scaling_efficiency`` gate), ``instruction_comparison``
+    (:class:`~pytest_gpuperf.verdict.instructions.InstructionVerdict`: the instruction gate). Each
+    None when not decided (smoke mode, no baseline for it)."""
 
     comparison: Comparison | None = None
     memory_comparison: MemoryComparison | None = None
     count_comparison: Any = None  # pytest_gpuperf.verdict.counts.CountComparison
     op_diff: Any = None  # pytest_gpuperf.verdict.opdiff.OpDiff
     scaling: Any = None  # pytest_gpuperf.verdict.scaling.ScalingCheck
+    instruction_comparison: Any = None  # pytest_gpuperf.verdict.instructions.InstructionVerdict
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,8 @@ class BenchResult:
     telemetry = _via("extras", "telemetry")
     unavailable = _via("extras", "unavailable")
     communication = _via("extras", "communication")
+    instructions = _via("extras", "instructions")
+    instruction_comparison = _via("evaluation", "instruction_comparison")
     comparison = _via("evaluation", "comparison")
     memory_comparison = _via("evaluation", "memory_comparison")
     count_comparison = _via("evaluation", "count_comparison")
@@ -323,7 +331,7 @@ class BenchResult:
 
     def failing(self, *, strict: bool = False, updating: bool = False) -> tuple[str, ...]:
         """Which checks fail this result's test, in order: ``"timing"``, ``"memory"``, ``"counts"``,
-        ``"bottleneck"``, ``"scaling"`` (empty: it passes). :func:`pytest_gpuperf.reporting.messages.failure_messages`
+        ``"bottleneck"``, ``"scaling"``, ``"instructions"`` (empty: it passes). :func:`pytest_gpuperf.reporting.messages.failure_messages`
         words them.
 
         The one place that decides pass or fail, for the plugin and the reports alike: a timing
@@ -333,7 +341,8 @@ class BenchResult:
         :attr:`misclassification_trusted`), and an extra the user asked for by an option
         (``max_memory``, a count budget, ``expect_bottleneck``) that could not be measured
         (:attr:`missing_requested`), a scaling efficiency below ``min_scaling_efficiency`` (under
-        torchrun). While ``updating`` baselines only the hard checks count (``max_memory``, the
+        torchrun), instructions per call over the baseline's beyond their tolerance (the instruction
+        gate, ``--gpuperf-instructions``). While ``updating`` baselines only the hard checks count (``max_memory``, the
         count budgets, ``expect_bottleneck``, ``min_scaling_efficiency``): a new baseline
         may be slower than the old one, but never over its own budget.
         """
@@ -350,6 +359,8 @@ class BenchResult:
             out.append("bottleneck")
         if self.scaling is not None and self.scaling.failed:
             out.append("scaling")
+        if self.instruction_comparison is not None and self.instruction_comparison.failed and not updating:
+            out.append("instructions")
         return tuple(out)
 
     def missing_requested(self) -> dict[str, str]:

@@ -62,7 +62,7 @@ def test_json_safe_keeps_plain_values() -> None:
 
 
 def test_compat_column_names_are_the_tables() -> None:
-    assert set(COLUMN_KEYS) | set(EXTRA_COLUMNS) | {"items"} == set(compat.TABLE_COLUMNS)
+    assert set(COLUMN_KEYS) | set(EXTRA_COLUMNS) | {"items", "instr"} == set(compat.TABLE_COLUMNS)
     assert tuple(COLUMN_KEYS) == compat.DEFAULT_COLUMNS
     assert set(compat.PB_COLUMNS) <= set(compat.TABLE_COLUMNS)  # every pytest-benchmark column maps
 

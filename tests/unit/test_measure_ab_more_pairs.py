@@ -76,3 +76,32 @@ def test_more_pairs_until_decided_or_the_bound(monkeypatch, tmp_path, decided_af
     (c,) = FakeCoordinator.instances
     assert c.processes + c.confirmed_pairs == pairs_run
     assert all(call[2] == 1 for call in c.calls if call[0] == "confirm")
+
+
+@pytest.mark.parametrize("named_after_first_pairs, calls", [
+    (True, [("profile", ["m.py::t"], ab_run.PROFILE_PAIRS)]),
+    (False, [("profile", ["m.py::t"], ab_run.PROFILE_PAIRS), ("profile", ["m.py::t"], ab_run.MORE_PROFILE_PAIRS)]),
+])
+def test_a_diff_that_names_no_op_is_profiled_in_more_pairs(monkeypatch, tmp_path, named_after_first_pairs,
+                                                           calls) -> None:
+    """docs/why.md: with 3 pairs one process's allocator mode could hide a 2x larger op; a diff that
+    names nothing gets 2 more pairs (then one of 5 may disagree), a diff that names an op none."""
+    FakeCoordinator.instances.clear()
+    monkeypatch.setattr(ab_run, "Coordinator", FakeCoordinator)
+    regressed = SimpleNamespace(verdict=SimpleNamespace(value="regressed"))
+    result = SimpleNamespace(comparison=regressed, options=SimpleNamespace(confirm=0), op_diff=None)
+    monkeypatch.setattr(ab_results_module, "ab_results", lambda coordinator, label: ({"m.py::t": result}, [], []))
+    monkeypatch.setattr(ab_results_module, "needs_more_pairs", lambda c: False)
+
+    def with_op_diff(r, m, label):
+        c = FakeCoordinator.instances[-1]
+        pairs = sum(call[2] for call in c.calls if call[0] == "profile")
+        named = named_after_first_pairs or pairs > ab_run.PROFILE_PAIRS
+        return SimpleNamespace(**{**vars(r), "op_diff": SimpleNamespace(named=("aten::x",) if named else (), pairs=pairs)})
+
+    monkeypatch.setattr(ab_run, "with_op_diff", with_op_diff)
+    out = ab_run.measure_ab({}, [], 1, tmp_path, "REF")
+    assert FakeCoordinator.instances[-1].calls[1:] == calls
+    assert out.results["m.py::t"].op_diff.named == ("aten::x",)
+    assert out.results["m.py::t"].op_diff.pairs == (ab_run.PROFILE_PAIRS if named_after_first_pairs
+                                                    else ab_run.PROFILE_PAIRS + ab_run.MORE_PROFILE_PAIRS)
