@@ -18,6 +18,7 @@ session's. The timing part is cut short (``--gpuperf-processes 2 --gpuperf-max-p
 --gpuperf-max-time 0.1``, no A/B, no why): the instruction worker's cost does not depend on it.
 
     python benchmarks/instructions_session_study.py --out /tmp/instr-session --aa 5 --changed 5 --busy
+    python benchmarks/instructions_session_study.py --out /tmp/instr-one --aa 2 --changed 0 --select "torch and add"
 
 Not part of the plugin; its figures are in docs/instructions.md.
 """
@@ -100,10 +101,11 @@ ARGS = ("-p", "no:cacheprovider", "--gpuperf-instructions", "--gpuperf-processes
         "--gpuperf-max-time=0.1", "--gpuperf-no-why", "--gpuperf-no-ab-confirm")
 
 
-def session(project: Path, out: Path, name: str, mode: str, env: dict[str, str], busy: bool) -> dict:
+def session(project: Path, out: Path, name: str, mode: str, env: dict[str, str], busy: bool,
+            select: str | None = None) -> dict:
     """One pytest session in ``project``: its JSON report's instruction fields and its times."""
     report = out / f"{name}.json"
-    cmd = [sys.executable, "-m", "pytest", mode, f"--gpuperf-json={report}", *ARGS]
+    cmd = [sys.executable, "-m", "pytest", mode, f"--gpuperf-json={report}", *ARGS, *(["-k", select] if select else [])]
     if busy:
         cmd = [sys.executable, str(HERE / "noisy_neighbour.py"), "--cores", "1", "--seconds", "1800", "--", *cmd]
     start = time.monotonic()
@@ -149,6 +151,7 @@ def main() -> int:
     ap.add_argument("--aa", type=int, default=5)
     ap.add_argument("--changed", type=int, default=5)
     ap.add_argument("--busy", action="store_true", help="the A/A runs again with one core kept busy")
+    ap.add_argument("--select", help="only these benchmarks (pytest -k), e.g. 'add' for the worker's fixed cost")
     opts = ap.parse_args()
     out = opts.out.resolve()
     project = out / "project"
@@ -161,7 +164,7 @@ def main() -> int:
     plan += [(f"busy-aa-{i}", "--gpuperf", {}, True) for i in range(opts.aa if opts.busy else 0)]
     runs = []
     for name, mode, env, busy in plan:
-        runs.append(session(project, out, name, mode, env, busy))
+        runs.append(session(project, out, name, mode, env, busy, opts.select))
         print(f"{name}: exit {runs[-1]['returncode']}, {runs[-1]['wall_s']:.0f} s, instruction worker "
               f"{runs[-1]['worker_s']} s", flush=True)
         (out / "runs.json").write_text(json.dumps(runs, indent=1))
