@@ -242,3 +242,18 @@ def test_each_count_has_its_own_plot_and_a_changed_count_is_highlighted(tmp_path
     ops_title = next(c[2] for c in cells if c[1] == "ops")
     assert "2 → 4" in ops_title and runs[6]["commit"][:9] in ops_title
     assert _data(tmp_path / "bench" / page_name(NAMES[0], DEVICE))["countSteps"]["ops"] == [{"pos": 6, "from": 2, "to": 4}]
+
+
+def test_instructions_per_call_are_plotted_with_the_counts_and_marked_beyond_the_gates_tolerance(tmp_path: Path) -> None:
+    """Issue 48: a history row's instructions per call get a small plot of their own; their A/A
+    spread (under 3%) is not a change, a 6% step is."""
+    assert count_steps([10_000, 10_150, 9_900, 10_600], tolerance=0.03) == [{"pos": 3, "from": 10_000, "to": 10_600}]
+    runs, rows, _ = history(10, NAMES[:1], step_at=0)
+    for i, r in enumerate(rows):
+        r["instructions"] = (10_000 if i < 6 else 10_600) + (i % 2) * 150
+    write_site(tmp_path, runs, rows, js=STUB_JS)
+    page = (tmp_path / "bench" / page_name(NAMES[0], DEVICE)).read_text(encoding="utf-8")
+    cells = re.findall(r'<div class="([a-z ]+)" data-metric="(\w+)"><h3>(.*?)</h3>', page)
+    assert {c[1]: c[0] for c in cells}["instructions"] == "count changed up"
+    data = _data(tmp_path / "bench" / page_name(NAMES[0], DEVICE))
+    assert data["countSteps"]["instructions"] == [{"pos": 6, "from": 10_000, "to": 10_600}]

@@ -120,11 +120,12 @@ def bisect_command(change: Any) -> str | None:
             f"{shlex.quote(node_id(change.benchmark))}")
 
 
-def count_steps(values: Sequence[Any]) -> list[dict[str, Any]]:
+def count_steps(values: Sequence[Any], tolerance: float = 0.0) -> list[dict[str, Any]]:
     """Where a count per call changed between runs: ``[{"pos", "from", "to"}, ...]``, ``pos`` the
     index in ``values`` (one count per run, oldest first; None where a run did not record it) of
     the first run with the new value, ``from`` the previous recorded value. Counts are exact
-    (the count check's default tolerance is 0), so any change is one the check would report. The
+    (the count check's default tolerance is 0), so any change is one the check would report;
+    instructions per call (``tolerance``: the instruction gate's) change only beyond it. The
     stored rows hold the counts, not the count check's outcome: a run whose count differed from
     its baseline but not from the run before is not marked."""
     out: list[dict[str, Any]] = []
@@ -132,9 +133,11 @@ def count_steps(values: Sequence[Any]) -> list[dict[str, Any]]:
     for i, v in enumerate(values):
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             continue
-        if last is not None and v != last:
+        if last is not None and abs(v - last) > tolerance * abs(last):
             out.append({"pos": i, "from": last, "to": v})
-        last = v
+            last = v
+        elif last is None:
+            last = v
     return out
 
 
@@ -331,7 +334,7 @@ def _series_data(s: _Series, subjects: Mapping[str, str]) -> dict[str, Any]:
         cols["pm"].append(_col(r["process_medians_ms"]) if r.get("process_medians_ms") else None)
         mem = r.get("peak_memory_bytes")
         cols["mem"].append(None if mem is None else mem / 2 ** 20)
-        for name, value in (r.get("counts") or {}).items():
+        for name, value in _counts_of(r).items():
             counts.setdefault(name, [None] * len(rows))[i] = value
     for key in ("median", "lo", "hi", "mem"):
         cols[key] = _col(cols[key])
@@ -342,7 +345,7 @@ def _series_data(s: _Series, subjects: Mapping[str, str]) -> dict[str, Any]:
                 "p": _num(c.pvalue, 2), "slower": c.slower, "bisect": bisect_command(c)} for c in s.changes]
     return {"benchmark": s.benchmark, "device": s.device_key, "runs": cols,
             "counts": {n: _col(v) for n, v in sorted(counts.items())},
-            "countSteps": {n: count_steps(v) for n, v in sorted(counts.items())},
+            "countSteps": {n: count_steps(v, _tolerance(n)) for n, v in sorted(counts.items())},
             "subjects": {c: subjects[c] for c in set(cols["commit"]) if c in subjects}, "changes": changes}
 
 
@@ -369,15 +372,36 @@ def _changes_table(changes: Sequence[Any], runs: _Runs, table: str, *, link: Map
     return (f'<table id="{table}" data-filtered><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
+#: The name of the host's instructions per call among a page's counts (``--gpuperf-instructions``).
+INSTRUCTIONS = "instructions"
+
+
+def _counts_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored row's counts per call, with its instructions per call when counted (issue 48)."""
+    out = dict(row.get("counts") or {})
+    if row.get(INSTRUCTIONS) is not None:
+        out[INSTRUCTIONS] = row[INSTRUCTIONS]
+    return out
+
+
+def _tolerance(name: str) -> float:
+    """How much a count may move between runs before the page marks it: 0 (exact), the instruction gate's for instructions."""
+    if name != INSTRUCTIONS:
+        return 0.0
+    from pytest_gpuperf.verdict.instructions import DEFAULT_TOLERANCE
+
+    return DEFAULT_TOLERANCE
+
+
 def _counts_section(rows: Sequence[Mapping[str, Any]]) -> str:
     """The counts' plots: one small plot per count (``#gp-count-<k>``, k in name order), each
     titled with its name; a count that changed between runs is highlighted (class ``changed``,
     ``up`` for a rise: what the count check fails on) and says how it changed and at which run."""
-    names = sorted({n for r in rows for n in (r.get("counts") or {})})
+    names = sorted({n for r in rows for n in _counts_of(r)})
     cells = []
     for k, name in enumerate(names):
-        values = [(r.get("counts") or {}).get(name) for r in rows]
-        steps = count_steps(values)
+        values = [_counts_of(r).get(name) for r in rows]
+        steps = count_steps(values, _tolerance(name))
         note, cls = "", "count"
         if steps:
             last = steps[-1]
@@ -392,7 +416,7 @@ def _counts_section(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _bench_page(s: _Series, runs: _Runs, subjects: Mapping[str, str], others: Sequence[_Series]) -> str:
     has_mem = any(r.get("peak_memory_bytes") is not None for r in s.rows)
-    has_counts = any(r.get("counts") for r in s.rows)
+    has_counts = any(_counts_of(r) for r in s.rows)
     also = "".join(f' <a href="{_e(o.file)}" data-keep-branch>{_e(_label(o.device_key))}</a>' for o in others)
     parts = [
         f"<h1>{_e(s.benchmark)}</h1>",
