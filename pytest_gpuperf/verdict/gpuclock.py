@@ -1,0 +1,139 @@
+"""The GPU's SM clock beside the time: cycles per call, throttled rounds, and a verdict that knows
+the clock (issue 49; pure: stdlib only).
+
+On an H100 the same bf16 4096 matmul read 181.5 µs at the plugin's default stop (about 55 ms of
+calls, the GPU still at its boost clock) and 194 µs after 30 s of matmuls (SM clock 1980 -> 1425
+MHz at 689 W): a 4-7% swing from the clock alone, beyond the default 5% threshold. So, per timed
+round, the SM clock read around it (NVML) goes beside the time, and:
+
+* **cycles per call** = time x SM clock (ms x MHz = thousands of cycles, :func:`kcycles`): what the
+  call costs at any clock, for work whose speed follows the SM clock;
+* **throttled rounds** (:func:`throttled_rounds`): a round whose clock was below
+  :data:`THROTTLED_FRACTION` of the GPU's default application clock, or during which NVML named a
+  clocks-event reason other than idle and application-clock setting (power or thermal capping,
+  hardware slowdown), is flagged, and dropped (:func:`kept_rounds`) unless that would leave fewer
+  than :data:`MIN_KEPT` of the rounds — then all are kept and the verdict's note says the clock
+  was capped throughout;
+* **the verdict** (:func:`decide_with_cycles`): where the baseline's and this run's median clocks
+  differ by more than :data:`CLOCK_DIFFERS`, a timing regression is checked in cycle space too:
+  cycles per call that did not regress mean the clock, not the code, made the call slower, and the
+  verdict is ``inconclusive`` with a note naming both clocks — never ``regressed`` on the clock
+  alone; cycles that regressed too keep ``regressed``, decided on both. At the same clock the
+  timing verdict stands as it is.
+
+Cycles assume the call's speed follows the SM clock: for memory-bound kernels (the memory clock
+does not follow it) a lower SM clock overstates the cycles' drop, so the rule only ever *withholds*
+a regression (inconclusive), never makes one.
+
+Sources: nvbench reads the SM clock per sample, discards samples below 75% of the default clock
+("throttle detection", ``nvbench::detail::measure_cold``; nvbench issue #231), and its robust
+compare checks a gap in cycle space; NVML ``nvmlDeviceGetClockInfo(NVML_CLOCK_SM)``,
+``nvmlDeviceGetDefaultApplicationsClock`` and ``nvmlDeviceGetCurrentClocksEventReasons``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+#: A round whose SM clock is below this fraction of the default application clock is throttled
+#: (nvbench's default: 75%).
+THROTTLED_FRACTION = 0.75
+#: Throttled rounds are dropped only while at least this share of the rounds is kept.
+MIN_KEPT = 0.5
+#: Median SM clocks that differ by more than this (relative) make the verdict look at cycles.
+CLOCK_DIFFERS = 0.02
+#: NVML clocks-event reasons that are no throttle: GPU idle (0x1) and the application-clock
+#: setting (0x2). Every other bit (SW power cap 0x4, HW slowdown 0x8, sync boost 0x10, SW thermal
+#: 0x20, HW thermal 0x40, HW power brake 0x80, display clock 0x100) throttles.
+NOT_THROTTLING = 0x1 | 0x2
+
+
+def kcycles(samples_ms: Sequence[float], clock_mhz: Sequence[float | None]) -> list[float | None]:
+    """Thousands of SM cycles per call of each round: ``ms x MHz`` (None where the clock was not
+    read). Raises ``ValueError`` when the sequences differ in length."""
+    if len(samples_ms) != len(clock_mhz):
+        raise ValueError(f"{len(samples_ms)} samples but {len(clock_mhz)} clock readings: expected one per round")
+    return [float(t) * float(c) if c is not None and c > 0 else None for t, c in zip(samples_ms, clock_mhz)]
+
+
+def throttled_rounds(clock_mhz: Sequence[float | None], reasons: Sequence[int | None] | None,
+                     default_clock_mhz: float | None, fraction: float = THROTTLED_FRACTION) -> list[bool]:
+    """Per round: throttled (its clock below ``fraction`` x ``default_clock_mhz``, or a clocks-event
+    reason outside :data:`NOT_THROTTLING`). A round without a reading is not flagged. ``reasons``:
+    the NVML bitmask per round (None: not read). Raises ``ValueError`` for a fraction outside (0, 1]."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"throttled fraction {fraction!r}: expected a fraction in (0, 1]")
+    low = fraction * default_clock_mhz if default_clock_mhz else None
+    out = []
+    for i, c in enumerate(clock_mhz):
+        r = reasons[i] if reasons is not None and i < len(reasons) else None
+        out.append(bool((low is not None and c is not None and c < low) or (r is not None and r & ~NOT_THROTTLING)))
+    return out
+
+
+@dataclass(frozen=True)
+class KeptRounds:
+    """The rounds a verdict uses after throttled ones are dropped (:func:`kept_rounds`): their times
+    (ms) and clocks (MHz), how many were dropped, and a note when throttled rounds were kept."""
+
+    samples_ms: tuple[float, ...]
+    clock_mhz: tuple[float | None, ...]
+    dropped: int
+    note: str = ""
+
+
+def kept_rounds(samples_ms: Sequence[float], clock_mhz: Sequence[float | None], throttled: Sequence[bool],
+                min_kept: float = MIN_KEPT) -> KeptRounds:
+    """Drop the throttled rounds, as nvbench does, unless fewer than ``min_kept`` of them would be
+    left: then keep all, with a note (the GPU was capped for most of the run: its time is the
+    capped clock's). Raises ``ValueError`` for sequences of different lengths."""
+    if not len(samples_ms) == len(clock_mhz) == len(throttled):
+        raise ValueError("samples, clocks and throttle flags: expected one of each per round")
+    keep = [i for i, t in enumerate(throttled) if not t]
+    if len(keep) == len(samples_ms):
+        return KeptRounds(tuple(samples_ms), tuple(clock_mhz), 0)
+    if len(keep) < min_kept * len(samples_ms):
+        return KeptRounds(tuple(samples_ms), tuple(clock_mhz), 0,
+                          f"the GPU was throttled in {len(samples_ms) - len(keep)} of {len(samples_ms)} rounds: "
+                          f"all kept, so this time is the capped clock's")
+    return KeptRounds(tuple(samples_ms[i] for i in keep), tuple(clock_mhz[i] for i in keep),
+                      len(samples_ms) - len(keep))
+
+
+def median_clock(clock_mhz: Sequence[float | None]) -> float | None:
+    """The median of the clock readings (MHz), None without any."""
+    vals = [float(c) for c in clock_mhz if c is not None and c > 0]
+    return statistics.median(vals) if vals else None
+
+
+def clocks_differ(baseline_mhz: float | None, current_mhz: float | None, limit: float = CLOCK_DIFFERS) -> bool:
+    """Whether two median clocks differ by more than ``limit`` (relative to the baseline's)."""
+    if not baseline_mhz or not current_mhz:
+        return False
+    return abs(current_mhz / baseline_mhz - 1) > limit
+
+
+def decide_with_cycles(timing: Any, cycles: Any, baseline_mhz: float | None, current_mhz: float | None) -> Any:
+    """The timing verdict ``timing`` (a :class:`~pytest_gpuperf.verdict.compare.Comparison`) checked
+    in cycle space where the clocks differ (see the module doc). ``cycles``: the same decision made
+    on cycles per call (:func:`kcycles` of both sides; None where the clock was not read on both).
+    Returns ``timing`` unchanged at the same clock, without cycles, or when it is not ``regressed``;
+    a regression whose cycles did not regress becomes ``inconclusive`` with the note ``same cycles
+    per call (x1.01); SM clock 1425 vs 1980 MHz: the clock, not the code`` (the timing evidence
+    kept); one whose cycles regressed too stays ``regressed``, noted as decided on both."""
+    if cycles is None or timing is None or not clocks_differ(baseline_mhz, current_mhz):
+        return timing
+    if getattr(timing.verdict, "value", None) != "regressed":
+        return timing
+    from pytest_gpuperf.verdict.compare import Verdict, with_note
+
+    clock = f"SM clock {current_mhz:.0f} vs {baseline_mhz:.0f} MHz"
+    ratio = f"x{cycles.ratio:.3f}" if getattr(cycles, "ratio", None) is not None else "unchanged"
+    if cycles.verdict is Verdict.REGRESSED:
+        return with_note(timing, f"cycles per call regressed too ({ratio}; {clock}): a change of the code, not only "
+                                 f"of the clock")
+    same = "same" if cycles.verdict is Verdict.UNCHANGED else "no regression in"
+    return with_note(timing, f"{same} cycles per call ({ratio}); {clock}: the clock, not the code, made it slower",
+                     verdict=Verdict.INCONCLUSIVE)
