@@ -119,6 +119,27 @@ def test_unchanged_exits_0(tmp_path, base_file, capsys):
     assert "0 regressed, 0 improved, 0 inconclusive, 1 unchanged" in out
 
 
+def test_instructions_are_compared_and_a_regression_exits_1(tmp_path, capsys):
+    """Issue 48: the two files' instruction counts go through the plugin's gate (3%; another build
+    not compared), beside the same timing."""
+    tool = "valgrind-3.19.0 callgrind, CPython 3.11.7, torch 2.13.0+cpu"
+
+    def counted(bid: str, per_call: float, tool: str = tool) -> dict:
+        return dict(entry(bid, samples(5)), instructions={"per_call": per_call, "calls": 20, "tool": tool})
+
+    base = write_baseline(tmp_path / "b.json", {"test_a": counted("test_a", 10_000), "test_b": counted("test_b", 10_000),
+                                                "test_c": counted("test_c", 10_000)})
+    cur = write_report(tmp_path / "c.json", {"test_a": counted("test_a", 10_200), "test_b": counted("test_b", 10_600),
+                                             "test_c": counted("test_c", 20_000, tool.replace("2.13.0", "2.12.0"))})
+    assert main(["compare", str(base), str(cur)]) == 1
+    out = capsys.readouterr().out
+    assert row(out, "test_a").split()[-1] == "unchanged" and row(out, "test_b").split()[-1] == "regressed"
+    assert row(out, "test_c").split()[-1] == "inconclusive"
+    assert "test_b: instructions per call 10,000 -> 10,600 (x1.0600, regressed; tolerance 3.0%)" in out
+    assert "not compared: the baseline was counted by" in out
+    assert out.rstrip().endswith("instructions: 1 regressed of 3 compared")
+
+
 def test_improved_exits_0(tmp_path, base_file, capsys):
     cur = write_report(tmp_path / "cur.json", {"test_a": entry("test_a", samples(4, median_ms=0.7))})
     assert main(["compare", str(base_file), str(cur)]) == 0

@@ -278,14 +278,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class _Decided:
-    """One compared pair: its timing, count and memory comparisons (None: not compared), and a line
-    saying it was decided on the report's A/B blocks (None: on the stored baseline)."""
+    """One compared pair: its timing, count, memory and instruction comparisons (None: not compared),
+    and a line saying it was decided on the report's A/B blocks (None: on the stored baseline)."""
 
     comparison: Any
     counts: Any = None
     memory: Any = None
     ab_line: str | None = None
     op_diff: Any = None  # the current report's per-op diff of this benchmark (verdict.opdiff.OpDiff)
+    instructions: Any = None  # the instruction gate (verdict.instructions.InstructionVerdict), when counted
 
 
 def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: str, cur: ResultFile,
@@ -323,7 +324,17 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
         cpu=_cpu_evidence(c_entry.cpu_time, len(processes) if replicated and processes else None))
     ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
                   probe=None if replicated else _stored_probe(c_entry, b_entry))
-    return _Decided(ev.comparison, ev.counts, ev.memory)
+    return _Decided(ev.comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
+
+
+def _instructions(name: str, b_entry: BaselineEntry, c_entry: BaselineEntry) -> Any:
+    """The instruction gate on the two entries' counts (issue 48; None unless the current one has them)."""
+    from pytest_gpuperf.verdict.instructions import Instructions, compare_counts
+
+    current = Instructions.from_dict(c_entry.data.get("instructions"))
+    if current is None:
+        return None
+    return compare_counts(current, Instructions.from_dict(b_entry.data.get("instructions")), benchmark_id=name)
 
 
 def _cpu_evidence(cpu: Any, processes: int | None) -> Any:
@@ -349,6 +360,7 @@ def _print_pairs_table(decided: list[_Decided]) -> None:
     from pytest_gpuperf.verdict.compare import Verdict
 
     rows, starred = [], False
+    instr = any(d.instructions is not None for d in decided)
     for d in decided:
         c, cc, mc = d.comparison, d.counts, d.memory
         verdict = c.verdict.value
@@ -358,8 +370,10 @@ def _print_pairs_table(decided: list[_Decided]) -> None:
         ci = f"{format_ratio(c.ratio_ci[0])}-{format_ratio(c.ratio_ci[1])}" if c.ratio_ci else "-"
         rows.append((c.benchmark_id, format_ms(c.baseline_median_ms), format_ms(c.current_median_ms),
                      format_ratio(c.shown_ratio), ci, verdict, mc.verdict.value if mc is not None else "-",
-                     cc.verdict.value if cc is not None else "-"))
-    header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict", "memory", "counts")
+                     cc.verdict.value if cc is not None else "-")
+                    + ((d.instructions.verdict.value if d.instructions is not None else "-",) if instr else ()))
+    header = ("name", "baseline median", "current median", "ratio", "99% CI", "verdict", "memory", "counts",
+              *(("instructions",) if instr else ()))
     for line in format_table(rows, header=header, numeric=header[1:5]):
         print(line)
     if starred:
@@ -385,6 +399,8 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
     details = [d for d in decided if args.verbose or d.comparison.verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE)]
     count_failures = [msg for d in decided if d.counts is not None for msg in gate_messages(d.counts)]
     count_failures += [msg for d in decided if d.memory is not None for msg in gate_messages(d.memory)]
+    count_failures += [d.instructions.message for d in decided if d.instructions is not None
+                       and (d.instructions.failed or d.instructions.verdict is Verdict.INCONCLUSIVE)]
     if details or count_failures:
         print()
         for d in details:
@@ -408,22 +424,25 @@ def _print_comparison(args: argparse.Namespace, base: ResultFile, cur: ResultFil
     print()
     counted = [d.counts for d in decided if d.counts is not None]
     mems = [d.memory for d in decided if d.memory is not None]
+    instr = [d.instructions for d in decided if d.instructions is not None]
     print(f"{counts[Verdict.REGRESSED]} regressed, {counts[Verdict.IMPROVED]} improved, "
           f"{counts[Verdict.INCONCLUSIVE]} inconclusive, {counts[Verdict.UNCHANGED]} unchanged"
           + (f"; counts: {sum(cc.failed for cc in counted)} regressed of {len(counted)} compared" if counted else "")
-          + (f"; memory: {sum(mc.failed for mc in mems)} regressed of {len(mems)} compared" if mems else ""))
+          + (f"; memory: {sum(mc.failed for mc in mems)} regressed of {len(mems)} compared" if mems else "")
+          + (f"; instructions: {sum(i.failed for i in instr)} regressed of {len(instr)} compared" if instr else ""))
 
 
 def _exit_code(args: argparse.Namespace, decided: list[_Decided]) -> int:
     """1 when a timing verdict fails (regressed; inconclusive too with ``--fail-on inconclusive``) or
-    a count or memory comparison regressed, else 0."""
+    a count, memory or instruction comparison regressed, else 0."""
     from pytest_gpuperf.verdict.compare import Verdict
 
     failing = {Verdict.REGRESSED}
     if args.fail_on == "inconclusive":
         failing.add(Verdict.INCONCLUSIVE)
     failed = any(d.comparison.verdict in failing or (d.counts is not None and d.counts.failed)
-                 or (d.memory is not None and d.memory.failed) for d in decided)
+                 or (d.memory is not None and d.memory.failed)
+                 or (d.instructions is not None and d.instructions.failed) for d in decided)
     return EXIT_FAILED if failed else EXIT_OK
 
 

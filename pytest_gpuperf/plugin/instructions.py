@@ -163,16 +163,10 @@ class InstructionMode:
     def _verdict(self, key: str, counted: Any, baseline: Any, kept: Path) -> Any:
         from dataclasses import replace
 
-        from pytest_gpuperf.verdict.compare import Verdict
-        from pytest_gpuperf.verdict.instructions import InstructionVerdict, Instructions, decide_instructions
+        from pytest_gpuperf.verdict.instructions import Instructions, compare_counts
 
         stored = Instructions.from_dict(baseline.data.get("instructions")) if baseline is not None else None
-        if stored is not None and stored.tool and counted.tool and stored.tool != counted.tool:
-            return InstructionVerdict(key, Verdict.INCONCLUSIVE, counted.per_call, stored.per_call, None, None,
-                                      0.0, f"{key}: instructions per call not compared: the baseline was counted "
-                                      f"by {stored.tool}, this run by {counted.tool}")
-        verdict = decide_instructions(counted.per_call, stored.per_call if stored is not None else None,
-                                      benchmark_id=key)
+        verdict = compare_counts(counted, stored, benchmark_id=key)
         if not verdict.failed:
             return verdict
         return replace(verdict, **self._why(key, counted, stored, kept))

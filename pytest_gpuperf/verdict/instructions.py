@@ -179,6 +179,20 @@ def decide_instructions(current: float, stored: Sequence[float] | float | None, 
     return InstructionVerdict(benchmark_id, verdict, current, high, ratio, limit, tolerance, message)
 
 
+def compare_counts(current: Instructions, stored: Instructions | None, *, benchmark_id: str = "benchmark",
+                   tolerance: float = DEFAULT_TOLERANCE) -> InstructionVerdict:
+    """The instruction gate on two counts as results and baselines carry them: counts of another
+    build (their ``tool`` texts differ: valgrind, Python or torch) are not compared (``INCONCLUSIVE``,
+    the message names both builds); else :func:`decide_instructions` (no stored count:
+    ``NO_BASELINE``). Raises ``ValueError`` as :func:`decide_instructions`."""
+    if stored is not None and stored.tool and current.tool and stored.tool != current.tool:
+        return InstructionVerdict(benchmark_id, Verdict.INCONCLUSIVE, current.per_call, stored.per_call, None, None,
+                                  tolerance, f"{benchmark_id}: instructions per call not compared: the baseline was "
+                                  f"counted by {stored.tool}, this run by {current.tool}")
+    return decide_instructions(current.per_call, stored.per_call if stored is not None else None,
+                               tolerance=tolerance, benchmark_id=benchmark_id)
+
+
 @dataclass(frozen=True)
 class FunctionChange:
     """One function's change between two dumps, per call: inclusive and own instructions, calls."""
