@@ -145,7 +145,10 @@ class InstructionMode:
     def judge(self, key: str, result: Any, baseline: Any) -> Any:
         """``result`` (benchmark ``key``, decided against ``baseline``, a
         :class:`~pytest_gpuperf.storage.baseline.BaselineEntry` or None) with its instruction count
-        and the instruction gate's verdict; unchanged where nothing was counted for it."""
+        and the instruction gate's verdict (and, on a timing verdict that moved or is inconclusive
+        while the count did not change, a note saying so:
+        :func:`~pytest_gpuperf.verdict.instructions.with_host_work`); unchanged where nothing was
+        counted for it."""
         from pytest_gpuperf.core.containment import INSTRUCTIONS, Unavailable
 
         counted = self.counted.get(key)
@@ -158,7 +161,10 @@ class InstructionMode:
         if self.settings.updating:
             _copy(counted.dump, kept)  # the baseline's dump, for a later regression's why
             return result
-        return result.replace(instruction_comparison=self._verdict(key, counted, baseline, kept))
+        from pytest_gpuperf.verdict.instructions import with_host_work
+
+        v = self._verdict(key, counted, baseline, kept)
+        return result.replace(instruction_comparison=v, comparison=with_host_work(result.comparison, v))
 
     def _verdict(self, key: str, counted: Any, baseline: Any, kept: Path) -> Any:
         from dataclasses import replace

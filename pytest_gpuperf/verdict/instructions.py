@@ -193,6 +193,21 @@ def compare_counts(current: Instructions, stored: Instructions | None, *, benchm
                                tolerance=tolerance, benchmark_id=benchmark_id)
 
 
+def with_host_work(timing: Any, v: InstructionVerdict | None) -> Any:
+    """The timing comparison ``timing`` with what the instruction count says of it, as a note: where
+    the time moved or could not be decided and the host's instructions per call did not change
+    (``v`` unchanged), ``host instructions per call unchanged (x1.0004, callgrind): the same host
+    work`` — the code's host side did not change, so a slowdown is the memory, the caches, the
+    device or the machine. Never changes the verdict. ``timing`` unchanged otherwise."""
+    if timing is None or v is None or v.verdict is not Verdict.UNCHANGED or v.ratio is None:
+        return timing
+    if timing.verdict not in (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.IMPROVED):
+        return timing
+    from pytest_gpuperf.verdict.compare import with_note
+
+    return with_note(timing, f"host instructions per call unchanged (x{v.ratio:.4f}, callgrind): the same host work")
+
+
 @dataclass(frozen=True)
 class FunctionChange:
     """One function's change between two dumps, per call: inclusive and own instructions, calls."""

@@ -82,6 +82,19 @@ def test_an_unchanged_count_passes_and_is_carried(tmp_path: Path) -> None:
     assert "instructions" not in r.failing()
 
 
+def test_a_timing_verdict_the_count_does_not_explain_says_the_host_work_is_the_same(tmp_path: Path) -> None:
+    from pytest_gpuperf.verdict.compare import decide
+
+    m, _ = mode(tmp_path)
+    m.counted[KEY] = counted(tmp_path / "run", 20)
+    slower = decide([1.3 + i * 1e-3 for i in range(40)], [1.0 + i * 1e-3 for i in range(40)], benchmark_id=KEY)
+    r = m.judge(KEY, result().replace(comparison=slower), baseline(14_000 * 1.001))
+    assert r.comparison.verdict is Verdict.REGRESSED  # never changed: a slowdown with the same host work
+    assert r.comparison.note.startswith("host instructions per call unchanged (x0.9990, callgrind): the same host work")
+    same = decide([1.0 + i * 1e-3 for i in range(40)], [1.0 + i * 1e-3 for i in range(40)], benchmark_id=KEY)
+    assert m.judge(KEY, result().replace(comparison=same), baseline(14_000)).comparison.note == same.note
+
+
 def test_a_regression_fails_and_its_why_names_the_function_that_grew(tmp_path: Path) -> None:
     from pytest_gpuperf.reporting.messages import failure_messages
 
