@@ -183,8 +183,15 @@ def trial(change: tuple[dict[str, float], bool, str] | None, own: set[str] = fro
     # the shares the line prints (named ops, other ops, outside ops): they must add to 100
     shares = [int(x) for pair in re.findall(r"(-?\d+)% of the (?:slowdown|speed-up)|ops [+-][^(;]*\((-?\d+)%\)", line)
               for x in pair if x]
+    def per_process(side: list) -> dict[int, float]:  # the expected op's median per profiling process (ms)
+        out: dict[int, list[float]] = {}
+        for s in side:
+            out.setdefault(s.process, []).append(s.tree_ms.get(expected, 0.0) if expected else 0.0)
+        return {p: round(statistics.median(v), 4) for p, v in sorted(out.items())}
+
     return {"named": named, "first": named[0] if named else None, "expected": expected,
             "pairs": len(medians["A"]), "first_pairs_named": first_named,
+            "expected_per_process_ms": {"A": per_process(a), "B": per_process(b)},
             "unchanged_named": [n for n in named if n != expected and n not in own], "why": line,
             "total_shift_ms": d.total_shift_ms, "whole_ms": whole, "tree": d.tree, "shares_sum": sum(shares),
             "self_named": flat_named, "self_first": flat_named[0] if flat_named else None,

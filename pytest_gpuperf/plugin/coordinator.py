@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from pytest_gpuperf.core import options as opts
+from pytest_gpuperf.plugin.instructions import InstructionMode
 from pytest_gpuperf.plugin.settings import SessionSettings
 
 
@@ -50,7 +51,7 @@ class Coordinator:
         self.stored_entries: dict[str, Any] = {}
         self.stopped: str | None = None
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
-        self.instructions = _instruction_mode(settings, lambda line: self.progress().line(line), warn)
+        self.instructions = InstructionMode(settings, lambda line: self.progress().line(line), warn)
 
     def run(self) -> None:
         """Replicate worker processes (the default) or the A/B measurement, before the tests run; or,
@@ -514,13 +515,6 @@ def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, a
     if hopeless:
         progress.line(not_escalated_line(len(hopeless), limits.max_processes, s.updating, after=k))
     return thin
-
-
-def _instruction_mode(settings: SessionSettings, progress: Callable[[str], None], warn: Callable[[str], None]) -> Any:
-    """The session's :class:`~pytest_gpuperf.plugin.instructions.InstructionMode` (inert unless a benchmark asks)."""
-    from pytest_gpuperf.plugin.instructions import InstructionMode
-
-    return InstructionMode(settings, progress, warn)
 
 
 def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str],

@@ -49,9 +49,8 @@ class InstructionMode:
 
     ``settings``: the session's; ``progress(line)``: its progress line; ``warn(line)``: a summary
     warning. After :meth:`run`: ``counted`` (full id -> its
-    :class:`~pytest_gpuperf.verdict.instructions.Instructions`, or why it has none) and
-    ``missing`` (why valgrind could not run at all, once for the session; None when it ran or
-    nothing asked).
+    :class:`~pytest_gpuperf.verdict.instructions.Instructions`, or why it has none; empty where
+    valgrind could not run, which is warned once).
     """
 
     def __init__(self, settings: SessionSettings, progress: Callable[[str], None], warn: Callable[[str], None]) -> None:
@@ -59,7 +58,6 @@ class InstructionMode:
         self.progress = progress
         self.warn = warn
         self.counted: dict[str, Any] = {}
-        self.missing: str | None = None
 
     @staticmethod
     def wanted(runs: Sequence[Any]) -> dict[str, str]:
@@ -84,8 +82,8 @@ class InstructionMode:
         if not wanted:
             return None
         if self.settings.nproc:
-            self.missing = "not under --gpuperf-nproc (each worker there is a torchrun launch)"
-            self.warn(f"--gpuperf-instructions: {self.missing}; the session goes on without instruction counts")
+            self.warn("--gpuperf-instructions: not under --gpuperf-nproc (each worker there is a torchrun launch); "
+                      "the session goes on without instruction counts")
             return None
         try:
             self._count(args, cwd, logs, wanted)
@@ -97,7 +95,7 @@ class InstructionMode:
         import time
 
         from pytest_gpuperf.measure.instructions import ValgrindUnavailable, valgrind_command
-        from pytest_gpuperf.plugin.replicates import INSTRUCTIONS, ReplicateError, _run_one
+        from pytest_gpuperf.plugin.replicates import INSTRUCTION_WORKER, ReplicateError, _run_one, slot_text
 
         dumps = logs / "callgrind"
         shutil.rmtree(dumps, ignore_errors=True)
@@ -105,7 +103,6 @@ class InstructionMode:
         try:
             wrap, env = valgrind_command([], dumps)
         except ValgrindUnavailable as exc:
-            self.missing = str(exc)
             self.warn(f"--gpuperf-instructions: {exc}; the session goes on without instruction counts")
             return
         select = logs / "select-instructions.txt"
@@ -114,11 +111,11 @@ class InstructionMode:
                       f"(--gpuperf-instructions)")
         start = time.monotonic()
         try:
-            run = _run_one([*args, "--gpuperf-select", str(select)], cwd, f"{INSTRUCTIONS_SLOT}/{self.settings.processes}",
-                           logs / "instructions", INSTRUCTIONS, self.settings.limits.worker_timeout_s,
+            run = _run_one([*args, "--gpuperf-select", str(select)], cwd,
+                           slot_text((INSTRUCTION_WORKER, self.settings.processes)), logs / "instructions",
+                           INSTRUCTION_WORKER, self.settings.limits.worker_timeout_s,
                            "the instruction worker", None, wrap=wrap, env=env, dumps=str(dumps))
         except ReplicateError as exc:
-            self.missing = str(exc)
             self.warn(f"--gpuperf-instructions: {exc}")
             return
         self.progress(f"gpuperf: instruction worker done ({len(run.entries)} benchmark(s), "
@@ -199,10 +196,6 @@ class InstructionMode:
         text = diff_text(function_diff(before, after, stored.calls, counted.calls),
                          grown_function(before, after, stored.calls, counted.calls))
         return {"why": text, "dumps": tuple(str(p) for p in dumps if p is not None)}
-
-
-#: The letter of the instruction worker's slot (``i/P``).
-INSTRUCTIONS_SLOT = "i"
 
 
 def _loop(counted: Any, dump: Any) -> float:

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, MEMORY, SNAPSHOT, TRACE, contained
+from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, INSTRUCTIONS, MEMORY, SNAPSHOT, TRACE, contained
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.measure.timing import Timing, prepare_call
 from pytest_gpuperf.plugin.replicates import STOPPED, UNREPORTED
@@ -516,9 +516,6 @@ class InstructionsOnly(Measuring):
         Nothing is timed: the one sample is the first call's time under valgrind (never compared).
         Where counting fails the part is unavailable with why (the session goes on)."""
         import time
-
-        from pytest_gpuperf.core.containment import contained
-        from pytest_gpuperf.verdict.instructions import INSTRUCTIONS
 
         a, k = prepare_call(fn, args, kwargs, setup)
         start = time.perf_counter()

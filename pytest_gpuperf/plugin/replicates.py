@@ -71,7 +71,7 @@ EXTRAS = -1
 #: ``k`` of the instruction worker's slot (``i/P``, issue 48): it runs under valgrind's callgrind,
 #: times nothing and counts every selected benchmark's instructions per call
 #: (:mod:`pytest_gpuperf.plugin.instructions`).
-INSTRUCTIONS = -2
+INSTRUCTION_WORKER = -2
 #: Calls an extras process makes for each extra (peak memory, counts): a count or peak that
 #: differs between them is variable, not exact (:func:`pytest_gpuperf.verdict.counts.combine_counts`).
 EXTRA_CALLS = 2
@@ -90,16 +90,22 @@ class WorkerRole:
 
     def argument(self) -> str:
         """The worker's ``--gpuperf-role=<JSON>`` argument."""
-        k, p = self.slot
         dumps = {"dumps": self.dumps} if self.dumps is not None else {}
-        return f"{ROLE_OPTION}=" + json.dumps({"replicate": f"{_SLOT_LETTERS.get(k, k)}/{p}", "out": self.out, **dumps})
+        return f"{ROLE_OPTION}=" + json.dumps({"replicate": slot_text(self.slot), "out": self.out, **dumps})
 
 
-_SLOT_LETTERS = {EXTRAS: "x", INSTRUCTIONS: "i"}
+_SLOT_LETTERS = {EXTRAS: "x", INSTRUCTION_WORKER: "i"}
+
+
+def slot_text(slot: tuple[int, int]) -> str:
+    """A slot as its role writes it: ``"k/P"``, ``"x/P"`` (the extras process), ``"i/P"`` (the
+    instruction worker); :func:`parse_slot` reads it back."""
+    k, p = slot
+    return f"{_SLOT_LETTERS.get(k, k)}/{p}"
 
 
 def parse_slot(raw: str, what: str = ROLE_OPTION) -> tuple[int, int]:
-    """``"k/P"`` -> ``(k, P)``, ``"x/P"`` -> ``(EXTRAS, P)``, ``"i/P"`` -> ``(INSTRUCTIONS, P)``.
+    """``"k/P"`` -> ``(k, P)``, ``"x/P"`` -> ``(EXTRAS, P)``, ``"i/P"`` -> ``(INSTRUCTION_WORKER, P)``.
     Raises ``ValueError`` naming ``what`` for a malformed value."""
     letters = {v: k for k, v in _SLOT_LETTERS.items()}
     try:
@@ -137,7 +143,7 @@ def worker_options(options: Any, slot: tuple[int, int]) -> Any:
     split over the processes that measure the benchmark (P, or its ``processes`` option when
     smaller; ``warmup_time`` too). The extras process keeps the options as they are (it times nothing)."""
     k, p = slot
-    if k in (EXTRAS, INSTRUCTIONS):
+    if k in (EXTRAS, INSTRUCTION_WORKER):
         return options
     n = min(options.processes or p, p)
     return dataclasses.replace(options, max_time=options.max_time / n, warmup_time=options.warmup_time / n)

@@ -491,9 +491,9 @@ def _extras_mode(slot: tuple[int, int] | None) -> str:
     instruction counts in the instruction worker."""
     if slot is None:
         return "inline"
-    from pytest_gpuperf.plugin.replicates import EXTRAS, INSTRUCTIONS
+    from pytest_gpuperf.plugin.replicates import EXTRAS, INSTRUCTION_WORKER
 
-    return {EXTRAS: "only", INSTRUCTIONS: "instructions"}.get(slot[0], "none")
+    return {EXTRAS: "only", INSTRUCTION_WORKER: "instructions"}.get(slot[0], "none")
 
 
 def _not_counted(s: SessionSettings, result: Any) -> list[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from pytest_gpuperf.core import containment
 from pytest_gpuperf.verdict.callgrind import Profile
 from pytest_gpuperf.verdict.compare import Verdict
 
@@ -55,10 +54,6 @@ def spread(values: Sequence[float]) -> float:
     """A/A spread: ``max / min - 1`` of instructions per call (0.0 for fewer than two values or all 0)."""
     vals = [v for v in values if v > 0]
     return max(vals) / min(vals) - 1 if len(vals) > 1 else 0.0
-
-
-#: The part name of instruction counts (unavailable extras, ``failing()``'s check, the JSON key).
-INSTRUCTIONS = containment.INSTRUCTIONS
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,7 @@ def test_valgrind_missing_is_said_once_and_the_session_goes_on(tmp_path: Path, m
 
 
 def test_the_instruction_workers_role_on_its_command_line() -> None:
-    from pytest_gpuperf.plugin.replicates import INSTRUCTIONS as SLOT, WorkerRole, worker_role
+    from pytest_gpuperf.plugin.replicates import INSTRUCTION_WORKER as SLOT, WorkerRole, worker_role
 
     role = WorkerRole((SLOT, 3), "/l/instructions.jsonl", "/l/callgrind")
     assert '"replicate": "i/3"' in role.argument() and '"dumps": "/l/callgrind"' in role.argument()
