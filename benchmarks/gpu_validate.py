@@ -684,6 +684,234 @@ def distributed_lines(d: Any) -> list[str]:
 # ----------------------------------------------------------------------------- report
 
 
+# ----------------------------------------------------------------------------- issue 49: paths never run on a GPU
+
+TWO_OPS_BENCH = """
+import pytest
+import torch
+
+SCALE = {scale}  # the softmax's rows: 1.5 makes its kernel 1.5x slower
+DEVICE = "{device}"
+
+
+@pytest.mark.gpu_bench(device=DEVICE, counts=False)
+def test_two_ops(gpu_bench):
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    a = torch.randn({n}, {n}, device=DEVICE, generator=g)
+    b = torch.randn(int({rows} * SCALE), {cols}, device=DEVICE, generator=g)
+
+    def step():
+        torch.matmul(a, a)
+        torch.softmax(b, 1)
+
+    gpu_bench(step)
+"""
+
+
+def _two_ops(device: Any, quick: bool, scale: float) -> str:
+    cuda = device.type == "cuda"
+    n, rows, cols = (2048, 8192, 8192) if cuda and not quick else (128, 400, 1000)
+    return TWO_OPS_BENCH.format(scale=scale, device=device.type, n=n, rows=rows, cols=cols)
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("GPUPERF_", "PYTEST_"))}
+
+
+def ab_bisect(device: Any, quick: bool) -> dict[str, Any]:
+    """An A/B where one kernel (the softmax's) is made 1.5x slower, and bisect over 4 commits.
+
+    A temporary git repository: commit 1 the benchmark (a matmul, then a softmax), commit 2 a
+    comment, commit 3 the softmax on 1.5x the rows, commit 4 a comment. ``pytest --gpuperf-ab
+    <commit 1>`` at commit 4 (caught? does the why name ``aten::softmax``?), then ``gpuperf bisect
+    <commit 1> <commit 4>`` (does it name commit 3?)."""
+    import subprocess
+    import tempfile
+
+    env = _clean_env()
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", *args], cwd=tmp, check=True, capture_output=True, text=True).stdout.strip()
+
+        git("init", "-q")
+        git("config", "user.email", "v@example.com")
+        git("config", "user.name", "gpu_validate")
+        Path(tmp, "pytest.ini").write_text("[pytest]\n")
+        commits = []
+        for i, (scale, comment) in enumerate(((1.0, ""), (1.0, "# a comment\n"), (1.5, "# a comment\n"),
+                                              (1.5, "# another comment\n"))):
+            Path(tmp, "test_bench.py").write_text(comment + _two_ops(device, quick, scale))
+            git("add", "-A")
+            git("commit", "-q", "-m", f"commit {i + 1}")
+            commits.append(git("rev-parse", "HEAD"))
+        out["commits"] = commits
+        pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        ab = _run_timed([*pytest_cmd, "--gpuperf-ab", commits[0], "--gpuperf-json=ab.json"], tmp, env, 1200)
+        report = _read_json(Path(tmp, "ab.json")) or {}
+        entry = (report.get("benchmarks") or {}).get("test_bench.py::test_two_ops") or {}
+        c, diff = entry.get("comparison") or {}, entry.get("op_diff") or {}
+        named = [x.get("name") for x in diff.get("ops") or []  # named as a cause: OpChange.named's statuses
+                 if isinstance(x, dict) and x.get("status") in ("slower", "faster", "new", "removed")]
+        out["ab"] = {"exit": ab["exit"], "s": ab["s"], "verdict": c.get("verdict"), "ratio": c.get("ratio"),
+                     "named": named, "softmax_named_first": bool(named) and "softmax" in str(named[0]),
+                     "tail": ab["tail"][-1500:]}
+        bisect = _run_timed([sys.executable, "-m", "pytest_gpuperf", "bisect", commits[0], commits[-1],
+                             "--json", "bisect.json", "--", "test_bench.py"], tmp, env, 2400)
+        found = _read_json(Path(tmp, "bisect.json")) or {}
+        outcome = (found.get("benchmarks") or {}).get("test_bench.py::test_two_ops") or {}
+        culprits = outcome.get("culprits") or [{}]
+        first_bad = culprits[0].get("first_bad")
+        out["bisect"] = {"exit": bisect["exit"], "s": bisect["s"], "status": outcome.get("status"),
+                         "first_bad": first_bad, "found_commit_3": first_bad == commits[2],
+                         "steps": found.get("steps"), "tail": bisect["tail"][-1500:]}
+    return out
+
+
+OOM_BENCH = """
+import pytest
+import torch
+
+
+def test_budget(memory_budget):
+    with memory_budget("64 MiB"):
+        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        del x
+
+
+@pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.1)
+def test_oom(gpu_bench):
+    total = torch.cuda.get_device_properties(0).total_memory
+    gpu_bench(lambda: torch.empty(2 * total, dtype=torch.uint8, device="cuda"))
+"""
+
+
+def oom_snapshot(device: Any, quick: bool) -> dict[str, Any]:
+    """A memory budget exceeded and an out-of-memory call with ``--gpuperf-memory-snapshot``: both
+    fail, the session goes on, and the snapshot pickles are written (CUDA only)."""
+    import tempfile
+
+    if device.type != "cuda":
+        return _skip("CUDA only: memory snapshots record the CUDA caching allocator")
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_mem.py").write_text(OOM_BENCH)
+        Path(tmp, "pytest.ini").write_text("[pytest]\n")
+        run = _run_timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpuperf",
+                          "--gpuperf-processes=1", "--gpuperf-memory-snapshot=snaps"], tmp, _clean_env(), 600)
+        snaps = sorted(p.name for p in Path(tmp, "snaps").glob("*.pickle")) if Path(tmp, "snaps").exists() else []
+    return {"exit": run["exit"], "s": run["s"], "snapshots": snaps,
+            "budget_failed": "memory budget exceeded" in run["tail"],
+            "oom_reported": "out of memory in benchmark" in run["tail"], "tail": run["tail"][-1500:]}
+
+
+LAUNCH_BENCH = """
+import pytest
+import torch
+
+x = torch.ones(1024, device="{device}")
+
+
+@pytest.mark.gpu_bench(device="{device}", counts=False)
+def test_small_add(gpu_bench):
+    gpu_bench(torch.add, x, x)
+"""
+
+
+def launch_bound(device: Any, quick: bool) -> dict[str, Any]:
+    """The default mode (worker processes, rounds of many calls) on a launch-bound call, a 2^10
+    add, against ``torch.utils.benchmark.Timer`` in this process (the issue saw 1.30x)."""
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_add.py").write_text(LAUNCH_BENCH.format(device=device.type))
+        Path(tmp, "pytest.ini").write_text("[pytest]\n")
+        run = _run_timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "--gpuperf-update-baselines", "--gpuperf-json=r.json"], tmp, _clean_env(), 900)
+        report = _read_json(Path(tmp, "r.json")) or {}
+    entry = (report.get("benchmarks") or {}).get("test_add.py::test_small_add") or {}
+    plugin_us = (entry.get("estimate_ms") or (entry.get("stats") or {}).get("median_ms") or 0) * 1e3 or None
+    x = torch.ones(1024, device=device)
+    timer_us = torch_timer(lambda: torch.add(x, x), 0.2 if quick else 1.0)
+    return {"exit": run["exit"], "s": run["s"], "plugin_us": plugin_us, "timer_us": timer_us,
+            "calls_per_round": entry.get("calls_per_round"),
+            "plugin/timer": plugin_us / timer_us if plugin_us and timer_us else None}
+
+
+CLOCK_BENCH = """
+import pytest
+import torch
+
+g = torch.Generator(device="cuda").manual_seed(0)
+a = torch.randn({n}, {n}, device="cuda", generator=g).to(torch.bfloat16)
+
+
+@pytest.mark.gpu_bench(device="cuda", counts=False)
+def test_matmul(gpu_bench):
+    gpu_bench(torch.matmul, a, a)
+"""
+
+
+def clock_rules(device: Any, quick: bool) -> dict[str, Any]:
+    """The clock rules under a clock pulled down by a sustained load (issue 49): in this process the
+    bf16 matmul's median and SM clock at the default warmup (burst) and after ``steady_clock=30``
+    (sustained); then a baseline recorded at the default and a compare run whose warmup is the
+    steady-clock one (ini ``gpuperf_steady_clock``): slower in time, the same cycles per call: the
+    verdict must not be ``regressed`` (cycles decide where the clocks differ)."""
+    import tempfile
+
+    if device.type != "cuda":
+        return _skip("CUDA only: the SM clock is read through NVML")
+    import torch
+
+    from pytest_gpuperf.core.options import BenchOptions
+    from pytest_gpuperf.measure.gpuclock import drop_throttled, gpu_clock_of
+    from pytest_gpuperf.measure.timing import measure
+
+    n = 4096 if quick else 8192
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, generator=g).to(torch.bfloat16)
+    out: dict[str, Any] = {"workload": f"matmul bfloat16 {n}"}
+    for name, steady in (("burst", 0.0), ("sustained", 10.0 if quick else 30.0)):
+        t = drop_throttled(measure(lambda: torch.matmul(a, a), (), {}, device=device,
+                                   options=BenchOptions(max_time=1.0, steady_clock=steady, target_precision=0.0)))
+        clock = gpu_clock_of(t)
+        median = statistics.median(t.samples_ms)
+        out[name] = {"median_us": median * 1e3, "sm_clock_mhz": clock.median_mhz if clock else None,
+                     "kcycles": median * clock.median_mhz if clock else None,
+                     "dropped_rounds": t.throttled_dropped, "notes": list(t.notes)}
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_clock.py").write_text(CLOCK_BENCH.format(n=n))
+        Path(tmp, "pytest.ini").write_text("[pytest]\n")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpuperf-no-ab-confirm"]
+        update = _run_timed([*cmd, "--gpuperf-update-baselines"], tmp, _clean_env(), 900)
+        compare = _run_timed([*cmd, "--gpuperf", "--gpuperf-json=r.json", "-o",
+                              f"gpuperf_steady_clock={10 if quick else 30}"], tmp, _clean_env(), 1800)
+        report = _read_json(Path(tmp, "r.json")) or {}
+    entry = (report.get("benchmarks") or {}).get("test_clock.py::test_matmul") or {}
+    c = entry.get("comparison") or {}
+    out["session"] = {"update_exit": update["exit"], "compare_exit": compare["exit"], "verdict": c.get("verdict"),
+                      "ratio": c.get("ratio"), "note": c.get("note"),
+                      "sm_clock_mhz": (entry.get("gpu_clock") or {}).get("median_mhz"),
+                      "not_regressed_on_clock": c.get("verdict") != "regressed", "s": update["s"] + compare["s"]}
+    return out
+
+
+def issue49_lines(result: dict[str, Any]) -> list[str]:
+    """The table's lines for the issue 49 sections."""
+    lines = ["", "## Issue 49: A/B and bisect, OOM snapshot, launch-bound calls, the clock rules", ""]
+    for key in ("ab_bisect", "oom_snapshot", "launch_bound", "clock_rules"):
+        v = result.get(key)
+        if isinstance(v, dict):  # the output's tails stay in the JSON, not in the table (a copy: not changed)
+            v = {k: ("..." if k == "tail" else {**x, "tail": "..."} if isinstance(x, dict) and "tail" in x else x)
+                 for k, x in v.items()}
+        lines += [f"### {key}", "", "```", json.dumps(v, indent=1, default=str), "```", ""]
+    return lines
+
+
 def _fmt(x: Any) -> str:
     if isinstance(x, bool) or x is None:
         return {True: "yes", False: "NO", None: "-"}[x]
@@ -724,6 +952,7 @@ def table(result: dict[str, Any]) -> str:
               json.dumps(result.get("plugin"), indent=1, default=str), "```"]
     lines += ["", "## Distributed (2 ranks: torchrun, then --gpuperf-nproc)", ""]
     lines += distributed_lines(result.get("distributed"))
+    lines += issue49_lines(result)
     return "\n".join(lines)
 
 
@@ -733,7 +962,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions per agreement measurement (default 3)")
     ap.add_argument("--quick", action="store_true", help="small sizes and short budgets (a dry run)")
     ap.add_argument("--only", help="comma-separated sections "
-                    "(agreement,overhead,l2_flush,cuda_graph,classification,counts,plugin,distributed)")
+                    "(agreement,overhead,l2_flush,cuda_graph,classification,counts,plugin,distributed,"
+                    "ab_bisect,oom_snapshot,launch_bound,clock_rules)")
     ap.add_argument("--out", help="write every number as JSON here")
     args = ap.parse_args(argv)
     import torch
@@ -751,6 +981,10 @@ def main(argv: list[str] | None = None) -> int:
         "counts": lambda: counts(device, args.quick),
         "plugin": lambda: plugin(device, args.quick),
         "distributed": lambda: distributed(device, args.quick),
+        "ab_bisect": lambda: ab_bisect(device, args.quick),
+        "oom_snapshot": lambda: oom_snapshot(device, args.quick),
+        "launch_bound": lambda: launch_bound(device, args.quick),
+        "clock_rules": lambda: clock_rules(device, args.quick),
     }
     only = set(args.only.split(",")) if args.only else set(sections)
     unknown = only - set(sections)

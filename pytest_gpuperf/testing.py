@@ -58,7 +58,7 @@ import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -480,6 +480,9 @@ class SimulatedCuda:
         wall, host = time.time_ns(), self.host_ns
         self.host_ns += self.launch_ns
         start = max(self.host_ns, s.busy_until_ns)
+        nvml = getattr(self, "nvml", None)
+        if nvml is not None and nvml.kernels_follow_clock:  # compute-bound: slower at a lower SM clock
+            ns = max(1, round(ns * nvml.max_sm_clock_mhz / max(1, nvml.clock_at(start)[0])))
         s.busy_until_ns = start + ns
         self._log("kernel", name, s.name)
         self._corr += 1
@@ -1223,7 +1226,14 @@ class SimulatedNVML:
     state read by the telemetry sampler: ``sm_clock_mhz``, ``reasons`` (the clocks-event reason
     bits, e.g. ``0x40`` HW thermal, ``0x4`` SW power cap), ``temperature_c``, ``power_w``,
     ``utilization_pct`` and ``processes`` (``[(pid, used bytes)]``, what
-    ``nvmlDeviceGetComputeRunningProcesses`` lists). ``calls`` counts the calls by name."""
+    ``nvmlDeviceGetComputeRunningProcesses`` lists). ``calls`` counts the calls by name.
+
+    Per-round clocks (issue 49): ``clock_script``, a function of the simulated host clock (ns) that
+    returns the SM clock (MHz) or ``(MHz, reasons)`` at that instant, overrides ``sm_clock_mhz`` and
+    ``reasons`` (e.g. a clock that falls from 1980 to 1425 MHz after 2 simulated seconds of work);
+    with ``kernels_follow_clock`` the simulated kernels run ``max_sm_clock_mhz / clock`` times their
+    nominal time (compute-bound work at a lower clock). ``default_sm_clock_mhz`` is the default
+    application clock (``nvmlDeviceGetDefaultApplicationsClock``)."""
 
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
@@ -1237,7 +1247,10 @@ class SimulatedNVML:
         self.max_memory_clock_mhz = max_memory_clock_mhz
         self.power_limit_w = power_limit_w
         self.sm_clock_mhz = max_sm_clock_mhz
+        self.default_sm_clock_mhz = max_sm_clock_mhz
         self.reasons = 0
+        self.clock_script: Callable[[int], Any] | None = None
+        self.kernels_follow_clock = False
         self.temperature_c = 60
         self.power_w = 300.0
         self.utilization_pct = 90
@@ -1304,8 +1317,19 @@ class SimulatedNVML:
     def nvmlDeviceGetMaxClockInfo(self, h: Any, kind: int) -> int:  # noqa: N802
         return self.max_sm_clock_mhz if kind == self.NVML_CLOCK_SM else self.max_memory_clock_mhz
 
+    def clock_at(self, host_ns: int) -> tuple[int, int]:
+        """The SM clock (MHz) and clocks-event reasons at simulated host time ``host_ns``."""
+        if self.clock_script is None:
+            return self.sm_clock_mhz, self.reasons
+        got = self.clock_script(host_ns)
+        return (int(got[0]), int(got[1])) if isinstance(got, tuple) else (int(got), 0)
+
     def nvmlDeviceGetClockInfo(self, h: Any, kind: int) -> int:  # noqa: N802
-        return self.sm_clock_mhz if kind == self.NVML_CLOCK_SM else self.max_memory_clock_mhz
+        self._count("nvmlDeviceGetClockInfo")
+        return self.clock_at(self.sim.host_ns)[0] if kind == self.NVML_CLOCK_SM else self.max_memory_clock_mhz
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, h: Any, kind: int) -> int:  # noqa: N802
+        return self.default_sm_clock_mhz if kind == self.NVML_CLOCK_SM else self.max_memory_clock_mhz
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: Any) -> int:  # noqa: N802
         return int(self.power_limit_w * 1000)
@@ -1327,7 +1351,7 @@ class SimulatedNVML:
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:  # noqa: N802
         self._count("nvmlDeviceGetCurrentClocksEventReasons")
-        return self.reasons
+        return self.clock_at(self.sim.host_ns)[1]
 
     def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:  # noqa: N802
         return self.temperature_c

@@ -37,4 +37,5 @@ SAMPLES: dict[str, tuple[tuple[str, object], tuple[object, object] | None, tuple
     "collective": (("all_gather", "all_gather"), None, ("all_reduce", "all_reduce")),
     "bytes_per_call": (("1 KiB", 1024), None, (4096, 4096)),
     "instructions": (("true", True), None, (False, False)),
+    "steady_clock": (("20", 20.0), None, (5, 5.0)),
 }

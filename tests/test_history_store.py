@@ -140,11 +140,12 @@ def test_a_store_of_a_newer_plugin_is_refused_and_untouched(tmp_path: Path) -> N
 
 def _as_version_1(store: h.HistoryStore) -> None:
     """Make ``store`` what schema version 1 wrote: no subject and commit_time columns (nor version
-    3's cpu_median_ms and clock, version 4's estimate_ms, version 5's instructions)."""
+    3's cpu_median_ms and clock, version 4's estimate_ms, version 5's instructions, version 6's
+    sm_clock_mhz)."""
     with store.engine.begin() as conn:
         for column in ("subject", "commit_time"):
             conn.exec_driver_sql(f"ALTER TABLE gpuperf_runs DROP COLUMN {column}")
-        for column in ("cpu_median_ms", "clock", "estimate_ms", "instructions"):
+        for column in ("cpu_median_ms", "clock", "estimate_ms", "instructions", "sm_clock_mhz"):
             conn.exec_driver_sql(f"ALTER TABLE gpuperf_results DROP COLUMN {column}")
         conn.execute(store.t["schema"].update().values(version=1))
 
@@ -164,6 +165,7 @@ def _migrates_keeping_the_runs(url: str) -> None:
 
         assert s[0]["estimate_ms"] == run_estimate_ms(s[0]["median_ms"], s[0]["process_medians_ms"])
         assert s[0]["instructions"] is None  # not counted before schema 5 (issue 48)
+        assert s[0]["sm_clock_mhz"] is None  # not read before schema 6 (issue 49)
         assert store.runs()[1]["commit_time"] == "2026-11-26T10:00:00+00:00"
 
 

@@ -200,3 +200,51 @@ def test_the_fixture_installs_the_simulator_for_the_test_and_its_sessions(pytest
     """)
     rec = pytester.runpytest_subprocess("-p", "pytester", *RUN)
     rec.assert_outcomes(passed=1)
+
+
+CLOCKED = """
+import os
+import pytest
+from pytest_gpuperf.testing import active
+
+@pytest.mark.gpu_bench(device="cuda", counts=False, max_time=0.1)
+def test_clocked(gpu_bench):
+    sim = active()
+    sim.nvml.kernels_follow_clock = True  # compute-bound: its time follows the SM clock
+    sim.nvml.sm_clock_mhz = int(os.environ.get("SM_MHZ", "1980"))
+    ms = float(os.environ.get("KERNEL_MS", "1.0"))
+    gpu_bench(lambda: sim.kernel(ms=ms))
+"""
+
+
+def test_a_lower_clock_is_not_a_regression_and_slower_code_is(pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49, in this process: the SM clock read per block of rounds goes into the baseline; the
+    same kernel at 1600 MHz (1.24x the time, the same cycles per call) passes inconclusive with
+    both clocks named; 1.5x the work at the baseline's clock fails."""
+    pytester.makepyfile(test_clk=CLOCKED)
+    args = ("--gpuperf-processes=1", "--gpuperf-json=r.json", *sim(1), *RUN)
+    pytester.runpytest_inprocess("--gpuperf-update-baselines", *args).assert_outcomes(passed=1)
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    stored = json.loads(path.read_text())["benchmarks"]["test_clocked"]["gpu_clock"]
+    assert stored["median_mhz"] == 1980 and stored["default_mhz"] == 1980 and stored["dropped_rounds"] == 0
+    assert stored["median_kcycles"] == pytest.approx(1980 * 1.005, rel=0.01)  # ms x MHz: 1 ms kernel + 5 µs launch
+    from pytest_gpuperf.storage.schema import validate
+
+    validate(json.loads(path.read_text()), "baseline")
+    monkeypatch.setenv("SM_MHZ", "1600")
+    rec = pytester.runpytest_inprocess("--gpuperf", *args)
+    rec.assert_outcomes(passed=1)
+    c = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]["test_clk.py::test_clocked"]
+    assert c["gpu_clock"]["median_mhz"] == 1600 and c["comparison"]["verdict"] == "inconclusive"
+    assert "SM clock 1600 vs 1980 MHz: the clock, not the code, made it slower" in c["comparison"]["note"]
+    validate(json.loads(pytester.path.joinpath("r.json").read_text()), "report")
+    monkeypatch.setenv("SM_MHZ", "1980")
+    monkeypatch.setenv("KERNEL_MS", "1.5")
+    rec = pytester.runpytest_inprocess("--gpuperf", *args)
+    rec.assert_outcomes(failed=1)
+    rec.stdout.fnmatch_lines(["*regressed 1.5*"])
+    from pytest_gpuperf.storage.history import HistoryStore
+
+    with HistoryStore(str(pytester.path / ".gpuperf" / "history.sqlite")) as store:  # schema 6: the clock per run
+        assert [r["sm_clock_mhz"] for r in store.series("test_clk.py::test_clocked")] == [1980, 1600, 1980]

@@ -713,6 +713,9 @@ class Coordinator:
         })
         if not spec.pythonpath:
             env.pop("PYTHONPATH")
+        if self.profiling:  # both sides alike; a value the user set stands
+            for name, value in PROFILE_ALLOCATOR_ENV.items():
+                env.setdefault(name, value)
         log = self.log_dir / f"worker-{spec.side}{process + 1}.log"
         cmd = [sys.executable, "-c", _BOOT, *self.args]
         if spec.nproc:  # a torchrun launch whose every rank runs the same boot (--no-python: cmd is the program)
@@ -985,6 +988,13 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
 #: Process pairs that profile the benchmarks an A/B run found regressed or improved (the diff's CI
 #: groups their cycles by process, so it needs two or more per side).
 PROFILE_PAIRS = 3
+#: glibc's allocator thresholds in the profiling pairs' worker processes (issue 47), as ``tox -e perf``
+#: sets them for its CPU benchmarks: every large block comes from the heap and stays there, so no
+#: process runs its large allocations in another mode (glibc adapts its mmap threshold per process
+#: as blocks are freed; a 2x ``index_select`` ran at A's speed in one of three B processes without
+#: them). Only the profiles see them, never a timed process: the diagnosis is steadier, what is
+#: timed and decided is what the user's environment gives. A value already in the environment stands.
+PROFILE_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
 #: More pairs for a benchmark whose diff named no op after :data:`PROFILE_PAIRS`: with 5 pairs one
 #: may disagree (:data:`pytest_gpuperf.verdict.opdiff.DISSENT_FROM_PAIRS`; docs/why.md).
 MORE_PROFILE_PAIRS = 2

@@ -103,7 +103,7 @@ def _from_report(data: dict[str, Any], run_id: str, branch: str | None) -> tuple
             verdict=c.get("verdict"), ratio=c.get("shown_ratio", c.get("ratio")),
             cpu_median_ms=_cpu_of(e), clock=c.get("clock"),
             estimate_ms=e["estimate_ms"] if _positive(e.get("estimate_ms")) else None,
-            instructions=_instructions_of(e)))
+            instructions=_instructions_of(e), sm_clock_mhz=_clock_of(e)))
     env = next(iter(envs.values()), {}) if envs else {}
     run = RunRecord(run_id=run_id, created_utc=data.get("created_utc") or "", mode="import", commit=data.get("git_commit"),
                     branch=branch, device_key=",".join(sorted(k for k in keys if k)) or None,
@@ -115,6 +115,13 @@ def _from_report(data: dict[str, Any], run_id: str, branch: str | None) -> tuple
 
 def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _clock_of(entry: dict[str, Any]) -> float | None:
+    """A report entry's median SM clock (``gpu_clock.median_mhz``; None: not read)."""
+    clock = entry.get("gpu_clock")
+    value = clock.get("median_mhz") if isinstance(clock, dict) else None
+    return float(value) if _positive(value) else None
 
 
 def _instructions_of(entry: dict[str, Any]) -> float | None:

@@ -30,10 +30,10 @@ early (``gpuperf show | head``), quietly. Nothing here imports torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -321,10 +321,21 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
         peak_memory_bytes=c_entry.peak_memory_bytes if b_entry.peak_memory_bytes is not None else None,
         counts=c_entry.counts if b_entry.count_history else None,
         throttle=busy, host_busy=busy, device=str(c_entry.data.get("device") or ""),
-        cpu=_cpu_evidence(c_entry.cpu_time, len(processes) if replicated and processes else None))
+        cpu=_cpu_evidence(c_entry.cpu_time, len(processes) if replicated and processes else None),
+        gpu_clock=_clock_evidence(c_entry.gpu_clock, len(processes) if replicated and processes else None))
     ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
                   probe=None if replicated else _stored_probe(c_entry, b_entry))
     return _Decided(ev.comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
+
+
+def _clock_evidence(clock: Any, processes: int | None) -> Any:
+    """The report's SM clock as evidence (:class:`~pytest_gpuperf.verdict.gpuclock.GpuClock`): per
+    round as stored, or, over ``processes`` worker processes (compared by their medians), one reading
+    per process, its median clock; None where the report has none or not one per process."""
+    if clock is None or processes is None:
+        return clock
+    pm = clock.process_medians_mhz
+    return dataclasses.replace(clock, mhz=tuple(pm)) if pm is not None and len(pm) == processes else None
 
 
 def _instructions(name: str, b_entry: BaselineEntry, c_entry: BaselineEntry) -> Any:

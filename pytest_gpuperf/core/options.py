@@ -41,7 +41,9 @@ class BenchOptions:
     a bare collective: under torchrun its algorithm and bus bandwidth (GB/s) are reported.
     ``instructions``: also count the host's instructions per call under valgrind's callgrind and
     gate them against the baseline's (:mod:`pytest_gpuperf.verdict.instructions`; one valgrind
-    worker process per session, after the timed ones).
+    worker process per session, after the timed ones). ``steady_clock``: on CUDA, after the warmup,
+    call on for at most this many seconds until the GPU's SM clock stops moving (sustained rather
+    than burst speed; 0: off; see :mod:`pytest_gpuperf.measure.gpuclock`).
     """
 
     group: str | None = None
@@ -74,6 +76,7 @@ class BenchOptions:
     collective: str | None = None
     bytes_per_call: int | None = None
     instructions: bool = False
+    steady_clock: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,6 +136,8 @@ OPTION_HELP: dict[str, str] = {
     "bytes_per_call": "bytes one call of the collective moves, e.g. '64 MiB' (nccl-tests' size; default none)",
     "instructions": "count the host's instructions per call under valgrind's callgrind, in one valgrind worker "
                     "process after the timed ones, and gate them against the baseline's (default false)",
+    "steady_clock": "CUDA: after the warmup, call on for at most this many seconds until the SM clock stops moving "
+                    f"(sustained rather than burst speed; default {DEFAULTS.steady_clock:g}: off)",
 }
 
 #: Options that also have a command-line flag ``--gpuperf-<name with dashes>``.
@@ -279,6 +284,7 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "collective": _collective,
     "bytes_per_call": _bytes_per_call,
     "instructions": _bool,
+    "steady_clock": _num(float, lambda v: v >= 0, "a number of seconds >= 0 (0: off)"),
 }
 assert set(_CONVERTERS) == set(OPTION_NAMES)
 

@@ -73,7 +73,7 @@ class Ranks:
     each goes to its rank's stderr.
     ``owns_group``: :meth:`start` created the default process group (and :meth:`stop` destroys it).
     ``broken``: why a collective failed (None: none did); after that every collective raises
-    :class:`DistributedFault` at once.
+    :class:`DistributedFault` at once. ``shifts``: per benchmark so far, each rank's median / stored.
 
     The waits are set on the default group with ``ProcessGroup.set_timeout`` when it is a gloo
     group whose own timeout can be read back (to restore it after each benchmark): one the plugin
@@ -100,6 +100,7 @@ class Ranks:
     _side: Any = field(default=None, compare=False, repr=False)  # the roll call's two gloo groups
     _answered: tuple[int, ...] = field(default=(), compare=False, repr=False)  # got rank 0's roll-call answer
     _missing: tuple[int, ...] = field(default=(), compare=False, repr=False)  # did not answer the roll call
+    shifts: list[tuple[float, ...]] = field(default_factory=list, compare=False, repr=False)  # see the doc above
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Ranks | None":
@@ -217,7 +218,6 @@ class Ranks:
         self._side, self.owns_group = None, False
 
     # ------------------------------------------------------------------------- a benchmark's waits
-
     def begin_benchmark(self, budget_s: float) -> None:
         """A benchmark starts measuring: its first collective waits ``rank_timeout_s``, each later
         one (until :meth:`end_benchmark`) ``budget_s`` s

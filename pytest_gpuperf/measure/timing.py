@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.measure.gpuclock import RoundClock
 from pytest_gpuperf.verdict.stats import ci_half_width_fraction
 
 #: At least this many warmup calls, whatever ``warmup_time`` says.
@@ -110,7 +111,12 @@ class Timing:
     on another CUDA stream than the current one, so rounds were timed by the synchronized wall clock).
     ``cpu_samples_ms``/``process_cpu_samples_ms``: with :class:`CpuClocks` (CPU backend), the
     calling thread's and the process's CPU time per call of each round (ms, one per round, like
-    ``samples_ms``); empty where not read.
+    ``samples_ms``); empty where not read. ``sm_clock_mhz``/``clock_reasons``: on CUDA's eager loop
+    with NVML, the SM clock (MHz) and the NVML clocks-event reasons of each round (one reading per
+    block of rounds, :class:`~pytest_gpuperf.measure.gpuclock.RoundClock`; None where a read
+    failed), ``default_clock_mhz`` the GPU's default application clock; empty/None where not read;
+    ``throttled_dropped``: throttled rounds left out of these
+    (:func:`~pytest_gpuperf.measure.gpuclock.drop_throttled`).
     """
 
     samples_ms: tuple[float, ...]
@@ -123,6 +129,10 @@ class Timing:
     notes: tuple[str, ...] = ()
     cpu_samples_ms: tuple[float, ...] = ()
     process_cpu_samples_ms: tuple[float, ...] = ()
+    sm_clock_mhz: tuple[float | None, ...] = ()
+    clock_reasons: tuple[int | None, ...] = ()
+    default_clock_mhz: float | None = None
+    throttled_dropped: int = 0
 
 
 @contextmanager
@@ -617,6 +627,9 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
                                        clock, calls_per_round, probe, lockstep)
         w = _warmup_cuda(fn, args, kwargs, setup, options.warmup_time, warmup_calls, sync, clock, lockstep)
         n_warm, value = w.calls, w.value
+        gpu_clock = RoundClock.for_device(device)
+        steady = _steady_clock(fn, args, kwargs, setup, options, sync, clock, gpu_clock, lockstep, w.per_call_s)
+        n_warm += steady[0]
         wall_timed = off_stream(w.wall_s, w.event_s)
         if lockstep is not None:  # rank 0 says which loop every rank runs
             wall_timed = bool(lockstep.choose(int(wall_timed)))
@@ -641,29 +654,60 @@ def _measure_cuda(fn, args, kwargs, options, device, setup, rounds, warmup_calls
         with gc_disabled():
             while not loop.done(samples):
                 n = loop.agree(min(block, max(1, loop.remaining(len(samples)))))
-                pairs = []
-                for _ in range(n):
-                    a, k = prepare_call(fn, args, kwargs, setup)
-                    if flush is not None:
-                        flush()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    host.start()
-                    start.record()
-                    for _ in range(cpr):
-                        value = fn(*a, **k)
-                    end.record()
-                    host.stop()
-                    pairs.append((start, end))
-                    if prober.after_round(len(samples) + len(pairs)) and flush is None:
-                        # the probe (a 128 MiB copy by default) evicted the L2: one untimed call puts
-                        # the benchmark's data back, so the next round starts as warm as the others
-                        ra, rk = prepare_call(fn, args, kwargs, setup)
-                        fn(*ra, **rk)
+                pairs, value = _cuda_block(n, fn, args, kwargs, setup, flush, cpr, host, prober, len(samples), value)
                 sync()  # one synchronize per block of rounds
                 samples.extend(s.elapsed_time(e) / cpr for s, e in pairs)
+                if gpu_clock is not None:  # the block's SM clock, for each of its rounds
+                    gpu_clock.after_block(len(pairs))
                 prober.collect()
             prober.finish(len(samples))
-        return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every, **host.fields())
+        return Timing(tuple(samples), len(samples), cpr, n_warm, value, prober.times(), prober.every,
+                      notes=steady[1], **host.fields(), **(gpu_clock.fields() if gpu_clock is not None else {}))
+
+
+def _cuda_block(n, fn, args, kwargs, setup, flush, cpr, host, prober, done, value) -> tuple[list, Any]:
+    """Launch ``n`` timed rounds of ``cpr`` calls, each between a CUDA event pair (``done``: rounds
+    timed before; nothing synchronizes): ``(event pairs, the last call's value)``."""
+    import torch
+
+    pairs = []
+    for _ in range(n):
+        a, k = prepare_call(fn, args, kwargs, setup)
+        if flush is not None:
+            flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        host.start()
+        start.record()
+        for _ in range(cpr):
+            value = fn(*a, **k)
+        end.record()
+        host.stop()
+        pairs.append((start, end))
+        if prober.after_round(done + len(pairs)) and flush is None:
+            # the probe (a 128 MiB copy by default) evicted the L2: one untimed call puts
+            # the benchmark's data back, so the next round starts as warm as the others
+            ra, rk = prepare_call(fn, args, kwargs, setup)
+            fn(*ra, **rk)
+    return pairs, value
+
+
+def _steady_clock(fn, args, kwargs, setup, options, sync, clock, gpu_clock, lockstep,
+                  per_call_s: float) -> tuple[int, tuple[str, ...]]:
+    """The steady-clock warmup (``options.steady_clock`` seconds at most; 0: none) where the SM
+    clock can be read, synchronizing about every :data:`CUDA_BLOCK_S` of calls (``per_call_s``:
+    the warmup's time per call): ``(calls made, notes)``. Not under torchrun (each rank's GPU
+    would settle at its own time; ``lockstep`` set)."""
+    if not options.steady_clock or gpu_clock is None or lockstep is not None:
+        return 0, ()
+    from pytest_gpuperf.measure.gpuclock import steady_clock_warmup
+
+    def call() -> None:
+        a, k = prepare_call(fn, args, kwargs, setup)
+        fn(*a, **k)
+
+    calls, note = steady_clock_warmup(call, sync, lambda: gpu_clock.read()[0], lambda: clock() / 1e9,
+                                      options.steady_clock, max(1, int(CUDA_BLOCK_S / max(per_call_s, 1e-6))))
+    return calls, (note,)
 
 
 class _RoundCpu:

@@ -27,10 +27,11 @@ import dataclasses
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pytest_gpuperf.core.containment import BOTTLENECK, COUNTS, INSTRUCTIONS, MEMORY, SNAPSHOT, TRACE, contained
 from pytest_gpuperf.core.options import BenchOptions
+from pytest_gpuperf.measure.gpuclock import drop_throttled, gpu_clock_of
 from pytest_gpuperf.measure.timing import Timing, prepare_call
 from pytest_gpuperf.plugin.replicates import STOPPED, UNREPORTED
 from pytest_gpuperf.storage.baseline import BaselineEntry
@@ -559,16 +560,16 @@ class InProcess(Measuring):
         if ctx.ranks is not None:
             fixed["lockstep"] = _lockstep_of(ctx.measurer, ctx.ranks)
 
-        def timed(progress: Any = None) -> Timing:
-            return ctx.measurer.measure(fn, args, kwargs, options=self.options, device=ctx.device, setup=setup,
-                                        rounds=rounds, warmup_calls=warmup_calls, progress=progress,
-                                        calls_per_round=calls_per_round, **fixed)
+        def timed(progress: Any = None) -> Timing:  # throttled rounds (the GPU's clock) left out
+            return drop_throttled(ctx.measurer.measure(
+                fn, args, kwargs, options=self.options, device=ctx.device, setup=setup, rounds=rounds,
+                warmup_calls=warmup_calls, progress=progress, calls_per_round=calls_per_round, **fixed))
 
         inline = ctx.extras == "inline"  # a timed replicate worker makes no extra call: the extras process does
         first_compile = self._first_call_compiles(fn, args, kwargs, setup) if self.options.counts and inline else None
         t, telemetry, elapsed_s = self._timed_rounds(timed)
         # torchrun: one gather of every rank's rounds, the slowest rank's per round
-        t, ranks = _combine_ranks(ctx.ranks, t) if ctx.ranks is not None else (t, None)
+        t, ranks = _combine_ranks(ctx.ranks, t, ctx.reference) if ctx.ranks is not None else (t, None)
         compiled = None
         if self.options.counts and inline:  # torch.compile's compiles since the first call
             from pytest_gpuperf.measure.counting import compile_snapshot
@@ -587,8 +588,7 @@ class InProcess(Measuring):
         entry = self._baseline_entry(bid, notes)
         communication = (self._communication(fn, a, k, entry, unavailable)
                          if ctx.ranks is not None and inline else None)
-        evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid)
-        evaluation = _one_stored_run(evaluation, ranks, entry)  # torchrun: only a straggler fails (issue 45)
+        evaluation, t, probe_stored = self._evaluate(t, timed, probe, entry, telemetry, mem, counts, rounds, bid, ranks)
         memory = evaluation.memory
         if memory is not None and memory.failed:
             memory = dataclasses.replace(memory, snapshot=contained(
@@ -605,8 +605,8 @@ class InProcess(Measuring):
             memory_comparison=memory, bottleneck=bottleneck, trace_path=trace_path, top_ops=top_ops,
             telemetry=telemetry, value=t.value, notes=tuple(notes), counts=counts,
             count_comparison=evaluation.counts, overrun=overrun, unavailable=unavailable, op_profile=op_profile,
-            ranks=ranks, scaling=scaling, communication=communication, cpu=cpu_time_of(t), **probe_stored, **common
-        )
+            ranks=ranks, scaling=scaling, communication=communication, cpu=cpu_time_of(t), gpu_clock=gpu_clock_of(t),
+            **probe_stored, **common)
 
     def _baseline_entry(self, bid: str, notes: list[str]) -> BaselineEntry | None:
         """The benchmark's stored entry (None: none). Under torchrun, comparing with one of fewer than
@@ -655,10 +655,13 @@ class InProcess(Measuring):
 
     def _evaluate(self, t: Timing, timed: Callable[..., Timing], probe: Any, entry: BaselineEntry | None,
                   telemetry: dict[str, Any] | None, mem: Any, counts: Any, rounds: int | None,
-                  bid: str) -> tuple[Any, Timing, dict[str, Any]]:
+                  bid: str, ranks: Any = None) -> tuple[Any, Timing, dict[str, Any]]:
         """The verdict of :func:`pytest_gpuperf.verdict.gate.evaluate` on this measurement (a
-        regression is re-measured, ``confirm`` times). Returns ``(evaluation, timing with the pooled
-        samples the verdict was decided on, the probe fields to store)``."""
+        regression is re-measured, ``confirm`` times). Under torchrun (``ranks``: this measurement's
+        :class:`~pytest_gpuperf.verdict.distributed.RankTiming`) only a straggler that holds fails
+        against one stored run (:func:`_one_stored_run`, with the re-measures' rank timings).
+        Returns ``(evaluation, timing with the pooled samples the verdict was decided on, the probe
+        fields to store)``."""
         from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
         from pytest_gpuperf.verdict.machine import host_busy, throttle_verdict
 
@@ -673,7 +676,7 @@ class InProcess(Measuring):
             return evaluate(
                 Evidence(samples_ms=tuple(t.samples_ms), peak_memory_bytes=mem.peak_bytes if mem is not None else None,
                          counts=counts, throttle=throttle_verdict(telemetry), device=str(ctx.device),
-                         cpu=cpu_time_of(t), host_busy=host_busy(telemetry)),
+                         cpu=cpu_time_of(t), host_busy=host_busy(telemetry), gpu_clock=gpu_clock_of(t)),
                 Reference.stored(entry, ctx.baseline_file), self.options, benchmark_id=self._full_id(bid),
                 remeasure=again if ctx.confirm_regressions else None, drift=self._drift_ratio(entry),
                 fixed_rounds=rounds is not None,
@@ -685,9 +688,11 @@ class InProcess(Measuring):
         if ctx.ranks is None:
             evaluation = judged(remeasure)
         else:  # torchrun: the re-measures in step on every rank, when rank 0's verdict asks for them
+            remeasured: list[Any] = []  # and their rank timings: against one stored run, a straggler must hold
             evaluation = _judged_in_step(judged, ctx.ranks, self.options.confirm if ctx.confirm_regressions else 0,
-                                         lambda: confirmations.append(_combine_ranks(ctx.ranks, timed())[0]),
+                                         lambda: _remeasure_ranks(ctx, timed(), confirmations, remeasured),
                                          confirmations)
+            evaluation = _one_stored_run(evaluation, ranks, entry, ctx.ranks, remeasured)
         probe_all = t.probe_ms + sum((c.probe_ms for c in confirmations), ())
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
                         if probe is not None and probe_all else {})
@@ -697,7 +702,10 @@ class InProcess(Measuring):
                 t, samples_ms=t.samples_ms + sum((c.samples_ms for c in confirmations), ()),
                 rounds=t.rounds + sum(c.rounds for c in confirmations),
                 cpu_samples_ms=t.cpu_samples_ms + sum((c.cpu_samples_ms for c in confirmations), ()),
-                process_cpu_samples_ms=t.process_cpu_samples_ms + sum((c.process_cpu_samples_ms for c in confirmations), ()))
+                process_cpu_samples_ms=t.process_cpu_samples_ms + sum((c.process_cpu_samples_ms for c in confirmations), ()),
+                sm_clock_mhz=t.sm_clock_mhz + sum((c.sm_clock_mhz for c in confirmations), ()),
+                clock_reasons=t.clock_reasons + sum((c.clock_reasons for c in confirmations), ()),
+                throttled_dropped=t.throttled_dropped + sum(c.throttled_dropped for c in confirmations))
         return evaluation, t, probe_stored
 
     def _explain(self, fn, a, k, t: Timing, counts: Any, flop_dtype: Any, telemetry: dict[str, Any] | None,
@@ -871,14 +879,18 @@ def cpu_time_of(t: Timing) -> Any:
     return CpuTime(tuple(t.cpu_samples_ms), tuple(t.process_cpu_samples_ms))
 
 
-def _combine_ranks(ranks: Any, t: Timing) -> tuple[Timing, Any]:
+def _combine_ranks(ranks: Any, t: Timing, reference: Any = None) -> tuple[Timing, Any]:
     """Under torchrun: every rank's samples gathered once (one ``all_gather_object``), the timing of
     the benchmark (each round the slowest rank's, :func:`~pytest_gpuperf.verdict.distributed.combine_rounds`)
-    and the :class:`~pytest_gpuperf.verdict.distributed.RankTiming` (per-rank medians, imbalance)."""
+    and the :class:`~pytest_gpuperf.verdict.distributed.RankTiming` (per-rank medians, imbalance, and
+    each rank's session-start reference workload: ``reference``, this rank's, as the session measured
+    it, its ``matmul_ms`` gathered with the samples)."""
     from pytest_gpuperf.verdict.distributed import rank_timing
 
-    per_rank = ranks.gather(list(t.samples_ms))
-    return _combined(t, per_rank), rank_timing(per_rank)
+    mine = reference.get("matmul_ms") if isinstance(reference, Mapping) else None
+    gathered = ranks.gather([list(t.samples_ms), mine])
+    per_rank = [g[0] for g in gathered]
+    return _combined(t, per_rank), rank_timing(per_rank, [g[1] for g in gathered])
 
 
 def _combined(t: Timing, per_rank: Sequence[Sequence[float]]) -> Timing:
@@ -888,20 +900,37 @@ def _combined(t: Timing, per_rank: Sequence[Sequence[float]]) -> Timing:
     combined = combine_rounds(per_rank)
     # each round is the slowest rank's: this rank's CPU time is not that round's, so it is left out
     return dataclasses.replace(t, samples_ms=combined, rounds=len(combined), cpu_samples_ms=(),
-                               process_cpu_samples_ms=())
+                               process_cpu_samples_ms=(), sm_clock_mhz=(), clock_reasons=())
 
 
-def _one_stored_run(evaluation: Any, ranks: Any, entry: BaselineEntry | None) -> Any:
+def _remeasure_ranks(ctx: Any, t: Timing, confirmations: list[Timing], remeasured: list[Any] | None) -> None:
+    """Under torchrun, one in-step re-measure ``t``: its combined timing to ``confirmations``, its
+    :class:`~pytest_gpuperf.verdict.distributed.RankTiming` to ``remeasured``."""
+    combined, ranks = _combine_ranks(ctx.ranks, t, ctx.reference)
+    confirmations.append(combined)
+    if remeasured is not None:
+        remeasured.append(ranks)
+
+
+def _one_stored_run(evaluation: Any, ranks: Any, entry: BaselineEntry | None, session: Any = None,
+                    remeasured: Sequence[Any] = ()) -> Any:
     """Under torchrun (``ranks``: this run's :class:`~pytest_gpuperf.verdict.distributed.RankTiming`),
     the evaluation with its timing verdict passed through
     :func:`~pytest_gpuperf.verdict.distributed.one_stored_run` against ``entry``'s stored runs and
-    ranks; unchanged outside torchrun or without a baseline."""
+    ranks, the session's earlier benchmarks' rank shifts (``session``: the
+    :class:`~pytest_gpuperf.measure.distributed.Ranks`, which keeps them; this one's is added) and
+    the re-measures' rank timings (``remeasured``); unchanged outside torchrun or without a baseline."""
     if ranks is None or entry is None:
         return evaluation
-    from pytest_gpuperf.verdict.distributed import RankTiming, one_stored_run
+    from pytest_gpuperf.verdict.distributed import RankTiming, one_stored_run, rank_shifts
 
+    stored = RankTiming.from_dict(entry.data.get("ranks"))
+    earlier = tuple(session.shifts) if session is not None else ()
+    shift = rank_shifts(ranks, stored)
+    if session is not None and shift is not None:
+        session.shifts.append(shift)
     return dataclasses.replace(evaluation, comparison=one_stored_run(
-        evaluation.comparison, len(entry.history), ranks, RankTiming.from_dict(entry.data.get("ranks"))))
+        evaluation.comparison, len(entry.history), ranks, stored, earlier, tuple(remeasured)))
 
 
 def _sampler(measurer: Any, device: Any, sampler_for: Callable[[Any], Any], *, measure: bool = True) -> Any:

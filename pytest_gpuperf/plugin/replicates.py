@@ -638,6 +638,7 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
         group=first.group, options=first.options, telemetry=telemetry, extra_info=first.extra_info,
         process_medians_ms=tuple(r.median_ms for r in results),
         cpu=_merged_cpu(results),
+        gpu_clock=_merged_clock(results),
         probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
         ranks=_merged_ranks(results),
         **(_extras_of([first]) if extras is None else _extras_of([decode_result(dict(e)) for e in extras],
@@ -651,6 +652,14 @@ def _merged_cpu(results: Sequence[Any]) -> Any:
     from pytest_gpuperf.verdict.cputime import CpuTime
 
     return CpuTime.merged([r.cpu for r in results])
+
+
+def _merged_clock(results: Sequence[Any]) -> Any:
+    """The SM clock of the workers' results, in process order
+    (:meth:`~pytest_gpuperf.verdict.gpuclock.GpuClock.merged`; None unless every worker read it)."""
+    from pytest_gpuperf.verdict.gpuclock import GpuClock
+
+    return GpuClock.merged([r.gpu_clock for r in results])
 
 
 def _merged_ranks(results: Sequence[Any]) -> Any:
@@ -712,7 +721,7 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
                         peak_memory_bytes=merged.peak_memory_bytes, counts=merged.counts,
                         throttle=throttle_verdict(merged.telemetry), device=merged.device,
                         peak_memory_low_bytes=merged.peak_memory_low_bytes, cpu=merged.cpu,
-                        host_busy=host_busy(merged.telemetry))
+                        host_busy=host_busy(merged.telemetry), gpu_clock=merged.gpu_clock)
     ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
                   max_memory_text=memory_text)
     comparison, memory, counts = ev.comparison, ev.memory, ev.counts

@@ -102,6 +102,9 @@ def _optional_parts(result: BenchResult, kept: int) -> dict[str, Any]:
         entry["process_medians_ms"] = list(result.process_medians_ms)
     if result.cpu is not None:  # the CPU time of the same rounds, thinned as the samples are
         entry["cpu_time"] = result.cpu.to_dict(kept if kept < len(result.samples_ms) else None)
+    if result.gpu_clock is not None:  # the SM clock of the same rounds, thinned as the samples are (issue 49)
+        entry["gpu_clock"] = result.gpu_clock.to_dict(kept if kept < len(result.samples_ms) else None,
+                                                      result.samples_ms)
     if result.ranks is not None:  # under torchrun: each rank's median, the slowest rank, the imbalance
         entry["ranks"] = result.ranks.to_dict()
     if result.communication is not None:  # under torchrun: communication per call, share, overlap
@@ -268,6 +271,7 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         probe=entry.get("probe"),
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
         cpu=_cpu_from(entry.get("cpu_time"), len(samples)),
+        gpu_clock=_clock_from(entry.get("gpu_clock"), len(samples)),
         ranks=RankTiming.from_dict(entry.get("ranks")),
         scaling=ScalingCheck.from_dict(entry.get("scaling")),
         communication=Communication.from_dict(entry.get("communication")),
@@ -287,6 +291,15 @@ def _cpu_from(d: Any, samples: int) -> Any:
 
     cpu = CpuTime.from_dict(d)
     return cpu if cpu is not None and len(cpu.samples_ms) == samples else None
+
+
+def _clock_from(d: Any, samples: int) -> Any:
+    """An entry's ``gpu_clock`` as a :class:`~pytest_gpuperf.verdict.gpuclock.GpuClock` (None: absent,
+    malformed, or not aligned with the entry's ``samples`` wall samples)."""
+    from pytest_gpuperf.verdict.gpuclock import GpuClock
+
+    clock = GpuClock.from_dict(d)
+    return clock if clock is not None and len(clock.mhz) == samples else None
 
 
 def decode_op_diff(d: Any) -> Any:

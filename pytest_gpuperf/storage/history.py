@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 from pytest_gpuperf.core.secrets import redact  # every URL shown here goes through it
 
 #: The schema this plugin writes. A store with a higher version was written by a newer plugin.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: The schema's migrations: version -> the statements that bring a store of the version before to it
 #: (plain SQL that SQLite and PostgreSQL both run; applied in order, in the transaction that opens
@@ -44,6 +44,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: ("ALTER TABLE gpuperf_results ADD COLUMN estimate_ms FLOAT",),
     # version 4 -> 5: each result's host instructions per call under callgrind (issue 48; None: not counted)
     5: ("ALTER TABLE gpuperf_results ADD COLUMN instructions FLOAT",),
+    # version 5 -> 6: each result's median SM clock while it was timed (issue 49; None: not read)
+    6: ("ALTER TABLE gpuperf_results ADD COLUMN sm_clock_mhz FLOAT",),
 }
 #: SQLite: how long (ms) a writer waits for another writer's transaction before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -100,7 +102,8 @@ class ResultRow:
     None (a row written before schema 4): read as
     :func:`~pytest_gpuperf.verdict.estimate.run_estimate_ms` of ``median_ms`` and
     ``process_medians_ms``. ``instructions``: the host's instructions per call under callgrind
-    (``--gpuperf-instructions``; None: not counted)."""
+    (``--gpuperf-instructions``; None: not counted). ``sm_clock_mhz``: on CUDA, the median SM clock
+    of the rounds timed (MHz; None: not read)."""
 
     benchmark: str
     median_ms: float
@@ -118,6 +121,7 @@ class ResultRow:
     clock: str | None = None
     estimate_ms: float | None = None
     instructions: float | None = None
+    sm_clock_mhz: float | None = None
 
 
 def shown(url: str) -> str:
@@ -181,6 +185,7 @@ def _tables(meta: Any) -> dict[str, Any]:
         sa.Column("cpu_median_ms", sa.Float), sa.Column("clock", sa.String(8)),  # version 3
         sa.Column("estimate_ms", sa.Float),  # version 4
         sa.Column("instructions", sa.Float),  # version 5
+        sa.Column("sm_clock_mhz", sa.Float),  # version 6
     )
     return {"schema": schema, "runs": runs, "results": results}
 
@@ -502,7 +507,7 @@ def _row_values(run_key: int, r: ResultRow) -> dict[str, Any]:
             "peak_memory_bytes": r.peak_memory_bytes,
             "counts": json.dumps(r.counts, sort_keys=True) if r.counts else None,
             "verdict": r.verdict, "ratio": r.ratio, "cpu_median_ms": r.cpu_median_ms, "clock": r.clock,
-            "estimate_ms": r.estimate_ms, "instructions": r.instructions}
+            "estimate_ms": r.estimate_ms, "instructions": r.instructions, "sm_clock_mhz": r.sm_clock_mhz}
 
 
 def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
@@ -522,5 +527,6 @@ def rows_of(results: Sequence[tuple[str, Any, str | None]]) -> list[ResultRow]:
             ratio=r.comparison.shown_ratio if r.comparison is not None else None,
             cpu_median_ms=r.cpu_estimate_ms,
             clock=r.comparison.clock if r.comparison is not None else None, estimate_ms=r.estimate_ms,
-            instructions=r.instructions.per_call if r.instructions is not None else None))
+            instructions=r.instructions.per_call if r.instructions is not None else None,
+            sm_clock_mhz=r.gpu_clock.median_mhz if r.gpu_clock is not None else None))
     return out

@@ -54,12 +54,15 @@ class RankTiming:
 
     ``medians_ms``: each rank's median per-call time (ms), in rank order (``len == world_size``);
     ``slowest_rank``: the rank of the highest median; ``imbalance``: slowest median / fastest median
-    (dimensionless, >= 1). Build with :meth:`of`.
+    (dimensionless, >= 1). ``reference_ms``: each rank's session-start reference workload (the
+    compute one, :func:`pytest_gpuperf.measure.drift.measure_reference`'s ``matmul_ms``, ms), the
+    speed of its core in that session; None where not read. Build with :meth:`of`.
     """
 
     medians_ms: tuple[float, ...]
     slowest_rank: int
     imbalance: float
+    reference_ms: tuple[float, ...] | None = None
 
     @property
     def world_size(self) -> int:
@@ -67,14 +70,17 @@ class RankTiming:
         return len(self.medians_ms)
 
     @classmethod
-    def of(cls, medians_ms: Sequence[float]) -> "RankTiming":
-        """From each rank's median (ms, rank order). Raises ``ValueError`` for fewer than one rank or
-        a median that is not a positive finite number."""
+    def of(cls, medians_ms: Sequence[float], reference_ms: Sequence[Any] | None = None) -> "RankTiming":
+        """From each rank's median (ms, rank order) and, optionally, each rank's reference workload
+        (ms; kept only when every rank has a positive one). Raises ``ValueError`` for fewer than one
+        rank or a median that is not a positive finite number."""
         medians = tuple(float(m) for m in medians_ms)
         if not medians or any(not (m > 0 and m < float("inf")) for m in medians):
             raise ValueError(f"rank medians {medians!r}: expected one positive finite median (ms) per rank")
         slowest = max(range(len(medians)), key=lambda r: medians[r])
-        return cls(medians, slowest, medians[slowest] / min(medians))
+        refs = tuple(reference_ms) if reference_ms is not None else ()
+        ok = len(refs) == len(medians) and all(isinstance(v, (int, float)) and 0 < v < float("inf") for v in refs)
+        return cls(medians, slowest, medians[slowest] / min(medians), tuple(float(v) for v in refs) if ok else None)
 
     def straggler(self, ratio: float = STRAGGLER_RATIO) -> Straggler | None:
         """The slowest rank when its median is at least ``ratio`` times the median of the other
@@ -91,8 +97,11 @@ class RankTiming:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (the entry's ``ranks`` key): ``{"world_size", "medians_ms", "slowest_rank",
         "imbalance"}``."""
-        return {"world_size": self.world_size, "medians_ms": list(self.medians_ms),
-                "slowest_rank": self.slowest_rank, "imbalance": self.imbalance}
+        d = {"world_size": self.world_size, "medians_ms": list(self.medians_ms),
+             "slowest_rank": self.slowest_rank, "imbalance": self.imbalance}
+        if self.reference_ms is not None:
+            d["reference_ms"] = list(self.reference_ms)
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> "RankTiming | None":
@@ -100,7 +109,8 @@ class RankTiming:
         if not isinstance(d, Mapping):
             return None
         try:
-            return cls.of(d["medians_ms"])
+            refs = d.get("reference_ms")
+            return cls.of(d["medians_ms"], refs if isinstance(refs, list) else None)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -114,7 +124,62 @@ class RankTiming:
 ONE_RUN_STRAGGLER_RATIO = 1.25
 
 
-def one_stored_run(c: Any, stored_runs: int, current: RankTiming | None, stored: RankTiming | None) -> Any:
+#: A rank's slowness over the session needs at least this many earlier benchmarks to explain a
+#: straggler (:func:`session_rank_slowness`).
+SESSION_RANK_BENCHMARKS = 2
+
+
+def rank_shifts(current: RankTiming | None, stored: RankTiming | None) -> tuple[float, ...] | None:
+    """Each rank's median this run over its own stored median (rank order), or None without both or
+    at another world size: how much each rank moved against the baseline."""
+    if current is None or stored is None or current.world_size != stored.world_size or current.world_size < 2:
+        return None
+    return tuple(c / s for c, s in zip(current.medians_ms, stored.medians_ms))
+
+
+def _relative(shift: Sequence[float], rank: int) -> float:
+    """``rank``'s shift over the median of the other ranks' shifts."""
+    return shift[rank] / statistics.median([v for r, v in enumerate(shift) if r != rank])
+
+
+def session_rank_slowness(earlier: Sequence[Sequence[float]], rank: int) -> tuple[float, int] | None:
+    """How much slower ``rank`` ran than the other ranks in the session's earlier benchmarks, each
+    against its own stored level: the median over those benchmarks of its shift over the others'
+    (:func:`rank_shifts`), and how many benchmarks that is; None with fewer than
+    :data:`SESSION_RANK_BENCHMARKS` of the same world size (pure; issue 45)."""
+    usable = [s for s in earlier if len(s) > rank and len(s) >= 2]
+    if len(usable) < SESSION_RANK_BENCHMARKS:
+        return None
+    return float(statistics.median(_relative(s, rank) for s in usable)), len(usable)
+
+
+_CORE = " (each against its stored level): its core in this session, not this benchmark's code"
+
+
+def _slow_core(c: Any, rank: int, current: RankTiming, stored: RankTiming | None,
+               earlier: Sequence[Sequence[float]]) -> str | None:
+    """Why ``rank``'s straggling in this benchmark is its core's in this session (see
+    :func:`one_stored_run`), or None: its shift over the other ranks' here is within 1 +
+    ``c.threshold`` of how much slower it ran in the session's earlier benchmarks
+    (:func:`session_rank_slowness`) or in its session-start reference workload
+    (``RankTiming.reference_ms``, this run's and the baseline's)."""
+    shift = rank_shifts(current, stored)
+    if shift is None:
+        return None
+    here = _relative(shift, rank) / (1 + c.threshold)
+    session = session_rank_slowness(earlier, rank)
+    if session is not None and session[0] >= here:
+        return (f"it ran {session[0]:.2f}x slower than the other ranks in the {session[1]} earlier benchmarks of "
+                f"this session too{_CORE}")
+    if stored is not None and current.reference_ms is not None and stored.reference_ms is not None:
+        ref = _relative(tuple(a / b for a, b in zip(current.reference_ms, stored.reference_ms)), rank)
+        if ref >= here:
+            return f"its session-start reference workload ran {ref:.2f}x slower than the other ranks' too{_CORE}"
+    return None
+
+
+def one_stored_run(c: Any, stored_runs: int, current: RankTiming | None, stored: RankTiming | None,
+                   earlier: Sequence[Sequence[float]] = (), remeasured: Sequence[RankTiming | None] = ()) -> Any:
     """Under torchrun (in step, one session), a regression against a baseline of one stored run
     stands only when a rank carries it (pure; issue 45).
 
@@ -133,7 +198,21 @@ def one_stored_run(c: Any, stored_runs: int, current: RankTiming | None, stored:
     collective for a slow one is slow too: in the same study, all-reduces whose ranks were 1.1-1.3x
     apart had both ranks about 2x the baseline's.) Any other regression becomes ``inconclusive``, saying why, with the advice to
     record more update runs (it fails under ``--gpuperf-strict``). Other verdicts, and baselines of
-    2 or more stored runs (the gate then has the spread between sessions), are returned unchanged."""
+    2 or more stored runs (the gate then has the spread between sessions), are returned unchanged.
+
+    ``earlier``: the :func:`rank_shifts` of the session's earlier benchmarks. A straggler that the
+    same rank was in them too -- its slowness over the session (:func:`session_rank_slowness`), times
+    1 + ``c.threshold``, at least its shift over the others in this benchmark -- or in its
+    session-start reference workload (``RankTiming.reference_ms`` of this run against the
+    baseline's: the first benchmark has no earlier ones) is the rank's core in this session, not
+    this benchmark's code (in the study above, rank 0 ran 1.29x slower in every
+    benchmark of one A/A session, and its matmul failed): ``inconclusive``, saying so. A rank whose
+    work doubled in this benchmark alone is far beyond its session's slowness and still fails.
+
+    ``remeasured``: the rank timings of the in-step re-measures of this regression (``confirm``).
+    The straggler must hold in each of them (the same rank, at :data:`ONE_RUN_STRAGGLER_RATIO`): in
+    the study, an A/A matmul's rank 0 ran 1.27x slower for its first measurement and at the
+    others' speed in the re-measure, and the pooled samples still read regressed."""
     from pytest_gpuperf.verdict.advice import Advice
     from pytest_gpuperf.verdict.compare import Verdict, with_note
 
@@ -144,7 +223,15 @@ def one_stored_run(c: Any, stored_runs: int, current: RankTiming | None, stored:
     level = statistics.median(stored.medians_ms) if stored is not None else c.baseline_median_ms
     if (now is not None and (before is None or before.rank != now.rank) and level
             and now.others_ms <= (1 + c.threshold) * level):  # the other ranks kept the baseline's level
-        return c
+        gone = [r for r in remeasured if r is not None and getattr(r.straggler(ONE_RUN_STRAGGLER_RATIO), "rank", None)
+                != now.rank]
+        why = (f"it ran at the other ranks' speed in the re-measure ({gone[0].imbalance:.2f}x apart, against "
+               f"{current.imbalance:.2f}x first): a passing disturbance, not this benchmark's code" if gone
+               else _slow_core(c, now.rank, current, stored, earlier))
+        if why is None:
+            return c
+        return with_note(c, f"rank {now.rank} is the straggler, but {why}; record the baseline in 2 more update "
+                            f"runs to decide", advice=(Advice.STRICT,), verdict=Verdict.INCONCLUSIVE)
     return with_note(c, "one stored run under torchrun: how much a whole session moves from one launch to the "
                         "next is not known, and no rank carries this slowdown (no straggler); record the baseline "
                         "in 2 more update runs to decide", advice=(Advice.STRICT,), verdict=Verdict.INCONCLUSIVE)
@@ -164,9 +251,10 @@ def combine_rounds(per_rank: Sequence[Sequence[float]]) -> tuple[float, ...]:
     return tuple(max(values) for values in zip(*per_rank))
 
 
-def rank_timing(per_rank: Sequence[Sequence[float]]) -> RankTiming:
-    """:class:`RankTiming` of each rank's samples (ms): their medians, the slowest rank, the imbalance."""
-    return RankTiming.of([statistics.median(s) for s in per_rank])
+def rank_timing(per_rank: Sequence[Sequence[float]], reference_ms: Sequence[Any] | None = None) -> RankTiming:
+    """:class:`RankTiming` of each rank's samples (ms): their medians, the slowest rank, the
+    imbalance; ``reference_ms`` each rank's session-start reference workload (ms), when read."""
+    return RankTiming.of([statistics.median(s) for s in per_rank], reference_ms)
 
 
 def merged_ranks(timings: Sequence[RankTiming | None]) -> RankTiming | None:

@@ -58,6 +58,7 @@ from pytest_gpuperf.verdict.advice import Advice, merge_advice
 
 if TYPE_CHECKING:
     from pytest_gpuperf.verdict.cputime import CpuTime
+    from pytest_gpuperf.verdict.gpuclock import GpuClock
     from pytest_gpuperf.verdict.paired import Block
     from pytest_gpuperf.verdict.counts import CountComparison, Counts
     from pytest_gpuperf.verdict.machine import ProbeEvidence
@@ -344,7 +345,9 @@ class Evidence:
     same rounds (:class:`~pytest_gpuperf.verdict.cputime.CpuTime`, aligned with the wall samples;
     None: not read), ``host_busy`` the busy-host reason while they ran
     (:func:`~pytest_gpuperf.verdict.machine.host_busy`; None: quiet or not measured): with both, CPU
-    time may decide (:func:`with_cpu_time`).
+    time may decide (:func:`with_cpu_time`). ``gpu_clock``: on CUDA, the SM clock of the same rounds
+    (:class:`~pytest_gpuperf.verdict.gpuclock.GpuClock`; None: not read): where the baseline's clock
+    differs, a regression is checked in cycles per call too (:func:`with_gpu_clock`).
     """
 
     samples_ms: tuple[float, ...] = ()
@@ -357,6 +360,7 @@ class Evidence:
     peak_memory_low_bytes: int | None = None
     cpu: "CpuTime | None" = None
     host_busy: str | None = None
+    gpu_clock: "GpuClock | None" = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,6 +451,8 @@ def evaluate(
                                machine_reference=machine_reference, normalize=normalize)
         comparison = with_cpu_time(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
                                    baseline_file=label, can_fail=can_fail)
+        comparison = with_gpu_clock(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
+                                    baseline_file=label)
         base_peak = reference.baseline.peak_memory_bytes if reference.baseline is not None else None
     memory = _memory_verdict(evidence, reference, options, base_peak, benchmark_id, max_memory_text)
     counts = None
@@ -508,6 +514,38 @@ def with_cpu_time(wall: Comparison, evidence: Evidence, baseline: BaselineEntry 
             cpu = judge(evidence.cpu.samples_ms, cpu_base, dataclasses.replace(options, confirm=0),
                         benchmark_id=benchmark_id, baseline_file=baseline_file, can_fail=can_fail)
     return _clock_chosen(wall, cpu, invalid, evidence.host_busy)
+
+
+def with_gpu_clock(timing: Comparison, evidence: Evidence, baseline: BaselineEntry | None, options: BenchOptions, *,
+                   benchmark_id: str = "benchmark", baseline_file: str | None = None) -> Comparison:
+    """The stored-baseline timing verdict checked in cycle space where the GPU's clock moved (a step
+    of :func:`evaluate`; the rule is :func:`pytest_gpuperf.verdict.gpuclock.decide_with_cycles`):
+    a ``regressed`` verdict whose baseline and this run both read the SM clock, at median clocks
+    more than :data:`~pytest_gpuperf.verdict.gpuclock.CLOCK_DIFFERS` apart, is decided again on
+    cycles per call (time x clock; :func:`judge_replicates` over the worker processes, else
+    :func:`judge` without re-measure) against the baseline's
+    (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.cycles_view`). Cycles that did not regress
+    make it ``inconclusive`` (the clock, not the code); every other verdict is returned as it is."""
+    from pytest_gpuperf.verdict.gpuclock import clocks_differ, decide_with_cycles
+
+    clock = evidence.gpu_clock
+    base = baseline.gpu_clock if baseline is not None else None
+    if (timing.verdict is not Verdict.REGRESSED or clock is None or base is None
+            or not clocks_differ(base.median_mhz, clock.median_mhz)):
+        return timing
+    view = baseline.cycles_view() if baseline is not None else None
+    if view is None:
+        return timing
+    if evidence.process_samples_ms is not None:
+        flat = tuple(v for g in evidence.process_samples_ms for v in g)
+        groups = clock.groups(flat, [len(g) for g in evidence.process_samples_ms])
+        cycles = (judge_replicates(groups, view, options, benchmark_id=benchmark_id, baseline_file=baseline_file)
+                  if groups is not None else None)
+    else:
+        kc = clock.kcycles(evidence.samples_ms)
+        cycles = (judge(kc, view, dataclasses.replace(options, confirm=0), benchmark_id=benchmark_id,
+                        baseline_file=baseline_file) if kc is not None else None)
+    return decide_with_cycles(timing, cycles, base.median_mhz, clock.median_mhz)
 
 
 def _clock_chosen(wall: Comparison, cpu: Comparison | None, invalid: str | None, busy: str | None) -> Comparison:

@@ -76,12 +76,14 @@ def throttled_rounds(clock_mhz: Sequence[float | None], reasons: Sequence[int | 
 @dataclass(frozen=True)
 class KeptRounds:
     """The rounds a verdict uses after throttled ones are dropped (:func:`kept_rounds`): their times
-    (ms) and clocks (MHz), how many were dropped, and a note when throttled rounds were kept."""
+    (ms) and clocks (MHz), how many were dropped, a note when throttled rounds were kept, and
+    ``indices``: the positions of the kept rounds among all (to keep what is aligned with them)."""
 
     samples_ms: tuple[float, ...]
     clock_mhz: tuple[float | None, ...]
     dropped: int
     note: str = ""
+    indices: tuple[int, ...] = ()
 
 
 def kept_rounds(samples_ms: Sequence[float], clock_mhz: Sequence[float | None], throttled: Sequence[bool],
@@ -92,14 +94,15 @@ def kept_rounds(samples_ms: Sequence[float], clock_mhz: Sequence[float | None], 
     if not len(samples_ms) == len(clock_mhz) == len(throttled):
         raise ValueError("samples, clocks and throttle flags: expected one of each per round")
     keep = [i for i, t in enumerate(throttled) if not t]
+    every = tuple(range(len(samples_ms)))
     if len(keep) == len(samples_ms):
-        return KeptRounds(tuple(samples_ms), tuple(clock_mhz), 0)
+        return KeptRounds(tuple(samples_ms), tuple(clock_mhz), 0, indices=every)
     if len(keep) < min_kept * len(samples_ms):
         return KeptRounds(tuple(samples_ms), tuple(clock_mhz), 0,
                           f"the GPU was throttled in {len(samples_ms) - len(keep)} of {len(samples_ms)} rounds: "
-                          f"all kept, so this time is the capped clock's")
+                          f"all kept, so this time is the capped clock's", every)
     return KeptRounds(tuple(samples_ms[i] for i in keep), tuple(clock_mhz[i] for i in keep),
-                      len(samples_ms) - len(keep))
+                      len(samples_ms) - len(keep), indices=tuple(keep))
 
 
 def median_clock(clock_mhz: Sequence[float | None]) -> float | None:
@@ -137,3 +140,109 @@ def decide_with_cycles(timing: Any, cycles: Any, baseline_mhz: float | None, cur
     same = "same" if cycles.verdict is Verdict.UNCHANGED else "no regression in"
     return with_note(timing, f"{same} cycles per call ({ratio}); {clock}: the clock, not the code, made it slower",
                      verdict=Verdict.INCONCLUSIVE)
+
+
+@dataclass(frozen=True)
+class GpuClock:
+    """The SM clock of one benchmark's timed rounds (issue 49): ``mhz``, the clock (MHz) of each
+    round, aligned with the timing's ``samples_ms`` (same rounds, same order; on CUDA read once per
+    block of rounds, after the block's synchronize, so every round of a block has the block's
+    reading); ``default_mhz``, the GPU's default application clock (MHz; None: not read);
+    ``dropped``, the throttled rounds left out before these (:func:`kept_rounds`); ``throttled``,
+    the throttled rounds kept among these (when dropping them would leave too few);
+    ``process_medians_mhz``: with several worker processes, each one's median clock (process order).
+
+    Cycles per call (thousands of cycles, ``ms x MHz``) are :meth:`kcycles` of the wall samples.
+    """
+
+    mhz: tuple[float, ...]
+    default_mhz: float | None = None
+    dropped: int = 0
+    throttled: int = 0
+    process_medians_mhz: tuple[float, ...] | None = None
+
+    @property
+    def median_mhz(self) -> float:
+        """The median SM clock of the rounds (MHz)."""
+        return float(statistics.median(self.mhz))
+
+    def kcycles(self, samples_ms: Sequence[float]) -> tuple[float, ...] | None:
+        """Thousands of SM cycles per call of each round (``ms x MHz``), or None when ``samples_ms``
+        is not aligned with these readings (another length)."""
+        if len(samples_ms) != len(self.mhz) or not self.mhz:
+            return None
+        return tuple(float(t) * c for t, c in zip(samples_ms, self.mhz))
+
+    def groups(self, samples_ms: Sequence[float], counts: Sequence[int]) -> list[tuple[float, ...]] | None:
+        """:meth:`kcycles` cut into consecutive groups of ``counts`` rounds (each worker process's)."""
+        cycles = self.kcycles(samples_ms)
+        if cycles is None or sum(counts) != len(cycles):
+            return None
+        out, i = [], 0
+        for n in counts:
+            out.append(cycles[i:i + n])
+            i += n
+        return out
+
+    def to_dict(self, max_samples: int | None = None, samples_ms: Sequence[float] | None = None) -> dict[str, Any]:
+        """The JSON form (the key ``gpu_clock`` of report and baseline entries): the median clock,
+        the default clock, the rounds dropped and kept throttled, and the per-round clocks, at most
+        ``max_samples`` of them, thinned as the wall samples are (the same rounds for the same count);
+        with the aligned ``samples_ms`` (ms), ``median_kcycles``: the median cycles per call
+        (thousands), beside the median time."""
+        mhz = list(self.mhz)
+        cycles = self.kcycles(samples_ms) if samples_ms is not None else None
+        if max_samples is not None:
+            from pytest_gpuperf.verdict.stats import thin
+
+            mhz = thin(mhz, max_samples)
+        d: dict[str, Any] = {"median_mhz": self.median_mhz, "mhz": mhz, "default_mhz": self.default_mhz,
+                             "dropped_rounds": self.dropped, "throttled_rounds": self.throttled}
+        if cycles:
+            d["median_kcycles"] = float(statistics.median(cycles))
+        if self.process_medians_mhz is not None:
+            d["process_medians_mhz"] = list(self.process_medians_mhz)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "GpuClock | None":
+        """From the JSON form; None when absent or malformed (a result reads without its clock)."""
+        if not isinstance(d, dict):
+            return None
+        mhz = d.get("mhz")
+        if not isinstance(mhz, list) or not mhz or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in mhz):
+            return None
+        default = d.get("default_mhz")
+        pm = d.get("process_medians_mhz")
+        return cls(tuple(float(v) for v in mhz),
+                   float(default) if isinstance(default, (int, float)) and default > 0 else None,
+                   int(d.get("dropped_rounds") or 0), int(d.get("throttled_rounds") or 0),
+                   tuple(float(v) for v in pm) if isinstance(pm, list) and pm else None)
+
+    @classmethod
+    def merged(cls, parts: Sequence["GpuClock | None"]) -> "GpuClock | None":
+        """The clock of several worker processes' results, in process order (readings concatenated,
+        ``process_medians_mhz`` each one's median); None unless every part has one."""
+        if not parts or any(p is None for p in parts):
+            return None
+        ps = [p for p in parts if p is not None]
+        defaults = [p.default_mhz for p in ps if p.default_mhz]
+        return cls(tuple(v for p in ps for v in p.mhz), defaults[0] if defaults else None,
+                   sum(p.dropped for p in ps), sum(p.throttled for p in ps),
+                   tuple(p.median_mhz for p in ps) if len(ps) >= 2 else None)
+
+
+def with_clock_readings(samples_ms: Sequence[float], mhz: Sequence[float | None], reasons: Sequence[int | None] | None,
+                        default_mhz: float | None) -> tuple[KeptRounds, GpuClock | None]:
+    """The rounds a verdict uses and their :class:`GpuClock`, from one process's readings (one per
+    round; ``reasons`` the NVML clocks-event bitmask per round, None: not read): throttled rounds
+    dropped by :func:`kept_rounds`. Without a reading for every round: all rounds, no clock."""
+    if not mhz or len(mhz) != len(samples_ms) or any(c is None or c <= 0 for c in mhz):
+        return KeptRounds(tuple(samples_ms), (None,) * len(samples_ms), 0,
+                          indices=tuple(range(len(samples_ms)))), None
+    flags = throttled_rounds(mhz, reasons, default_mhz)
+    kept = kept_rounds(samples_ms, mhz, flags)
+    throttled_kept = sum(flags) if kept.note else 0
+    return kept, GpuClock(tuple(float(c) for c in kept.clock_mhz if c is not None), default_mhz, kept.dropped,
+                          throttled_kept)

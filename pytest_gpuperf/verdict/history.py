@@ -166,6 +166,31 @@ class BaselineEntry:
         return cpu if cpu is not None and len(cpu.samples_ms) == len(self.samples_ms) else None
 
     @property
+    def gpu_clock(self) -> Any:
+        """The newest run's SM clock (:class:`~pytest_gpuperf.verdict.gpuclock.GpuClock`, its readings
+        aligned with ``samples_ms``), None when it was recorded without (the CPU, no NVML)."""
+        from pytest_gpuperf.verdict.gpuclock import GpuClock
+
+        clock = GpuClock.from_dict(self.data.get("gpu_clock"))
+        return clock if clock is not None and len(clock.mhz) == len(self.samples_ms) else None
+
+    def cycles_view(self) -> "BaselineEntry | None":
+        """This entry in cycles per call (thousands of SM cycles, ms x MHz; issue 49): the newest
+        run's samples times their clocks, and one run whose median is theirs and whose process
+        medians are each process's median time times its median clock. None without a clock.
+        What :func:`pytest_gpuperf.verdict.gate.with_gpu_clock` compares this run's cycles with."""
+        clock = self.gpu_clock
+        cycles = clock.kcycles(self.samples_ms) if clock is not None else None
+        if clock is None or cycles is None:
+            return None
+        ms, mhz = self.history[-1].process_medians_ms, clock.process_medians_mhz
+        medians = (tuple(a * b for a, b in zip(ms, mhz))
+                   if ms is not None and mhz is not None and len(ms) == len(mhz) >= 2 else None)
+        return BaselineEntry(self.benchmark_id, cycles, (RunRecord(float(statistics.median(cycles)),
+                                                                   process_medians_ms=medians),),
+                             options=self.options)
+
+    @property
     def host_busy(self) -> str | None:
         """Why the newest run's host was busy while it was measured
         (:func:`~pytest_gpuperf.verdict.machine.host_busy` of its telemetry), None: quiet or unknown."""

@@ -44,6 +44,9 @@ class BenchTiming:
     slowest rank's time of each round), None in one process. ``cpu``: the CPU time of the same
     rounds (:class:`~pytest_gpuperf.verdict.cputime.CpuTime`: the calling thread's and the process's,
     aligned with ``samples_ms``), None where it was not read (CUDA, scripted timings without it).
+    ``gpu_clock``: on CUDA with NVML, the SM clock of the same rounds
+    (:class:`~pytest_gpuperf.verdict.gpuclock.GpuClock`, aligned with ``samples_ms``; throttled
+    rounds already left out), None where it was not read.
     """
 
     samples_ms: tuple[float, ...]
@@ -56,6 +59,7 @@ class BenchTiming:
     probe: str | None = None
     ranks: Any = None  # pytest_gpuperf.verdict.distributed.RankTiming
     cpu: Any = None  # pytest_gpuperf.verdict.cputime.CpuTime
+    gpu_clock: Any = None  # pytest_gpuperf.verdict.gpuclock.GpuClock
 
     @classmethod
     def of(cls, samples_ms: Sequence[float], **fields: Any) -> "BenchTiming":
@@ -207,6 +211,7 @@ class BenchResult:
     probe = _via("timing", "probe")
     ranks = _via("timing", "ranks")
     cpu = _via("timing", "cpu")
+    gpu_clock = _via("timing", "gpu_clock")
     mean_ms = _stat("mean_ms")
     std_ms = _stat("std_ms")
     min_ms = _stat("min_ms")

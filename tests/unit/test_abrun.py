@@ -369,3 +369,33 @@ def test_the_timed_rounds_host_load_counts_a_torchrun_launch_s_other_ranks_as_it
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "aa")
     job = Measurer().host_load_meter(Dev())._own
     assert job is not own_cpu_s and job() >= own_cpu_s() - 0.01  # this rank's and the launch's others'
+
+
+def test_only_the_profiling_pairs_get_the_allocator_thresholds_and_a_users_value_stands(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Issue 47: the profiling pairs run with glibc's mmap and trim thresholds fixed (no process in
+    another allocator mode), on both sides alike; timed pairs get the environment as it is, and a
+    value the user set is kept."""
+    from pytest_gpuperf.ab import run as abrun
+
+    started: list[dict] = []
+
+    class Popen:
+        def __init__(self, cmd, **kw):
+            started.append(kw["env"])
+            self.pid = 1
+
+    monkeypatch.setattr(abrun.subprocess, "Popen", Popen)
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "123")
+    specs = {s: WorkerSpec(s, tmp_path, tmp_path, tmp_path / "other") for s in ("A", "B")}
+    c = Coordinator(specs, ["test_x.py"], 1, tmp_path)
+    c._spawn(specs["A"], 0, "127.0.0.1:1", "t")
+    c.profiling = True
+    c._spawn(specs["A"], 1, "127.0.0.1:1", "t")
+    c._spawn(specs["B"], 1, "127.0.0.1:1", "t")
+    timed, *profiled = started
+    assert "MALLOC_MMAP_THRESHOLD_" not in timed and timed["MALLOC_TRIM_THRESHOLD_"] == "123"
+    for env in profiled:
+        assert env["MALLOC_MMAP_THRESHOLD_"] == abrun.PROFILE_ALLOCATOR_ENV["MALLOC_MMAP_THRESHOLD_"] == "4294967296"
+        assert env["MALLOC_TRIM_THRESHOLD_"] == "123"

@@ -571,3 +571,69 @@ def test_under_torchrun_one_stored_run_fails_only_a_regression_a_rank_carries():
     unchanged = dataclasses.replace(c, verdict=Verdict.UNCHANGED)
     assert one_stored_run(unchanged, 1, balanced, None) is unchanged
     assert one_stored_run(None, 1, balanced, None) is None
+
+
+def test_a_rank_slow_in_the_whole_session_is_its_core_and_a_rank_with_twice_the_work_still_fails():
+    """Issue 45: in an A/A session of 2 gloo ranks, rank 0 ran 1.29x slower in every benchmark and
+    its matmul failed as a straggler; with the session's earlier benchmarks' rank shifts, the same
+    rank's slowness explains it (inconclusive, saying so); twice the work on one rank in one
+    benchmark is far beyond its session's slowness and fails; one earlier benchmark is not enough."""
+    from pytest_gpuperf.verdict.compare import Comparison, Verdict
+    from pytest_gpuperf.verdict.distributed import RankTiming, one_stored_run, rank_shifts, session_rank_slowness
+
+    c = Comparison(verdict=Verdict.REGRESSED, benchmark_id="t.py::test_matmul", current_median_ms=1.29,
+                   baseline_median_ms=1.0, ratio=1.29, ratio_ci=(1.25, 1.33))
+    stored = RankTiming.of([1.0, 1.0])
+    slow_rank_0 = RankTiming.of([1.29, 1.0])
+    earlier = [rank_shifts(RankTiming.of([0.645, 0.5]), RankTiming.of([0.5, 0.5])),  # the sum: rank 0 1.29x
+               rank_shifts(RankTiming.of([2.6, 2.0]), RankTiming.of([2.0, 2.02]))]  # the step: 1.3x
+    assert earlier[0] == (1.29, 1.0) and session_rank_slowness(earlier, 0)[1] == 2
+    assert one_stored_run(c, 1, slow_rank_0, stored) is c  # without the session: a straggler, fails
+    core = one_stored_run(c, 1, slow_rank_0, stored, earlier)
+    assert core.verdict is Verdict.INCONCLUSIVE
+    assert "rank 0 is the straggler, but it ran 1.30x slower than the other ranks in the 2 earlier" in core.note
+    assert one_stored_run(c, 1, slow_rank_0, stored, earlier[:1]) is c  # one earlier benchmark: not enough
+    twice = RankTiming.of([1.0, 2.0])  # rank 1 does twice the work in this benchmark only
+    assert one_stored_run(c, 1, twice, stored, [(1.0, 1.02), (0.99, 1.0)]) is c
+    assert one_stored_run(c, 1, twice, stored, earlier) is c  # rank 0 was the slow one in the session
+    assert session_rank_slowness([(1.0,)], 0) is None and rank_shifts(twice, RankTiming.of([1.0, 1.0, 1.0])) is None
+
+
+def test_the_first_benchmark_reads_the_ranks_core_from_their_session_start_reference():
+    """The session's first benchmark has no earlier ones: each rank's session-start reference
+    workload, against the baseline's, says whether a straggling rank's core was slow all session."""
+    from pytest_gpuperf.verdict.compare import Comparison, Verdict
+    from pytest_gpuperf.verdict.distributed import RankTiming, one_stored_run
+
+    c = Comparison(verdict=Verdict.REGRESSED, benchmark_id="t.py::test_matmul", current_median_ms=1.29,
+                   baseline_median_ms=1.0, ratio=1.29, ratio_ci=(1.25, 1.33))
+    stored = RankTiming.of([1.0, 1.0], [3.0, 3.1])
+    slow_core = one_stored_run(c, 1, RankTiming.of([1.29, 1.0], [3.8, 3.1]), stored)
+    assert slow_core.verdict is Verdict.INCONCLUSIVE
+    assert "its session-start reference workload ran 1.27x slower than the other ranks' too" in slow_core.note
+    assert one_stored_run(c, 1, RankTiming.of([1.0, 2.0], [3.0, 3.1]), stored) is c  # twice the work: fails
+    assert one_stored_run(c, 1, RankTiming.of([1.29, 1.0], [3.0, 3.1]), stored) is c  # the core was not slow
+    assert one_stored_run(c, 1, RankTiming.of([1.29, 1.0]), stored) is c  # no reference this run
+    # the JSON form keeps the references; one missing on a rank drops them
+    assert RankTiming.from_dict(stored.to_dict()) == stored
+    assert RankTiming.of([1.0, 1.0], [3.0, None]).reference_ms is None
+    assert "reference_ms" not in RankTiming.of([1.0, 1.0]).to_dict()
+
+
+def test_a_straggler_that_is_gone_in_the_re_measure_is_a_passing_disturbance():
+    """Issue 45, seen in the A/A study: rank 0's matmul ran 1.27x slower for its first measurement
+    and at the other rank's speed in the in-step re-measure, and the pooled samples still read
+    regressed; a straggler must hold in the re-measure. Twice the work on a rank holds, and fails."""
+    from pytest_gpuperf.verdict.compare import Comparison, Verdict
+    from pytest_gpuperf.verdict.distributed import RankTiming, one_stored_run
+
+    c = Comparison(verdict=Verdict.REGRESSED, benchmark_id="t.py::test_matmul", current_median_ms=0.056,
+                   baseline_median_ms=0.044, ratio=1.26, ratio_ci=(1.005, 1.28))
+    stored, first = RankTiming.of([0.044, 0.044]), RankTiming.of([0.0562, 0.0444])
+    gone = one_stored_run(c, 1, first, stored, remeasured=(RankTiming.of([0.0445, 0.0444]),))
+    assert gone.verdict is Verdict.INCONCLUSIVE
+    assert ("rank 0 is the straggler, but it ran at the other ranks' speed in the re-measure (1.00x apart, "
+            "against 1.27x first): a passing disturbance, not this benchmark's code") in gone.note
+    twice = RankTiming.of([0.044, 0.088])
+    assert one_stored_run(c, 1, twice, stored, remeasured=(RankTiming.of([0.044, 0.087]),)) is c
+    assert one_stored_run(c, 1, twice, stored, remeasured=(None,)) is c  # a re-measure without rank timing: as before

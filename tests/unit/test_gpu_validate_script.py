@@ -160,3 +160,29 @@ def test_run_timed_stops_a_command_at_its_timeout(gv, tmp_path):
     run = gv._run_timed([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],
                         str(tmp_path), None, 1.0)
     assert run["timed_out_after_s"] == 1.0 and run["exit"] != 0 and "started" in run["tail"] and run["s"] < 30
+
+
+# ----------------------------------------------------------------------------- issue 49's sections
+
+
+def test_issue_49_sections_skip_cuda_only_ones_on_cpu_and_show_in_the_table(gv):
+    import torch
+
+    cpu = torch.device("cpu")
+    assert gv.oom_snapshot(cpu, True)["skipped"].startswith("CUDA only")
+    assert gv.clock_rules(cpu, True)["skipped"].startswith("CUDA only: the SM clock")
+    text = gv.table(dict(RESULT, ab_bisect={"ab": {"verdict": "regressed", "named": ["aten::softmax"],
+                                                   "tail": "long output"}},
+                         clock_rules={"skipped": "CUDA only: the SM clock is read through NVML"}))
+    assert "## Issue 49: A/B and bisect, OOM snapshot, launch-bound calls, the clock rules" in text
+    assert '"named": [' in text and "long output" not in text and "CUDA only: the SM clock" in text
+    # the A/B's changed kernel is the softmax's: 1.5x its rows at the third commit
+    assert "SCALE = 1.5" in gv.TWO_OPS_BENCH.format(scale=1.5, device="cpu", n=8, rows=4, cols=4)
+    with pytest.raises(SystemExit):
+        gv.main(["--device", "cpu", "--only", "clock"])
+
+
+def test_the_table_leaves_the_results_tails_for_the_json(gv):
+    result = dict(RESULT, ab_bisect={"ab": {"verdict": "regressed", "tail": "long output"}, "tail": "x"})
+    gv.table(result)
+    assert result["ab_bisect"] == {"ab": {"verdict": "regressed", "tail": "long output"}, "tail": "x"}

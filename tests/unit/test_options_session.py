@@ -193,7 +193,7 @@ def _numeric_defaults() -> list[tuple[str, float]]:
 def test_every_numeric_option_is_covered():
     assert {n for n, _ in _numeric_defaults()} == {
         "warmup_time", "min_rounds", "max_rounds", "max_time", "target_precision", "threshold", "alpha",
-        "memory_threshold", "history", "confirm", "count_tolerance",
+        "memory_threshold", "history", "confirm", "count_tolerance", "steady_clock",
     }
 
 
