@@ -72,18 +72,24 @@ class RoundClock:
                 "default_clock_mhz": self.default_mhz}
 
 
+def _every_round_read(t: Any) -> bool:
+    """Whether the timing ``t`` has a positive SM-clock reading for every round."""
+    mhz = t.sm_clock_mhz
+    return bool(mhz) and len(mhz) == len(t.samples_ms) and all(c is not None and c > 0 for c in mhz)
+
+
 def drop_throttled(t: Any) -> Any:
     """The :class:`~pytest_gpuperf.measure.timing.Timing` ``t`` without its throttled rounds
     (:func:`pytest_gpuperf.verdict.gpuclock.kept_rounds`, as nvbench drops them; the CPU time and
     clock readings of the same rounds with them), ``throttled_dropped`` counting them and a note
     saying so (or that they were kept: too many to drop). Unchanged without a clock reading for
     every round, and with a machine-speed probe (its readings belong to blocks of rounds)."""
-    from pytest_gpuperf.verdict.gpuclock import with_clock_readings
+    from pytest_gpuperf.verdict.gpuclock import kept_rounds, throttled_rounds
 
     mhz = t.sm_clock_mhz
-    kept, clock = with_clock_readings(t.samples_ms, mhz, t.clock_reasons or None, t.default_clock_mhz)
-    if clock is None or t.probe_ms:
+    if not _every_round_read(t) or t.probe_ms:
         return t
+    kept = kept_rounds(t.samples_ms, mhz, throttled_rounds(mhz, t.clock_reasons or None, t.default_clock_mhz))
     if kept.note:
         return dataclasses.replace(t, notes=t.notes + (kept.note,))
     if not kept.dropped:
@@ -107,7 +113,7 @@ def gpu_clock_of(t: Any) -> Any:
     from pytest_gpuperf.verdict.gpuclock import GpuClock, throttled_rounds
 
     mhz = t.sm_clock_mhz
-    if not mhz or len(mhz) != len(t.samples_ms) or any(c is None or c <= 0 for c in mhz):
+    if not _every_round_read(t):
         return None
     flags = throttled_rounds(mhz, t.clock_reasons or None, t.default_clock_mhz)
     return GpuClock(tuple(float(c) for c in mhz), t.default_clock_mhz, t.throttled_dropped, sum(flags))

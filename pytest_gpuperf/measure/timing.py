@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 from pytest_gpuperf.core.options import BenchOptions
-from pytest_gpuperf.measure.gpuclock import RoundClock
+from pytest_gpuperf.measure.gpuclock import RoundClock, steady_clock_warmup
 from pytest_gpuperf.verdict.stats import ci_half_width_fraction
 
 #: At least this many warmup calls, whatever ``warmup_time`` says.
@@ -699,7 +699,6 @@ def _steady_clock(fn, args, kwargs, setup, options, sync, clock, gpu_clock, lock
     would settle at its own time; ``lockstep`` set)."""
     if not options.steady_clock or gpu_clock is None or lockstep is not None:
         return 0, ()
-    from pytest_gpuperf.measure.gpuclock import steady_clock_warmup
 
     def call() -> None:
         a, k = prepare_call(fn, args, kwargs, setup)

@@ -52,7 +52,10 @@ CPU = "cpu"
 CLOCK_NAMES = {WALL: "wall clock", CPU: "CPU time"}
 
 
-def _positive(values: Any) -> tuple[float, ...] | None:
+def positive_floats(values: Any) -> tuple[float, ...] | None:
+    """``values`` (a stored list) as floats when it is a non-empty list or tuple of positive finite
+    numbers, else None: how a stored clock's readings are read back (CPU time here, the GPU's SM
+    clock in :mod:`pytest_gpuperf.verdict.gpuclock`)."""
     if not isinstance(values, (list, tuple)) or not values:
         return None
     out = []
@@ -137,10 +140,10 @@ class CpuTime:
         """From the JSON form; None when absent or malformed (a result reads without its CPU time)."""
         if not isinstance(d, Mapping):
             return None
-        thread, process = _positive(d.get("samples_ms")), _positive(d.get("process_samples_ms"))
+        thread, process = positive_floats(d.get("samples_ms")), positive_floats(d.get("process_samples_ms"))
         if thread is None or process is None or len(thread) != len(process):
             return None
-        return cls(thread, process, _positive(d.get("process_medians_ms")))
+        return cls(thread, process, positive_floats(d.get("process_medians_ms")))
 
     @classmethod
     def merged(cls, parts: Sequence["CpuTime | None"]) -> "CpuTime | None":

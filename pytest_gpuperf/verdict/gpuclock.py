@@ -167,11 +167,11 @@ class GpuClock:
         return float(statistics.median(self.mhz))
 
     def kcycles(self, samples_ms: Sequence[float]) -> tuple[float, ...] | None:
-        """Thousands of SM cycles per call of each round (``ms x MHz``), or None when ``samples_ms``
-        is not aligned with these readings (another length)."""
+        """Thousands of SM cycles per call of each round (:func:`kcycles`), or None when
+        ``samples_ms`` is not aligned with these readings (another length)."""
         if len(samples_ms) != len(self.mhz) or not self.mhz:
             return None
-        return tuple(float(t) * c for t, c in zip(samples_ms, self.mhz))
+        return tuple(c for c in kcycles(samples_ms, self.mhz) if c is not None)
 
     def groups(self, samples_ms: Sequence[float], counts: Sequence[int]) -> list[tuple[float, ...]] | None:
         """:meth:`kcycles` cut into consecutive groups of ``counts`` rounds (each worker process's)."""
@@ -207,18 +207,16 @@ class GpuClock:
     @classmethod
     def from_dict(cls, d: Any) -> "GpuClock | None":
         """From the JSON form; None when absent or malformed (a result reads without its clock)."""
+        from pytest_gpuperf.verdict.cputime import positive_floats
+
         if not isinstance(d, dict):
             return None
-        mhz = d.get("mhz")
-        if not isinstance(mhz, list) or not mhz or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in mhz):
+        mhz = positive_floats(d.get("mhz"))
+        if mhz is None:
             return None
-        default = d.get("default_mhz")
-        pm = d.get("process_medians_mhz")
-        return cls(tuple(float(v) for v in mhz),
-                   float(default) if isinstance(default, (int, float)) and default > 0 else None,
-                   int(d.get("dropped_rounds") or 0), int(d.get("throttled_rounds") or 0),
-                   tuple(float(v) for v in pm) if isinstance(pm, list) and pm else None)
+        default = positive_floats([d.get("default_mhz")])
+        return cls(mhz, default[0] if default else None, int(d.get("dropped_rounds") or 0),
+                   int(d.get("throttled_rounds") or 0), positive_floats(d.get("process_medians_mhz")))
 
     @classmethod
     def merged(cls, parts: Sequence["GpuClock | None"]) -> "GpuClock | None":
@@ -232,17 +230,3 @@ class GpuClock:
                    sum(p.dropped for p in ps), sum(p.throttled for p in ps),
                    tuple(p.median_mhz for p in ps) if len(ps) >= 2 else None)
 
-
-def with_clock_readings(samples_ms: Sequence[float], mhz: Sequence[float | None], reasons: Sequence[int | None] | None,
-                        default_mhz: float | None) -> tuple[KeptRounds, GpuClock | None]:
-    """The rounds a verdict uses and their :class:`GpuClock`, from one process's readings (one per
-    round; ``reasons`` the NVML clocks-event bitmask per round, None: not read): throttled rounds
-    dropped by :func:`kept_rounds`. Without a reading for every round: all rounds, no clock."""
-    if not mhz or len(mhz) != len(samples_ms) or any(c is None or c <= 0 for c in mhz):
-        return KeptRounds(tuple(samples_ms), (None,) * len(samples_ms), 0,
-                          indices=tuple(range(len(samples_ms)))), None
-    flags = throttled_rounds(mhz, reasons, default_mhz)
-    kept = kept_rounds(samples_ms, mhz, flags)
-    throttled_kept = sum(flags) if kept.note else 0
-    return kept, GpuClock(tuple(float(c) for c in kept.clock_mhz if c is not None), default_mhz, kept.dropped,
-                          throttled_kept)
