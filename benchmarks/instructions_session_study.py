@@ -1,6 +1,6 @@
 """Study (issue 48): ``--gpuperf-instructions`` through the command users run.
 
-A scratch project of 12 benchmarks (small torch ops, a matmul chain, an MLP forward, a chain of 20
+A scratch project of 13 benchmarks (small torch ops, a matmul chain, an MLP forward, a chain of 20
 adds whose length ``CHAIN`` sets, pure-Python work, and two tests of pytest-benchmark's
 ``benchmark`` fixture served by the drop-in) is recorded once with
 ``pytest --gpuperf-update-baselines --gpuperf-instructions``, then compared with ``pytest --gpuperf

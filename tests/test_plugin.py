@@ -149,18 +149,28 @@ def test_unknown_marker_option_errors_its_own_test_only(pytester: pytest.Pyteste
         def test_typo(gpu_bench):
             gpu_bench(sum, [1])
 
+        @pytest.mark.gpu_bench(max_time=-1)
+        def test_bad_value(gpu_bench):
+            gpu_bench(sum, [1])
+
+        @pytest.mark.benchmark(min_rounds="many")
+        def test_bad_benchmark_marker(benchmark):
+            benchmark(sum, [1])
+
         @pytest.mark.gpu_bench
         def test_fine(gpu_bench):
             gpu_bench(sum, [1])
         """
     )
-    rec = pytester.runpytest("-p", "no:cacheprovider")
-    rec.assert_outcomes(passed=1, errors=1)
+    rec = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark")
+    rec.assert_outcomes(passed=1, errors=3)
     out = rec.stdout.str()
+    assert "ERROR at setup of test_bad_value" in out and "max_time" in out
+    assert "ERROR at setup of test_bad_benchmark_marker" in out and "min_rounds" in out and "'many'" in out
     assert "max_tme" in out and "test_typo" in out
     assert "valid options are" in out and "max_time" in out and "threshold" in out
     assert "Traceback" not in out
-    pytester.runpytest("-p", "no:cacheprovider", "-k", "fine").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-k", "fine").assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize(

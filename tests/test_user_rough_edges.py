@@ -419,6 +419,20 @@ def test_the_space_form_in_pytest_addopts_is_a_usage_error_too(pytester: pytest.
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_the_space_form_in_ini_addopts_keeps_the_rootdir_and_the_gate(pytester: pytest.Pytester,
+                                                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    # issue 46: ini addopts are read after pytest has chosen the rootdir, so the space form cannot
+    # move it (as PYTEST_ADDOPTS and the command line did): the path is the option's value
+    outside = tmp_path_factory.mktemp("elsewhere") / "r.json"
+    outside.write_text("{}")
+    pytester.makeini(f"[pytest]\naddopts = --gpuperf-json {outside}\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    rec = pytester.runpytest("-p", "no:cacheprovider")
+    rec.assert_outcomes(passed=1)
+    assert f"rootdir: {pytester.path}" in rec.stdout.str()
+    assert json.loads(outside.read_text()).get("benchmarks") == {}  # the report went where addopts said
+
+
 def test_long_calls_under_xdist_give_one_warning_line_in_the_controller(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_bench=LOOP, test_other=LOOP.replace("def test_loop", "def test_other"))

@@ -223,6 +223,7 @@ class InstructionCounting:
         self.dump_dir, self.calls, self.warmup = Path(dump_dir), calls, warmup
         self.pid, self.dumps = os.getpid(), 0
         self.tool = tool_text()
+        one_intra_op_thread()
         self.count.start_instrumentation()
         self.loop = self._dump(LOOP, _empty)
 
@@ -244,6 +245,17 @@ class InstructionCounting:
 
         profile, path = self._dump(name, fn)
         return Instructions(per_call(profile, self.loop[0], self.calls), self.calls, self.warmup, self.tool, str(path))
+
+
+def one_intra_op_thread() -> bool:
+    """``torch.set_num_threads(1)`` where torch is already imported (never imports it): the counts of
+    one thread repeat, a pool's do not (:data:`WORKER_ENV` sets ``OMP_NUM_THREADS=1`` for the pools
+    torch has not made yet). True when torch was there to pin."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "set_num_threads"):
+        return False
+    torch.set_num_threads(1)
+    return True
 
 
 _PROCESS: dict[str, Any] = {}  # the dump folder of this process (its role) and its counting, made once
@@ -304,7 +316,8 @@ def valgrind_command(argv: Sequence[str], out_dir: str | os.PathLike[str], *, ba
     Instrumentation starts off (``--instr-atstart=no``) with the ctypes backend, on with torch's
     (its requests cannot start it). ``--dump-instr=no --dump-line=no``: per-function counts
     only. The environment fixes the hash seed and one intra-op thread (:data:`WORKER_ENV`; the
-    worker also calls ``torch.set_num_threads(1)``). Raises :class:`ValgrindUnavailable` with
+    worker also calls ``torch.set_num_threads(1)`` where torch is imported:
+    :func:`one_intra_op_thread`). Raises :class:`ValgrindUnavailable` with
     :func:`valgrind_missing`'s reason.
     """
     reason = valgrind_missing()

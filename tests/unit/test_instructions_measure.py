@@ -85,3 +85,53 @@ def test_dump_files_in_dump_order(tmp_path: Path) -> None:
     assert [p.name for p in I.dump_files(tmp_path, 7)] == ["callgrind.out.7.1", "callgrind.out.7.2",
                                                           "callgrind.out.7.10"]
 
+
+
+class _FakeTorchC:
+    """torch._C's valgrind requests as a fake records them (no torch imported)."""
+
+    def __init__(self, supported: bool) -> None:
+        self.supported, self.calls = supported, []
+
+    def _valgrind_supported_platform(self) -> bool:
+        return self.supported
+
+    def _valgrind_toggle(self) -> None:
+        self.calls.append("toggle")
+
+    def _valgrind_toggle_and_dump_stats(self) -> None:
+        self.calls.append("toggle+dump")
+
+
+def test_auto_falls_back_to_torchs_requests_where_the_ctypes_ones_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    monkeypatch.setattr(I, "ctypes_supported", lambda: False)
+    fake = types.ModuleType("torch")
+    fake._C = _FakeTorchC(supported=True)  # type: ignore[attr-defined]
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    count = I.counter("auto")
+    assert count.backend == "torch" and count.running_on_valgrind()  # torch's requests cannot ask: assumed
+    count.start_instrumentation()  # a no-op: the worker starts instrumented with this backend
+    I.measure_one(count, "b", lambda: None, number=3, warmup=1)
+    assert fake._C.calls == ["toggle", "toggle+dump"]  # type: ignore[attr-defined]
+    if I.valgrind_missing() is None:  # instrumented from the start: torch's requests cannot start it
+        assert "--instr-atstart=yes" in I.valgrind_command(["python", "w.py"], "/tmp/x", backend="auto")[0]
+    fake._C = _FakeTorchC(supported=False)  # type: ignore[attr-defined]
+    with pytest.raises(I.ValgrindUnavailable, match="_valgrind_supported_platform"):
+        I.counter("auto")
+    with pytest.raises(I.ValgrindUnavailable, match="x86-64 Linux"):
+        I.counter("ctypes")
+
+
+def test_the_worker_pins_torch_to_one_intra_op_thread_without_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert I.one_intra_op_thread() is False and "torch" not in sys.modules  # never imports torch
+    fake = types.ModuleType("torch")
+    threads: list[int] = []
+    fake.set_num_threads = threads.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert I.one_intra_op_thread() is True and threads == [1]
