@@ -94,6 +94,50 @@ def test_an_unreachable_store_warns_and_loses_no_report_strict_fails(pytester: p
     assert "hunter2-secret" not in strict.stdout.str()
 
 
+STOPS_THE_SERVER = """
+import json, os, subprocess
+import pytest
+
+@pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, device="cpu", counts=False)
+def test_a(gpu_bench):
+    gpu_bench(sum, range(10))
+
+def test_the_server_goes_away():  # an administrator stops it while the session runs
+    subprocess.run(json.loads(os.environ["STOP_SERVER"]), check=True, capture_output=True, timeout=120)
+"""
+
+
+def test_a_server_stopped_mid_session_warns_keeps_the_reports_and_stores_no_partial_run(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, pg) -> None:
+    """A real PostgreSQL server that is up when the session starts (the run before is stored) and
+    stopped during its tests: the session's run is not recorded, with the warning (the password
+    never shown); the tests and the JSON report stand; once the server is back, the store holds
+    the earlier run whole and nothing of the one it lost."""
+    from pytest_gpuperf.storage.history import HistoryStore
+
+    url = pg.database("stopped")
+    password = url.split(":")[2].split("@")[0]
+    pytester.makepyfile(test_bench=STOPS_THE_SERVER)
+    script_timings(pytester, STEADY)
+    monkeypatch.setenv("STOP_SERVER", json.dumps(["true"]))
+    pytester.runpytest("--gpuperf-update-baselines", f"--gpuperf-history={url}", *ONE).assert_outcomes(passed=2)
+    monkeypatch.setenv("STOP_SERVER", json.dumps(pg.pause_command()))
+    try:
+        rec = pytester.runpytest("--gpuperf", f"--gpuperf-history={url}", "--gpuperf-json=r.json", *ONE)
+        rec.assert_outcomes(passed=2)
+        out = rec.stdout.str() + rec.stderr.str()
+        assert rec.ret == 0 and "not recorded in the history" in out and "***" in out
+        assert password not in out and "INTERNALERROR" not in out
+        report = json.loads((pytester.path / "r.json").read_text())
+        assert report["benchmarks"]["test_bench.py::test_a"]["verdict"] == "unchanged"
+    finally:
+        pg.resume()
+    with HistoryStore(url) as store:
+        runs = store.runs()
+        assert [r["mode"] for r in runs] == ["update"] and runs[0]["benchmarks"] == 1
+        assert [r["verdict"] for r in store.series("test_bench.py::test_a")] == ["no-baseline"]
+
+
 def test_a_corrupt_store_is_named_and_left_untouched(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_bench=BODY)
     script_timings(pytester, STEADY)

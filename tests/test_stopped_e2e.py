@@ -4,7 +4,8 @@ Scripted timings (tests/scripted.py); the inner sessions run in a subprocess of 
 signal reaches them and not this test process. One update session in 3 worker processes covers the
 replicated case: the second worker sends its coordinator SIGTERM while it measures the third
 benchmark. One single-process session covers the other: the session itself gets SIGTERM in its
-second test.
+second test. The first session again, with SIGKILL for SIGTERM, checks that the killed
+coordinator's worker does not measure on.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ OPTS = dict(device="cpu", counts=False)
 
 
 def _stop_in_worker(slot):
-    # in the worker process of that slot: SIGTERM to its coordinator, then wait to be stopped
+    # in the worker process of that slot: SIGTERM (SIGKILL with KILL_COORDINATOR=1) to its
+    # coordinator, then wait to be stopped
     if any(f'"replicate": "{slot}"' in arg for arg in sys.argv):
         open("stopped-worker.pid", "w").write(str(os.getpid()))
-        os.kill(os.getppid(), signal.SIGTERM)
+        kill = os.environ.get("KILL_COORDINATOR") == "1"
+        os.kill(os.getppid(), signal.SIGKILL if kill else signal.SIGTERM)
         time.sleep(60)
 
 @pytest.mark.gpu_bench(**OPTS)
@@ -89,6 +92,27 @@ def test_sigterm_keeps_the_benchmarks_finished_so_far_and_says_which_were_not_me
     # no worker process outlives the stop (that one would sleep 60 s)
     pid = int(pytester.path.joinpath("stopped-worker.pid").read_text())
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+    # SIGKILL (no handler runs): the worker still goes with its coordinator (PR_SET_PDEATHSIG; issue 46)
+    import time
+
+    monkeypatch.setenv("KILL_COORDINATOR", "1")
+    pytester.path.joinpath("stopped-worker.pid").unlink()
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=3", *RUN)
+    assert rec.ret == -9  # the coordinator, killed
+    pid = int(pytester.path.joinpath("stopped-worker.pid").read_text())
+    deadline = time.monotonic() + 30
+
+    def running() -> bool:
+        try:
+            return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+
+    while running():
+        assert time.monotonic() < deadline, "the worker outlived its killed coordinator"
+        time.sleep(0.1)
+    monkeypatch.delenv("KILL_COORDINATOR")
 
     # single process: SIGTERM in the session itself interrupts it as Ctrl-C does; the reports keep
     # what it measured (test_a, test_b), whose baselines were written as each passed

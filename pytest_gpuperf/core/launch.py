@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Callable
 
 def torchrun(nproc: int) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc-per-node=N``: torch's own launcher
@@ -103,3 +104,29 @@ def _descendants(root: int) -> set[tuple[int, str]]:
             found.add((pid, started))
         todo.extend(children.get(pid, ()))
     return found
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a worker process (Linux): it gets SIGTERM when the process that started it
+    dies, even by SIGKILL, where no handler of that process runs (``prctl(PR_SET_PDEATHSIG)``),
+    so that no worker measures on for nobody (issue 46: a killed coordinator's workers ran on;
+    the replicate and instruction workers and both A/B sides use it). It checks that its parent did not die before the call. None elsewhere (no such call).
+
+    The signal follows the *thread* that started the child: call it from a thread that outlives
+    the worker (the session's own)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec

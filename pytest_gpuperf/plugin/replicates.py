@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pytest_gpuperf.core.launch import launcher, stop as _stop
+from pytest_gpuperf.core.launch import die_with_parent, launcher, stop as _stop
 from pytest_gpuperf.core.options import DEFAULT_PROCESSES
 from pytest_gpuperf.core.signals import Terminated, sigterm_raises, stop_reason
 from pytest_gpuperf.plugin.stopping import Stopped
@@ -306,32 +306,6 @@ def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, 
         run.error = f"{name} exited with code {run.returncode}"
     run.entries, run.failures = read_results(report)  # also from a worker that crashed: what it measured before
     return run
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` for a worker process (Linux): it gets SIGTERM when the process that started it
-    dies, even by SIGKILL, where no handler of that process runs (``prctl(PR_SET_PDEATHSIG)``),
-    so that no worker measures on for nobody (issue 46: a killed coordinator's workers ran on). It
-    checks that its parent did not die before the call. None elsewhere (no such call)."""
-    import signal
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the call
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 @contextlib.contextmanager

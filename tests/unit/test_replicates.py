@@ -277,7 +277,7 @@ def test_a_worker_dies_with_its_coordinator_even_when_it_is_killed(tmp_path: Pat
     import signal
 
     coordinator, child = _coordinator_with_a_worker(tmp_path, f"""
-from pytest_gpuperf.plugin.replicates import die_with_parent
+from pytest_gpuperf.core.launch import die_with_parent
 child = subprocess.Popen({WORKER}, preexec_fn=die_with_parent())
 open(PID_FILE, "w").write(str(child.pid))
 time.sleep(60)
