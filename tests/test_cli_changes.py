@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +145,58 @@ def test_the_default_store_is_found_as_git_finds_its_repository_and_never_create
     assert capsys.readouterr().out.count("compare") == 10
     assert not (sub / ".gpuperf").exists() and not (tmp_path / "pkg" / ".gpuperf").exists()
     assert store.read_bytes() == before  # opened read-only
+
+
+def _project(tmp_path: Path) -> Path:
+    """A project whose ``.gpuperf/history.sqlite`` holds ten runs (a step at run 6), closed (its WAL
+    folded into the file) and without the ``.gitignore`` the writer put beside it."""
+    store = tmp_path / ".gpuperf" / "history.sqlite"
+    _fill(store)
+    (store.parent / ".gitignore").unlink()
+    return store
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _read_with_both_commands(project: Path, capsys, monkeypatch) -> None:
+    """``gpuperf history runs`` and ``gpuperf changes`` in ``project`` (its default store) read all of it."""
+    monkeypatch.chdir(project)
+    assert main(["history", "runs"]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.count("compare") == 10
+    assert main(["changes"]) == 0, capsys.readouterr().err
+    assert "1 change(s)" in capsys.readouterr().out
+
+
+def test_reading_commands_read_a_store_whose_wal_cannot_be_created_and_create_nothing(tmp_path: Path, capsys,
+                                                                                      monkeypatch) -> None:
+    # a WAL store on a read-only filesystem: mode=ro cannot create its -wal ("unable to open database
+    # file"; history runs and changes exited 2). A -wal that is a folder fails the same way, root or not.
+    store = _project(tmp_path)
+    Path(f"{store}-wal").mkdir()
+    before, content = _listing(tmp_path), store.read_bytes()
+    _read_with_both_commands(tmp_path, capsys, monkeypatch)
+    assert _listing(tmp_path) == before  # no .gitignore, no -shm, nothing
+    assert store.read_bytes() == content
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root writes into a folder of mode 0o555 (the test above fails the WAL for root too)")
+def test_reading_commands_read_a_store_in_a_read_only_folder(tmp_path: Path, capsys, monkeypatch) -> None:
+    # mode=ro in a folder it may not write: "attempt to write a readonly database"
+    store = _project(tmp_path)
+    before, content = _listing(tmp_path), store.read_bytes()
+    folders = [store.parent, tmp_path]
+    store.chmod(0o444)
+    for f in folders:
+        f.chmod(0o555)
+    try:
+        _read_with_both_commands(tmp_path, capsys, monkeypatch)
+    finally:
+        for f in folders:
+            f.chmod(0o755)
+    assert _listing(tmp_path) == before and store.read_bytes() == content
 
 
 def test_a_store_whose_schema_version_is_text_is_a_clear_error_and_left_untouched(tmp_path: Path, capsys) -> None:

@@ -202,6 +202,55 @@ def test_an_unknown_scheme_names_what_is_accepted() -> None:
     assert "hunter2" not in str(err.value)
 
 
+@pytest.mark.parametrize(("given", "password", "host", "query"), [
+    ("postgresql://ci:p@ss/w@db:5432/perf", "p@ss/w", "db", {}),
+    ("postgres://ci:p@ss@db/perf?user=a@b.example", "p@ss", "db", {"user": "a@b.example"}),
+    ("postgresql://db/perf?user=a@b.example", None, "db", {"user": "a@b.example"}),
+    ("postgresql+psycopg://ci:a%40b@db/perf", "a@b", "db", {}),
+])
+def test_a_password_with_an_unencoded_at_is_read_whole(given: str, password: str | None, host: str,
+                                                       query: dict[str, str]) -> None:
+    url = sqlalchemy.engine.make_url(h.normalize_url(given))
+    assert (url.password, url.host, url.database, dict(url.query)) == (password, host, "perf", query)
+
+
+def test_a_libpq_key_value_dsn_is_refused_with_its_password_hidden(tmp_path: Path) -> None:
+    with pytest.raises(h.HistoryError, match="key=value connection string") as err:
+        h.normalize_url("host=db user=ci password=hunter2,x dbname=perf", tmp_path)
+    assert "hunter2" not in str(err.value) and "password=***" in str(err.value)
+    assert list(tmp_path.iterdir()) == []  # no SQLite file named after it
+
+
+def test_a_read_only_store_is_immutable_only_where_its_wal_cannot_be_opened(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    with h.HistoryStore(db) as store:
+        store.append(_run(1), _rows(2))
+    wal = Path(f"{db}-wal")
+    wal.mkdir()  # as on a read-only filesystem: "unable to open database file"
+    assert h.read_only_uri(str(db)) == f"file:{db}?mode=ro&immutable=1"
+    with h.HistoryStore(db, read_only=True) as store:
+        assert [r["run_id"] for r in store.runs()] == ["run-1"]
+    wal.rmdir()
+    assert h.read_only_uri(str(db)) == f"file:{db}?mode=ro"
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database" * 100)
+    assert h.read_only_uri(str(junk)) == f"file:{junk}?mode=ro"  # left to the store's connection to report
+
+
+@pytest.mark.parametrize(("error", "immutable"), [("unable to open database file", True),
+                                                  ("attempt to write a readonly database", True),
+                                                  ("database is locked", False), ("disk I/O error", False)])
+def test_read_only_uri_falls_back_on_the_errors_of_an_unwritable_wal_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: str, immutable: bool) -> None:
+    import sqlite3
+
+    def refuse(*args: object, **kw: object) -> None:
+        raise sqlite3.OperationalError(error)
+
+    monkeypatch.setattr(sqlite3, "connect", refuse)
+    assert h.read_only_uri("/data/h.sqlite").endswith("&immutable=1") is immutable
+
+
 def test_redact_hides_the_password_only() -> None:
     assert h.redact("postgresql://ci:pa55@db:5432/perf") == "postgresql://ci:***@db:5432/perf"
     assert h.redact("postgresql://ci@db/perf") == "postgresql://ci@db/perf"

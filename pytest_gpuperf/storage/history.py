@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -129,14 +130,26 @@ def shown(url: str) -> str:
     return redact(str(url).replace("postgresql+psycopg://", "postgresql://"))
 
 
+#: libpq's connection keywords: a text that starts with ``KEYWORD=`` is a key=value DSN, not a path.
+_LIBPQ_KEYWORDS = frozenset({"host", "hostaddr", "port", "dbname", "user", "password", "passfile", "sslmode",
+                             "sslpassword", "service", "connect_timeout", "application_name", "options"})
+
+
 def normalize_url(url: str | os.PathLike[str], root: Path | None = None) -> str:
     """The SQLAlchemy URL for ``url``: a bare path (relative to ``root``) becomes ``sqlite:///ABS``;
-    ``postgresql://`` and ``postgres://`` use psycopg 3 (``postgresql+psycopg://``). Raises
-    :class:`HistoryError` for another scheme, naming it and what is accepted."""
+    ``postgresql://`` and ``postgres://`` use psycopg 3 (``postgresql+psycopg://``), an unencoded
+    ``@`` in the password written ``%40`` (:func:`_quote_password`). Raises :class:`HistoryError`
+    for another scheme, naming it and what is accepted, and for a libpq key=value DSN (``host=db
+    password=…``; it would be taken for a SQLite file's name, the password in it), shown redacted."""
     text = os.fspath(url).strip()
     if not text:
         raise HistoryError(f"pytest-gpuperf: empty history URL; accepted: {ACCEPTED}")
     scheme = text.split("://", 1)[0].lower() if "://" in text else None
+    keyword = re.match(r"([A-Za-z_]+)\s*=", text)
+    if scheme is None and keyword and keyword.group(1).lower() in _LIBPQ_KEYWORDS:
+        raise HistoryError(f"pytest-gpuperf: history URL {redact(text)!r} is a libpq key=value connection string, "
+                           f"which is not accepted: write it as postgresql://USER:PASSWORD@HOST:PORT/DB; "
+                           f"accepted: {ACCEPTED}")
     if scheme is None:
         path = Path(text).expanduser()
         return f"sqlite:///{(root / path if root is not None and not path.is_absolute() else path).resolve()}"
@@ -146,11 +159,26 @@ def normalize_url(url: str | os.PathLike[str], root: Path | None = None) -> str:
             return f"sqlite:///{(root / rest[1:]).resolve()}"
         return text
     if scheme in ("postgresql", "postgres"):
-        return "postgresql+psycopg://" + text.split("://", 1)[1]
+        return "postgresql+psycopg://" + _quote_password(text.split("://", 1)[1])
     if scheme.startswith("postgresql+"):
-        return text
+        return text.split("://", 1)[0] + "://" + _quote_password(text.split("://", 1)[1])
     raise HistoryError(f"pytest-gpuperf: history URL {redact(text)!r}: scheme {scheme!r} is not accepted; "
                        f"accepted: {ACCEPTED}")
+
+
+def _quote_password(rest: str) -> str:
+    """``rest`` (a PostgreSQL URL after ``scheme://``) with each ``@`` of its userinfo's password
+    written ``%40``: libpq and users write ``postgresql://ci:p@ss/w@db/perf``, which SQLAlchemy
+    would read as password ``p`` on host ``ss`` (and the driver's error would quote that piece of
+    the password). The userinfo ends at the last ``@`` before which no query (``?name=``) starts
+    (``?user=a@b.example`` is a query's); one without a ``:`` (no password) is left as it is."""
+    for at in (i for i in range(len(rest) - 1, -1, -1) if rest[i] == "@"):
+        userinfo = rest[:at]
+        if re.search(r"\?[\w.\-]*=", userinfo):
+            continue
+        user, colon, password = userinfo.partition(":")
+        return f"{user}:{password.replace('@', '%40')}{rest[at:]}" if colon else rest
+    return rest
 
 
 def _tables(meta: Any) -> dict[str, Any]:
@@ -211,6 +239,39 @@ def _wal(cur: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_MS / 1000) -> None:
             time.sleep(0.05)
 
 
+#: SQLite's errors for a read-only connection whose WAL (``-wal``) or WAL index (``-shm``) it
+#: cannot open or create: a read-only filesystem, a folder or file it may not write.
+_WAL_UNOPENABLE = ("unable to open database file", "attempt to write a readonly database")
+
+
+def read_only_uri(path: str) -> str:
+    """The SQLite URI that opens the existing store file ``path`` read-only: ``file:PATH?mode=ro``,
+    or ``file:PATH?mode=ro&immutable=1`` when a ``mode=ro`` connection cannot read it because its
+    WAL files cannot be opened or created (SQLite says "unable to open database file" on a read-only
+    filesystem, "attempt to write a readonly database" in a folder it may not write): ``immutable``
+    tells SQLite the file cannot change, so it uses no WAL, lock or ``-shm`` file and creates
+    nothing. Such a reader does not see what a ``-wal`` file left by a writer that did not finish
+    holds (a cleanly closed store has none: its last connection folds the WAL into the file) and
+    must not be used while a writer writes. Any other error is left to the caller's connection,
+    which reports it. Opens one short connection to find out; raises nothing."""
+    import sqlite3
+    from urllib.parse import quote
+
+    uri = f"file:{quote(path)}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        if any(m in str(exc) for m in _WAL_UNOPENABLE):
+            return uri + "&immutable=1"
+    except sqlite3.Error:
+        pass  # not a database, a damaged one...: the store's own connection says so
+    return uri
+
+
 class HistoryStore:
     """A history store at ``url`` (see :func:`normalize_url`; ``root``: where a relative SQLite path
     starts). Opening creates the tables when the store is new (a SQLite file's folder too) and
@@ -219,7 +280,8 @@ class HistoryStore:
     was written by a newer plugin, or SQLAlchemy (or psycopg, for PostgreSQL) is not installed.
 
     ``read_only`` (the reading commands, issue 46): nothing is created or migrated, a SQLite file is
-    opened with ``mode=ro`` (also on a read-only filesystem) and a PostgreSQL session with
+    opened with ``mode=ro`` (on a read-only filesystem or folder, where its WAL files cannot be
+    created, with ``immutable=1``: :func:`read_only_uri`) and a PostgreSQL session with
     ``default_transaction_read_only``; a store that does not exist, is not one, or has an older
     schema version raises :class:`HistoryError` saying so.
 
@@ -284,14 +346,13 @@ class HistoryStore:
                                f"accepted: {ACCEPTED}") from None
 
     def _sqlite_read_only(self, path: str) -> Any:
-        """An engine on the existing SQLite file ``path``, opened read-only (``mode=ro``). Raises
+        """An engine on the existing SQLite file ``path``, opened read-only (:func:`read_only_uri`:
+        ``mode=ro``, or ``immutable=1`` where its WAL cannot be opened). Raises
         :class:`HistoryError` when there is no such file."""
         if not path or path == ":memory:" or not Path(path).is_file():
             raise HistoryError(f"pytest-gpuperf: no history store at {self.shown} (runs are recorded by "
                                "pytest --gpuperf, or brought in with gpuperf history import)")
-        from urllib.parse import quote
-
-        engine = self._sa.create_engine(f"sqlite:///file:{quote(path)}?mode=ro&uri=true",
+        engine = self._sa.create_engine(f"sqlite:///{read_only_uri(path)}&uri=true",
                                         connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
         @self._sa.event.listens_for(engine, "connect")
