@@ -3,7 +3,8 @@ in a private mount namespace (``unshare -m``, root only; skipped with the reason
 
 An update run there fails each test whose baseline it cannot write, naming the file and the
 reason, and leaves the stored baseline as it was; a compare run reads the baselines and decides
-as anywhere, warning only that the history store could not be opened. Timings are scripted.
+as anywhere, warning only that the history store could not be opened; ``gpuperf history runs`` and
+``gpuperf changes`` read the store there and create nothing. Timings are scripted.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def _read_only_mount_works(folder: Path) -> str | None:
     return None if probe.returncode == 0 else f"no read-only bind mount here: {probe.stderr.strip()[:200]}"
 
 
-def _run_read_only(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    inner = shlex.join([sys.executable, "-m", "pytest", *args])
+def _run_read_only(folder: Path, *args: str, module: str = "pytest") -> subprocess.CompletedProcess:
+    inner = shlex.join([sys.executable, "-m", module, *args])
     script = f"mount --bind -o ro {shlex.quote(str(folder))} {shlex.quote(str(folder))} && cd {shlex.quote(str(folder))} && {inner}"
     return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "200"})
@@ -71,3 +72,13 @@ def test_a_read_only_project_fails_the_baselines_it_cannot_write_and_still_compa
     assert compare.returncode == 0 and "1 passed" in out, out
     assert "not recorded in the history" in out and "INTERNALERROR" not in out
     assert '"verdict": "unchanged"' in report.read_text()
+
+    # the reading commands open the store the update run recorded, read-only (immutable: its WAL
+    # cannot be made there), and create nothing
+    store = pytester.path / ".gpuperf" / "history.sqlite"
+    listing = sorted(p.name for p in store.parent.iterdir())
+    runs = _run_read_only(pytester.path, "history", "runs", module="pytest_gpuperf")
+    assert runs.returncode == 0 and "update" in runs.stdout, runs.stdout + runs.stderr
+    changes = _run_read_only(pytester.path, "changes", module="pytest_gpuperf")
+    assert changes.returncode == 0, changes.stdout + changes.stderr
+    assert sorted(p.name for p in store.parent.iterdir()) == listing
