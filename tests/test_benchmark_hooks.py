@@ -100,6 +100,9 @@ def pytest_benchmark_scale_unit(config, unit, benchmarks, best, worst, sort):
 
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
     saved = compared_benchmark["machine_info"]
+    for info in (machine_info, saved):  # as torch's conftest does: its CPU clock moves between runs
+        info["cpu"].pop("hz_actual")
+        info["cpu"].pop("hz_actual_friendly")
     if saved.get("runner") != machine_info.get("runner"):
         benchmarksession.logger.warning(
             f"machine differs: {saved['runner']} vs {machine_info['runner']} ({benchmarksession.storage.location})")
@@ -124,6 +127,9 @@ def test_slow(benchmark):
     (baseline,) = pytester.path.joinpath("baselines").rglob("*.json")
     stored = json.loads(baseline.read_text())["benchmarks"]
     assert stored["test_fast"]["machine_info"]["runner"] == "ci-7"  # the update run's, hooks included
+    cpu = stored["test_fast"]["machine_info"]["cpu"]  # pytest-benchmark's (py-cpuinfo's keys)
+    assert {"brand_raw", "vendor_id_raw", "arch", "bits", "count", "hz_advertised", "hz_actual_friendly"} <= set(cpu)
+    assert len(cpu["hz_actual"]) == 2 and all(isinstance(v, int) for v in cpu["hz_actual"])
     monkeypatch.setenv("RUNNER", "ci-8")
     rec = pytester.runpytest("--gpuperf", *run)
     rec.assert_outcomes(passed=2)
@@ -133,6 +139,7 @@ def test_slow(benchmark):
     row = next(ln for ln in rec.stdout.lines if ln.startswith("test_bench.py::test_fast "))
     assert " us " in row and " ms " not in row and "µs" not in row  # every time in the hook's unit
     assert "machine differs: ci-7 vs ci-8 (baselines/" in out
+    assert "raised" not in out  # machine_info["cpu"] is there, in this run's and in the stored one
     pytester.path.joinpath("conftest.py").write_text(pytester.path.joinpath("conftest.py").read_text().replace(
         'return "u", 1e6', 'return "u"'))
     rec = pytester.runpytest("--gpuperf", *run)  # a hook that returns nonsense: a warning, the table's own units

@@ -17,7 +17,6 @@ Imports neither torch nor numpy: the plugin loads this module at start-up.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -26,6 +25,9 @@ import pytest
 
 from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.core.flags import BENCHMARK_FLAGS
+# the fixture object and its stats (re-exported: this module has served them)
+from pytest_gpuperf.plugin.benchmark_fixture import (BenchmarkFixture, BenchmarkStats, FixtureAlreadyUsed,  # noqa: F401
+                                                     Logger, Stats, tensor_device)
 # the summary table's column and sort keys, stated once (read here for the options and their help)
 from pytest_gpuperf.reporting.columns import DEFAULT_COLUMNS, DEFAULT_SORT, SORT_KEYS, TABLE_COLUMNS  # noqa: F401
 
@@ -88,10 +90,6 @@ PB_DEFAULTS: dict[str, Any] = {
 }
 
 COMPAT_KEY = pytest.StashKey["CompatSettings"]()
-
-
-class FixtureAlreadyUsed(Exception):
-    """``benchmark`` was called a second time in one test (pytest-benchmark's error and message)."""
 
 
 @dataclass(frozen=True)
@@ -336,15 +334,20 @@ def report_info(config: pytest.Config, commit: str | None, dirty: bool | None,
     (:mod:`pytest_gpuperf.plugin.benchmark_hooks`): ``pytest_benchmark_generate_*_info`` (first
     result; else this machine's ``platform`` fields, and ``id``/``dirty``/``branch`` of the
     checkout), then ``pytest_benchmark_update_*_info`` in place. Returns them and a warning per hook
-    that raised (contained: the report is written without that hook's part)."""
+    that raised (contained: the report is written without that hook's part). This machine's
+    ``machine_info`` has pytest-benchmark's ``cpu`` dict
+    (:func:`~pytest_gpuperf.measure.environment.pb_cpu_info`: py-cpuinfo's, else from
+    ``/proc/cpuinfo``), which conftests' hooks read (``info["cpu"].pop("hz_actual")``)."""
     import platform
 
+    from pytest_gpuperf.measure.environment import pb_cpu_info
+
     problems: list[str] = []
-    machine = {"node": platform.node(), "machine": platform.machine(), "system": platform.system(),
-               "release": platform.release(), "python_implementation": platform.python_implementation(),
-               "python_version": platform.python_version()}
+    machine = _call_hook(config, "pytest_benchmark_generate_machine_info", problems, config=config) or {
+        "node": platform.node(), "machine": platform.machine(), "system": platform.system(),
+        "release": platform.release(), "python_implementation": platform.python_implementation(),
+        "python_version": platform.python_version(), "cpu": pb_cpu_info()}
     commit_info = {"id": commit, "dirty": dirty, "branch": branch}
-    machine = _call_hook(config, "pytest_benchmark_generate_machine_info", problems, config=config) or machine
     _call_hook(config, "pytest_benchmark_update_machine_info", problems, config=config, machine_info=machine)
     commit_info = _call_hook(config, "pytest_benchmark_generate_commit_info", problems, config=config) or commit_info
     _call_hook(config, "pytest_benchmark_update_commit_info", problems, config=config, commit_info=commit_info)
@@ -470,32 +473,14 @@ def scale_unit(config: pytest.Config, rows: Sequence[tuple[str, Any]], problems:
     return None
 
 
-class _Logger:
-    """pytest-benchmark's session logger as its hooks use it: ``warning`` (and ``warn``/``error``)
-    becomes one warning of the session; ``info``/``debug`` are dropped."""
-
-    def __init__(self, warn: Callable[[str], None]) -> None:
-        self._warn = warn
-
-    def warning(self, text: Any, *args: Any, **kwargs: Any) -> None:
-        self._warn(str(text))
-
-    warn = error = warning
-
-    def info(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    debug = info
-
-
 class _BenchmarkSession:
     """What a ``pytest_benchmark_compare_machine_info`` implementation uses of pytest-benchmark's
-    session: ``logger`` (:class:`_Logger`) and ``storage.location`` (the baseline file compared)."""
+    session: ``logger`` (:class:`~pytest_gpuperf.plugin.benchmark_fixture.Logger`) and ``storage.location`` (the baseline file compared)."""
 
     def __init__(self, warn: Callable[[str], None], location: str) -> None:
         import types
 
-        self.logger = _Logger(warn)
+        self.logger = Logger(warn)
         self.storage = types.SimpleNamespace(location=location)
 
 
@@ -633,247 +618,23 @@ def group_of(item: pytest.Item) -> Callable[[str | None], str | None] | None:
 # ----------------------------------------------------------------------------- the fixture
 
 
-def tensor_device(fn: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
-    """The ``torch.device`` the call works on: the first CUDA device among the tensors (and
-    ``nn.Module`` parameters) in ``args``/``kwargs`` (one level into lists, tuples and dicts) and a
-    module ``fn`` or its bound ``self``; else ``cpu`` when tensors were found; else None (unknown).
-    Imports nothing: without torch loaded there can be no tensor."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    found: list[Any] = []
-
-    def visit(value: Any, depth: int = 0) -> None:
-        if isinstance(value, torch.Tensor):
-            found.append(value.device)
-        elif isinstance(value, torch.nn.Module):
-            # torch's own methods, unbound: a user class may store an attribute named `parameters`
-            # (issue 46: TypeError: 'NoneType' object is not callable); a module torch cannot walk
-            # tells nothing, it never fails the benchmark
-            try:
-                first = next(iter(torch.nn.Module.parameters(value)), None)
-                first = first if first is not None else next(iter(torch.nn.Module.buffers(value)), None)
-            except Exception:  # noqa: BLE001 - a probe of a user object never fails a benchmark
-                first = None
-            if first is not None:
-                found.append(first.device)
-        elif depth == 0 and isinstance(value, (list, tuple)):
-            for v in value:
-                visit(v, 1)
-        elif depth == 0 and isinstance(value, dict):
-            for v in value.values():
-                visit(v, 1)
-
-    for v in (fn, getattr(fn, "__self__", None), *args, *kwargs.values()):
-        visit(v)
-    devices = [d for d in found if d.type in ("cuda", "cpu")]
-    cuda = [d for d in devices if d.type == "cuda"]
-    if cuda:
-        return cuda[0] if cuda[0].index is not None else torch.device("cuda", torch.cuda.current_device())
-    return devices[0] if devices else None
-
-
-class BenchmarkStats:
-    """``benchmark.stats``: pytest-benchmark's statistics of the measurement, in **seconds**.
-
-    Attributes (and ``stats["mean"]``, ``stats.stats.mean``, ``as_dict()`` as there): ``min``,
-    ``max``, ``mean``, ``stddev``, ``median``, ``q1``/``q3`` (25th/75th percentiles), ``iqr``,
-    ``rounds``, ``iterations`` (calls per round), ``ops`` (calls per second), ``total``,
-    ``data`` (per-call times, one per round), ``stddev_outliers``/``iqr_outliers`` and
-    ``outliers`` (``"<stddev>;<iqr>"``), ``ld15iqr``/``hd15iqr``. ``result`` is the underlying
-    :class:`~pytest_gpuperf.verdict.result.BenchResult` (milliseconds, verdict).
-    """
-
-    fields = ("min", "max", "mean", "stddev", "rounds", "median", "iqr", "q1", "q3", "iqr_outliers",
-              "stddev_outliers", "outliers", "ld15iqr", "hd15iqr", "ops", "total")
-
-    def __init__(self, fixture: "BenchmarkFixture", result: Any) -> None:
-        self.result = result
-        self.name, self.fullname, self.group = fixture.name, fixture.fullname, result.group
-        self.param, self.params, self.extra_info = fixture.param, fixture.params, fixture.extra_info
-        self.iterations = result.calls_per_round
-        self.data = [ms / 1e3 for ms in result.samples_ms]
-        self.min, self.max, self.mean = result.min_ms / 1e3, result.max_ms / 1e3, result.mean_ms / 1e3
-        self.stddev = result.std_ms / 1e3 if len(self.data) > 1 else 0.0
-        self.median, self.q1, self.q3 = result.median_ms / 1e3, result.p25_ms / 1e3, result.p75_ms / 1e3
-        self.iqr = self.q3 - self.q1
-        self.rounds = len(self.data)
-        self.total = sum(self.data)
-        self.ops = self.rounds / self.total if self.total else 0.0
-        lo, hi = self.mean - self.stddev, self.mean + self.stddev
-        self.stddev_outliers = sum(1 for v in self.data if v < lo or v > hi)
-        fence_lo, fence_hi = self.q1 - 1.5 * self.iqr, self.q3 + 1.5 * self.iqr
-        self.iqr_outliers = result.outliers.total  # the result's Tukey counts, same fences
-        self.outliers = f"{self.stddev_outliers};{self.iqr_outliers}"
-        inside = sorted(v for v in self.data if fence_lo <= v <= fence_hi) or sorted(self.data)
-        self.ld15iqr, self.hd15iqr = inside[0], inside[-1]
-
-    @property
-    def stats(self) -> "BenchmarkStats":
-        """pytest-benchmark's ``benchmark.stats.stats`` (the same object here)."""
-        return self
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The statistics (seconds) and ``iterations`` as a dict."""
-        return {**{f: getattr(self, f) for f in self.fields}, "iterations": self.iterations}
-
-
-class BenchmarkFixture:
-    """pytest-benchmark's ``benchmark`` fixture, served by the test's :class:`~pytest_gpuperf.plugin.bench.GpuBench`.
-
-    ``benchmark(fn, *args, **kwargs)`` and ``benchmark.pedantic(...)`` measure ``fn`` exactly as
-    ``gpu_bench`` does (with ``--gpuperf``; otherwise one call, smoke mode) and return ``fn``'s
-    return value. The device is that of the tensors passed (CUDA events for CUDA tensors), else the
-    test's ``device`` option. After the call ``stats`` holds :class:`BenchmarkStats` (seconds) and
-    ``result`` the :class:`~pytest_gpuperf.verdict.result.BenchResult`. ``group`` may be changed before
-    the call; ``extra_info`` is stored in the JSON report and the baselines. A second call raises
-    :class:`FixtureAlreadyUsed`.
-    """
-
-    def __init__(self, node: Any, make_bench: Callable[[Any], Any], *, group: str | None, disabled: bool,
-                 warn: Callable[[str], None] = lambda _message: None) -> None:
-        self.name = node.name
-        self.fullname = node.nodeid
-        callspec = getattr(node, "callspec", None)
-        self.param = callspec.id if callspec is not None else None
-        self.params = dict(callspec.params) if callspec is not None else None
-        self.group = group
-        self.disabled = disabled
-        self.stats: BenchmarkStats | None = None
-        self.result: Any = None
-        self._make_bench = make_bench
-        self._warn = warn
-        self._bench: Any = None
-        self._extra_info: dict[str, Any] = {}
-        self._mode: str | None = None
-
-    @property
-    def enabled(self) -> bool:
-        return not self.disabled
-
-    @property
-    def extra_info(self) -> dict[str, Any]:
-        """The test's own data, stored with the result in the JSON report and the baselines."""
-        return self._extra_info
-
-    @extra_info.setter
-    def extra_info(self, value: Mapping[str, Any]) -> None:
-        from pytest_gpuperf.plugin.bench import assign_extra_info
-
-        assign_extra_info(self._extra_info, value, "benchmark.extra_info")
-
-    def _start(self, mode: str) -> None:
-        if self._mode:
-            raise FixtureAlreadyUsed(f"Fixture can only be used once. Previously it was used in {self._mode} mode.")
-        self._mode = mode
-
-    def _bench_for(self, fn: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
-        """The GpuBench, made at the first call on the device of its tensors; ``group`` applied."""
-        if self._bench is None:
-            bench = self._make_bench(tensor_device(fn, args, kwargs))
-            bench.extra_info.update(self._extra_info)
-            self._extra_info = bench.extra_info  # one dict: later changes reach the stored result
-            self._bench = bench
-        bench = self._bench
-        if self.group != bench.options.group:
-            ctx = bench.context
-            bench.context = dataclasses.replace(ctx, options=dataclasses.replace(ctx.options, group=self.group))
-        return bench
-
-    def _done(self, result: Any) -> Any:
-        self.result = result
-        self.stats = BenchmarkStats(self, result)
-        return result.value
-
-    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Benchmark ``fn(*args, **kwargs)``; returns its return value."""
-        self._start("benchmark(...)")
-        return self._done(self._bench_for(fn, args, kwargs)(fn, *args, **kwargs))
-
-    def pedantic(self, target: Callable[..., Any], args: tuple = (), kwargs: dict[str, Any] | None = None,
-                 setup: Callable[[], Any] | None = None, teardown: Callable[..., Any] | None = None,
-                 rounds: int = 1, warmup_rounds: int = 0, iterations: int = 1) -> Any:
-        """pytest-benchmark's explicit mode: ``rounds`` timed rounds of ``iterations`` calls each
-        (timed together; the sample is their mean), after ``warmup_rounds`` untimed rounds.
-        ``setup`` runs before every round and may return ``(args, kwargs)``; ``teardown(*args,
-        **kwargs)`` after every round. Returns ``target``'s return value. Raises ``ValueError`` as
-        pytest-benchmark does (counts, ``setup`` with ``iterations > 1``)."""
-        self._start("benchmark.pedantic(...)")
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-            raise ValueError("Must have positive int for `iterations`.")
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError("Must have positive int for `rounds`.")
-        if isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0:
-            raise ValueError("Must have positive int for `warmup_rounds`.")
-        if iterations > 1 and setup:
-            raise ValueError("Can't use more than 1 `iterations` with a `setup` function.")
-        if iterations > 1 and teardown:
-            raise ValueError("pytest-gpuperf: benchmark.pedantic cannot use a `teardown` function with "
-                             f"iterations={iterations}: teardown runs after every round, so use iterations=1")
-        kwargs = dict(kwargs or {})
-        has_args = bool(args or kwargs)
-        pending: list[tuple[tuple, dict]] = []
-
-        def finish_round() -> None:
-            if teardown is not None and pending:
-                a, k = pending.pop()
-                teardown(*a, **k)
-            pending.clear()
-
-        def round_setup() -> tuple[tuple, dict]:  # pytest-benchmark's setup semantics, teardown of the last round
-            finish_round()
-            a, k = args, kwargs
-            if setup is not None:
-                maybe = setup()
-                if maybe:
-                    if has_args:
-                        raise TypeError("Can't use `args` or `kwargs` if `setup` returns the arguments.")
-                    a, k = maybe
-            pending.append((tuple(a), dict(k)))
-            return tuple(a), dict(k)
-
-        if rounds < opts.DEFAULTS.min_rounds and not self.disabled:
-            self._warn(f"{self.fullname}: benchmark.pedantic(rounds={rounds}) gives the regression gate too few "
-                       f"samples to see a change (pytest-benchmark's default is 1 round); pass "
-                       f"rounds={opts.DEFAULTS.min_rounds} or more")
-        bench = self._bench_for(target, args, kwargs)
-        try:
-            result = bench.pedantic(target, args=tuple(args), kwargs=kwargs,
-                                    setup=round_setup if (setup or teardown) else None, rounds=rounds,
-                                    warmup_rounds=warmup_rounds * iterations, calls_per_round=iterations)
-        finally:
-            finish_round()
-        return self._done(result)
-
-    def weave(self, target: Any, **kwargs: Any) -> None:
-        """Not supported (pytest-benchmark's aspectlib integration): raises ``NotImplementedError``."""
-        raise NotImplementedError("pytest-gpuperf: benchmark.weave/benchmark.patch (aspectlib) is not supported; "
-                                  "call benchmark(fn, *args) instead")
-
-    patch = weave
-
-
 class BenchmarkPlugin:
-    """Registered for the session when ``benchmark`` is served here: the fixture and the header line."""
+    """Registered for the session when ``benchmark`` is served here: the ``benchmark`` and
+    ``benchmark_weave`` fixtures, the fixture's ``skipped`` and the header line."""
 
     def __init__(self, settings: CompatSettings) -> None:
         self.settings = settings
 
     @pytest.fixture
     def benchmark(self, request: pytest.FixtureRequest, _gpuperf_measurer: Any) -> Any:
-        """pytest-benchmark's ``benchmark`` fixture, measured by pytest-gpuperf (see :class:`BenchmarkFixture`)."""
+        """pytest-benchmark's ``benchmark`` fixture, measured by pytest-gpuperf (see :class:`BenchmarkFixture`);
+        its ``_cleanup_callbacks`` run at teardown."""
         from pytest_gpuperf.plugin.keys import BENCH_KEY, SESSION_KEY
 
         gpuperf = request.config.stash[SESSION_KEY]  # the plugin's session object, set at configure
         item = request.node
         try:
-            group = gpuperf.options_for(item).group
+            options = gpuperf.options_for(item)
         except opts.OptionError as exc:
             raise pytest.fail.Exception(str(exc), pytrace=False) from None  # the reason once, without the chained traceback
 
@@ -886,8 +647,27 @@ class BenchmarkPlugin:
             bench.lazy_value = gpuperf.warn
             return bench
 
-        return BenchmarkFixture(item, make_bench, group=group, disabled=not gpuperf.settings.measuring,
-                                warn=gpuperf.warn)
+        fixture = BenchmarkFixture(item, make_bench, group=options.group, disabled=not gpuperf.settings.measuring,
+                                   warn=gpuperf.warn, options=options)
+        yield fixture
+        fixture._cleanup()
+
+    @pytest.fixture
+    def benchmark_weave(self) -> Any:
+        """pytest-benchmark's ``benchmark_weave`` (its ``benchmark.weave``, aspectlib): not supported;
+        a test that requests it errors, saying so and what to use instead."""
+        raise pytest.fail.Exception(
+            "pytest-gpuperf: the benchmark_weave fixture (pytest-benchmark's benchmark.weave, which patches a "
+            "function with aspectlib so that every call is benchmarked) is not supported; request the benchmark "
+            "fixture and call benchmark(fn, *args) instead", pytrace=False)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+        """``benchmark.skipped``: the test's call was skipped (as pytest-benchmark sets it)."""
+        outcome = yield
+        fixture = getattr(item, "funcargs", {}).get("benchmark")
+        if call.when == "call" and isinstance(fixture, BenchmarkFixture):
+            fixture.skipped = outcome.get_result().outcome == "skipped"
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings

@@ -111,7 +111,12 @@ def test_benchmark_stats_are_pytest_benchmarks_in_seconds() -> None:
     assert s.iqr == pytest.approx(s.q3 - s.q1) and s.iqr_outliers == 1 and s.outliers == f"{s.stddev_outliers};1"
     assert s.hd15iqr == pytest.approx(1.2e-3) and s.ld15iqr == pytest.approx(0.9e-3)
     assert s.param == "8" and s.params == {"n": 8} and s.extra_info == {"k": 1}
-    assert set(s.as_dict()) == set(s.fields) | {"iterations"} and s.get("nope", 3) == 3
+    assert s.get("nope", 3) == 3 and s.stats.sorted_data == sorted(s.data) and s.has_error is False
+    # pytest-benchmark's Metadata.as_dict(include_data=True, flat=False, stats=True, cprofile=None)
+    assert set(s.as_dict()["stats"]) == set(s.fields) | {"data", "iterations"} and s.as_dict()["param"] == "8"
+    assert set(s.as_dict(include_data=False, flat=True)) >= set(s.fields) | {"iterations", "name", "options"}
+    assert "data" not in s.as_dict(include_data=False, flat=True) and "stats" not in s.as_dict(stats=False)
+    assert s.as_dict()["options"]["timer"] == "perf_counter" and s.stats.as_dict() == {f: s[f] for f in s.fields}
     one = compat.BenchmarkStats(fixture, _result(samples=(2.0,)))
     assert one.stddev == 0.0 and one.rounds == 1 and math.isclose(one.ops, 500.0)
 
@@ -152,3 +157,20 @@ def test_tensor_device_prefers_a_cuda_tensor() -> None:
         pytest.skip("needs CUDA: a CUDA tensor cannot be made on a CPU-only machine")
     x, y = torch.ones(2), torch.ones(2, device="cuda")
     assert compat.tensor_device(torch.add, (x, y), {}) == torch.device("cuda", y.device.index)
+
+
+def test_machine_cpu_info_without_py_cpuinfo_has_its_keys_and_values() -> None:
+    """pytest-benchmark's ``machine_info["cpu"]`` built from /proc/cpuinfo where py-cpuinfo is not
+    installed: its keys, ``[hz, 0]`` lists and "2.4000 GHz" texts, as py-cpuinfo makes them."""
+    from pytest_gpuperf.measure.environment import PB_CPU_KEYS, cpu_info_from
+
+    text = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz\n"
+            "cpu MHz\t\t: 1200.125\n\nprocessor\t: 1\ncpu MHz\t\t: 3000.000\n")
+    info = cpu_info_from(text, "x86_64", 2)
+    assert tuple(info) == PB_CPU_KEYS
+    assert info["vendor_id_raw"] == "GenuineIntel" and info["arch"] == "X86_64" and info["bits"] == 64
+    assert info["hz_advertised"] == [2400000000, 0] and info["hz_advertised_friendly"] == "2.4000 GHz"
+    assert info["hz_actual"] == [1200125000, 0] and info["hz_actual_friendly"] == "1.2001 GHz"  # the first CPU's
+    assert info["count"] == 2 and info["python_version"].endswith(" bit)")
+    bare = cpu_info_from("", "aarch64", None)  # nothing known: the keys all the same (a hook may pop them)
+    assert bare["hz_actual"] == [0, 0] and bare["hz_actual_friendly"] == "0.0000 Hz" and bare["arch"] == "ARM_8"
