@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -64,17 +65,75 @@ def torchrun(pytester: pytest.Pytester, *args: str, ranks: int = 2) -> pytest.Ru
                         "-m", "pytest", "-p", "no:cacheprovider", *args, timeout=120)
 
 
-def _faulty_update(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+#: The inner session's own record of each rank (conftest hooks): every phase that did not pass, with
+#: its report's text as that rank shows it, and the rank's pytest exit status (at session finish,
+#: after the plugin's), one JSON line each in ``{folder}/rank<RANK>.jsonl``.
+RANK_RECORDS = """
+import json, os
+import pytest
+
+def _record(**data):
+    with open(os.path.join({folder!r}, "rank" + os.environ["RANK"] + ".jsonl"), "a") as f:
+        f.write(json.dumps(data) + "\\n")
+
+def pytest_runtest_logreport(report):
+    if not report.passed:
+        _record(nodeid=report.nodeid, when=report.when, outcome=report.outcome, text=report.longreprtext)
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session):
+    yield
+    _record(exit=int(session.exitstatus))
+"""
+
+
+@dataclass
+class Launch:
+    """A torchrun launch's output (``out``: every rank's, stdout then stderr) and what each rank
+    itself recorded (:data:`RANK_RECORDS`): ``exits`` (rank -> its pytest exit status; a rank
+    torchrun stopped has none) and ``reports`` (rank -> ``(nodeid, when)`` -> the text of its
+    report of that phase, for the phases that did not pass)."""
+
+    out: str
+    exits: dict[int, int]
+    reports: dict[int, dict[tuple[str, str], str]]
+
+    def report(self, rank: int, nodeid: str, when: str = "call") -> str:
+        """Rank ``rank``'s own report of ``nodeid``'s phase ``when`` (it did not pass there)."""
+        got = self.reports.get(rank, {}).get((nodeid, when))
+        assert got is not None, f"rank {rank} recorded no failed {when} of {nodeid}:\n{self.out}"
+        return got
+
+
+def _faulty_update(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str,
+                   stopped: tuple[int, ...] = ()) -> Launch:
     """An update run of the ``test_d.py`` written, on 2 ranks with ``--gpuperf-rank-timeout 5`` and
-    the ranks' shared folder in a temp dir of the test's: its output (both ranks, stdout then
-    stderr), after checking that it failed (non-zero) and never with an INTERNALERROR."""
-    script_timings(pytester, {"ms": 2.0})
+    the ranks' shared folder in a temp dir of the test's, after checking that it failed (non-zero),
+    never with an INTERNALERROR, and that the exit codes agree: every rank but the ``stopped`` ones
+    (hung: torchrun stops them, SIGTERM) ended its session with the same non-zero pytest exit
+    status."""
+    records = pytester.mkdir("rank-records")
+    script_timings(pytester, {"ms": 2.0}, conftest=RANK_RECORDS.format(folder=str(records)))
     monkeypatch.setenv("TMPDIR", str(pytester.mkdir("temp")))
     result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5", *args)
     out = result.stdout.str() + "\n" + result.stderr.str()
     assert result.ret != 0, out
     assert "INTERNALERROR" not in out, out
-    return out
+    exits: dict[int, int] = {}
+    reports: dict[int, dict[tuple[str, str], str]] = {}
+    for path in records.glob("rank*.jsonl"):
+        rank = int(path.stem.removeprefix("rank"))
+        for line in path.read_text().splitlines():
+            data = json.loads(line)
+            if "exit" in data:
+                exits[rank] = data["exit"]
+            else:
+                reports.setdefault(rank, {})[(data["nodeid"], data["when"])] = data["text"]
+    assert sorted(exits) == [r for r in range(2) if r not in stopped], (exits, out)
+    assert len(set(exits.values())) == 1 and 0 not in exits.values(), (exits, out)  # the exit codes agree
+    for rank in stopped:  # torchrun's report of the rank it stopped
+        assert re.search(rf"rank\s*:\s*{rank} \(local_rank: {rank}\)\s*\n\s*exitcode\s*:\s*-15", out), out
+    return Launch(out, exits, reports)
 
 
 def test_update_then_unchanged_then_straggler(pytester: pytest.Pytester) -> None:
@@ -164,13 +223,13 @@ def test_a_failed_or_hung_rank_fails_the_benchmark_everywhere_and_writes_no_base
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """An update run on three ranks, in the suite's own process group (its timeout an hour: the
     plugin's waits bound it). A test that fails after measuring on rank 1 only fails on every rank
-    naming rank 1, and rank 0 writes no baseline for it. Then rank 2 hangs in a benchmark's
-    function (its third call, in the warmup): with ``--gpuperf-rank-timeout 5`` ranks 0 and 1 fail
-    that benchmark after its 5 s budget, both naming rank 2 (the roll call), later benchmarks fail
-    at once instead of waiting again, rank 2 writes its threads' tracebacks (faulthandler: it hangs
-    in test_d.py: on one node to a file in the temp dir, which ranks 0 and 1 quote), torchrun's exit
-    code is non-zero, and the whole launch ends within the 120 s it is given (never the hour, nor
-    300 s)."""
+    naming rank 1 and its exception (type, message, innermost frame), and rank 0 writes no baseline
+    for it. Then rank 2 hangs in a benchmark's function (its third call, in the warmup): with
+    ``--gpuperf-rank-timeout 5`` ranks 0 and 1 fail that benchmark after its 5 s budget, both
+    naming rank 2 (the roll call), later benchmarks fail at once instead of waiting again, rank 2
+    writes its threads' tracebacks (faulthandler: it hangs in test_d.py: on one node to a file in
+    the temp dir, which ranks 0 and 1 quote), torchrun's exit code is non-zero, never an
+    INTERNALERROR, and the whole launch ends within the 120 s it is given (never the hour, nor 300 s)."""
     pytester.makepyfile(test_d="""
 import os, time
 import pytest
@@ -207,7 +266,9 @@ def pytest_configure(config):  # the suite's own process group: the plugin bound
     result = torchrun(pytester, "--gpuperf-update-baselines", "--gpuperf-rank-timeout", "5", ranks=3)  # 120 s at most
     out = result.stdout.str() + "\n" + result.stderr.str()
     assert result.ret != 0, out
-    assert out.count("rank 1 failed: ") >= 2 and "rank 1's own check" in out, out  # on ranks 0 and 2 at least
+    assert "INTERNALERROR" not in out, out
+    raised = r"rank 1 raised AssertionError: rank 1's own check \(at test_d\.py:\d+ in test_fails_on_rank_1\)"
+    assert len(re.findall(raised, out)) >= 2, out  # on ranks 0 and 2 at least
     for rank in (0, 1):  # the ranks still there both name rank 2
         assert re.search(rf"test_d\.py::test_hangs: rank {rank} of 3: \w+ failed, a rank crashed or hung: .*; rank 2 "
                          rf"did not answer within 5 s \(crashed, hung, or still running\): if it hung, its traceback "
@@ -317,13 +378,16 @@ def test_an_exception_on_one_rank_fails_that_test_on_every_rank_quoting_it_never
     quoting rank 1's error, and no rank runs the call. Rank 1's fixture raises in teardown: the
     teardown fails on both ranks. A fixture's skip on rank 1 only skips the test on both ranks (a
     skip inside the test body on one rank is the user's code leaving its ranks' collectives out
-    of step, as a raise there is). Later tests
+    of step, as a raise there is). A test that raises on rank 0 after measuring fails on rank 1
+    naming rank 0 and its exception. Each rank's own report is read (its conftest's record): rank
+    0's names rank 1 with its exception's type, message and innermost frame. Later tests
     run as usual. Then rank 1 raises inside a benchmarked function that calls ``all_reduce`` (from
     its third call, in step with rank 0), which left rank 0 waiting in the collective while rank 1
     went on to the outcome exchange: INTERNALERROR on both ranks, and rank 1's exception appeared
     nowhere. Now the test fails on both ranks, rank 0's failure quotes rank 1's exception, the
-    process group being of no more use the next benchmark fails at once with that reason, and
-    torchrun's exit code is non-zero."""
+    process group being of no more use the next benchmark fails at once with that reason (headed
+    by rank 1's exception, not rank 0's all_reduce's that waited for it), and both ranks exit with
+    the same non-zero status."""
     pytester.makepyfile(test_d="""
 import os
 import pytest
@@ -360,6 +424,12 @@ def test_skipped_on_rank_1(device_of_rank_0_only, gpu_bench):
     gpu_bench(lambda: dist.all_reduce(torch.ones(4)))
 
 @pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_call_raises_on_rank_0(gpu_bench):
+    gpu_bench(lambda: None)
+    if os.environ["RANK"] == "0":
+        raise ZeroDivisionError("rank 0's own error, after measuring")
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
 def test_in_step(gpu_bench):
     gpu_bench(lambda: dist.all_reduce(torch.ones(4)))
 
@@ -379,19 +449,33 @@ def test_raises_in_a_collective(gpu_bench):
 def test_after(gpu_bench):
     gpu_bench(lambda: None)
 """)
-    out = _faulty_update(pytester, monkeypatch, "-rA")
-    # setup, teardown and a skip on one rank: the same outcome on both ranks, naming rank 1
+    launch = _faulty_update(pytester, monkeypatch, "-rA")
+    out = launch.out
+    # setup, teardown and a skip on one rank: the same outcome on both ranks, rank 0's naming rank 1
+    # and quoting its exception's type, message and innermost frame
     assert out.count("ERROR at setup of test_setup_raises") == 2, out
-    assert "setup: rank 1 failed: " in out and out.count("rank 1's own setup error") >= 2, out
+    assert re.match(r"pytest-gpuperf under torchrun: setup: rank 1 raised KeyError: \"rank 1's own setup error\" \(at "
+                    r"test_d\.py:\d+ in setup_fails_on_rank_1\)\n",
+                    launch.report(0, "test_d.py::test_setup_raises", "setup")), out
     assert out.count("ERROR at teardown of test_teardown_raises") == 2, out
-    assert "teardown: rank 1 failed: " in out and out.count("rank 1's own teardown error") >= 2, out
+    assert re.match(r"pytest-gpuperf under torchrun: teardown: rank 1 raised LookupError: rank 1's own teardown error "
+                    r"\(at test_d\.py:\d+ in teardown_fails_on_rank_1\)\n",
+                    launch.report(0, "test_d.py::test_teardown_raises", "teardown")), out
     assert "rank 1 skipped: rank 1 has no such device" in out, out  # rank 0's skip says why
     assert len(re.findall(r"SKIPPED \[1\] .*rank 1 has no such device", out)) == 2, out
+    # a raise on rank 0 (after measuring, no collective pending): rank 1 fails naming rank 0
+    assert re.match(r"rank 0 raised ZeroDivisionError: rank 0's own error, after measuring \(at test_d\.py:\d+ in "
+                    r"test_call_raises_on_rank_0\)\n", launch.report(1, "test_d.py::test_call_raises_on_rank_0")), out
     assert len(re.findall(r"PASSED test_d\.py::test_in_step", out)) == 2, out  # the group still works
-    # then a fault inside a collective
-    assert out.count("rank 1's own error, in the benchmarked function") >= 2, out  # rank 1's and rank 0's failure
-    assert re.search(r"rank 1's test raised:\n.*test_raises_in_a_collective", out), out  # quoted by rank 0
-    assert out.count("test_d.py::test_after") >= 2 and "an earlier collective failed" in out, out
+    # then a fault inside a collective: rank 0's own report is headed by rank 1's exception (its all_reduce's
+    # error, the consequence, after it; not the settled raises of the earlier tests)
+    mine = launch.report(0, "test_d.py::test_raises_in_a_collective")
+    assert re.search(r"rank 1 raised ValueError: rank 1's own error, in the benchmarked function \(at "
+                     r"test_d\.py:\d+ in reduce_then_raise_on_rank_1\)(; rank 0 raised \w+: [^\n]*)?; so rank 0 of 2: ",
+                     mine), out
+    assert "KeyError" not in mine and "LookupError" not in mine and "rank 0's own error" not in mine, out
+    assert re.search(r"rank 1's test raised:\n.*test_raises_in_a_collective", mine), out  # its traceback, quoted
+    assert "an earlier collective failed: rank 1 raised ValueError" in launch.report(0, "test_d.py::test_after"), out
     assert not (pytester.path / "baselines").exists()
 
 
@@ -402,7 +486,8 @@ def test_a_rank_that_hangs_inside_a_collective_fails_that_test_everywhere_and_th
     on rank 0, and the next test never ran. Now rank 0's collective times out (the process group's
     timeout is ``--gpuperf-rank-timeout``), the test fails on rank 0 naming rank 1 and quoting its
     traceback (faulthandler, in the ranks' shared folder), the next test fails at once with the
-    reason, rank 0 exits non-zero and torchrun stops rank 1: the launch ends within its 120 s."""
+    reason, rank 0 exits non-zero and torchrun stops rank 1 (SIGTERM): the launch ends within its
+    120 s."""
     pytester.makepyfile(test_d="""
 import os, time
 import pytest
@@ -425,7 +510,7 @@ def test_hangs_in_a_collective(gpu_bench):
 def test_after(gpu_bench):
     gpu_bench(lambda: None)
 """)
-    out = _faulty_update(pytester, monkeypatch)
+    out = _faulty_update(pytester, monkeypatch, stopped=(1,)).out
     assert re.search(r"rank 1 did not answer within 5 s", out), out
     assert re.search(r"File \".*test_d\.py\", line \d+ in reduce_but_hang_on_rank_1", out), out  # its traceback
     assert "FAILED test_d.py::test_hangs_in_a_collective" in out, out
@@ -437,9 +522,11 @@ def test_a_rank_that_raises_in_a_collective_free_function_fails_that_test_everyw
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 46: rank 1 raises inside a benchmarked function that calls no collective (from its
     third call, in step), while rank 0 goes on to the plugin's own collectives of that benchmark.
-    Before: rank 0 failed "one was late", rank 1 INTERNALERROR. Now the test fails on both ranks,
-    rank 0's failure quotes rank 1's exception (its type, message and innermost frame), never an
-    INTERNALERROR, the next test fails at once or runs, and the exit codes agree (non-zero)."""
+    Before: rank 0 failed "one was late", rank 1 INTERNALERROR; then rank 0's headline still said
+    "one was late within 5 s, not gone", rank 1's exception quoted only below it. Now the test fails
+    on both ranks, each headed by rank 1's exception (its type, message and innermost frame), no
+    rank is called late, never an INTERNALERROR, the next test fails at once with that reason, and
+    the exit codes agree (non-zero)."""
     pytester.makepyfile(test_d="""
 import os
 import pytest
@@ -459,9 +546,53 @@ def test_raises(gpu_bench):
 def test_after(gpu_bench):
     gpu_bench(lambda: None)
 """)
-    out = _faulty_update(pytester, monkeypatch)
+    launch = _faulty_update(pytester, monkeypatch)
+    out = launch.out
     assert out.count("FAILED test_d.py::test_raises") == 2, out  # on both ranks
-    assert out.count("ZeroDivisionError") >= 2 and out.count("rank 1's own error, no collective here") >= 2, out
-    assert re.search(r"test_d\.py\", line \d+, in raise_on_rank_1|test_d\.py:\d+: ZeroDivisionError", out), out
-    assert out.count("test_d.py::test_after") >= 2, out  # it ran, or failed at once with the reason
+    raised = (r"rank 1 raised ZeroDivisionError: rank 1's own error, no collective here \(at test_d\.py:\d+ in "
+              r"raise_on_rank_1\); so rank \d of 2: ")
+    assert re.match("test_d\\.py::test_raises: " + raised, launch.report(0, "test_d.py::test_raises")), out
+    assert re.search(raised, launch.report(1, "test_d.py::test_raises").splitlines()[0]), out  # rank 1's own too
+    assert "one was late" not in out and "every rank answered the roll call afterwards: rank 1 raised" in out, out
+    for rank in (0, 1):  # the next test fails at once with that reason
+        assert re.search("an earlier collective failed: " + raised, launch.report(rank, "test_d.py::test_after")), out
+    assert not (pytester.path / "baselines").exists()
+
+
+@pytest.mark.parametrize("phase", ["setup", "teardown"])
+def test_a_rank_that_hangs_in_setup_or_teardown_fails_that_test_everywhere_quoting_where_it_hangs(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, phase: str) -> None:
+    """Issue 46: rank 1's fixture sleeps far past ``--gpuperf-rank-timeout 5`` in its setup (or
+    teardown). Rank 0's exchange of that phase's outcome times out; the phase fails on rank 0
+    naming rank 1 and quoting its traceback (the watchdog is armed in each phase, not only in a
+    benchmark: before, rank 0 pointed at rank 1's traceback file, which was empty), the next test
+    fails at once with that reason, rank 0 exits non-zero and torchrun stops rank 1 (one launch
+    each: a hung rank leaves the process group of no more use)."""
+    hang = '    if os.environ["RANK"] == "1":\n        time.sleep(3600)\n'
+    body = hang + "    yield\n" if phase == "setup" else "    yield\n" + hang
+    pytester.makepyfile(test_d=f"""
+import os, time
+import pytest
+
+@pytest.fixture
+def hangs_on_rank_1():
+{body}
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_hangs(hangs_on_rank_1, gpu_bench):
+    gpu_bench(lambda: None)
+
+@pytest.mark.gpu_bench(max_time=0.05, min_rounds=10)
+def test_after(gpu_bench):
+    gpu_bench(lambda: None)
+""")
+    launch = _faulty_update(pytester, monkeypatch, stopped=(1,))
+    mine = launch.report(0, "test_d.py::test_hangs", phase)
+    assert re.match(rf"pytest-gpuperf under torchrun: the ranks could not agree on this test's {phase}: rank 0 of 2: "
+                    rf"all_gather_object failed, a rank crashed or hung: .*; rank 1 did not answer within 5 s "
+                    rf"\(crashed, hung, or still running\): if it hung, its traceback \(faulthandler\) is in "
+                    rf"\S+/rank1\.txt\n"
+                    rf"rank 1's traceback \(faulthandler, [^)]*\):\n(?:    .*\n)*?    +File \".*test_d\.py\", line \d+ "
+                    rf"in hangs_on_rank_1", mine), launch.out
+    after = launch.report(0, "test_d.py::test_after")
+    assert "an earlier collective failed: rank 0 of 2: all_gather_object failed" in after, launch.out
     assert not (pytester.path / "baselines").exists()

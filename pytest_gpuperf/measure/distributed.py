@@ -26,7 +26,11 @@ operation running until the group's timeout, holding the process at exit that lo
 collective that fails marks the session broken; the ranks still there then take a roll call
 (``monitored_barrier`` on a gloo side group) and rank 0 tells them which ranks did not answer.
 During a benchmark a rank that has not reached the plugin's next collective in time writes
-every thread's traceback to its stderr (``faulthandler``), so a hung rank shows where it hangs.
+every thread's traceback to its stderr (``faulthandler``), so a hung rank shows where it hangs;
+in each test's setup, call and teardown, one that has not reached the exchange of the phase's
+outcome in time does too (:func:`watch_phase`). A rank whose test raised leaves its exception
+for the others (:func:`note_raised`), whose failure messages then start with it
+(:func:`broken_text`).
 
 Imports torch only inside its methods.
 """
@@ -349,9 +353,7 @@ class Ranks:
             out = op()
         except Exception as exc:  # noqa: BLE001 - the collective's own error, kept in the message
             self._unwatch()  # this rank is not hung: it is handling the fault
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            self.broken = (f"rank {self.rank} of {self.world_size}: {name} failed, a rank crashed or hung: "
-                           f"{type(exc).__name__}: {first}; {self._roll_call(wait)}")
+            self.broken = broken_text(self, name, exc, self._roll_call(wait))
             # the hung ranks' tracebacks quoted once, not again by the later tests' messages
             raise DistributedFault(self.broken + hung_tracebacks(self.watchdog_dir, self._missing)
                                    + raised_elsewhere(self.watchdog_dir, self.rank)) from exc
@@ -381,7 +383,7 @@ class Ranks:
         missing = answer.get("missing")
         self._missing = tuple(int(r) for r in missing or ())
         return roll_call_text(None if missing is None else tuple(missing), waited_s, text=answer.get("text", ""),
-                              watchdog_dir=self.watchdog_dir)
+                              watchdog_dir=self.watchdog_dir, raised=tuple(raised_notes(self.watchdog_dir)))
 
     def _call_roll(self) -> dict[str, Any]:
         """The roll call: ``torch.distributed.monitored_barrier`` on the first side group (rank 0
@@ -481,42 +483,90 @@ def hung_tracebacks(folder: str | None, missing: tuple[int, ...]) -> str:
     return hung_rank_tracebacks(dumps)
 
 
-def note_raised(folder: str | None, rank: int, text: str) -> None:
-    """This ``rank``'s test raised (``text``: its failure, the tail): leave it where the other
-    ranks of this node look when their collectives fail (:func:`raised_elsewhere`), so that they
-    quote its exception instead of only "a rank crashed or hung" (issue 46). Nothing without a
-    shared folder (ranks on several nodes: each rank's own output says it)."""
-    if folder is None or not text:
+def broken_text(ranks: Ranks, name: str, exc: BaseException, roll: str) -> str:
+    """Why the session is broken (:attr:`Ranks.broken`): ``ranks``'s collective ``name`` failed
+    with ``exc``, the roll call found ``roll``, and the ranks whose test raised are the headline
+    (their notes, :func:`note_raised`; :func:`~pytest_gpuperf.verdict.distributed.fault_text`).
+    Called after the roll call: a rank that raised left its note before its next collective."""
+    from pytest_gpuperf.verdict.distributed import fault_text
+
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    raised = {r: note["summary"] for r, note in raised_notes(ranks.watchdog_dir).items() if note["summary"]}
+    return fault_text(ranks.rank, ranks.world_size, name, f"{type(exc).__name__}: {first}", roll, raised)
+
+
+def watch_phase(ranks: Ranks, on: bool) -> None:
+    """A test's setup, call or teardown starts (``on``), or the ranks agreed on its outcome (not
+    ``on``): arm the hung-rank watchdog for the other ranks' wait for that outcome (the rank
+    timeout) plus the grace (:func:`~pytest_gpuperf.verdict.distributed.watchdog_delay`), or
+    disarm it. So a rank that hangs in a fixture, or in a test outside its benchmark, writes its
+    traceback where the other ranks' failure messages say (issue 46). A benchmark arms its own
+    (:meth:`Ranks.begin_benchmark`); nothing without a watchdog, during a benchmark, or once a
+    collective failed."""
+    if not on:
+        ranks._unwatch()
+        return
+    wait = ranks._wait_now()
+    if ranks.watchdog_file is None or ranks.broken is not None or ranks._budget_s is not None or wait is None:
+        return
+    import faulthandler
+
+    from pytest_gpuperf.verdict.distributed import watchdog_delay
+
+    delay = watchdog_delay(wait, ranks.rank_timeout_s)
+    faulthandler.dump_traceback_later(delay, exit=False, file=ranks.watchdog_file)
+    ranks._watching = (time.monotonic(), delay)
+
+
+def note_raised(folder: str | None, rank: int, text: str, summary: str = "") -> None:
+    """This ``rank``'s test raised (``text``: its failure, the tail; ``summary``: the exception in
+    one line, :func:`~pytest_gpuperf.verdict.distributed.exception_line`): leave it where the other
+    ranks of this node look when their collectives fail (:func:`raised_elsewhere`,
+    :func:`broken_text`), so that they name the rank and quote its exception instead of only "a
+    rank crashed or hung" (issue 46). An empty ``text`` removes the note (the ranks agreed on the
+    test's outcome: the note would be stale by the next fault). Nothing without a shared folder
+    (ranks on several nodes: each rank's own output says it)."""
+    if folder is None:
         return
     from pytest_gpuperf.verdict.distributed import raised_path
 
+    path = raised_path(folder, rank)
     try:
-        with open(raised_path(folder, rank), "w", encoding="utf-8") as f:
-            f.write(text)
+        if not text:
+            if os.path.exists(path):
+                os.unlink(path)
+            return
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"summary": summary, "text": text}, f)
     except OSError:
         pass
 
 
-def raised_elsewhere(folder: str | None, rank: int) -> str:
-    """What the other ranks of this node left with :func:`note_raised`, as a failure message quotes
-    it (``"\nrank 1's test raised:\n<its failure>"``); ``""`` for none."""
+def raised_notes(folder: str | None) -> dict[int, dict[str, str]]:
+    """The notes the ranks of this node left with :func:`note_raised`: rank -> ``{"summary",
+    "text"}``; empty without a folder. An unreadable note is left out."""
     if folder is None:
-        return ""
+        return {}
     import glob
     import re
 
     from pytest_gpuperf.verdict.distributed import raised_path
 
-    parts = []
+    notes = {}
     for path in sorted(glob.glob(raised_path(folder, "*"))):
         m = re.search(r"rank(\d+)-raised\.txt$", path)
-        if m is None or int(m.group(1)) == rank:
-            continue
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read().strip()
-        except OSError:
+                note = json.load(f)
+        except (OSError, ValueError):
             continue
-        if text:
-            parts.append(f"\nrank {m.group(1)}'s test raised:\n{text}")
-    return "".join(parts)
+        if m is not None and isinstance(note, dict):
+            notes[int(m.group(1))] = {k: str(note.get(k) or "") for k in ("summary", "text")}
+    return notes
+
+
+def raised_elsewhere(folder: str | None, rank: int) -> str:
+    """What the other ranks of this node left with :func:`note_raised`, as a failure message quotes
+    it (``"\nrank 1's test raised:\n<its failure>"``); ``""`` for none."""
+    return "".join(f"\nrank {r}'s test raised:\n{note['text'].strip()}"
+                   for r, note in sorted(raised_notes(folder).items()) if r != rank and note["text"].strip())

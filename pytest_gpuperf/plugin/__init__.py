@@ -109,11 +109,12 @@ def pytest_configure(config: pytest.Config) -> None:
     ranks = session.settings.ranks  # under torchrun (WORLD_SIZE > 1): rank 0 alone reports and writes
     writer = ranks is None or ranks.is_writer
     if ranks is not None:
-        from pytest_gpuperf.plugin.distributed import DistributedSession, RaisedOnAnyRank
+        from pytest_gpuperf.plugin.distributed import DistributedSession, PhaseWatchdog, RaisedOnAnyRank
 
         distributed = DistributedSession(session.settings, ranks)
         config.pluginmanager.register(distributed, "gpuperf-distributed")
         config.pluginmanager.register(RaisedOnAnyRank(distributed), "gpuperf-distributed-raised")
+        config.pluginmanager.register(PhaseWatchdog(ranks), "gpuperf-distributed-watchdog")
     if session.settings.nproc is not None:  # the user's session under --gpuperf-nproc: its tests need a group
         from pytest_gpuperf.plugin.distributed import WorldOfOne
 

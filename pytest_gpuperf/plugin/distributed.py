@@ -18,7 +18,11 @@ Its hooks:
   that raised on any rank fails on every rank, naming it, so no baseline is written for it), and
   after it (every rank reports rank 0's verdict:
   :func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`). So exit codes agree. After that the
-  test's benchmark is over: its collectives' budget and the hung-rank watchdog end.
+  test's benchmark is over: its collectives' budget and the hung-rank watchdog end;
+* each test's setup, call and teardown: the hung-rank watchdog is armed until the ranks agreed on
+  the phase's outcome (:class:`PhaseWatchdog`). A rank whose phase raised sends its exception in
+  one line (:func:`raised_summary`), so the others name the rank, its exception's type, message
+  and innermost frame.
 
 Rank 0 alone writes baselines, reports and history (:mod:`pytest_gpuperf.plugin` registers the
 writers there only; :mod:`pytest_gpuperf.plugin.session` writes baselines on rank 0).
@@ -78,7 +82,7 @@ class DistributedSession:
         report = outcome.get_result()
         if report.when == "call":
             try:
-                self._agree(report, call)
+                self._agree(item, report, call)
             finally:  # the test's benchmark is over everywhere: its waits and watchdog end
                 self.ranks.end_benchmark()
         else:  # setup, teardown: a fault on one rank fails (a skip skips) the test on every rank
@@ -91,14 +95,12 @@ class DistributedSession:
         call the others do not (issue 46). Nothing once a collective failed."""
         if self.ranks.broken is not None:
             return
-        from pytest_gpuperf.measure.distributed import DistributedFault, note_raised
-        from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_phase
+        from pytest_gpuperf.measure.distributed import DistributedFault
+        from pytest_gpuperf.verdict.distributed import agreed_phase
 
         text = _report_text(report)
-        if report.failed:
-            note_raised(self.ranks.watchdog_dir, self.ranks.rank, f"{report.nodeid} ({report.when}): {text}")
         try:
-            outcomes = self.ranks.gather(RankOutcome(report.outcome, report.failed, text))
+            outcomes = _exchange(self.ranks, item, report, call, report.failed, f"{report.nodeid} ({report.when})")
         except DistributedFault as exc:
             report.outcome = "failed"
             report.longrepr = (f"pytest-gpuperf under torchrun: the ranks could not agree on this test's "
@@ -113,20 +115,18 @@ class DistributedSession:
             path, line, _ = item.location
             report.outcome, report.longrepr = "skipped", (str(item.path), (line or 0) + 1, f"Skipped: {why}")
 
-    def _agree(self, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
+    def _agree(self, item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
         """One ``all_gather_object`` of the ranks' outcomes, and this rank's report made the agreed
         one (:func:`~pytest_gpuperf.verdict.distributed.agreed_outcome`); nothing once a collective failed."""
         if self.ranks.broken is not None:  # a rank crashed or hung: no more waiting
             return
-        from pytest_gpuperf.measure.distributed import DistributedFault, note_raised
-        from pytest_gpuperf.verdict.distributed import RankOutcome, agreed_outcome
+        from pytest_gpuperf.measure.distributed import DistributedFault
+        from pytest_gpuperf.verdict.distributed import agreed_outcome
 
         raised = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
         text = _report_text(report)
-        if raised:  # where the other ranks look when they cannot reach this one
-            note_raised(self.ranks.watchdog_dir, self.ranks.rank, f"{report.nodeid}: {text}")
         try:
-            outcomes = self.ranks.gather(RankOutcome(report.outcome, raised, text))
+            outcomes = _exchange(self.ranks, item, report, call, raised, report.nodeid)
         except DistributedFault as exc:  # the ranks could not agree (one crashed, hung or raised elsewhere):
             report.outcome = "failed"    # this test fails here, with why; never an INTERNALERROR (issue 46)
             own = f"\n\nthis rank ({self.ranks.rank}):\n{text}" if text else ""
@@ -164,6 +164,84 @@ class DistributedSession:
             fd, self.ranks.watchdog_file = self.ranks.watchdog_file, None
             if fd is not None:
                 _close_watchdog_file(fd, self.ranks)
+
+
+def _exchange(ranks: Any, item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None], raised: bool,
+              where: str) -> list[Any]:
+    """One ``all_gather_object`` of this rank's outcome of the phase (a
+    :class:`~pytest_gpuperf.verdict.distributed.RankOutcome` of ``report``, with the exception it
+    ``raised`` in one line, :func:`raised_summary`): every rank's, in rank order. A rank that raised leaves its
+    exception where the other ranks look when they cannot reach it (``where``: the test and phase
+    it names), until the exchange is done; then the phase's watchdog is disarmed. Raises
+    :class:`~pytest_gpuperf.measure.distributed.DistributedFault` as the gather does."""
+    from pytest_gpuperf.measure.distributed import note_raised, watch_phase
+    from pytest_gpuperf.verdict.distributed import RankOutcome
+
+    text = _report_text(report)
+    summary = raised_summary(call.excinfo, item.config.rootpath) if raised else ""
+    if raised:
+        note_raised(ranks.watchdog_dir, ranks.rank, f"{where}: {text}", summary)
+    outcomes = ranks.gather(RankOutcome(report.outcome, raised, text, summary))
+    if raised:  # every rank has it now: a later fault must not quote it
+        note_raised(ranks.watchdog_dir, ranks.rank, "")
+    watch_phase(ranks, False)
+    return outcomes
+
+
+def raised_summary(excinfo: Any, rootpath: Any) -> str:
+    """The exception of ``excinfo`` (pytest's ``ExceptionInfo``) in one line: type, message and its
+    innermost frame (not one hidden with ``__tracebackhide__``), the path relative to ``rootpath``
+    when it is under it (:func:`~pytest_gpuperf.verdict.distributed.exception_line`); ``""`` when
+    there is none or it cannot be read."""
+    import os
+
+    from pytest_gpuperf.verdict.distributed import exception_line
+
+    if excinfo is None:
+        return ""
+    try:
+        frames = excinfo.traceback.filter(excinfo) or excinfo.traceback
+        inner = frames[-1]
+        path = str(inner.path)
+        relative = os.path.relpath(path, str(rootpath))
+        shown = relative if not relative.startswith("..") and not os.path.isabs(relative) else path
+        return exception_line(excinfo.typename, str(excinfo.value), shown, inner.lineno + 1, inner.name)
+    except Exception:  # noqa: BLE001 - an odd exception or frame: the text still says it
+        return exception_line(type(excinfo.value).__name__, str(excinfo.value), "?", 0, "?")
+
+
+class PhaseWatchdog:
+    """Each test's setup, call and teardown arm the hung-rank watchdog until the ranks agree on the
+    phase's outcome (:func:`~pytest_gpuperf.measure.distributed.watch_phase`; a benchmark arms its
+    own in its call): a rank that hangs in a fixture, or in a test outside its benchmark, writes
+    its traceback, which the other ranks quote (issue 46). Registered beside
+    :class:`DistributedSession`."""
+
+    def __init__(self, ranks: Any) -> None:
+        self.ranks = ranks
+
+    def _arm(self) -> None:
+        from pytest_gpuperf.measure.distributed import watch_phase
+
+        watch_phase(self.ranks, True)
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
+        """Arm the watchdog for the setup."""
+        self._arm()
+        yield
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        """Arm the watchdog for the call."""
+        self._arm()
+        yield
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        """Arm the watchdog for the teardown."""
+        self._arm()
+        yield
 
 
 def _report_text(report: pytest.TestReport) -> str:
@@ -349,4 +427,4 @@ class RaisedOnAnyRank:
         outcome = yield
         report = outcome.get_result()
         if report.when == "call":
-            self.session._agree(report, call)  # before any verdict: only a rank that raised fails the others
+            self.session._agree(item, report, call)  # before any verdict: only a rank that raised fails the others

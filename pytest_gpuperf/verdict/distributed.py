@@ -21,7 +21,8 @@ Faults (a rank that crashes or hangs) are bounded by time: :func:`collective_bud
 each of a benchmark's collectives after its first may wait (s), :func:`roll_call_timeout` how
 long the roll call after a failed collective waits for the ranks, :func:`missing_ranks_of` reads
 the ranks that did not answer out of ``torch.distributed.monitored_barrier``'s error and
-:func:`roll_call_text` says it in a failure message.
+:func:`roll_call_text` says it in a failure message, and :func:`fault_text` heads that message
+with the ranks whose test raised (:func:`exception_line`: type, message, innermost frame).
 """
 
 from __future__ import annotations
@@ -288,12 +289,27 @@ def first_mismatch(per_rank: Sequence[Sequence[str]]) -> tuple[int, int, str | N
 @dataclass(frozen=True)
 class RankOutcome:
     """One rank's outcome of a test's phase (call, setup or teardown): ``outcome`` (``"passed"``, ``"failed"``,
-    ``"skipped"``), ``raised`` (the test raised: an error of this rank's own, not a verdict) and
-    ``text`` (why it failed or skipped, shortened)."""
+    ``"skipped"``), ``raised`` (the test raised: an error of this rank's own, not a verdict),
+    ``text`` (why it failed or skipped, shortened) and ``summary`` (the exception it raised in one
+    line, :func:`exception_line`; ``""`` when it raised none)."""
 
     outcome: str
     raised: bool = False
     text: str = ""
+    summary: str = ""
+
+
+def exception_line(type_name: str, message: str, path: str, line: int, function: str) -> str:
+    """A rank's exception in one line, as the other ranks' failure messages name it: ``"ValueError:
+    <message's first line> (at test_d.py:10 in f)"``; ``path``, ``line`` and ``function``: its
+    innermost frame (issue 46)."""
+    first = (str(message).strip().splitlines() or [""])[0][:300]
+    return f"{type_name}{': ' + first if first else ''} (at {path}:{line} in {function})"
+
+
+def _named(rank: int, o: RankOutcome) -> str:
+    """``"rank 1 raised <summary>\n<text>"`` (``"rank 1 failed: <text>"`` without a summary)."""
+    return f"rank {rank} raised {o.summary}\n{o.text}" if o.summary else f"rank {rank} failed: {o.text}"
 
 
 def agreed_outcome(per_rank: Sequence[RankOutcome]) -> tuple[str, str]:
@@ -301,17 +317,18 @@ def agreed_outcome(per_rank: Sequence[RankOutcome]) -> tuple[str, str]:
 
     Rank 0 judges (its verdict, pass or fail, is everyone's: the ranks measured the same combined
     samples, but only rank 0's judgement counts); a test that raised on another rank while rank 0
-    passed fails everywhere, naming the first such rank (``"rank 1 failed: ..."``). Raises
-    ``ValueError`` for no ranks.
+    passed fails everywhere, naming the first such rank (``"rank 1 raised ValueError: ... (at
+    test_d.py:10 in f)"``, then its text; ``"rank 1 failed: ..."`` without a summary), and one that
+    raised on rank 0 names rank 0 the same way. Raises ``ValueError`` for no ranks.
     """
     if not per_rank:
         raise ValueError("no rank outcomes to agree on")
     first = per_rank[0]
     if first.outcome == "failed":
-        return "failed", first.text
+        return "failed", _named(0, first) if first.raised else first.text
     for rank, o in enumerate(per_rank[1:], start=1):
         if o.outcome == "failed" and o.raised:
-            return "failed", f"rank {rank} failed: {o.text}"
+            return "failed", _named(rank, o)
     return first.outcome, first.text
 
 
@@ -319,8 +336,9 @@ def agreed_phase(per_rank: Sequence[RankOutcome]) -> tuple[str, str]:
     """The one outcome every rank reports for a test's setup or teardown: ``(outcome, why)``.
 
     Unlike the call (:func:`agreed_outcome`), no rank judges: a setup or teardown that failed on
-    any rank fails on every rank, naming the first such rank (``"rank 1's setup failed: ..."`` is
-    worded by the caller from ``why`` = ``"rank 1 failed: <its text>"``); else one that skipped on
+    any rank fails on every rank, naming the first such rank (``"setup: rank 1 raised ..."`` is
+    worded by the caller from ``why`` = ``"rank 1 raised <its summary>\n<its text>"``, or ``"rank 1
+    failed: <its text>"`` without a summary); else one that skipped on
     any rank skips on every rank (a rank that ran the call alone would wait in its benchmark's
     collectives for ranks that never come); else every rank's own outcome stands. Raises
     ``ValueError`` for no ranks."""
@@ -329,7 +347,7 @@ def agreed_phase(per_rank: Sequence[RankOutcome]) -> tuple[str, str]:
     for kind in ("failed", "skipped"):
         for rank, o in enumerate(per_rank):
             if o.outcome == kind:
-                return kind, f"rank {rank} {kind}: {o.text}"
+                return kind, _named(rank, o) if kind == "failed" else f"rank {rank} {kind}: {o.text}"
     return per_rank[0].outcome, per_rank[0].text
 
 
@@ -385,7 +403,7 @@ def _seconds(s: float) -> str:
 
 def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, text: str = "",
                    caller_answered: bool = True, roll_call_s: float | None = None,
-                   watchdog_dir: str | None = None) -> str:
+                   watchdog_dir: str | None = None, raised: Sequence[int] = ()) -> str:
     """What a failure message says of the ranks that did not answer (after a failed collective).
 
     ``missing``: the ranks that did not answer rank 0's roll call (empty: every rank answered;
@@ -394,7 +412,9 @@ def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, tex
     ``caller_answered``: False when rank 0, which calls the roll, sent no result to this rank
     within ``roll_call_s`` s (it crashed or hung itself); ``watchdog_dir``: the folder on this node
     where each rank's hung-rank traceback goes (:func:`watchdog_path`; None: to each rank's own
-    output).
+    output); ``raised``: the ranks whose test raised (their notes in that folder): when every rank
+    answered, one of them left the collectives, none was late. Without the folder a rank's raise
+    is not known here, and the text says that one was late or raised.
     """
     within = f" within {_seconds(waited_s)}" if waited_s is not None else ""
     if not caller_answered:
@@ -404,9 +424,12 @@ def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, tex
     if missing is None:
         first = (text.strip().splitlines() or ["no text"])[0][:300]
         return f"the roll call of the ranks failed: {first}"
+    if not missing and raised:
+        return f"every rank answered the roll call afterwards: {_ranks(raised)} raised, none was gone"
     if not missing:
-        return (f"every rank answered the roll call afterwards: one was late{within}, not gone (a longer "
-                f"rank timeout or max_time gives it more time)")
+        maybe = " or raised (its own failure says which)" if watchdog_dir is None else ""
+        return (f"every rank answered the roll call afterwards: one was late{within}{maybe}, not gone (a longer "
+                f"rank timeout or max_time gives a late one more time)")
     if len(missing) == 1:
         where = "its output" if watchdog_dir is None else watchdog_path(watchdog_dir, missing[0])
         return (f"rank {missing[0]} did not answer{within} (crashed, hung, or still running): if it hung, its "
@@ -415,6 +438,36 @@ def roll_call_text(missing: Sequence[int] | None, waited_s: float | None, *, tex
     where = "their output" if watchdog_dir is None else watchdog_path(watchdog_dir, "<rank>")
     return (f"ranks {names} did not answer{within} (crashed, hung, or still running): if they hung, their "
             f"tracebacks (faulthandler) are in {where}")
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+
+
+def _in_a_collective(summary: str) -> bool:
+    """The exception's innermost frame is in ``torch.distributed``: a collective that failed
+    because another rank left it, not the fault itself."""
+    where = summary.rsplit(" (at ", 1)[-1].replace("\\", "/")
+    return "/torch/distributed/" in "/" + where
+
+
+def fault_text(rank: int, world_size: int, name: str, error: str, roll: str,
+               raised: Mapping[int, str] | None = None) -> str:
+    """Why the session is broken, as every later failure message repeats it: this ``rank`` (of
+    ``world_size``)'s collective ``name`` failed with ``error`` (``"Type: message"``), then
+    ``roll``, what the roll call found (:func:`roll_call_text`).
+
+    ``raised``: rank -> its exception's one line (:func:`exception_line`) for the ranks whose test
+    raised before they left the collectives (issue 46). Then that is the headline, not the
+    collective: ``"rank 1 raised ValueError: ... (at test_d.py:10 in f); so rank 0 of 2: broadcast
+    failed: ..."``. A rank whose own exception is a collective that failed in ``torch.distributed``
+    (the user's ``all_reduce`` that waited for the rank that raised) comes after the others; then
+    rank order."""
+    if not raised:
+        return f"rank {rank} of {world_size}: {name} failed, a rank crashed or hung: {error}; {roll}"
+    order = sorted(raised, key=lambda r: (_in_a_collective(raised[r]), r))
+    headline = "; ".join(f"rank {r} raised {raised[r]}" for r in order)
+    return f"{headline}; so rank {rank} of {world_size}: {name} failed: {error}; {roll}"
 
 
 #: Lines of a hung rank's traceback quoted in the other ranks' failure messages.

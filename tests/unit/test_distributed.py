@@ -103,6 +103,21 @@ def test_a_test_that_raised_on_another_rank_fails_everywhere_naming_it() -> None
         agreed_outcome([])
 
 
+def test_a_rank_that_raised_is_named_with_its_exceptions_type_message_and_innermost_frame() -> None:
+    # issue 46: "naming the rank and quoting its exception's type, message and innermost frame",
+    # rank 0 included (its raise was everyone's failure without naming it)
+    from pytest_gpuperf.verdict.distributed import agreed_phase, exception_line
+
+    line = exception_line("ZeroDivisionError", "rank 0's own error\nmore", "test_d.py", 12, "test_x")
+    assert line == "ZeroDivisionError: rank 0's own error (at test_d.py:12 in test_x)"
+    assert exception_line("KeyError", "", "t.py", 3, "f") == "KeyError (at t.py:3 in f)"
+    raised = RankOutcome("failed", True, "tail", line)
+    assert agreed_outcome([raised, RankOutcome("passed")]) == ("failed", f"rank 0 raised {line}\ntail")
+    assert agreed_outcome([RankOutcome("passed"), raised]) == ("failed", f"rank 1 raised {line}\ntail")
+    assert agreed_outcome([RankOutcome("failed", False, "regressed"), raised]) == ("failed", "regressed")  # a verdict
+    assert agreed_phase([RankOutcome("passed"), raised]) == ("failed", f"rank 1 raised {line}\ntail")
+
+
 def test_first_mismatch_names_the_position_the_rank_and_both_tests() -> None:
     assert first_mismatch([["a", "b"], ["a", "b"]]) is None
     assert first_mismatch([["a", "b", "c"], ["a", "b", "c"], ["a", "c"]]) == (1, 2, "b", "c")
@@ -282,6 +297,67 @@ def test_the_failure_message_names_the_ranks_that_did_not_answer_and_where_to_lo
         "rank 0, which calls the roll of the ranks, sent no answer within 20 s: rank 0 crashed or hung")
 
 
+def test_when_a_rank_raised_the_fault_is_headed_by_its_exception_and_no_rank_is_called_late() -> None:
+    # issue 46: rank 1 raised in a collective-free function; rank 0's headline was "one was late
+    # within 5 s, not gone", rank 1's exception quoted only below it
+    from pytest_gpuperf.verdict.distributed import fault_text
+
+    roll = roll_call_text((), 5.0, watchdog_dir="/tmp/w", raised=(1,))
+    assert roll == "every rank answered the roll call afterwards: rank 1 raised, none was gone"
+    assert "late" not in roll
+    assert roll_call_text((), 5.0, watchdog_dir="/tmp/w").startswith(  # no note: nobody raised on this node
+        "every rank answered the roll call afterwards: one was late within 5 s, not gone")
+    assert roll_call_text((), 5.0).startswith(  # ranks on several nodes: a raise there is not known here
+        "every rank answered the roll call afterwards: one was late within 5 s or raised (its own failure says which)")
+    mine = "ZeroDivisionError: rank 1's own error (at test_d.py:10 in raise_on_rank_1)"
+    text = fault_text(0, 2, "broadcast", "RuntimeError: timed out", roll, {1: mine})
+    assert text == (f"rank 1 raised {mine}; so rank 0 of 2: broadcast failed: RuntimeError: timed out; {roll}")
+    # a rank whose own exception is the collective that failed in torch.distributed comes after the fault
+    waited = "RuntimeError: Timed out (at /venv/lib/torch/distributed/distributed_c10d.py:3252 in all_reduce)"
+    assert fault_text(1, 2, "all_gather_object", "E: x", roll, {0: waited, 1: mine}).startswith(
+        f"rank 1 raised {mine}; rank 0 raised {waited}; so rank 1 of 2: all_gather_object failed: E: x")
+    assert fault_text(0, 2, "broadcast", "E: x", "R", {}) == ("rank 0 of 2: broadcast failed, a rank crashed or "
+                                                              "hung: E: x; R")
+
+
+def test_a_failed_collective_after_a_raise_names_that_rank_and_a_settled_raise_is_forgotten(tmp_path) -> None:
+    from pytest_gpuperf.measure.distributed import note_raised, raised_notes
+
+    folder = str(tmp_path)
+    mine = "ZeroDivisionError: rank 1's own error (at test_d.py:10 in raise_on_rank_1)"
+    note_raised(folder, 1, "test_d.py::test_x: <its traceback>", mine)
+    r = Timeouts(missing=(), watchdog_dir=folder)
+
+    def closed() -> None:
+        raise RuntimeError("Connection closed by peer")
+
+    with pytest.raises(DistributedFault) as fault:
+        r._collective("broadcast", closed)
+    assert str(fault.value).startswith(f"rank 1 raised {mine}; so rank 0 of 3: broadcast failed: RuntimeError: "
+                                       f"Connection closed by peer; every rank answered the roll call afterwards")
+    assert str(fault.value).endswith("\nrank 1's test raised:\ntest_d.py::test_x: <its traceback>")
+    assert r.broken is not None and r.broken.startswith(f"rank 1 raised {mine}")  # the later tests' reason
+    note_raised(folder, 1, "")  # the ranks agreed on that test: no later fault quotes it
+    assert raised_notes(folder) == {} and not list(tmp_path.iterdir())
+
+
+def test_the_innermost_frame_of_a_raised_exception_is_read_relative_to_the_rootdir(tmp_path) -> None:
+    from pathlib import Path
+
+    from pytest_gpuperf.plugin.distributed import raised_summary
+
+    def inner() -> None:
+        raise ValueError("rank 1's own error\nsecond line")
+
+    with pytest.raises(ValueError) as info:
+        inner()
+    here = Path(__file__)
+    line = inner.__code__.co_firstlineno + 1
+    assert raised_summary(info, here.parent) == f"ValueError: rank 1's own error (at {here.name}:{line} in inner)"
+    assert raised_summary(info, tmp_path).endswith(f"(at {here}:{line} in inner)")  # outside the rootdir: absolute
+    assert raised_summary(None, tmp_path) == ""
+
+
 def test_a_hung_ranks_traceback_is_quoted_from_its_file_on_one_node(tmp_path) -> None:
     """All ranks on one node: the failure message points at the hung rank's file and quotes the
     start of its last faulthandler dump (innermost frames first); nothing when it wrote none."""
@@ -446,6 +522,32 @@ def test_the_watchdog_is_armed_at_the_collectives_of_a_benchmark_only(monkeypatc
     assert armed == [65.0, 35.0, 35.0]
     r.end_benchmark()
     assert armed[-1] == 0.0  # cancelled
+
+
+def test_the_watchdog_is_armed_for_each_phase_outside_a_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 46: a rank that hung in a fixture wrote no traceback, while the others' failure said it was in its file
+    import faulthandler
+
+    from pytest_gpuperf.measure.distributed import watch_phase
+
+    armed: list[float] = []
+    monkeypatch.setattr(faulthandler, "dump_traceback_later", lambda t, exit, file: armed.append(t))
+    monkeypatch.setattr(faulthandler, "cancel_dump_traceback_later", lambda: armed.append(0.0))
+    r = Timeouts(watchdog_file=2)
+    watch_phase(r, True)  # a setup starts: the others wait the rank timeout (60 s) for its outcome
+    assert armed == [65.0]
+    watch_phase(r, False)  # the ranks agreed on it
+    assert armed == [65.0, 0.0]
+    r.begin_benchmark(30.0)
+    watch_phase(r, True)  # inside a benchmark: its own arming stands
+    assert armed == [65.0, 0.0, 65.0]
+    r.end_benchmark()
+    r.broken = "an earlier collective failed"
+    watch_phase(r, True)
+    assert armed == [65.0, 0.0, 65.0, 0.0]  # broken: nothing armed
+    r.broken, r.watchdog_file = None, None
+    watch_phase(r, True)
+    assert armed == [65.0, 0.0, 65.0, 0.0]  # no watchdog (pytest's faulthandler_timeout is set)
 
 
 class Options:
