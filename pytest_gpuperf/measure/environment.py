@@ -49,10 +49,12 @@ _ARCHES = {"x86_64": ("X86_64", 64), "amd64": ("X86_64", 64), "i386": ("X86_32",
 
 
 def pb_cpu_info() -> dict[str, Any]:
-    """pytest-benchmark's ``machine_info["cpu"]`` (:data:`PB_CPU_KEYS`): from py-cpuinfo's
-    ``get_cpu_info()`` where it is installed (as pytest-benchmark does), each key it lacks from
-    :func:`cpu_info_from` (``/proc/cpuinfo`` and ``platform``). Read once per process; a fresh copy
-    each call (a conftest's hook changes it in place, e.g. ``info["cpu"].pop("hz_actual")``)."""
+    """pytest-benchmark's ``machine_info["cpu"]`` (:data:`PB_CPU_KEYS`): from ``/proc/cpuinfo`` and
+    ``platform`` (:func:`cpu_info_from`); where there is no ``/proc/cpuinfo`` (macOS, Windows), from
+    py-cpuinfo's ``get_cpu_info()`` where it is installed, as pytest-benchmark does. Not py-cpuinfo
+    first: it starts a Python process of its own (``python -m cpuinfo --internal-cpuid``), in every
+    worker process. Read once per process; a fresh copy each call (a conftest's hook changes it in
+    place, e.g. ``info["cpu"].pop("hz_actual")``)."""
     return copy.deepcopy(_pb_cpu_info())
 
 
@@ -63,6 +65,8 @@ def _pb_cpu_info() -> dict[str, Any]:
     except OSError:
         text = ""
     info = cpu_info_from(text, platform.machine(), os.cpu_count())
+    if text:
+        return info
     try:
         import cpuinfo  # py-cpuinfo (pytest-benchmark's dependency), where installed
 
