@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pytest_gpuperf.core.flags import ALL_FLAGS
 from pytest_gpuperf.core.git import GitError, run as run_git
-from pytest_gpuperf.core.launch import die_with_parent
+from pytest_gpuperf.core.launch import popen_dying_with_parent
 from pytest_gpuperf.verdict.paired import Block, SIDES, abba_schedule
 from pytest_gpuperf.core.options import DEFAULTS
 
@@ -724,9 +724,8 @@ class Coordinator:
 
             cmd = [*torchrun(spec.nproc), "--no-python", *cmd]
         with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=spec.cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=bool(spec.nproc),
-                                    preexec_fn=die_with_parent())  # no side measures on for a killed session
+            proc = popen_dying_with_parent(cmd, cwd=spec.cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=bool(spec.nproc))
         return _Worker(spec, process, proc, log)
 
     def _run_pair(self, p: int) -> None:

@@ -106,11 +106,17 @@ def _descendants(root: int) -> set[tuple[int, str]]:
     return found
 
 
+#: The signals held while a worker is forked (:func:`popen_dying_with_parent`).
+HELD_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` for a worker process (Linux): it gets SIGTERM when the process that started it
     dies, even by SIGKILL, where no handler of that process runs (``prctl(PR_SET_PDEATHSIG)``),
     so that no worker measures on for nobody (issue 46: a killed coordinator's workers ran on;
-    the replicate and instruction workers and both A/B sides use it). It checks that its parent did not die before the call. None elsewhere (no such call).
+    the replicate and instruction workers and both A/B sides use it). It checks that its parent
+    did not die before the call, and unblocks :data:`HELD_SIGNALS` in the child. None elsewhere
+    (no such call). Start workers with :func:`popen_dying_with_parent`, not with this alone.
 
     The signal follows the *thread* that started the child: call it from a thread that outlives
     the worker (the session's own)."""
@@ -125,8 +131,26 @@ def die_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def preexec() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held by the parent across the fork
         prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before the call
             os.kill(os.getpid(), signal.SIGTERM)
 
     return preexec
+
+
+def popen_dying_with_parent(cmd: list[str], **kwargs: object) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **kwargs)`` with :func:`die_with_parent`'s ``preexec_fn``, and
+    SIGTERM and SIGINT held in this thread while it forks. A ``preexec_fn`` makes Popen fork
+    through Python's at-fork callbacks (logging's among them), and the exception our SIGTERM
+    handler raises inside one of those is printed and dropped (``Exception ignored in
+    _releaseLock``): a CI job's SIGTERM at that moment was lost and the run went on to its end.
+    Held, the signal arrives as Popen returns. Raises what Popen raises (``OSError``)."""
+    preexec = die_with_parent()
+    if preexec is None:
+        return subprocess.Popen(cmd, **kwargs)  # type: ignore[call-overload]
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        return subprocess.Popen(cmd, preexec_fn=preexec, **kwargs)  # type: ignore[call-overload]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pytest_gpuperf.core.launch import die_with_parent, launcher, stop as _stop
+from pytest_gpuperf.core.launch import launcher, popen_dying_with_parent, stop as _stop
 from pytest_gpuperf.core.options import DEFAULT_PROCESSES
 from pytest_gpuperf.core.signals import Terminated, sigterm_raises, stop_reason
 from pytest_gpuperf.plugin.stopping import Stopped
@@ -287,9 +287,8 @@ def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, 
     run = WorkerRun(index, None, log)
     with open(log, "wb") as out:
         try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=bool(nproc),
-                                    preexec_fn=die_with_parent())
+            proc = popen_dying_with_parent(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=bool(nproc))
         except OSError as exc:
             raise ReplicateError(f"could not start a worker process ({' '.join(cmd[:3])}): {exc}") from None
         try:

@@ -388,3 +388,36 @@ def test_the_ini_nproc_is_the_user_sessions_only() -> None:
         _nproc(config(cli="2"), ranks, in_worker=False)
     with pytest.raises(pytest.UsageError, match="ini gpuperf_nproc 'x': expected a whole number"):
         _nproc(config(ini="x"), None, in_worker=False)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="prctl(PR_SET_PDEATHSIG): Linux")
+def test_a_sigterm_while_a_worker_is_forked_is_delivered_after_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a preexec_fn makes Popen run Python's at-fork callbacks, where the exception a SIGTERM handler
+    # raises is printed and dropped: a cancelled bisect ran on to its end (exit 0 for 143)
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pytest_gpuperf.core import launch
+
+    seen: list[str] = []
+    real_popen = subprocess.Popen
+
+    def popen(cmd, **kwargs):  # the signal arrives while the worker is forked
+        os.kill(os.getpid(), signal.SIGTERM)
+        seen.append("forked")
+        return real_popen(cmd, **kwargs)
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: seen.append("SIGTERM"))
+    try:
+        monkeypatch.setattr(launch.subprocess, "Popen", popen)
+        proc = launch.popen_dying_with_parent(
+            [sys.executable, "-c", "import signal; print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"],
+            stdout=subprocess.PIPE, text=True)
+        assert seen == ["forked", "SIGTERM"]  # held across the fork, delivered as Popen returned
+        out, _ = proc.communicate(timeout=60)
+        assert int(signal.SIGTERM) not in eval(out) and int(signal.SIGINT) not in eval(out)  # the child's unblocked
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # and ours restored
+    finally:
+        signal.signal(signal.SIGTERM, previous)
