@@ -74,6 +74,13 @@ DEFAULT_THRESHOLD = BenchOptions.threshold
 DEFAULT_ALPHA = BenchOptions.alpha
 #: Peak-memory growth that fails a test by default (BenchOptions.memory_threshold, stated once there).
 DEFAULT_MEMORY_THRESHOLD = BenchOptions.memory_threshold
+#: One-sided confidence of the upper bound that decides "not slower by more than T" over process
+#: medians (:func:`decide_replicates`): the non-inferiority question, at the level of a two-sided 95%
+#: CI's upper bound, as non-inferiority trials read it (ICH E9, 1998; FDA, *Non-Inferiority Clinical
+#: Trials*, 2016). It decides only "unchanged" where the 99% CI spans 1 and 1 + T; a regression still
+#: needs the 99% evidence.
+NONINFERIORITY_CONFIDENCE = 0.975
+
 #: One-sided confidence of the Student-t prediction limit of the log run-medians.
 PREDICTION_CONFIDENCE = 0.99
 
@@ -608,6 +615,15 @@ def _set_aside_note(side: str, index: int, medians: Sequence[float], kept: Seque
             "interference only slows)")
 
 
+def noninferior_note(upper: float, ci: tuple[float, float], threshold: float) -> str:
+    """The note of an "unchanged" that the non-inferiority bound decided (:func:`decide_replicates`):
+    ``upper`` the one-sided :data:`NONINFERIORITY_CONFIDENCE` upper bound of the ratio, ``ci`` the
+    99% CI that spans 1 and 1 + ``threshold``."""
+    return (f"not slower by more than {threshold * 100:.1f}%: the one-sided {NONINFERIORITY_CONFIDENCE:.1%} upper bound "
+            f"{format_ratio(upper)} is under 1+T={format_ratio(1 + threshold)} (non-inferiority; the 99% CI "
+            f"{format_ratio(ci[0])}-{format_ratio(ci[1])} spans both)")
+
+
 def decide_replicates(
     current_groups_ms: Sequence[Sequence[float]],
     baseline_medians_ms: Sequence[float] | None,
@@ -626,7 +642,10 @@ def decide_replicates(
     number of stored runs (reported). The evidence is :func:`process_level_test` over the process
     medians, never the pooled rounds (thousands of rounds of one process are one replicate), after
     each side's process disturbed by a slow period is set aside (:func:`set_aside_slow`; the note
-    names it); the verdict is :func:`shift_verdict`'s with T = ``threshold``. ``current_median_ms``
+    names it); the verdict is :func:`shift_verdict`'s with T = ``threshold``, except that an
+    inconclusive one whose one-sided :data:`NONINFERIORITY_CONFIDENCE` upper bound lies under 1 + T is
+    ``unchanged`` (:func:`noninferior_note`: the question the gate asks is "slower by more than T?",
+    issue 45). ``current_median_ms``
     and ``baseline_median_ms`` are the geometric means of the process medians decided on, so
     ``ratio`` is exactly their quotient. Raises ``ValueError`` for empty groups, bad options, or one process on both
     sides (no between-process spread to decide on: :func:`pytest_gpuperf.verdict.gate.judge_replicates`
@@ -655,11 +674,15 @@ def decide_replicates(
                  if i is not None]
     ratio, ci, p_slower, p_faster, df, sd = process_level_test(cur, base)
     verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha, test="t test")
-    if set_aside:
-        note = "; ".join([*set_aside, *([note] if note else [])])
     from scipy import stats as sps
 
     se = sd * math.sqrt(1 / len(cur) + 1 / len(base))
+    if verdict is Verdict.INCONCLUSIVE:  # the non-inferiority question: slower by more than T?
+        upper = math.exp(math.log(ratio) + float(sps.t.ppf(NONINFERIORITY_CONFIDENCE, df)) * se)
+        if upper < 1 + threshold:
+            verdict, note = Verdict.UNCHANGED, noninferior_note(upper, ci, threshold)
+    if set_aside:
+        note = "; ".join([*set_aside, *([note] if note else [])])
     resolution = math.expm1(max(float(sps.t.ppf(1 - alpha, df)) * se, math.log1p(threshold)))
     base_geo = run_estimate_ms(base_all[0], base_all)  # of the processes decided on: ratio = their quotient
     return Comparison(verdict=verdict, current_median_ms=cur_geo, baseline_median_ms=base_geo, ratio=ratio,

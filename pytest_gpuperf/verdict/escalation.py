@@ -41,6 +41,9 @@ from typing import Any, Callable, Sequence
 #: Two-sided confidence of the process-level CI (the value of
 #: :data:`pytest_gpuperf.verdict.compare.RATIO_CONFIDENCE`).
 CONFIDENCE = 0.99
+#: One-sided confidence of the upper bound that decides "unchanged" (the value of
+#: :data:`pytest_gpuperf.verdict.compare.NONINFERIORITY_CONFIDENCE`).
+NONINFERIORITY = 0.975
 #: Predictions look no further than this many processes ("not even 1000 processes would").
 MAX_PREDICTED = 1000
 #: One-sided confidence of the lower bound of the SD that predictions use (:func:`optimistic_sd`).
@@ -89,13 +92,24 @@ def predicted_ci(ratio: float, sd_log: float, n_current: int, n_baseline: int,
     return math.exp(d - h), math.exp(d + h)
 
 
-def straddles(ci: tuple[float, float], threshold: float) -> bool:
+def noninferior_upper(ratio: float, sd_log: float, n_current: int, n_baseline: int,
+                      confidence: float = NONINFERIORITY) -> float:
+    """The one-sided ``confidence`` upper bound of the ratio that ``n_current`` and ``n_baseline``
+    processes with pooled SD ``sd_log`` would give (``exp(d + t(confidence, df) * sd * sqrt(1/n + 1/m))``):
+    under 1 + T it decides "unchanged" (:func:`pytest_gpuperf.verdict.compare.decide_replicates`)."""
+    if not ratio > 0:
+        raise ValueError(f"ratio must be > 0, got {ratio!r}")
+    return math.exp(math.log(ratio) + half_width(sd_log, n_current, n_baseline, 2 * confidence - 1))
+
+
+def straddles(ci: tuple[float, float], threshold: float, upper: float | None = None) -> bool:
     """Whether a ratio CI leaves the verdict ``inconclusive`` by the rule of
     :func:`~pytest_gpuperf.verdict.compare.shift_verdict`: it spans 1 and reaches above
     1 + ``threshold`` (lower than that it is ``unchanged``; wholly above 1 with the ratio above
-    1 + T ``regressed``, with the ratio under it ``unchanged``)."""
+    1 + T ``regressed``, with the ratio under it ``unchanged``), and the one-sided non-inferiority
+    bound ``upper`` (:func:`noninferior_upper`; None: not read) does not lie under 1 + T either."""
     lo, hi = ci
-    return lo < 1 < hi and hi > 1 + threshold
+    return lo < 1 < hi and hi > 1 + threshold and (upper is None or upper >= 1 + threshold)
 
 
 def processes_to_decide(ratio: float, sd_log: float, n_baseline: int, threshold: float, *, start: int = 1,
@@ -106,7 +120,8 @@ def processes_to_decide(ratio: float, sd_log: float, n_baseline: int, threshold:
     baseline's spread alone, ``t * sd / sqrt(m)``, may keep it undecided for any number)."""
     start = max(start, 1, 3 - n_baseline)
 
-    return _first(lambda n: not straddles(predicted_ci(ratio, sd_log, n, n_baseline, confidence), threshold),
+    return _first(lambda n: not straddles(predicted_ci(ratio, sd_log, n, n_baseline, confidence), threshold,
+                                          noninferior_upper(ratio, sd_log, n, n_baseline)),
                   start, limit)
 
 
@@ -170,7 +185,8 @@ def predict(comparison: Any, threshold: float, processes_max: int,
     n_max = max(int(processes_max), n)
     low = optimistic_sd(sd, n + m - 2)  # the spread read optimistically: see the module doc
     ci = predicted_ci(ratio, low, n_max, m, confidence)
-    return Prediction(processes_max=n_max, ci=ci, decides=not straddles(ci, threshold),
+    upper = noninferior_upper(ratio, low, n_max, m)
+    return Prediction(processes_max=n_max, ci=ci, decides=not straddles(ci, threshold, upper),
                       needed=processes_to_decide(ratio, low, m, threshold, start=n, confidence=confidence),
                       detectable=smallest_detectable(sd, n, m, c.alpha, threshold),
                       detectable_max=smallest_detectable(sd, n_max, m, c.alpha, threshold), baseline_processes=m)

@@ -421,3 +421,33 @@ def test_a_process_a_slow_period_disturbed_is_set_aside_and_the_note_says_so():
     assert "of the baseline's 2 of 3" in comparison_message(c)
     slower = decide_replicates([[1.3 * m] * 50 for m in (0.80, 0.805, 0.81)], base)  # a real +30%: caught
     assert slower.verdict is Verdict.REGRESSED
+
+
+def test_an_unchanged_benchmark_passes_decided_once_its_noninferiority_bound_is_under_1_plus_t():
+    # issue 45, item 3: the gate asks "slower by more than T?" (one-sided); an A/A whose 99% CI
+    # spans 1 and 1+T is unchanged once the one-sided 97.5% upper bound lies under 1+T
+    import math
+
+    from scipy import stats as sps
+
+    from pytest_gpuperf.verdict import escalation
+    from pytest_gpuperf.verdict.compare import NONINFERIORITY_CONFIDENCE, decide_replicates, process_level_test
+
+    assert escalation.NONINFERIORITY == NONINFERIORITY_CONFIDENCE
+    base = [1.000, 1.020, 0.985]
+    cur = [1.010, 0.990, 1.020]  # process medians 1.5% apart: the 99% CI reaches past 1.05
+    ratio, ci, _, _, df, sd = process_level_test(cur, base)
+    upper = math.exp(math.log(ratio) + sps.t.ppf(0.975, df) * sd * math.sqrt(2 / 3))
+    assert ci[0] < 1 < 1.05 < ci[1] and upper < 1.05  # the case this rule decides
+    c = decide_replicates([[m] * 20 for m in cur], base)
+    assert c.verdict is Verdict.UNCHANGED and not c.failed
+    assert c.note.startswith("not slower by more than 5.0%: the one-sided 97.5% upper bound 1.043x is under 1+T=1.050x")
+    assert "(non-inferiority; the 99% CI" in c.note and c.ratio_ci == ci  # the 99% CI is still the one shown
+    wider = [1.00, 1.04, 0.97]  # 3% apart: even the one-sided bound reaches past 1.05
+    assert decide_replicates([[m] * 20 for m in wider], base).verdict is Verdict.INCONCLUSIVE
+    # never a regression passed: +8% with the same spread is not unchanged (its bound is above 1+T)
+    assert decide_replicates([[1.08 * m] * 20 for m in cur], base).verdict is not Verdict.UNCHANGED
+    # and the escalation predicts the same: one more process is not needed where this decides
+    pred = escalation.predict(c, 0.05, 10)
+    assert pred is not None and pred.decides
+    assert escalation.straddles(ci, 0.05) and not escalation.straddles(ci, 0.05, upper)
