@@ -615,13 +615,25 @@ def _set_aside_note(side: str, index: int, medians: Sequence[float], kept: Seque
             "interference only slows)")
 
 
-def noninferior_note(upper: float, ci: tuple[float, float], threshold: float) -> str:
-    """The note of an "unchanged" that the non-inferiority bound decided (:func:`decide_replicates`):
-    ``upper`` the one-sided :data:`NONINFERIORITY_CONFIDENCE` upper bound of the ratio, ``ci`` the
-    99% CI that spans 1 and 1 + ``threshold``."""
-    return (f"not slower by more than {threshold * 100:.1f}%: the one-sided {NONINFERIORITY_CONFIDENCE:.1%} upper bound "
-            f"{format_ratio(upper)} is under 1+T={format_ratio(1 + threshold)} (non-inferiority; the 99% CI "
-            f"{format_ratio(ci[0])}-{format_ratio(ci[1])} spans both)")
+def noninferior(decided: tuple[Verdict, str | None], ratio: float, ci: tuple[float, float], se: float, df: int,
+                threshold: float) -> tuple[Verdict, str | None]:
+    """The non-inferiority reading of a process-level verdict (:func:`decide_replicates`): an
+    ``INCONCLUSIVE`` ``decided`` whose one-sided :data:`NONINFERIORITY_CONFIDENCE` upper bound
+    ``exp(log(ratio) + t(df) * se)`` lies under 1 + ``threshold`` becomes ``UNCHANGED`` with a note
+    naming that bound and the 99% CI ``ci`` that spans both; any other verdict is returned as is.
+    ``se``: the standard error of the log ratio."""
+    verdict, note = decided
+    if verdict is not Verdict.INCONCLUSIVE:
+        return decided
+    from scipy import stats as sps
+
+    upper = math.exp(math.log(ratio) + float(sps.t.ppf(NONINFERIORITY_CONFIDENCE, df)) * se)
+    if not upper < 1 + threshold:
+        return decided
+    return Verdict.UNCHANGED, (
+        f"not slower by more than {threshold * 100:.1f}%: the one-sided {NONINFERIORITY_CONFIDENCE:.1%} upper bound "
+        f"{format_ratio(upper)} is under 1+T={format_ratio(1 + threshold)} (non-inferiority; the 99% CI "
+        f"{format_ratio(ci[0])}-{format_ratio(ci[1])} spans both)")
 
 
 def decide_replicates(
@@ -642,10 +654,8 @@ def decide_replicates(
     number of stored runs (reported). The evidence is :func:`process_level_test` over the process
     medians, never the pooled rounds (thousands of rounds of one process are one replicate), after
     each side's process disturbed by a slow period is set aside (:func:`set_aside_slow`; the note
-    names it); the verdict is :func:`shift_verdict`'s with T = ``threshold``, except that an
-    inconclusive one whose one-sided :data:`NONINFERIORITY_CONFIDENCE` upper bound lies under 1 + T is
-    ``unchanged`` (:func:`noninferior_note`: the question the gate asks is "slower by more than T?",
-    issue 45). ``current_median_ms``
+    names it); the verdict is :func:`shift_verdict`'s with T = ``threshold``, read as non-inferiority
+    (:func:`noninferior`: "slower by more than T?"). ``current_median_ms``
     and ``baseline_median_ms`` are the geometric means of the process medians decided on, so
     ``ratio`` is exactly their quotient. Raises ``ValueError`` for empty groups, bad options, or one process on both
     sides (no between-process spread to decide on: :func:`pytest_gpuperf.verdict.gate.judge_replicates`
@@ -673,14 +683,11 @@ def decide_replicates(
                  ((SET_ASIDE_SIDES[0], cur_out, cur_all, cur), (SET_ASIDE_SIDES[1], base_out, base_all, base))
                  if i is not None]
     ratio, ci, p_slower, p_faster, df, sd = process_level_test(cur, base)
-    verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha, test="t test")
+    se = sd * math.sqrt(1 / len(cur) + 1 / len(base))
+    verdict, note = noninferior(shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha,
+                                              test="t test"), ratio, ci, se, df, threshold)
     from scipy import stats as sps
 
-    se = sd * math.sqrt(1 / len(cur) + 1 / len(base))
-    if verdict is Verdict.INCONCLUSIVE:  # the non-inferiority question: slower by more than T?
-        upper = math.exp(math.log(ratio) + float(sps.t.ppf(NONINFERIORITY_CONFIDENCE, df)) * se)
-        if upper < 1 + threshold:
-            verdict, note = Verdict.UNCHANGED, noninferior_note(upper, ci, threshold)
     if set_aside:
         note = "; ".join([*set_aside, *([note] if note else [])])
     resolution = math.expm1(max(float(sps.t.ppf(1 - alpha, df)) * se, math.log1p(threshold)))
