@@ -145,12 +145,20 @@ def popen_dying_with_parent(cmd: list[str], **kwargs: object) -> subprocess.Pope
     through Python's at-fork callbacks (logging's among them), and the exception our SIGTERM
     handler raises inside one of those is printed and dropped (``Exception ignored in
     _releaseLock``): a CI job's SIGTERM at that moment was lost and the run went on to its end.
-    Held, the signal arrives as Popen returns. Raises what Popen raises (``OSError``)."""
+    Held, the signal arrives as Popen returns; one that another thread took and whose exception was
+    dropped all the same (:func:`pytest_gpuperf.core.signals.terminations` moved) is raised again
+    here. Raises what Popen raises (``OSError``) and :class:`~pytest_gpuperf.core.signals.Terminated`."""
+    from pytest_gpuperf.core.signals import Terminated, terminations
+
     preexec = die_with_parent()
     if preexec is None:
         return subprocess.Popen(cmd, **kwargs)  # type: ignore[call-overload]
+    before = terminations()
     held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
     try:
-        return subprocess.Popen(cmd, preexec_fn=preexec, **kwargs)  # type: ignore[call-overload]
+        proc = subprocess.Popen(cmd, preexec_fn=preexec, **kwargs)  # type: ignore[call-overload]
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    if terminations() != before:  # delivered to another thread and handled in an at-fork callback: dropped
+        raise Terminated(128 + signal.SIGTERM)
+    return proc

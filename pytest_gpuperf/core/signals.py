@@ -13,9 +13,20 @@ class Terminated(SystemExit):
     """SIGTERM as an exception, with exit code 128 + 15 (what an uncaught one exits with)."""
 
 
+_HANDLED = [0]  # SIGTERMs raise_terminated handled in this process
+
+
 def raise_terminated(signum: int, frame: Any) -> None:
-    """A SIGTERM handler: raises :class:`Terminated`."""
+    """A SIGTERM handler: raises :class:`Terminated` (and counts it: :func:`terminations`)."""
+    _HANDLED[0] += 1
     raise Terminated(128 + signum)
+
+
+def terminations() -> int:
+    """How many SIGTERMs :func:`raise_terminated` handled in this process: code during which Python
+    may drop the handler's exception (an at-fork callback prints and drops it) compares the count
+    before and after."""
+    return _HANDLED[0]
 
 
 def stop_reason(exc: BaseException) -> str:

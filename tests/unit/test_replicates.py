@@ -400,12 +400,13 @@ def test_a_sigterm_while_a_worker_is_forked_is_delivered_after_not_lost(monkeypa
     import sys
 
     from pytest_gpuperf.core import launch
+    from pytest_gpuperf.core.signals import Terminated, raise_terminated
 
     seen: list[str] = []
     real_popen = subprocess.Popen
 
-    def popen(cmd, **kwargs):  # the signal arrives while the worker is forked
-        os.kill(os.getpid(), signal.SIGTERM)
+    def popen(cmd, **kwargs):  # the signal arrives (at this thread) while the worker is forked
+        signal.raise_signal(signal.SIGTERM)
         seen.append("forked")
         return real_popen(cmd, **kwargs)
 
@@ -419,5 +420,16 @@ def test_a_sigterm_while_a_worker_is_forked_is_delivered_after_not_lost(monkeypa
         out, _ = proc.communicate(timeout=60)
         assert int(signal.SIGTERM) not in eval(out) and int(signal.SIGINT) not in eval(out)  # the child's unblocked
         assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # and ours restored
+
+        def dropped(cmd, **kwargs):  # another thread took it; its exception raised in an at-fork callback, dropped
+            try:
+                raise_terminated(signal.SIGTERM, None)
+            except Terminated:
+                pass
+            return real_popen(cmd, **kwargs)
+
+        monkeypatch.setattr(launch.subprocess, "Popen", dropped)
+        with pytest.raises(Terminated):
+            launch.popen_dying_with_parent([sys.executable, "-c", "pass"])
     finally:
         signal.signal(signal.SIGTERM, previous)
