@@ -52,8 +52,7 @@ class Cluster:
         self.port = _free_port()
         self._run(str(b / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
                   "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8", "--no-sync")
-        self._run(str(b / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "-l", str(self.root / "log"),
-                  "-o", f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        self._run(*self._start())
         self.url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *cmd: str) -> None:
@@ -67,23 +66,25 @@ class Cluster:
         self._run(str(self.bin / "createdb"), "-h", str(self.sock), "-p", str(self.port), "-U", "postgres", name)
         return self.url.rsplit("/", 1)[0] + "/" + name
 
-    def pause(self) -> None:
-        """Stop the server as an administrator would (``pg_ctl stop -m fast``), keeping its data:
-        :meth:`resume` starts it again on the same port."""
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+    def _pg_ctl(self, *args: str) -> list[str]:
+        return [str(self.bin / "pg_ctl"), "-D", str(self.data), *args]
+
+    def _start(self) -> list[str]:
+        return self._pg_ctl("-w", "-t", "60", "-l", str(self.root / "log"), "-o",
+                            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
 
     def pause_command(self) -> list[str]:
-        """The command line of :meth:`pause`, for a child process to stop the server itself."""
-        cmd = [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]
+        """The command line that stops the server as an administrator would (``pg_ctl stop -m
+        fast``), keeping its data, for a child process to run: :meth:`resume` starts it again."""
+        cmd = self._pg_ctl("-m", "fast", "-w", "stop")
         return ["runuser", "-u", "postgres", "--", *cmd] if self.as_postgres else cmd
 
     def resume(self) -> None:
-        """Start the server again after :meth:`pause` (same data, port and socket)."""
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "-l", str(self.root / "log"),
-                  "-o", f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        """Start the server again after :meth:`pause_command` ran (same data, port and socket)."""
+        self._run(*self._start())
 
     def stop(self) -> None:
         try:
-            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self._run(*self._pg_ctl("-m", "immediate", "-w", "stop"))
         finally:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -52,6 +52,7 @@ import numpy as np
 from pytest_gpuperf.core.options import BenchOptions
 from pytest_gpuperf.core.units import format_pct, format_ratio
 from pytest_gpuperf.verdict.advice import Advice, merge_advice
+from pytest_gpuperf.verdict.escalation import NONINFERIORITY, noninferior_upper, smallest_detectable
 from pytest_gpuperf.verdict.estimate import OTHERS_AGREE, SLOW_PROCESS, run_estimate_ms, set_aside_slow  # noqa: F401
 
 #: Seed of the bootstrap, fixed so a verdict is reproducible from the stored samples alone.
@@ -78,8 +79,9 @@ DEFAULT_MEMORY_THRESHOLD = BenchOptions.memory_threshold
 #: medians (:func:`decide_replicates`): the non-inferiority question, at the level of a two-sided 95%
 #: CI's upper bound, as non-inferiority trials read it (ICH E9, 1998; FDA, *Non-Inferiority Clinical
 #: Trials*, 2016). It decides only "unchanged" where the 99% CI spans 1 and 1 + T; a regression still
-#: needs the 99% evidence.
-NONINFERIORITY_CONFIDENCE = 0.975
+#: needs the 99% evidence. The bound is :func:`pytest_gpuperf.verdict.escalation.noninferior_upper`'s,
+#: which the escalation's predictions use too.
+NONINFERIORITY_CONFIDENCE = NONINFERIORITY
 
 #: One-sided confidence of the Student-t prediction limit of the log run-medians.
 PREDICTION_CONFIDENCE = 0.99
@@ -615,19 +617,17 @@ def _set_aside_note(side: str, index: int, medians: Sequence[float], kept: Seque
             "interference only slows)")
 
 
-def noninferior(decided: tuple[Verdict, str | None], ratio: float, ci: tuple[float, float], se: float, df: int,
-                threshold: float) -> tuple[Verdict, str | None]:
+def noninferior(decided: tuple[Verdict, str | None], ratio: float, ci: tuple[float, float], sd: float,
+                processes: tuple[int, int], threshold: float) -> tuple[Verdict, str | None]:
     """The non-inferiority reading of a process-level verdict (:func:`decide_replicates`): an
     ``INCONCLUSIVE`` ``decided`` whose one-sided :data:`NONINFERIORITY_CONFIDENCE` upper bound
-    ``exp(log(ratio) + t(df) * se)`` lies under 1 + ``threshold`` becomes ``UNCHANGED`` with a note
-    naming that bound and the 99% CI ``ci`` that spans both; any other verdict is returned as is.
-    ``se``: the standard error of the log ratio."""
-    verdict, note = decided
-    if verdict is not Verdict.INCONCLUSIVE:
+    (:func:`~pytest_gpuperf.verdict.escalation.noninferior_upper` of ``ratio``, the pooled SD ``sd``
+    of the log process medians and the ``processes`` (current, baseline) decided on) lies under
+    1 + ``threshold`` becomes ``UNCHANGED`` with a note naming that bound and the 99% CI ``ci``
+    that spans both; any other verdict is returned as is."""
+    if decided[0] is not Verdict.INCONCLUSIVE:
         return decided
-    from scipy import stats as sps
-
-    upper = math.exp(math.log(ratio) + float(sps.t.ppf(NONINFERIORITY_CONFIDENCE, df)) * se)
+    upper = noninferior_upper(ratio, sd, *processes)
     if not upper < 1 + threshold:
         return decided
     return Verdict.UNCHANGED, (
@@ -682,15 +682,12 @@ def decide_replicates(
     set_aside = [_set_aside_note(side, i, xs, kept) for side, i, xs, kept in
                  ((SET_ASIDE_SIDES[0], cur_out, cur_all, cur), (SET_ASIDE_SIDES[1], base_out, base_all, base))
                  if i is not None]
-    ratio, ci, p_slower, p_faster, df, sd = process_level_test(cur, base)
-    se = sd * math.sqrt(1 / len(cur) + 1 / len(base))
+    ratio, ci, p_slower, p_faster, _df, sd = process_level_test(cur, base)
     verdict, note = noninferior(shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha,
-                                              test="t test"), ratio, ci, se, df, threshold)
-    from scipy import stats as sps
-
+                                              test="t test"), ratio, ci, sd, (len(cur), len(base)), threshold)
     if set_aside:
         note = "; ".join([*set_aside, *([note] if note else [])])
-    resolution = math.expm1(max(float(sps.t.ppf(1 - alpha, df)) * se, math.log1p(threshold)))
+    resolution = smallest_detectable(sd, len(cur), len(base), alpha, threshold)
     base_geo = run_estimate_ms(base_all[0], base_all)  # of the processes decided on: ratio = their quotient
     return Comparison(verdict=verdict, current_median_ms=cur_geo, baseline_median_ms=base_geo, ratio=ratio,
                       median_ratio=ratio, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,

@@ -41,8 +41,8 @@ from typing import Any, Callable, Sequence
 #: Two-sided confidence of the process-level CI (the value of
 #: :data:`pytest_gpuperf.verdict.compare.RATIO_CONFIDENCE`).
 CONFIDENCE = 0.99
-#: One-sided confidence of the upper bound that decides "unchanged" (the value of
-#: :data:`pytest_gpuperf.verdict.compare.NONINFERIORITY_CONFIDENCE`).
+#: One-sided confidence of the upper bound that decides "unchanged"
+#: (:data:`pytest_gpuperf.verdict.compare.NONINFERIORITY_CONFIDENCE` is this value; see there why).
 NONINFERIORITY = 0.975
 #: Predictions look no further than this many processes ("not even 1000 processes would").
 MAX_PREDICTED = 1000
