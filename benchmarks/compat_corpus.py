@@ -144,6 +144,18 @@ def run_suite(suite: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]
     r = result["record"]
     print(f"[{name}] record: exit {rc}, {r['recorded']} recorded, {r['baseline_files']} baseline files, "
           f"{r['failed']} failed, {r['error']} errors, {wall:.0f} s", flush=True)
+    if opts.compare:  # an unchanged rerun against what was just recorded (issue 45: its cost and verdicts)
+        rc, wall = go("compare", ["-p", "no:benchmark", "--gpuperf", "--gpuperf-no-ab-confirm",
+                                  f"--gpuperf-json={work}/compare.json", f"--junitxml={work}/compare.xml",
+                                  *shlex.split(opts.record_args)])
+        report = work / "compare.json"
+        got = json.loads(report.read_text()).get("benchmarks", {}) if report.exists() else {}
+        verdicts: dict[str, int] = {}
+        for b in got.values():
+            verdicts[str(b.get("verdict"))] = verdicts.get(str(b.get("verdict")), 0) + 1
+        result["compare"] = {"exit": rc, "wall_s": wall, **counts(junit_cases(work / "compare.xml")),
+                             "verdicts": verdicts}
+        print(f"[{name}] compare (unchanged rerun): exit {rc}, verdicts {verdicts}, {wall:.0f} s", flush=True)
     return result
 
 
@@ -201,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plugin-path", default=None, help="another checkout of the plugin, first on PYTHONPATH")
     p.add_argument("--record-args", default="", help="pytest arguments of every recording run")
     p.add_argument("--no-pytest-benchmark", action="store_true", help="skip pytest-benchmark's reference run")
+    p.add_argument("--compare", action="store_true",
+                   help="after recording, an unchanged --gpuperf rerun (no A/B): its time and verdicts")
     opts = p.parse_args(argv)
     suites = load_manifest(Path(opts.manifest)) if opts.manifest else []
     args, meta = dict(a.split("=", 1) for a in opts.args), dict(m.split("=", 1) for m in opts.meta)

@@ -28,6 +28,31 @@ CYCLES = 6
 CYCLE_MS = 20.0
 
 
+#: Fewest cycles a process profiles (:func:`cycles_for`): the diff's CI needs more than one.
+MIN_CYCLES = 2
+#: The budget of one benchmark's op profile in one process (:func:`cycles_for`; issue 45): its
+#: profiled calls, each cycle's warm-up step included, take at most this long (ms) ...
+PROFILE_BUDGET_MS = 4000.0
+#: ... and record at most this many ops (aten ops a call x calls x cycles): torch's profiler spends
+#: 0.1-0.5 ms of its own on each recorded op when it reads a cycle (``key_averages``), so a call of
+#: 430k ops (ml4gw's waveform generator) took 8 minutes to profile.
+PROFILE_BUDGET_OPS = 20_000
+
+
+def cycles_for(median_ms: float, calls: int, ops: int | None = None) -> int:
+    """Cycles a process profiles of a call of ``median_ms`` (ms) and ``ops`` aten ops (None:
+    unknown) in cycles of ``calls`` calls: as many of :data:`CYCLES` as fit both
+    :data:`PROFILE_BUDGET_MS` (``calls + 1`` calls a cycle) and :data:`PROFILE_BUDGET_OPS`
+    (``calls * ops`` a cycle); 0 (no profile) when fewer than :data:`MIN_CYCLES` fit. Short calls of
+    a few hundred ops get all :data:`CYCLES`; a 1 s call 2; a 3 s call, or one of 10k ops, none."""
+    fit = CYCLES
+    if median_ms and median_ms > 0:
+        fit = min(fit, int(PROFILE_BUDGET_MS / ((max(1, calls) + 1) * median_ms)))
+    if ops:
+        fit = min(fit, int(PROFILE_BUDGET_OPS / (max(1, calls) * ops)))
+    return fit if fit >= MIN_CYCLES else 0
+
+
 def calls_per_cycle(median_ms: float) -> int:
     """Calls per profiled cycle: about :data:`CYCLE_MS` worth, between 1 and 20."""
     if not median_ms or median_ms <= 0:

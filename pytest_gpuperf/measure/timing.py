@@ -3,8 +3,9 @@
 Both backends share one protocol (after Triton's ``do_bench`` and ``torch.utils.benchmark``):
 
 1. **warmup**: call ``fn`` until ``warmup_time`` seconds have passed and at least
-   :data:`MIN_WARMUP_CALLS` calls were made (or ``warmup_calls`` calls when given; with fewer
-   than 2, one or two more calls are made to estimate a call's time, and counted as warmup);
+   :data:`MIN_WARMUP_CALLS` calls were made, or on the CPU one call when every call so far took
+   :data:`LONG_CALL_S` or more (or ``warmup_calls`` calls when given; with fewer
+   than 2 shorter calls, one or two more calls are made to estimate a call's time, and counted as warmup);
    this also lets clocks ramp up and autotuners (cuDNN benchmark, ``torch.compile``) settle.
    On CUDA (:func:`_warmup_cuda`) two lone synchronized calls come first, then calls back to back
    between CUDA event pairs, synchronized once per ~5 ms chunk, so the GPU does not idle between
@@ -49,6 +50,13 @@ from pytest_gpuperf.verdict.stats import ci_half_width_fraction
 
 #: At least this many warmup calls, whatever ``warmup_time`` says.
 MIN_WARMUP_CALLS = 3
+#: A call at least this long (s) is warmed up by one call: the floor of :data:`MIN_WARMUP_CALLS`
+#: yields once every warmup call made so far took this long (CPU backend; issue 45). Three warmup
+#: calls of a 4 s call in each of 3 worker processes cost more than pytest-benchmark's whole run
+#: of it (by default no warmup, one calibration call, 5 rounds); what a first call warms
+#: (allocations, caches, lazy initialisation) is small beside 0.1 s, and the rounds' median
+#: outvotes a round that is still warming.
+LONG_CALL_S = 0.1
 #: CPU: a timed round lasts at least this long (s). Reading perf_counter_ns took ~61 ns here
 #: (2-core EPYC VM, 20 x 200,000 reads); two reads per round are ~0.12% of 100 µs.
 CPU_MIN_ROUND_S = 100e-6
@@ -313,14 +321,15 @@ def _warmup(
         if warmup_calls is not None:
             stop = calls >= warmup_calls
         else:
-            stop = calls >= MIN_WARMUP_CALLS and (clock() - t0) / 1e9 >= warmup_time
+            stop = (calls >= MIN_WARMUP_CALLS or (calls > 0 and min(per_call) >= LONG_CALL_S)) \
+                and (clock() - t0) / 1e9 >= warmup_time
         if lockstep is not None and warmup_calls is None:
             stop = lockstep.decide(stop)
         if stop:
             break
         value = timed_call()
         calls += 1
-    while len(per_call) < 2:  # estimate from two more calls when warmup was (nearly) skipped
+    while len(per_call) < 2 and sum(per_call) < LONG_CALL_S:  # estimate from two more calls when warmup was (nearly) skipped
         value = timed_call()
         calls += 1  # counted: the function really ran these extra times
     # the later half of the warmup is the best guide to steady state (first calls are cold)

@@ -180,22 +180,35 @@ class Measuring:
         ca, ck = prepare_call(fn, args, kwargs, setup)
         return count_call(fn, ca, ck, self.context.device)
 
-    def _op_profile(self, fn, args, kwargs, setup, call_ms: float, bid: str, notes: list[str]) -> Any:
+    def _op_profile(self, fn, args, kwargs, setup, call_ms: float, bid: str, notes: list[str],
+                    ops: int | None = None) -> Any:
         """The op profile of this benchmark (:func:`pytest_gpuperf.measure.opprofile.profile_ops`, its
         cycles labelled with this process's id) as ``{"floor_ms": 0, "cycles": [...]}`` (every op;
-        a baseline keeps the compact form). Contained: a profile that fails adds a note and gives None
+        a baseline keeps the compact form), in the cycles that fit the profiler's budget
+        (:func:`~pytest_gpuperf.measure.opprofile.cycles_for`; ``ops``: the call's aten ops, when
+        counted). Contained: a profile that fails or does not fit adds a note and gives None
         (a diagnosis is never a check: nothing is marked unavailable)."""
         import os
 
         from pytest_gpuperf.core.containment import OP_DIFF
-        from pytest_gpuperf.measure.opprofile import CYCLES, calls_per_cycle, profile_ops
+        from pytest_gpuperf.core.units import format_ms
+        from pytest_gpuperf.measure.opprofile import (MIN_CYCLES, PROFILE_BUDGET_MS, PROFILE_BUDGET_OPS,
+                                                      calls_per_cycle, cycles_for, profile_ops)
         from pytest_gpuperf.verdict.opdiff import compact_profile
 
         failed: dict[str, Any] = {}
+        calls = calls_per_cycle(call_ms)
+        cycles = cycles_for(call_ms, calls, ops)
+        if not cycles:
+            notes.append(f"{self._full_id(bid)}: no op profile taken (why it got slower): {MIN_CYCLES} cycles of "
+                         f"a {format_ms(call_ms)} call" + (f" of {ops:,} aten ops" if ops else "")
+                         + f" exceed the profiler's budget ({PROFILE_BUDGET_MS / 1e3:g} s, {PROFILE_BUDGET_OPS:,} ops "
+                         "a benchmark and process); an A/B run against the baselines' commit still profiles both sides")
+            return None
         a, k = prepare_call(fn, args, kwargs, setup)
         profile = getattr(self.context.measurer, "profile_ops", profile_ops)  # a scripted backend's own
         got = contained(OP_DIFF, lambda: compact_profile(
-            profile(fn, a, k, self.context.device, cycles=CYCLES, calls=calls_per_cycle(call_ms),
+            profile(fn, a, k, self.context.device, cycles=cycles, calls=calls,
                     process=os.getpid() % 1_000_000), floor_share=0.0, max_ops=None), failed)
         if OP_DIFF in failed:
             notes.append(f"{self._full_id(bid)}: the op profile (why it got slower) could not be taken: "
@@ -494,7 +507,8 @@ class ExtrasOnly(Measuring):
         high = max(peaks) if peaks and MEMORY not in unavailable else None
         low = min(peaks) if high is not None and min(peaks) != high else None
         notes: list[str] = []
-        op_profile = self._op_profile(fn, args, kwargs, setup, call_ms, bid, notes) if ctx.op_profile else None
+        op_profile = (self._op_profile(fn, args, kwargs, setup, call_ms, bid, notes,
+                                       ops=counts.ops if counts is not None else None) if ctx.op_profile else None)
         communication = None
         if ctx.ranks is not None:  # the coordinator compares it with the baseline's (its change)
             communication = self._communication(fn, *prepare_call(fn, args, kwargs, setup), None, unavailable)
@@ -595,7 +609,8 @@ class InProcess(Measuring):
                 SNAPSHOT, lambda: self._snapshot(fn, a, k, bid), unavailable))
         bottleneck, trace_path, top_ops = self._explain(fn, a, k, t, counts, flop_dtype, telemetry,
                                                         evaluation.comparison.failed, bid, notes, unavailable)
-        op_profile = (self._op_profile(fn, args, kwargs, setup, statistics.median(t.samples_ms), bid, notes)
+        op_profile = (self._op_profile(fn, args, kwargs, setup, statistics.median(t.samples_ms), bid, notes,
+                                       ops=counts.ops if counts is not None else None)
                       if inline and ctx.op_profile else None)
         scaling = self._scaling(t, bid, notes)
         return BenchResult.from_samples(

@@ -75,6 +75,9 @@ INSTRUCTION_WORKER = -2
 #: Calls an extras process makes for each extra (peak memory, counts): a count or peak that
 #: differs between them is variable, not exact (:func:`pytest_gpuperf.verdict.counts.combine_counts`).
 EXTRA_CALLS = 2
+#: Fewest timed rounds a worker process makes of a benchmark when ``min_rounds`` is split over the
+#: processes (:func:`worker_options`): its process median then rests on more than one round.
+MIN_PROCESS_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -140,13 +143,19 @@ def slot_of(config: Any) -> tuple[int, int] | None:
 
 def worker_options(options: Any, slot: tuple[int, int]) -> Any:
     """A timed worker's options (a :class:`~pytest_gpuperf.core.options.BenchOptions`): ``max_time``
-    split over the processes that measure the benchmark (P, or its ``processes`` option when
-    smaller; ``warmup_time`` too). The extras process keeps the options as they are (it times nothing)."""
+    split over the n processes that measure the benchmark (P, or its ``processes`` option when
+    smaller; ``warmup_time`` too), and ``min_rounds`` as well: ``ceil(min_rounds / n)`` in each, at
+    least :data:`MIN_PROCESS_ROUNDS` (issue 45: a call longer than ``max_time / (n * min_rounds)``
+    made ``min_rounds`` rounds in *each* process, 3x the rounds one process makes, and 5x
+    pytest-benchmark's 5 on ml4gw's suite of long torch calls). The extras process keeps the options
+    as they are (it times nothing)."""
     k, p = slot
     if k in (EXTRAS, INSTRUCTION_WORKER):
         return options
     n = min(options.processes or p, p)
-    return dataclasses.replace(options, max_time=options.max_time / n, warmup_time=options.warmup_time / n)
+    rounds = min(options.max_rounds, max(MIN_PROCESS_ROUNDS, -(-options.min_rounds // n)))
+    return dataclasses.replace(options, max_time=options.max_time / n, warmup_time=options.warmup_time / n,
+                               min_rounds=min(options.min_rounds, rounds))
 
 
 def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid: str = "",

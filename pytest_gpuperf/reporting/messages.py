@@ -461,7 +461,8 @@ def overrun_warning(overruns: Any) -> str | None:
     if not overruns:
         return None
     listed = "; ".join(f"{name} ({o.elapsed_s:.1f} s for max_time {o.max_time_s:g} s: one call takes "
-                       f"{format_ms(o.call_ms)}, min_rounds={o.min_rounds} and {o.warmup_calls} warmup calls)"
+                       f"{format_ms(o.call_ms)}, min_rounds={o.min_rounds} and {o.warmup_calls} warmup "
+                       f"call{'s' if o.warmup_calls != 1 else ''})"
                        for name, o in overruns)
     return (f"{len(overruns)} benchmark(s) took far longer than their max_time because one call is long: {listed}. "
             f"For the suite's author: min_rounds rounds and the warmup always run, so lower min_rounds/warmup_time "

@@ -52,6 +52,19 @@ def test_worker_slot_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert replicates.worker_options(o, (replicates.EXTRAS, 3)) == o
 
 
+def test_worker_options_split_min_rounds():
+    """Issue 45: ``min_rounds`` is split over the processes like ``max_time`` (ceil, at least
+    MIN_PROCESS_ROUNDS in each), so a long call makes about min_rounds rounds in all, not in each."""
+    assert replicates.MIN_PROCESS_ROUNDS == 2
+    assert replicates.worker_options(BenchOptions(min_rounds=10), (0, 3)).min_rounds == 4
+    assert replicates.worker_options(BenchOptions(min_rounds=10), (4, 3)).min_rounds == 4  # an added process
+    assert replicates.worker_options(BenchOptions(min_rounds=5), (1, 3)).min_rounds == 2
+    assert replicates.worker_options(BenchOptions(min_rounds=5, processes=2), (1, 3)).min_rounds == 3
+    assert replicates.worker_options(BenchOptions(min_rounds=1), (0, 3)).min_rounds == 1  # never more than asked
+    assert replicates.worker_options(BenchOptions(min_rounds=30, max_rounds=5), (0, 3)).min_rounds <= 5
+    assert replicates.worker_options(BenchOptions(min_rounds=10), (replicates.EXTRAS, 3)).min_rounds == 10
+
+
 def _entry(median: float, *, telemetry: dict | None = None, peak: int | None = 100, probe_ms: float | None = None) -> dict:
     r = BenchResult.from_samples(tuple(median * f for f in (0.99, 1.0, 1.01) * 4), name="t", device="cpu", rounds=12,
                                  calls_per_round=2, warmup_calls=3, benchmark_id="test_x", options={"threshold": 0.05},

@@ -17,7 +17,7 @@ import pytest
 from pytest_gpuperf.measure import timing
 from pytest_gpuperf._testing import FakeClock, ScriptedMeasurer, noisy
 from pytest_gpuperf.core.options import BenchOptions
-from pytest_gpuperf.measure.timing import CPU_MIN_ROUND_S, MIN_WARMUP_CALLS, Measurer, Timing
+from pytest_gpuperf.measure.timing import CPU_MIN_ROUND_S, LONG_CALL_S, MIN_WARMUP_CALLS, Measurer, Timing
 
 #: Options whose only stopping rule is the max_time budget (no early stopping).
 BUDGET = BenchOptions(target_precision=0.0)
@@ -114,8 +114,20 @@ def test_warmup_runs_at_least_min_warmup_calls():
     for warmup_time in (0.0, 0.001):
         t, _, _ = scripted(10.0, options=BenchOptions(warmup_time=warmup_time, min_rounds=1, max_rounds=1))
         assert t.warmup_calls == MIN_WARMUP_CALLS
-    # Calls longer than the warmup time: still 3.
+    # Calls longer than the warmup time but shorter than LONG_CALL_S: still 3.
     t, _, _ = scripted(50.0, options=BenchOptions(warmup_time=0.025, min_rounds=1, max_rounds=1))
+    assert t.warmup_calls == MIN_WARMUP_CALLS
+
+
+def test_a_long_call_is_warmed_up_by_one_call():
+    """Issue 45: a call of LONG_CALL_S or more is warmed up by one call (no second call to estimate
+    it either); the warmup time still holds, and a shorter call keeps the floor of 3."""
+    assert LONG_CALL_S == pytest.approx(0.1)
+    t, m, fn = scripted(LONG_CALL_S * 1e3 * 1.5, options=BenchOptions(warmup_time=0.025, min_rounds=4, max_rounds=4))
+    assert t.warmup_calls == 1 and t.rounds == 4 and fn.calls == 1 + 4
+    t, _, _ = scripted(LONG_CALL_S * 1e3 * 1.5, options=BenchOptions(warmup_time=0.4, min_rounds=1, max_rounds=1))
+    assert t.warmup_calls == 3  # 0.4 s of warmup asked for: three 0.15 s calls
+    t, _, _ = scripted(LONG_CALL_S * 1e3 * 0.9, options=BenchOptions(warmup_time=0.025, min_rounds=1, max_rounds=1))
     assert t.warmup_calls == MIN_WARMUP_CALLS
 
 
