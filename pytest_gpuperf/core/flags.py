@@ -126,6 +126,10 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
          help="do not profile the ops of a verdict that moves (both sides of an A/B decision, a bisect culprit's "
               "step, or against the baseline's stored op profile) for its per-op diff ('why: ...'), nor store an "
               "op profile with the baselines (ini gpuperf_why = false)"),
+    Flag("--gpuperf-no-seed", True,
+         help="do not seed the global random generators (random, NumPy's, torch's) before each benchmark from its "
+              "test id where the plugin measures; by default every benchmark's random inputs are the same in every "
+              "process, whatever ran before it (ini gpuperf_seed = false)"),
     # A/B against a git revision on this machine, and bisection
     Flag("--gpuperf-ab", False, "REF",
          "A/B: measure the benchmarks of the working tree (B) and of git revision REF (A, e.g. origin/main) on "

@@ -57,6 +57,8 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "commit on this machine (default true)", type="bool", default=True)
     parser.addini("gpuperf_why", "profile both sides of an A/B decision that comes out regressed or improved and "
                   "name the ops that changed (default true)", type="bool", default=True)
+    parser.addini("gpuperf_seed", "seed the global random generators before each benchmark from its test id where "
+                  "the plugin measures (default true)", type="bool", default=True)
     parser.addini("gpuperf_bisect_on_regression", "after a confirmed regression, bisect from the baselines' commit "
                   "to HEAD for at most N regressed benchmarks (default 0: off)", default="")
     parser.addini("gpuperf_nproc", "measure every worker process as a torchrun launch of N ranks on this node "
@@ -130,6 +132,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_gpuperf.plugin.stopping import SigtermInterrupts
 
         config.pluginmanager.register(SigtermInterrupts(session), "gpuperf-sigterm")
+    if s.measuring:
+        from pytest_gpuperf.plugin.seeding import register_seeding
+
+        register_seeding(config)
     if ReportWriter.wanted(session.settings) and writer:
         config.pluginmanager.register(ReportWriter(session), "gpuperf-reports")
     from pytest_gpuperf.plugin.history import HistoryRecorder, history_url
