@@ -160,15 +160,17 @@ def worker_options(options: Any, slot: tuple[int, int]) -> Any:
 
 def report_result(key: str, result: Any, environment: Mapping[str, Any], nodeid: str = "",
                   out: str | None = None) -> None:
-    """In a worker: append ``{"key": ..., "entry": <report entry>, "nodeid": <its test>}`` to ``out``
-    (its role's file; nothing when None) and flush it."""
+    """In a worker: append ``{"key": ..., "entry": <report entry>, "nodeid": <its test>, "notes":
+    [...]}`` to ``out`` (its role's file; nothing when None) and flush it. ``notes``: the result's
+    notes (what the extras process could not do, e.g. an op profile over the budget), which the
+    report entry does not carry."""
     if not out:
         return
     from pytest_gpuperf.storage.codec import encode_result
 
     entry = encode_result(result, environment=dict(environment), git_commit=None, timestamp_utc="")
     with open(out, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"key": key, "entry": entry, "nodeid": nodeid}) + "\n")
+        f.write(json.dumps({"key": key, "entry": entry, "nodeid": nodeid, "notes": list(result.notes or ())}) + "\n")
         f.flush()
 
 
@@ -205,7 +207,7 @@ def read_results(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]
         if "failed" in rec:
             failures[rec["failed"]] = rec["error"] + (f" (at {rec['where']})" if rec.get("where") else "")
         else:
-            out[rec["key"]] = dict(rec["entry"], nodeid=rec.get("nodeid") or "")
+            out[rec["key"]] = dict(rec["entry"], nodeid=rec.get("nodeid") or "", notes=rec.get("notes") or [])
     return out, failures
 
 
@@ -623,6 +625,7 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
         gpu_clock=_merged_clock(results),
         probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
         ranks=_merged_ranks(results),
+        notes=tuple(dict.fromkeys(str(n) for e in extras or () for n in e.get("notes") or ())),  # the extras' (once)
         **(_extras_of([first]) if extras is None else _extras_of([decode_result(dict(e)) for e in extras],
                                                                  extras_missing, first.options)),
     )
