@@ -274,6 +274,16 @@ def _machine_of(machine: Any) -> Script | None:
 
 
 #: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir.
+#: Conftest text that scripts the session-start reference workload too (every process, every rank:
+#: 1 ms matmul, 1 ms copy), for a scripted test whose verdict reads it (under torchrun a straggler's
+#: reference workload says whether its core was slow): the real one is timed on the machine.
+SCRIPTED_REFERENCE = '''
+from pytest_gpuperf.plugin import session as _gpuperf_session
+
+_gpuperf_session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "matmul": "scripted",
+                                            "copy": "scripted"}
+'''
+
 SCRIPTED_CONFTEST = '''
 import pytest
 from pytest_gpuperf._testing import ScriptedMeasurer

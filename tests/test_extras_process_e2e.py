@@ -46,19 +46,56 @@ def _baselines(pytester: pytest.Pytester) -> dict[str, tuple[Path, dict]]:
             for name, entry in json.loads(path.read_text())["benchmarks"].items()}
 
 
+# A call of 4,400 torch ops (a 1 ms call by the scripted timings): a round of its extras is
+# estimated at 2 x 1 ms + 4,400 x EXTRA_MS_PER_OP = 1,102 ms, over EXTRA_SECOND_CALL_S, so each
+# extras process makes one call of each extra, not two (issue 45). Each call in an extras process
+# (its role is "x/P" on its command line) is logged with its process id.
+MANY_OPS = """
+import os, sys, pytest, torch
+
+EXTRAS = any('"replicate": "x/' in a for a in sys.argv)
+x = torch.ones(8)
+
+def many_ops():
+    if EXTRAS:
+        with open("extras-calls.log", "a") as f:
+            f.write(f"{os.getpid()}\\n")
+    y = x
+    for _ in range(4400):
+        y = y + 1
+    return y
+
+@pytest.mark.gpu_bench(max_time=0.05, warmup_time=0.0, device="cpu")
+def test_slow(gpu_bench):
+    gpu_bench(many_ops)
+"""
+
+
 def test_timed_workers_make_no_extra_call_and_variable_extras_are_not_gated_exactly(pytester: pytest.Pytester) -> None:
     # Two benchmarks that vary alike, recorded in one update run; the compare run shows both
     # behaviours in one session (each session costs three processes that import torch): test_sample
-    # is unchanged and passes, test_grow moves ten times the data and fails.
+    # is unchanged and passes, test_grow moves ten times the data and fails. test_slow's extras take
+    # long: one call of each per extras process.
+    from pytest_gpuperf.plugin.replicates import EXTRA_CALLS, EXTRA_MS_PER_OP, EXTRA_SECOND_CALL_S, extra_calls
+
+    assert (EXTRA_CALLS, EXTRA_SECOND_CALL_S, EXTRA_MS_PER_OP) == (2, 1.0, 0.25)
+    assert extra_calls(1.0, 100) == extra_calls(499.0, None) == extra_calls(1.0, 3_990) == 2
+    assert extra_calls(500.0, None) == extra_calls(1.0, 4_400) == extra_calls(100.0, 431_712) == 1
     script_timings(pytester, STEADY)
-    pytester.makepyfile(test_sample=VARYING.format(scale=1),
+    pytester.makepyfile(test_sample=VARYING.format(scale=1), test_slow=MANY_OPS,
                         test_grow=VARYING.format(scale=1).replace("def test_sample", "def test_grow"))
     rec = pytester.runpytest("--gpuperf-update-baselines", *RUN)
-    rec.assert_outcomes(passed=2)
+    rec.assert_outcomes(passed=3)
+    calls = (pytester.path / "extras-calls.log").read_text().split()
+    # in each of the 2 extras processes: an untimed first call (torch.compile's counters are loaded:
+    # what compiles later is a recompilation), one for its value and time, one for the peak, one
+    # counted; with a second of each, 6
+    assert len(set(calls)) == 2 and all(calls.count(pid) == 4 for pid in set(calls)), calls
+    assert _baselines(pytester)["test_slow"][1]["peak_memory_bytes"] is not None
     rec.stdout.fnmatch_lines(["*extras process 1/2 done*", "*extras process 2/2 done*"])
     logs = pytester.path / ".gpuperf" / "replicates"
     timed = [json.loads(line)["entry"] for k in (0, 1) for line in (logs / f"worker-{k}.jsonl").read_text().splitlines()]
-    assert len(timed) == 4 and all(e["counts"] is None and e["peak_memory_bytes"] is None
+    assert len(timed) == 6 and all(e["counts"] is None and e["peak_memory_bytes"] is None
                                    for e in timed)  # nothing but timing
     stored = _baselines(pytester)
     mib = 1 << 20
@@ -71,7 +108,7 @@ def test_timed_workers_make_no_extra_call_and_variable_extras_are_not_gated_exac
     # test_grow: ten times the data
     pytester.makepyfile(test_grow=VARYING.format(scale=10).replace("def test_sample", "def test_grow"))
     rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-json", "r.json", *RUN)
-    rec.assert_outcomes(passed=1, failed=1)
+    rec.assert_outcomes(passed=2, failed=1)
     benches = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]
     # an unchanged rerun passes: the count and the peak vary, and say so
     bench = benches["test_sample.py::test_sample"]

@@ -460,7 +460,8 @@ class ExtrasOnly(Measuring):
 
     def measure(self, fn, args, kwargs, setup, rounds, warmup_calls, bid, common, calls_per_round=None) -> BenchResult:
         """The extras process (``extras="only"``): time nothing; measure peak memory and the counts
-        from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls each (a count or peak that
+        from :data:`~pytest_gpuperf.plugin.replicates.EXTRA_CALLS` calls each, or one for a long call
+        or one of many ops (:func:`~pytest_gpuperf.plugin.replicates.extra_calls`) (a count or peak that
         differs between them is variable: :func:`~pytest_gpuperf.verdict.counts.combine_counts`), and
         classify the bottleneck when asked. Every part is contained. Its one sample is a single
         call's time (sizes the profiled calls; never compared). Under torchrun (``--gpuperf-nproc``
@@ -470,7 +471,7 @@ class ExtrasOnly(Measuring):
 
     def _extras(self, fn, args, kwargs, setup, bid, common) -> BenchResult:
         from pytest_gpuperf.measure.memory import measure_peak
-        from pytest_gpuperf.plugin.replicates import EXTRA_CALLS
+        from pytest_gpuperf.plugin.replicates import EXTRA_CALLS, extra_calls
         from pytest_gpuperf.verdict.counts import combine_counts
 
         ctx, counting = self.context, self.options.counts
@@ -482,7 +483,10 @@ class ExtrasOnly(Measuring):
             call_ms = max(ctx.ranks.gather(call_ms))
         unavailable: dict[str, Any] = {}
         peaks, counted = [], []
-        for _ in range(EXTRA_CALLS):
+        wanted = EXTRA_CALLS
+        for i in range(EXTRA_CALLS):
+            if i >= wanted:
+                break
             a, k = prepare_call(fn, args, kwargs, setup)
             report = contained(MEMORY, lambda: measure_peak(fn, a, k, ctx.device), unavailable)
             if report is not None:
@@ -490,6 +494,9 @@ class ExtrasOnly(Measuring):
             got = contained(COUNTS, lambda: self._count(fn, args, kwargs, setup), unavailable) if counting else None
             if got is not None:
                 counted.append(got)
+            if i == 0:  # every rank makes the same calls: the largest op count decides
+                ops = counted[0][0].ops if counted else None
+                wanted = extra_calls(call_ms, max(ctx.ranks.gather(ops or 0)) if ctx.ranks is not None else ops)
         counts = combine_counts([c for c, _ in counted]) if counted and COUNTS not in unavailable else None
         if counts is not None and first_compile is not None:
             from pytest_gpuperf.measure.counting import compile_snapshot

@@ -75,6 +75,27 @@ INSTRUCTION_WORKER = -2
 #: Calls an extras process makes for each extra (peak memory, counts): a count or peak that
 #: differs between them is variable, not exact (:func:`pytest_gpuperf.verdict.counts.combine_counts`).
 EXTRA_CALLS = 2
+#: An extras process makes no second call of each extra (peak memory, counts) when one round of
+#: them is estimated to take this long (s; :func:`extra_calls`, issue 45). Counting a call of 20,000
+#: small torch ops took 26x the call (2.9 s for a 114 ms call) and its peak-memory call 19x; on
+#: ml4gw's suite those calls were most of the extras processes' 100 s. A count or peak that varies is
+#: then seen between processes (an update run's two extras processes).
+EXTRA_SECOND_CALL_S = 1.0
+#: What one aten op adds to a round of the extras (ms): counting and the peak-memory call together,
+#: about 0.25 ms an op on this project's 2-core VM (the figures above).
+EXTRA_MS_PER_OP = 0.25
+
+
+def extra_calls(call_ms: float, ops: int | None) -> int:
+    """Calls of each extra an extras process makes of a call of ``call_ms`` (ms) and ``ops`` aten ops
+    (None: not counted): :data:`EXTRA_CALLS`, or 1 when a round of them (the peak-memory call and
+    the counted call: ``2 * call_ms + EXTRA_MS_PER_OP * ops``) reaches :data:`EXTRA_SECOND_CALL_S`.
+    Decided on the call's time and its op count, not on how long the first round took, which
+    includes the counters' and the profiler's start-up."""
+    round_ms = 2 * max(0.0, call_ms or 0.0) + EXTRA_MS_PER_OP * (ops or 0)
+    return 1 if round_ms >= EXTRA_SECOND_CALL_S * 1e3 else EXTRA_CALLS
+
+
 #: Fewest timed rounds a worker process makes of a benchmark when ``min_rounds`` is split over the
 #: processes (:func:`worker_options`): its process median then rests on more than one round.
 MIN_PROCESS_ROUNDS = 2
