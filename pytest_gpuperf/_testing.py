@@ -273,7 +273,6 @@ def _machine_of(machine: Any) -> Script | None:
     return lambda i: factors[(i // every) % len(factors)]
 
 
-#: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir.
 #: Conftest text that scripts the session-start reference workload too (every process, every rank:
 #: 1 ms matmul, 1 ms copy), for a scripted test whose verdict reads it (under torchrun a straggler's
 #: reference workload says whether its core was slow): the real one is timed on the machine.
@@ -284,6 +283,7 @@ _gpuperf_session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "m
                                             "copy": "scripted"}
 '''
 
+#: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir.
 SCRIPTED_CONFTEST = '''
 import pytest
 from pytest_gpuperf._testing import ScriptedMeasurer
