@@ -160,6 +160,146 @@ def test_profile_ops_on_the_cpu(tmp_path) -> None:
     assert calls_per_cycle(0.5) == 20 and calls_per_cycle(100.0) == 1 and calls_per_cycle(0.0) == 3
 
 
+def test_failure_messages_wrap_one_clause_per_line_and_the_table_holds_its_width() -> None:
+    from pytest_gpuperf.reporting.report import compact_verdict, fit_table
+    from pytest_gpuperf.reporting.terminal import wrap_message
+
+    message = ("regressed 1.497x [1.470x, 1.521x]: median 998.5 µs -> 1.493 ms (A/B vs HEAD (b1b19dd)) and more words\n"
+               "  why: aten::sort +492.7 µs/call (+249.8%, 95% of the slowdown); unchanged: aten::mm, aten::softmax; "
+               "rest +26.1 µs\n  m.py::t: " + "; ".join(f"clause number {i} of the evidence" for i in range(8)))
+    lines = wrap_message(message, 80).splitlines()
+    assert lines[0] == message.splitlines()[0]  # the verdict line stays whole (pytest's short summary)
+    assert all(len(x) <= 80 for x in lines[1:])
+    assert lines[1] == "  why: aten::sort +492.7 µs/call (+249.8%, 95% of the slowdown);"
+    assert lines[2] == "    unchanged: aten::mm, aten::softmax;" and lines[3] == "    rest +26.1 µs"
+    assert wrap_message(message, None) == message
+    assert compact_verdict("regressed, counts regressed") == "regressed+counts"
+    header = ("name", "median", "verdict")
+    rows = [("test_x.py::test_a_rather_long_benchmark_name", "1.493 ms", "regressed, counts regressed (confirmed)")]
+    fitted = fit_table(rows, header, {"median"}, 70, [rows[0][0]])  # the name at its shortest is not enough
+    assert max(map(len, fitted)) <= 70 and "regressed+counts" in fitted[-1]
+
+
+def test_the_verdicts_whole_change_lets_a_small_stage_be_named_under_a_noisy_one() -> None:
+    # a noisy op (cumsum) hides a +0.25 ms softmax change in the profiles' own total; the timing
+    # verdict measured the whole change (+0.25 ms on 3 ms) precisely, so the softmax is named
+    ops = {"aten::sort": 2.0, "aten::_softmax": 0.25, "aten::cumsum": 0.6}
+    rng = random.Random(5)
+
+    def noisy(seed: int, softmax: float) -> list[OpSample]:
+        out = []
+        for i in range(12):
+            times = {k: v * (1 + random.Random(seed * 100 + i).gauss(0, 0.02)) for k, v in ops.items()}
+            times["aten::_softmax"] = softmax * (1 + rng.gauss(0, 0.03))
+            times["aten::cumsum"] = 0.6 * (1 + abs(rng.gauss(0, 0.8)))  # 0.6-1.6 ms: swamps the total
+            out.append(OpSample(times, {k: 1.0 for k in times}, sum(times.values()), process=i % 2))
+        return out
+
+    a, b = noisy(1, 0.25), noisy(2, 0.5)
+    d = diff_profiles(a, b, whole_ms=(3.0, 3.25))
+    assert [c.name for c in d.named] == ["aten::_softmax"] and d.whole_from == "timing"
+    assert d.total_shift_ms == pytest.approx(0.25) and d.total_ci_ms is None
+    assert d.named_ms + d.new_ms + d.removed_ms + d.rest_ms == pytest.approx(0.25)
+
+
+def test_a_change_must_hold_in_every_pair_of_profiling_processes() -> None:
+    from pytest_gpuperf.verdict.opdiff import holds_across_pairs
+
+    a = [1.0, 1.01, 0.99, 1.0]
+    procs = [0, 0, 1, 1]
+    assert holds_across_pairs(a, [1.5, 1.52, 1.49, 1.51], procs, procs, shift=0.5, own=1.5)
+    # one process's op ran slow throughout (a fluke of that process): no cause
+    assert not holds_across_pairs(a, [1.0, 1.01, 1.6, 1.61], procs, procs, shift=0.3, own=1.6)
+    assert op_status(0.3, (0.1, 0.5), own_ms=1.6, total_shift_ms=0.3, replicated=False) == "unchanged"
+
+
+def test_with_five_pairs_one_may_dissent_but_not_two() -> None:
+    """A 2x larger gather ran as fast as the smaller one in one process of three (the why study):
+    with 5 pairs or more one pair may disagree, with fewer none, and never two."""
+    from pytest_gpuperf.verdict.opdiff import DISSENT_FROM_PAIRS, holds_across_pairs
+
+    def sides(b_values: list[float]) -> tuple[list[float], list[float], list[int]]:
+        procs = [p for p in range(len(b_values)) for _ in range(2)]
+        return [1.0] * len(procs), [v for v in b_values for _ in range(2)], procs
+
+    a, b, procs = sides([2.0, 1.0, 2.0, 2.1, 1.9])
+    assert DISSENT_FROM_PAIRS == 5 and holds_across_pairs(a, b, procs, procs, shift=1.0, own=2.0)
+    a, b, procs = sides([2.0, 1.0, 2.0])  # 3 pairs: every one must hold
+    assert not holds_across_pairs(a, b, procs, procs, shift=1.0, own=2.0)
+    a, b, procs = sides([2.0, 1.0, 2.0, 1.0, 1.9])  # two dissent
+    assert not holds_across_pairs(a, b, procs, procs, shift=1.0, own=2.0)
+
+
+def test_profile_ops_on_the_simulated_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path of the op profile (kernels by name, device time, GPU idle between kernels) on
+    the simulated device, on its simulated clock (no real time: the same numbers under any machine
+    load). A kernel made 3x slower is named first; host work added between the kernels (20 ms of
+    simulated host time per call against 1.5 ms of kernels) grows the GPU's idle time, which is
+    named, while the kernels stay unchanged."""
+    torch = pytest.importorskip("torch")
+    from pytest_gpuperf.measure.opprofile import profile_ops
+    from pytest_gpuperf.testing import SimulatedCuda
+
+    sim = SimulatedCuda().install(monkeypatch)  # launch_us=5: each launch takes 5 µs of host time
+    cuda = torch.device("cuda")
+
+    def step(gemm_ms: float, host_ms: float = 0.0) -> None:
+        sim.kernel(ms=gemm_ms, name="gemm")
+        sim.host(host_ms)  # simulated host time (a data loader, Python): the device drains its queue meanwhile
+        sim.kernel(ms=0.5, name="softmax_kernel")
+
+    def side(gemm_ms: float, host_ms: float = 0.0) -> list[OpSample]:
+        return [s for p in (0, 1) for s in profile_ops(step, (gemm_ms, host_ms), {}, cuda, cycles=3, calls=2,
+                                                      process=p)]
+
+    def exact(samples: list[OpSample]) -> set[tuple[float, float, float]]:
+        return {(round(s.self_ms["kernel: gemm"], 9), round(s.total_ms, 9), round(s.idle_ms, 9)) for s in samples}
+
+    a = side(1.0)
+    assert len(a) == 6 and all(s.idle_ms is not None for s in a)
+    assert a[0].self_ms["kernel: gemm"] == pytest.approx(1.0) and a[0].self_ms["kernel: softmax_kernel"] == 0.5
+    # per call of a 2-call region: the kernels back to back after the first launch's 5 µs
+    assert exact(a) == {(1.0, 1.5025, 0.0025)}
+    b = side(3.0)
+    assert exact(b) == {(3.0, 3.5025, 0.0025)}
+    slower = diff_profiles(a, b, whole_ms=(1.5, 3.5))  # the A/B verdict's medians on the device
+    assert [(c.name, c.status) for c in slower.named] == [("kernel: gemm", "slower")]
+    assert slower.named[0].shift_ms == pytest.approx(2.0)
+    assert {c.name: c.status for c in slower.ops}[IDLE] == "unchanged"
+    w = side(1.0, host_ms=20.0)
+    # idle per call: the first launch (5 µs), call 1's 20 ms wait less its gemm (19 ms + 5 µs of the
+    # softmax launch), call 2's wait less the queued softmax and gemm (18.5 ms + 10 µs): 37.52 ms / 2
+    assert exact(w) == {(1.0, 20.26, 18.76)}
+    waits = diff_profiles(a, w)  # the profiles' own whole-call change: 18.7575 ms, all of it idle
+    assert waits.total_shift_ms == pytest.approx(18.7575)
+    assert [(c.name, c.status) for c in waits.named] == [(IDLE, "slower")]
+    assert waits.named[0].shift_ms == pytest.approx(18.7575) and waits.named[0].share == pytest.approx(1.0)
+    assert {c.name: c.status for c in waits.ops}["kernel: gemm"] == "unchanged"
+    assert IDLE in why_line(waits)
+
+
+def test_a_stored_profile_is_compact_and_a_run_diffs_against_it() -> None:
+    """Without the old commit (issue 32): the baseline keeps a compact profile (the ops over 1% of
+    the call); a later run's cycles are diffed against it. An op the stored profile lacks that stays
+    under its floor is no cause (it was there, too small to keep); one above it is new."""
+    from pytest_gpuperf.verdict.opdiff import compact_profile, diff_against_stored, stored_samples
+
+    tiny = dict(OPS, **{"aten::view": 0.001})  # 0.05% of the call: not stored
+    stored = compact_profile(side(21, tiny))
+    assert {k for c in stored["cycles"] for k in c["self_ms"]} == set(OPS)
+    assert 0 < stored["floor_ms"] < 0.05 and len(str(stored)) < 4000
+    b = side(22, dict(tiny, **{"aten::sort": 0.9, "aten::exp": 0.3, "aten::expand": 0.002}))
+    d = diff_against_stored(stored, b, whole_ms=(1.85, 2.75), source="the baseline's op profile (2026-11-20)")
+    named = {c.name: c.status for c in d.named}
+    assert named == {"aten::sort": "slower", "aten::exp": "new"}
+    assert {c.name for c in d.ops}.isdisjoint({"aten::view", "aten::expand"})  # under the floor: dropped
+    assert why_line(d).startswith("why: aten::sort +") and why_line(d).endswith("[against the baseline's op profile (2026-11-20)]")
+    with pytest.raises(ValueError, match="not a stored op profile"):
+        stored_samples({"cycles": []})
+    with pytest.raises(ValueError, match="floor_ms 'x' is not a number"):
+        stored_samples({"cycles": [stored["cycles"][0]], "floor_ms": "x"})
+
+
 def test_profiled_cycles_fit_a_budget():
     """Issue 45: a process profiles as many of CYCLES cycles as fit PROFILE_BUDGET_MS (warm-up steps
     included) and PROFILE_BUDGET_OPS; none when fewer than MIN_CYCLES fit."""
