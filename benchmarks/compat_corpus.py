@@ -31,6 +31,7 @@ the table). ``--only NAME`` (repeated) runs some of the manifest's suites.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shlex
@@ -150,9 +151,7 @@ def run_suite(suite: dict[str, Any], opts: argparse.Namespace) -> dict[str, Any]
                                   *shlex.split(opts.record_args)])
         report = work / "compare.json"
         got = json.loads(report.read_text()).get("benchmarks", {}) if report.exists() else {}
-        verdicts: dict[str, int] = {}
-        for b in got.values():
-            verdicts[str(b.get("verdict"))] = verdicts.get(str(b.get("verdict")), 0) + 1
+        verdicts = dict(collections.Counter(str(b.get("verdict")) for b in got.values()))
         result["compare"] = {"exit": rc, "wall_s": wall, **counts(junit_cases(work / "compare.xml")),
                              "verdicts": verdicts}
         print(f"[{name}] compare (unchanged rerun): exit {rc}, verdicts {verdicts}, {wall:.0f} s", flush=True)

@@ -33,9 +33,10 @@ MIN_CYCLES = 2
 #: The budget of one benchmark's op profile in one process (:func:`cycles_for`; issue 45): its
 #: profiled calls, each cycle's warm-up step included, take at most this long (ms) ...
 PROFILE_BUDGET_MS = 4000.0
-#: ... and record at most this many ops (aten ops a call x calls x cycles): torch's profiler spends
-#: 0.1-0.5 ms of its own on each recorded op when it reads a cycle (``key_averages``), so a call of
-#: 430k ops (ml4gw's waveform generator) took 8 minutes to profile.
+#: ... and record at most this many ops (aten ops a call x calls x cycles): torch's profiler spent
+#: about 0.3 ms of its own on each recorded op, most of it reading a cycle (``key_averages``): 2
+#: cycles of a 134 ms call of 20,000 ``torch.add`` took 23 s on this project's 2-core VM, and a call
+#: of 430k ops (ml4gw's waveform generator) took 8 minutes to profile.
 PROFILE_BUDGET_OPS = 20_000
 
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpuperf.core.seeding import reseed, seed_for
-
-#: Fixtures that make a test a benchmark (the ``gpu_bench`` marker does too).
-BENCHMARK_FIXTURES = frozenset({"gpu_bench", "benchmark", "memory_budget"})
+from pytest_gpuperf.plugin.benchmark_compat import is_benchmark_test
 
 
 def register_seeding(config: pytest.Config) -> None:
@@ -22,11 +20,9 @@ def register_seeding(config: pytest.Config) -> None:
 class SeededBenchmarks:
     """Before a benchmark's fixtures are set up, seed the global random generators the process
     has imported with :func:`~pytest_gpuperf.core.seeding.seed_for` of its node id. Other tests
-    are left alone."""
+    (not :func:`~pytest_gpuperf.plugin.benchmark_compat.is_benchmark_test`) are left alone."""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if item.get_closest_marker("gpu_bench") is None and not BENCHMARK_FIXTURES & set(
-                getattr(item, "fixturenames", ())):
-            return
-        reseed(seed_for(item.nodeid))
+        if is_benchmark_test(item):
+            reseed(seed_for(item.nodeid))
