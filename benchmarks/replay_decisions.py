@@ -12,7 +12,10 @@ process medians of each side, under:
   two-sided ``--confidence`` (0.98: each bound a one-sided 99% bound, the non-inferiority reading);
 * ``median``: the ratio of the medians of the process medians against the threshold alone (no CI);
 * ``robust``: the same t rule with the median for the centre and the MAD (x1.4826, x sqrt(pi/2) for
-  the median's efficiency) for the spread, so that one slow process of three moves neither.
+  the median's efficiency) for the spread, so that one slow process of three moves neither;
+* ``t-mod``: the plugin's rule with each pair of runs' spread as every benchmark's prior
+  (:mod:`pytest_gpuperf.verdict.moderation`: Smyth's moderated t, for "unchanged" only), and the
+  injected slowdowns it passed as unchanged.
 
 It prints, per suite and rule: A/A decided (not inconclusive) and false regressions out of all A/A
 benchmark-runs, and slowdowns caught. Pure replay: no process is started, nothing is timed.
@@ -112,7 +115,33 @@ def replay(study: Path, thresholds: Sequence[float], confidence: float) -> list[
                     caught.append(f"{s.split('-')[1]}: {sum(v == 'regressed' for v in got)}/{len(got)}")
                 lines.append(f"{suite_dir.name} T={threshold:g} {name:6s} A/A decided {dec}/{n}, false regressions "
                              f"{ff}; caught " + ", ".join(caught))
+            lines.append(_moderated_line(suite_dir.name, runs, pairs, slow, threshold))
     return lines
+
+
+def _moderated_pair(cur: dict[str, list[float]], base: dict[str, list[float]], threshold: float) -> list[str]:
+    """The plugin's verdicts of one pair of runs, each read with the pair's spread as its prior
+    (:mod:`pytest_gpuperf.verdict.moderation`, as the coordinator reads a session)."""
+    from pytest_gpuperf.verdict.moderation import fit_prior, moderate, spread
+
+    keys = [k for k in cur if k in base]
+    prior = fit_prior([x for x in (spread(cur[k], base[k]) for k in keys) if x is not None])
+    return [moderate(decide_replicates([[v] for v in cur[k]], base[k], threshold=threshold), prior).verdict.value
+            for k in keys]
+
+
+def _moderated_line(suite: str, runs: dict, pairs: list, slow: list, threshold: float) -> str:
+    """``t-mod``: the plugin's rule with the suite's spread as each benchmark's prior (issue 45), and
+    how many injected slowdowns it passed as unchanged."""
+    n = dec = ff = 0
+    for b, c in pairs:
+        got = _moderated_pair(runs[c], runs[b], threshold)
+        n, dec, ff = n + len(got), dec + sum(v != "inconclusive" for v in got), ff + got.count("regressed")
+    caught = []
+    for s in slow:
+        got = _moderated_pair(runs[s], runs["update"], threshold)
+        caught.append(f"{s.split('-')[1]}: {got.count('regressed')}/{len(got)} (passed {got.count('unchanged')})")
+    return f"{suite} T={threshold:g} t-mod  A/A decided {dec}/{n}, false regressions {ff}; caught " + ", ".join(caught)
 
 
 def escalation_replay(study: Path, sd_scale: float = 1.0) -> list[str]:

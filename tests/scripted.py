@@ -30,3 +30,14 @@ def script_timings(pytester: pytest.Pytester, default: dict[str, Any] | None = N
     write the timings."""
     pytester.makeconftest(SCRIPTED_CONFTEST + "\n" + conftest)
     set_timings(pytester, default, **per_test)
+
+
+#: Twelve benchmarks' process medians (baseline: 2 processes, this run: 3), in tests/test_cli.py
+#: and tests/test_replicates_e2e.py: the suite's spreads are about 1%, test_p0's own came out
+#: 2.6% (its 99% CI 0.85x-1.13x: inconclusive alone), test_p1 is 30% slower, test_p2 4% slower and as
+#: wide as test_p0.
+SUITE_BASE = [(1.0, 1.035), (1.0, 0.99), (1.0, 1.035), (1.0, 1.008), (1.0, 0.992), (1.0, 1.01), (1.0, 0.985),
+              (1.0, 1.005), (1.0, 1.013), (1.0, 0.995), (1.0, 1.02), (1.0, 1.01)]
+SUITE_CURRENT = [(0.975, 1.03, 1.0), (1.3 * 0.99, 1.3, 1.3 * 1.012), (1.04 * 0.975, 1.04 * 1.03, 1.04),
+                 (1.005, 0.99, 1.0), (1.012, 1.0, 0.995), (0.99, 1.005, 1.01), (1.0, 0.993, 1.008), (1.01, 1.0, 0.99),
+                 (0.995, 1.01, 1.0), (1.0, 1.012, 0.99), (1.0, 0.99, 1.01), (1.0, 1.0, 1.0)]

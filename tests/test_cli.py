@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pytest_gpuperf.cli.reports import main
+from scripted import SUITE_BASE, SUITE_CURRENT
 
 MODULE = "tests/perf/test_demo.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -458,6 +459,26 @@ def test_compare_decides_replicated_runs_over_process_medians(tmp_path, capsys):
     cur_entry["process_medians_ms"] = [1.3, 1.31, 1.29]
     cur = write_report(tmp_path / "cur2.json", {"test_a": cur_entry})
     assert main(["compare", str(base), str(cur)]) == 1
+
+
+def test_compare_reads_each_benchmark_with_the_spread_of_all_it_compares(tmp_path, capsys):
+    # issue 45: over worker processes, an unchanged benchmark whose own spread came out wide by
+    # chance passes "unchanged" with the suite's spread (Smyth's moderated t, for the one-sided
+    # question only), as the plugin decides it; a regression still fails on its own evidence.
+    base, cur = {}, {}
+    for i, (b, c) in enumerate(zip(SUITE_BASE, SUITE_CURRENT)):
+        base[f"test_p{i}"] = dict(entry(f"test_p{i}", samples(60 + i)), process_medians_ms=list(b))
+        cur[f"test_p{i}"] = dict(entry(f"test_p{i}", samples(80 + i)), process_medians_ms=list(c))
+    base_path = write_baseline(tmp_path / "base.json", base)
+    assert main(["compare", str(base_path), str(write_report(tmp_path / "cur.json", cur)), "-v"]) == 1
+    out = capsys.readouterr().out
+    assert "unchanged" in row(out, "test_p0") and "regressed" in row(out, "test_p1")
+    assert "inconclusive" in row(out, "test_p2")  # +4%: its bound stays above 1+T
+    assert "with the spread moderated by this run's 12 benchmarks (SD of log process medians 2.6% -> 1.5%" in out
+    # fewer than 10 benchmarks with a spread: each decides alone
+    few = {k: v for k, v in list(cur.items())[:9]}
+    assert main(["compare", str(base_path), str(write_report(tmp_path / "few.json", few))]) == 1
+    assert "inconclusive" in row(capsys.readouterr().out, "test_p0")
 
 
 def test_compare_gives_the_memory_verdict_the_plugin_gives(tmp_path, capsys):

@@ -272,6 +272,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except ValueError as exc:  # bad options stored in the current entry, bad stored medians
             _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
             return EXIT_INPUT
+    decided = _moderated(decided, [(base.entries[bkey], cur.entries[ckey]) for _name, bkey, ckey in m.pairs])
     _print_comparison(args, base, cur, m, decided)
     return _exit_code(args, decided)
 
@@ -326,6 +327,19 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
     ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
                   probe=None if replicated else _stored_probe(c_entry, b_entry))
     return _Decided(ev.comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
+
+
+def _moderated(decided: list[_Decided], entries: Sequence[tuple[BaselineEntry, BaselineEntry]]) -> list[_Decided]:
+    """The pairs' timing verdicts read with the spread of every pair compared over worker processes, as
+    the plugin reads a session's (:func:`pytest_gpuperf.verdict.moderation.fit_prior` of the pairs'
+    process medians, then :func:`~pytest_gpuperf.verdict.moderation.moderate`); ``entries``: each
+    pair's (baseline, current) entries, in ``decided``'s order."""
+    from pytest_gpuperf.verdict.moderation import fit_prior, moderate, spread
+
+    spreads = [spread(c.history[-1].process_medians_ms, b.replicate_medians_ms) for b, c in entries
+               if len(c.history[-1].process_medians_ms or ()) >= 2 and b.replicate_medians_ms]
+    prior = fit_prior([x for x in spreads if x is not None])
+    return [dataclasses.replace(d, comparison=moderate(d.comparison, prior)) for d in decided]
 
 
 def _clock_evidence(clock: Any, processes: int | None) -> Any:

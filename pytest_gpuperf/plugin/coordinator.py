@@ -12,7 +12,7 @@ results. A worker process (replicate, extras, A/B, pytest-xdist) never has one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pytest
 
@@ -33,7 +33,9 @@ class Coordinator:
     of ``--gpuperf-bisect-on-regression``), ``more_processes`` (full id -> worker processes its
     decision used, when more were added), ``not_escalated`` (the same, for thin evidence that more
     processes could not decide: :func:`_thin`), ``stored_entries`` (full id -> its baseline entry)
-    and ``stopped`` (how Ctrl-C or SIGTERM stopped the measuring, None when it did not).
+    ``prior`` (the suite's spread over worker processes that every inconclusive verdict is read with:
+    :func:`_moderate_all`; None where too few benchmarks have one) and ``stopped`` (how Ctrl-C or
+    SIGTERM stopped the measuring, None when it did not).
     """
 
     def __init__(self, config: pytest.Config, settings: SessionSettings, progress: Callable[[], Any],
@@ -50,6 +52,7 @@ class Coordinator:
         self.not_escalated: dict[str, int] = {}
         self.stored_entries: dict[str, Any] = {}
         self.stopped: str | None = None
+        self.prior: Any = None  # the suite's spread (verdict.moderation.Prior), fitted after the first decisions
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
         self.instructions = InstructionMode(settings, lambda line: self.progress().line(line), warn)
 
@@ -76,19 +79,6 @@ class Coordinator:
         except ABError as exc:
             pytest.exit(f"pytest-gpuperf: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
-    def _replicate_logs(self) -> Path:
-        """The worker processes' folder (``<rootdir>/.gpuperf/replicates``; a temporary one where that cannot be made)."""
-        import tempfile
-
-        from pytest_gpuperf.core.files import ensure_output_dir
-
-        logs = self.settings.rootpath / ".gpuperf" / "replicates"
-        try:
-            ensure_output_dir(logs)
-        except OSError:
-            logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
-        return logs
-
     def _run_replicates(self) -> None:
         """Measure every selected benchmark in ``self.settings.processes`` worker processes, decide each against
         its baseline and keep the finished results for the tests (see :mod:`pytest_gpuperf.plugin.replicates`).
@@ -102,12 +92,13 @@ class Coordinator:
         finished: dict[str, Any] = {}
         with sigterm_raises():  # also between the workers and in the steps after them
             try:
-                args, logs = _worker_args(self.config), self._replicate_logs()
+                args, logs = _worker_args(self.config), _replicate_logs(self.settings.rootpath)
                 runs, extras, unreported, self.stopped = _measure_replicates(self.config, self.settings,
                                                                              self.progress(), args, logs, self.instructions)
                 commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
                 _decide_all(finished, runs, extras, self.settings.processes,
                             lambda key, entries, *more: self._decide_replicated(key, entries, commits, *more))
+                self.prior = _moderate_all(finished, self.stored_entries)
                 if self.stopped is None:
                     self._after_decisions(finished, commits, runs, extras, args, logs)
                 for r in runs + extras:
@@ -376,6 +367,10 @@ class Coordinator:
         result = self.instructions.judge(key, decide(  # with the instruction gate, where counted
             key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
             can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing), baseline)
+        if self.prior is not None:  # decided again on more processes: the suite's spread as before
+            from pytest_gpuperf.verdict.moderation import moderate
+
+            result = result.replace(comparison=moderate(result.comparison, self.prior))
         if self.settings.nproc and env.get("device_type"):  # scaling efficiency, communication's change
             from pytest_gpuperf.storage.scaling import ScalingReference
             from pytest_gpuperf.verdict.distributed import launched_result
@@ -421,6 +416,20 @@ class Coordinator:
         for note in outcome.notes:
             self.warn(note)
         return outcome.results, outcome.removed
+
+
+def _replicate_logs(rootpath: Path) -> Path:
+    """The worker processes' folder (``<rootdir>/.gpuperf/replicates``; a temporary one where that cannot be made)."""
+    import tempfile
+
+    from pytest_gpuperf.core.files import ensure_output_dir
+
+    logs = rootpath / ".gpuperf" / "replicates"
+    try:
+        ensure_output_dir(logs)
+    except OSError:
+        logs = Path(tempfile.mkdtemp(prefix="gpuperf-replicates-"))
+    return logs
 
 
 def _probe_of(result: Any) -> Any:
@@ -572,6 +581,25 @@ def _decide_all(finished: dict[str, Any], runs: list[Any], extras: list[Any], pr
         problem = missing_message(key, mine)
         finished[key] = problem if problem is not None else decide(key, [r.entries[key] for r in mine],
                                                                    *extras_for(key, extras))
+
+
+def _moderate_all(finished: dict[str, Any], baselines: Mapping[str, Any]) -> Any:
+    """The suite's spread over worker processes as a prior (:func:`pytest_gpuperf.verdict.moderation.fit_prior`
+    over every decided benchmark with a stored baseline: this run's and the baseline's wall-clock process
+    medians), and each inconclusive verdict in ``finished`` read with it
+    (:func:`~pytest_gpuperf.verdict.moderation.moderate`, in place). Returns the prior, None when too
+    few benchmarks have a spread."""
+    from pytest_gpuperf.verdict.moderation import fit_prior, moderate, spread
+
+    spreads = [spread(r.process_medians_ms, baselines[key].replicate_medians_ms) for key, r in finished.items()
+               if not isinstance(r, str) and key in baselines and r.process_medians_ms
+               and baselines[key].replicate_medians_ms]
+    prior = fit_prior([x for x in spreads if x is not None])
+    if prior is not None:
+        for key, r in finished.items():
+            if not isinstance(r, str):
+                finished[key] = r.replace(comparison=moderate(r.comparison, prior))
+    return prior
 
 
 def _worker_args(config: pytest.Config) -> list[str]:

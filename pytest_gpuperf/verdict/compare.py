@@ -82,6 +82,9 @@ DEFAULT_MEMORY_THRESHOLD = BenchOptions.memory_threshold
 #: needs the 99% evidence. The bound is :func:`pytest_gpuperf.verdict.escalation.noninferior_upper`'s,
 #: which the escalation's predictions use too.
 NONINFERIORITY_CONFIDENCE = NONINFERIORITY
+#: How the note of a CI that spans both 1 and 1 + T ends (:func:`shift_verdict`; a later step
+#: that decides the verdict drops that part: :func:`pytest_gpuperf.verdict.moderation.moderate`).
+NOT_ENOUGH_EVIDENCE = "not enough evidence either way"
 
 #: One-sided confidence of the Student-t prediction limit of the log run-medians.
 PREDICTION_CONFIDENCE = 0.99
@@ -465,7 +468,7 @@ def shift_verdict(
     if lo < 0 < hi and hi > up_gate:
         return Verdict.INCONCLUSIVE, (
             f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} spans both 1 and "
-            f"1+T={format_ratio(1 + floor)}: not enough evidence either way"
+            f"1+T={format_ratio(1 + floor)}: {NOT_ENOUGH_EVIDENCE}"
         )
     if slower:
         return Verdict.UNCHANGED, "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"

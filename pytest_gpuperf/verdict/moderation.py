@@ -1,0 +1,154 @@
+"""The suite's spread lends each benchmark degrees of freedom: a moderated non-inferiority pass
+(pure: numpy, scipy.special and scipy.stats inside functions).
+
+Over worker processes a benchmark's spread is the pooled SD of its log process medians
+(:func:`pytest_gpuperf.verdict.compare.process_level_test`), estimated from 3 processes a side:
+4 degrees of freedom, so the observed SD lies between 0.6x and 2.9x the true one 95% of the time,
+and an unchanged benchmark whose SD came out high by chance stays ``inconclusive``. But a suite
+measures tens of benchmarks in the same processes on the same machine, and their spreads are alike.
+Smyth's moderated t (Smyth 2004, "Linear models and empirical Bayes methods for assessing
+differential expression in microarray experiments", Stat. Appl. Genet. Mol. Biol. 3(1), the
+``limma`` package's ``squeezeVar``) is the standard answer for many features measured with few
+replicates: the variances s_g^2 (d_g degrees of freedom each) are taken as drawn from a scaled
+inverse chi-square prior with d0 degrees of freedom and scale s0^2, both estimated from all the
+features by moments of log s_g^2 (:func:`fit_prior`); each feature's posterior variance is then
+``(d0 * s0^2 + d_g * s_g^2) / (d0 + d_g)`` on ``d0 + d_g`` degrees of freedom (:func:`moderated`).
+Where the suite's spreads differ a lot, d0 comes out small and little changes.
+
+The plugin reads the moderated spread for one question only: "not slower by more than T?"
+(:func:`moderate`). A benchmark left ``inconclusive`` by its own spread passes ``unchanged`` when
+the one-sided 97.5% upper bound of its ratio, with the moderated spread, lies under 1 + T. A
+regression still needs its own 99% evidence, so the moderated spread can never fail a test, and
+an A/A run cannot fail more often. Replayed on four real suites' A/A runs (cattrs, tensordict,
+pydantic, pydantic-core: 1240 benchmark-runs, quiet, 2026-11-27; docs/verdicts.md) it decided 71%
+where the benchmark's own spread decided 62%, with the same regressions caught and one more +20%
+slowdown at a 10% threshold passed as unchanged
+(``python benchmarks/replay_decisions.py <study> --thresholds 0.05,0.1``).
+
+SDs are of natural-log times (about the CV for small spreads); thresholds are fractions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+#: Fewest benchmarks with a process-level spread that a prior is estimated from; under it each
+#: benchmark decides on its own spread (a prior's d0 from a handful of variances is itself noise).
+MIN_BENCHMARKS = 10
+#: The prior's degrees of freedom are capped here: where the suite's spreads look like one variance
+#: (the moment estimate says infinite), a benchmark still keeps its own share, and t(0.975, 24) is
+#: 2.06 against the normal's 1.96, so more would buy almost nothing.
+MAX_PRIOR_DF = 20.0
+#: One-sided confidence of the upper bound that decides "unchanged" (the value of
+#: :data:`pytest_gpuperf.verdict.escalation.NONINFERIORITY`).
+NONINFERIORITY = 0.975
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The suite's spread as a prior (:func:`fit_prior`): ``df`` its degrees of freedom (d0, at
+    most :data:`MAX_PRIOR_DF`), ``sd`` its scale s0 (an SD of log process medians), ``benchmarks``
+    how many benchmarks' spreads it was estimated from."""
+
+    df: float
+    sd: float
+    benchmarks: int
+
+
+def spread(current_medians_ms: Sequence[float], baseline_medians_ms: Sequence[float]) -> tuple[float, int] | None:
+    """One benchmark's ``(sd, df)`` as its process-level decision reads it: each side's process a slow
+    period disturbed set aside (:func:`pytest_gpuperf.verdict.estimate.set_aside_slow`), then the
+    pooled SD of the log process medians (ms) and its degrees of freedom (P + Q - 2). None where there
+    is none (one process a side, non-positive medians)."""
+    from pytest_gpuperf.verdict.compare import process_level_test
+    from pytest_gpuperf.verdict.estimate import set_aside_slow
+
+    cur, _ = set_aside_slow(current_medians_ms)
+    base, _ = set_aside_slow(baseline_medians_ms)
+    try:
+        _ratio, _ci, _ps, _pf, df, sd = process_level_test(cur, base)
+    except ValueError:
+        return None
+    return sd, df
+
+
+def fit_prior(spreads: Sequence[tuple[float, int]]) -> Prior | None:
+    """The prior (d0, s0) of the ``(sd, df)`` spreads of a suite's benchmarks, by Smyth's (2004)
+    method of moments on log variances (``limma::fitFDist``): with z = log s^2 and e = z -
+    digamma(d/2) + log(d/2), ``trigamma(d0/2)`` = var(e) - mean(trigamma(d/2)) and
+    ``log s0^2`` = mean(e) + digamma(d0/2) - log(d0/2); where var(e) is no larger than the
+    sampling variance alone, d0 is infinite (capped at :data:`MAX_PRIOR_DF`). Spreads of exactly 0
+    (identical process medians: scripted timings) carry no log variance and are left out. None under
+    :data:`MIN_BENCHMARKS` usable spreads."""
+    import numpy as np
+    from scipy import optimize, special
+
+    kept = [(float(sd), int(df)) for sd, df in spreads if df >= 1 and sd > 0 and math.isfinite(sd)]
+    if len(kept) < MIN_BENCHMARKS:
+        return None
+    s2 = np.array([sd * sd for sd, _ in kept])
+    d = np.array([df for _, df in kept], dtype=np.float64)
+    e = np.log(s2) - special.digamma(d / 2) + np.log(d / 2)
+    excess = float(np.var(e, ddof=1) - np.mean(special.polygamma(1, d / 2)))
+    if excess > float(special.polygamma(1, MAX_PRIOR_DF / 2)):
+        half = optimize.brentq(lambda x: float(special.polygamma(1, x)) - excess, 1e-8, MAX_PRIOR_DF / 2)
+        d0 = 2 * half
+    else:
+        d0 = MAX_PRIOR_DF
+    s0 = math.sqrt(math.exp(float(np.mean(e)) + float(special.digamma(d0 / 2)) - math.log(d0 / 2)))
+    return Prior(df=d0, sd=s0, benchmarks=len(kept))
+
+
+def moderated(sd: float, df: int, prior: Prior) -> tuple[float, float]:
+    """``(sd, df)`` of one benchmark moderated by the suite's ``prior``: the posterior SD
+    ``sqrt((d0 * s0^2 + df * sd^2) / (d0 + df))`` on ``d0 + df`` degrees of freedom (Smyth 2004,
+    eq. 5)."""
+    total = prior.df + df
+    return math.sqrt((prior.df * prior.sd ** 2 + df * sd * sd) / total), total
+
+
+def upper_bound(ratio: float, sd: float, df: float, n_current: int, n_baseline: int,
+                confidence: float = NONINFERIORITY) -> float:
+    """The one-sided ``confidence`` upper bound of a ratio of geometric means of ``n_current`` and
+    ``n_baseline`` process medians whose (moderated) pooled log SD is ``sd`` on ``df`` degrees of
+    freedom: ``exp(log ratio + t(confidence, df) * sd * sqrt(1/n + 1/m))``."""
+    from scipy import stats as sps
+
+    return math.exp(math.log(ratio) + float(sps.t.ppf(confidence, df)) * sd * math.sqrt(1 / n_current + 1 / n_baseline))
+
+
+def moderate(comparison: Any, prior: Prior | None) -> Any:
+    """``comparison`` (a :class:`~pytest_gpuperf.verdict.compare.Comparison` over worker processes,
+    :func:`~pytest_gpuperf.verdict.compare.decide_replicates`), read with the suite's ``prior``:
+    an ``inconclusive`` verdict on the wall clock whose one-sided 97.5% upper bound, with the
+    moderated spread (:func:`moderated`, :func:`upper_bound`), lies under 1 + T becomes
+    ``unchanged``, with a note naming the bound, both spreads and the prior, and without the advice
+    to measure more processes. Any other comparison (a regression, CPU time's clock, A/B, one
+    process a side, no ``prior``) is returned as it is."""
+    from pytest_gpuperf.core.units import format_ratio
+    from pytest_gpuperf.verdict.advice import Advice
+    from pytest_gpuperf.verdict.compare import NOT_ENOUGH_EVIDENCE, Verdict, processes_decided_on
+
+    c = comparison
+    if (prior is None or c is None or c.verdict is not Verdict.INCONCLUSIVE or c.clock not in (None, "wall") or c.ab is not None
+            or c.run_sd is None or c.ratio is None or not c.ratio > 0 or c.ratio_ci is None):
+        return c
+    n, m = processes_decided_on(c)
+    if n is None or m is None or n < 1 or m < 1 or n + m < 3:
+        return c
+    sd, df = moderated(c.run_sd, n + m - 2, prior)
+    upper = upper_bound(c.ratio, sd, df, n, m)
+    if not upper < 1 + c.threshold:
+        return c
+    lo, hi = c.ratio_ci
+    note = (f"not slower by more than {c.threshold * 100:.1f}%: the one-sided {NONINFERIORITY:.1%} upper bound "
+            f"{format_ratio(upper)} is under 1+T={format_ratio(1 + c.threshold)} with the spread moderated by this "
+            f"run's {prior.benchmarks} benchmarks (SD of log process medians {c.run_sd:.1%} -> {sd:.1%} on "
+            f"{df:.1f} df; prior {prior.sd:.1%} on {prior.df:.1f} df; Smyth 2004) (non-inferiority; the 99% CI "
+            f"{format_ratio(lo)}-{format_ratio(hi)} spans both)")
+    kept = [part for part in (c.note or "").split("; ") if part and not part.endswith(NOT_ENOUGH_EVIDENCE)]
+    return dataclasses.replace(c, verdict=Verdict.UNCHANGED, note="; ".join([*kept, note]),
+                               advice=tuple(a for a in c.advice if a is not Advice.MORE_PROCESSES))
