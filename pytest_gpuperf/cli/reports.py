@@ -272,7 +272,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except ValueError as exc:  # bad options stored in the current entry, bad stored medians
             _err(f"cannot compare {name} ({cur.path} against {base.path}): {exc}")
             return EXIT_INPUT
-    decided = _moderated(decided, [(base.entries[bkey], cur.entries[ckey]) for _name, bkey, ckey in m.pairs])
+    priors = _priors([(base.entries[bkey], cur.entries[ckey]) for _name, bkey, ckey in m.pairs])
+    if priors:  # each inconclusive pair read again with the spreads of all it was compared with
+        decided = [_decide_pair(args, name, base, bkey, cur, ckey, priors)
+                   if d.comparison is not None and d.comparison.verdict.value == "inconclusive" else d
+                   for d, (name, bkey, ckey) in zip(decided, m.pairs)]
     _print_comparison(args, base, cur, m, decided)
     return _exit_code(args, decided)
 
@@ -291,10 +295,11 @@ class _Decided:
 
 
 def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: str, cur: ResultFile,
-                 ckey: str) -> _Decided:
+                 ckey: str, priors: Any = None) -> _Decided:
     """Decide one pair as the plugin did (:func:`pytest_gpuperf.verdict.gate.evaluate`): on the
     current report's A/B blocks when its verdict came from A/B, else against the baseline entry,
-    with the thresholds of the stored options (or the flags). Raises ``ValueError`` for bad input."""
+    with the thresholds of the stored options (or the flags) and ``priors``, the spreads of all the
+    pairs compared (:func:`_priors`). Raises ``ValueError`` for bad input."""
     from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
 
     b_entry, c_entry = base.entries[bkey], cur.entries[ckey]
@@ -325,21 +330,26 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
         cpu=_cpu_evidence(c_entry.cpu_time, len(processes) if replicated and processes else None),
         gpu_clock=_clock_evidence(c_entry.gpu_clock, len(processes) if replicated and processes else None))
     ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
-                  probe=None if replicated else _stored_probe(c_entry, b_entry))
+                  probe=None if replicated else _stored_probe(c_entry, b_entry), priors=priors)
     return _Decided(ev.comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
 
 
-def _moderated(decided: list[_Decided], entries: Sequence[tuple[BaselineEntry, BaselineEntry]]) -> list[_Decided]:
-    """The pairs' timing verdicts read with the spread of every pair compared over worker processes, as
-    the plugin reads a session's (:func:`pytest_gpuperf.verdict.moderation.fit_prior` of the pairs'
-    process medians, then :func:`~pytest_gpuperf.verdict.moderation.moderate`); ``entries``: each
-    pair's (baseline, current) entries, in ``decided``'s order."""
-    from pytest_gpuperf.verdict.moderation import fit_prior, moderate, spread
+def _priors(entries: Sequence[tuple[BaselineEntry, BaselineEntry]]) -> Any:
+    """The spreads of every pair compared over worker processes, one prior per clock, as the plugin
+    fits a session's (:func:`pytest_gpuperf.verdict.moderation.fit_priors` of each pair's (current,
+    baseline) process medians on the wall clock, and on CPU time where both files have it)."""
+    from pytest_gpuperf.verdict.moderation import fit_priors
 
-    spreads = [spread(c.history[-1].process_medians_ms, b.replicate_medians_ms) for b, c in entries
-               if len(c.history[-1].process_medians_ms or ()) >= 2 and b.replicate_medians_ms]
-    prior = fit_prior([x for x in spreads if x is not None])
-    return [dataclasses.replace(d, comparison=moderate(d.comparison, prior)) for d in decided]
+    wall, cpu = [], []
+    for b, c in entries:
+        processes = c.history[-1].process_medians_ms
+        if not processes or len(processes) < 2 or not b.replicate_medians_ms:
+            continue
+        wall.append((processes, b.replicate_medians_ms))
+        view = b.cpu_view()
+        if c.cpu_time is not None and c.cpu_time.process_medians_ms and view is not None:
+            cpu.append((c.cpu_time.process_medians_ms, view.replicate_medians_ms))
+    return fit_priors(wall, cpu)
 
 
 def _clock_evidence(clock: Any, processes: int | None) -> Any:

@@ -33,8 +33,8 @@ class Coordinator:
     of ``--gpuperf-bisect-on-regression``), ``more_processes`` (full id -> worker processes its
     decision used, when more were added), ``not_escalated`` (the same, for thin evidence that more
     processes could not decide: :func:`_thin`), ``stored_entries`` (full id -> its baseline entry)
-    ``prior`` (the suite's spread over worker processes that every inconclusive verdict is read with:
-    :func:`_moderate_all`; None where too few benchmarks have one) and ``stopped`` (how Ctrl-C or
+    ``priors`` (the session's spreads over worker processes that every inconclusive verdict is read
+    with: :func:`_priors`) and ``stopped`` (how Ctrl-C or
     SIGTERM stopped the measuring, None when it did not).
     """
 
@@ -52,7 +52,8 @@ class Coordinator:
         self.not_escalated: dict[str, int] = {}
         self.stored_entries: dict[str, Any] = {}
         self.stopped: str | None = None
-        self.prior: Any = None  # the suite's spread (verdict.moderation.Prior), fitted after the first decisions
+        self.priors: Any = None  # the session's spreads (verdict.moderation.Priors), fitted after the first decisions
+        self._warned: set[str] = set()
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
         self.instructions = InstructionMode(settings, lambda line: self.progress().line(line), warn)
 
@@ -96,9 +97,11 @@ class Coordinator:
                 runs, extras, unreported, self.stopped = _measure_replicates(self.config, self.settings,
                                                                              self.progress(), args, logs, self.instructions)
                 commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
-                _decide_all(finished, runs, extras, self.settings.processes,
-                            lambda key, entries, *more: self._decide_replicated(key, entries, commits, *more))
-                self.prior = _moderate_all(finished, self.stored_entries)
+                decide = lambda key, entries, *more: self._decide_replicated(key, entries, commits, *more)  # noqa: E731
+                _decide_all(finished, runs, extras, self.settings.processes, decide)
+                self.priors = _priors(finished, self.stored_entries)
+                if self.priors:  # read again with the session's spreads: only an inconclusive verdict can move
+                    _decide_all(finished, runs, extras, self.settings.processes, decide, only=_inconclusive(finished))
                 if self.stopped is None:
                     self._after_decisions(finished, commits, runs, extras, args, logs)
                 for r in runs + extras:
@@ -366,11 +369,8 @@ class Coordinator:
             self.stored_entries[key] = baseline
         result = self.instructions.judge(key, decide(  # with the instruction gate, where counted
             key, entries, baseline, options, baseline_file=self.settings.relpath(path) if path else None,
-            can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing), baseline)
-        if self.prior is not None:  # decided again on more processes: the suite's spread as before
-            from pytest_gpuperf.verdict.moderation import moderate
-
-            result = result.replace(comparison=moderate(result.comparison, self.prior))
+            can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing,
+            priors=self.priors), baseline)
         if self.settings.nproc and env.get("device_type"):  # scaling efficiency, communication's change
             from pytest_gpuperf.storage.scaling import ScalingReference
             from pytest_gpuperf.verdict.distributed import launched_result
@@ -379,7 +379,8 @@ class Coordinator:
             reference = ScalingReference(self.baseline, Path(s.baseline_dir), device_key(env), module, s.nproc,
                                          s.relpath)
             result, note = launched_result(result, baseline, reference(bid), reference.folder, s.nproc)
-            if note:
+            if note and f"{key}: {note}" not in self._warned:  # a benchmark may be decided twice (priors)
+                self._warned.add(f"{key}: {note}")
                 self.warn(f"{key}: {note}")
         return result
 
@@ -565,14 +566,15 @@ def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any
 
 
 def _decide_all(finished: dict[str, Any], runs: list[Any], extras: list[Any], processes: int,
-                decide: Callable[[str, list[dict[str, Any]], Any, Any], Any]) -> None:
-    """Decide every benchmark the worker ``runs`` reported into ``finished`` (``decide(key, entries,
-    *extras_for(key))``). After a stop, a benchmark is decided on the processes that measured it,
-    when at least two did (or every one asked for); else it gets no result (its test is skipped)."""
+                decide: Callable[[str, list[dict[str, Any]], Any, Any], Any], only: set[str] | None = None) -> None:
+    """Decide every benchmark the worker ``runs`` reported (those in ``only``, when given) into
+    ``finished`` (``decide(key, entries, *extras_for(key))``). After a stop, a benchmark is decided
+    on the processes that measured it, when at least two did (or every one asked for); else it gets
+    no result (its test is skipped)."""
     from pytest_gpuperf.ab.results import options_from_entry
     from pytest_gpuperf.plugin.replicates import extras_for, missing_message
 
-    for key in dict.fromkeys(k for r in runs for k in r.entries):
+    for key in dict.fromkeys(k for r in runs for k in r.entries if only is None or k in only):
         first = next(r.entries[key] for r in runs if key in r.entries)
         wanted = _worker_count(options_from_entry(first), processes)
         mine = [r for r in runs[:wanted] if not (r.stopped and key not in r.entries)]  # marker processes=N: the first N
@@ -583,23 +585,29 @@ def _decide_all(finished: dict[str, Any], runs: list[Any], extras: list[Any], pr
                                                                    *extras_for(key, extras))
 
 
-def _moderate_all(finished: dict[str, Any], baselines: Mapping[str, Any]) -> Any:
-    """The suite's spread over worker processes as a prior (:func:`pytest_gpuperf.verdict.moderation.fit_prior`
-    over every decided benchmark with a stored baseline: this run's and the baseline's wall-clock process
-    medians), and each inconclusive verdict in ``finished`` read with it
-    (:func:`~pytest_gpuperf.verdict.moderation.moderate`, in place). Returns the prior, None when too
-    few benchmarks have a spread."""
-    from pytest_gpuperf.verdict.moderation import fit_prior, moderate, spread
+def _priors(finished: Mapping[str, Any], baselines: Mapping[str, Any]) -> Any:
+    """The session's spreads over worker processes, one prior per clock
+    (:func:`pytest_gpuperf.verdict.moderation.fit_priors`), from every decided benchmark with a stored
+    baseline: this run's and the baseline's process medians on the wall clock, and on CPU time where
+    both read it."""
+    from pytest_gpuperf.verdict.moderation import fit_priors
 
-    spreads = [spread(r.process_medians_ms, baselines[key].replicate_medians_ms) for key, r in finished.items()
-               if not isinstance(r, str) and key in baselines and r.process_medians_ms
-               and baselines[key].replicate_medians_ms]
-    prior = fit_prior([x for x in spreads if x is not None])
-    if prior is not None:
-        for key, r in finished.items():
-            if not isinstance(r, str):
-                finished[key] = r.replace(comparison=moderate(r.comparison, prior))
-    return prior
+    wall, cpu = [], []
+    for key, r in finished.items():
+        base = baselines.get(key)
+        if isinstance(r, str) or base is None or not r.process_medians_ms:
+            continue
+        wall.append((r.process_medians_ms, base.replicate_medians_ms))
+        view = base.cpu_view()
+        if r.cpu is not None and r.cpu.process_medians_ms and view is not None:
+            cpu.append((r.cpu.process_medians_ms, view.replicate_medians_ms))
+    return fit_priors(wall, cpu)
+
+
+def _inconclusive(finished: Mapping[str, Any]) -> set[str]:
+    """The benchmarks of ``finished`` whose timing verdict is inconclusive (what a prior may move)."""
+    return {key for key, r in finished.items()
+            if not isinstance(r, str) and r.comparison is not None and r.comparison.verdict.value == "inconclusive"}
 
 
 def _worker_args(config: pytest.Config) -> list[str]:

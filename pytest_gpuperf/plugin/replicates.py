@@ -712,13 +712,15 @@ def groups_of(entries: Sequence[Mapping[str, Any]]) -> list[list[float]]:
 
 def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, options: Any, *,
            baseline_file: str | None, can_fail: bool, memory_text: str | None = None,
-           extras: Sequence[Mapping[str, Any]] | None = None, extras_missing: str | None = None) -> Any:
+           extras: Sequence[Mapping[str, Any]] | None = None, extras_missing: str | None = None,
+           priors: Any = None) -> Any:
     """The merged result of ``key`` with its verdicts against ``baseline`` (a
     :class:`~pytest_gpuperf.storage.baseline.BaselineEntry` or None): the timing verdict of
     :func:`pytest_gpuperf.verdict.gate.evaluate` on the processes' samples (timing by
     :func:`~pytest_gpuperf.verdict.gate.judge_replicates`), with the memory verdict and the count gate. ``options``: the benchmark's resolved options (the user's
     session's, not a worker's). ``extras``/``extras_missing``: the extras processes' entries of
-    ``key`` and why there are none (see :func:`merge`)."""
+    ``key`` and why there are none (see :func:`merge`). ``priors``: the session's spreads
+    (:class:`~pytest_gpuperf.verdict.moderation.Priors`) each clock's verdict is read with."""
     from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
     from pytest_gpuperf.verdict.machine import host_busy, throttle_verdict
 
@@ -729,7 +731,7 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
                         peak_memory_low_bytes=merged.peak_memory_low_bytes, cpu=merged.cpu,
                         host_busy=host_busy(merged.telemetry), gpu_clock=merged.gpu_clock)
     ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
-                  max_memory_text=memory_text)
+                  max_memory_text=memory_text, priors=priors)
     comparison, memory, counts = ev.comparison, ev.memory, ev.counts
     return merged.replace(comparison=comparison, memory_comparison=memory, count_comparison=counts,
                          options=options)

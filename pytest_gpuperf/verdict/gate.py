@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.verdict.paired import Block
     from pytest_gpuperf.verdict.counts import CountComparison, Counts
     from pytest_gpuperf.verdict.machine import ProbeEvidence
+    from pytest_gpuperf.verdict.moderation import Prior, Priors
 
 #: ``remeasure()`` -> per-call times (ms) of one fresh measurement (fresh warmup), or an object
 #: with ``samples_ms``, ``probe_ms`` and ``probe_every`` (a :class:`~pytest_gpuperf.measure.timing.Timing`),
@@ -262,6 +263,7 @@ def judge_replicates(
     baseline_file: str | None = None,
     throttle: str | None = None,
     can_fail: bool = True,
+    prior: "Prior | None" = None,
 ) -> Comparison:
     """The timing verdict of a benchmark measured in several worker processes (``--gpuperf-processes``).
 
@@ -270,7 +272,9 @@ def judge_replicates(
     ``baseline.replicate_medians_ms`` (the newest stored run's process medians, or for a baseline
     recorded one process per run its runs' medians), with ``options.threshold``/``alpha``; then the
     advice of an inconclusive verdict (:attr:`~pytest_gpuperf.verdict.advice.Advice.MORE_PROCESSES`)
-    and the ``throttle`` downgrade as in :func:`judge`. No probe
+    and the ``throttle`` downgrade as in :func:`judge`. ``prior``: the session's spread on this clock
+    (:class:`~pytest_gpuperf.verdict.moderation.Prior`), which an inconclusive verdict is read with
+    (:func:`~pytest_gpuperf.verdict.moderation.moderate`: "unchanged" only). No probe
     normalization and no in-process re-measure: the processes are the replicates, and a regression
     is confirmed by A/B against the baseline's commit (:mod:`pytest_gpuperf.plugin.replicates`). Raises
     ``ValueError`` for empty groups or non-positive times.
@@ -287,6 +291,10 @@ def judge_replicates(
         groups_ms, baseline.replicate_medians_ms if baseline is not None else None, threshold=options.threshold,
         alpha=options.alpha, benchmark_id=benchmark_id, baseline_file=baseline_file,
         baseline_runs=len(baseline.history) if baseline is not None else 0)
+    if prior is not None:
+        from pytest_gpuperf.verdict.moderation import moderate
+
+        c = moderate(c, prior)
     if c.verdict is Verdict.INCONCLUSIVE:  # to decide, measure in more worker processes (now c.processes)
         c = dataclasses.replace(c, advice=merge_advice(c.advice, (Advice.MORE_PROCESSES,)))
     return downgrade_throttled(c, throttle, strict_hint=can_fail)
@@ -418,13 +426,15 @@ def evaluate(
     normalize: bool = False,
     fixed_rounds: bool = False,
     max_memory_text: str | None = None,
+    priors: "Priors | None" = None,
 ) -> Evaluation:
     """Every verdict of one benchmark: the one evaluation function (see the module doc).
 
     Timing: A/B blocks -> :func:`judge_ab` (``confirm_from``: the first process pair of a
     confirmation re-measure); worker processes -> :func:`judge_replicates`; one process ->
     :func:`judge` (``remeasure``, ``probe``, ``drift``, ``machine_reference``, ``normalize`` and
-    ``fixed_rounds`` are its arguments). Then ``evidence.throttle`` turns a regression into
+    ``fixed_rounds`` are its arguments; ``priors``: the session's spreads per clock,
+    :mod:`~pytest_gpuperf.verdict.moderation`). Then ``evidence.throttle`` turns a regression into
     inconclusive (:func:`~pytest_gpuperf.verdict.compare.downgrade_throttled`). Memory:
     :func:`~pytest_gpuperf.verdict.compare.decide_memory` against the reference's peak with
     ``options.memory_threshold`` and ``options.max_memory`` (``max_memory_text``: the budget as
@@ -443,14 +453,14 @@ def evaluate(
         if evidence.process_samples_ms is not None:
             comparison = judge_replicates(evidence.process_samples_ms, reference.baseline, options,
                                           benchmark_id=benchmark_id, baseline_file=label, throttle=evidence.throttle,
-                                          can_fail=can_fail)
+                                          can_fail=can_fail, prior=priors.wall if priors else None)
         else:
             comparison = judge(evidence.samples_ms, reference.baseline, options, benchmark_id=benchmark_id,
                                baseline_file=label, remeasure=remeasure, drift=drift, throttle=evidence.throttle,
                                fixed_rounds=fixed_rounds, can_fail=can_fail, probe=probe,
                                machine_reference=machine_reference, normalize=normalize)
         comparison = with_cpu_time(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
-                                   baseline_file=label, can_fail=can_fail)
+                                   baseline_file=label, can_fail=can_fail, prior=priors.cpu if priors else None)
         comparison = with_gpu_clock(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
                                     baseline_file=label)
         base_peak = reference.baseline.peak_memory_bytes if reference.baseline is not None else None
@@ -484,12 +494,13 @@ def _memory_verdict(evidence: Evidence, reference: Reference, options: BenchOpti
 
 def with_cpu_time(wall: Comparison, evidence: Evidence, baseline: BaselineEntry | None, options: BenchOptions, *,
                   benchmark_id: str = "benchmark", baseline_file: str | None = None,
-                  can_fail: bool = True) -> Comparison:
+                  can_fail: bool = True, prior: "Prior | None" = None) -> Comparison:
     """The stored-baseline timing verdict with CPU time in it (a step of :func:`evaluate`; the rule
     is :mod:`pytest_gpuperf.verdict.cputime`'s). ``wall`` is the wall clock's verdict (busy-host
     downgrade included). Where this run and the baseline both have CPU time, the same decision
     (:func:`judge_replicates` over the worker processes' CPU-time medians, else :func:`judge` on
-    the samples, without re-measure or normalization) is made on CPU time, and
+    the samples, without re-measure or normalization; over processes read with ``prior``, the
+    session's CPU-time spread) is made on CPU time, and
     :func:`~pytest_gpuperf.verdict.cputime.decide_clock` says which stands. The result's ``clock``
     names the clock ("wall" whenever CPU time was there to compare, None otherwise), and its note
     says why CPU time decided (with the wall clock's ratio) or, on a busy host, why it could not."""
@@ -509,7 +520,7 @@ def with_cpu_time(wall: Comparison, evidence: Evidence, baseline: BaselineEntry 
         if evidence.process_samples_ms is not None:
             groups = evidence.cpu.groups([len(g) for g in evidence.process_samples_ms])
             cpu = judge_replicates(groups, cpu_base, options, benchmark_id=benchmark_id,
-                                   baseline_file=baseline_file, can_fail=can_fail)
+                                   baseline_file=baseline_file, can_fail=can_fail, prior=prior)
         else:
             cpu = judge(evidence.cpu.samples_ms, cpu_base, dataclasses.replace(options, confirm=0),
                         benchmark_id=benchmark_id, baseline_file=baseline_file, can_fail=can_fail)

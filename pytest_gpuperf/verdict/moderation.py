@@ -16,7 +16,8 @@ features by moments of log s_g^2 (:func:`fit_prior`); each feature's posterior v
 Where the suite's spreads differ a lot, d0 comes out small and little changes.
 
 The plugin reads the moderated spread for one question only: "not slower by more than T?"
-(:func:`moderate`). A benchmark left ``inconclusive`` by its own spread passes ``unchanged`` when
+(:func:`moderate`), with one prior per clock (:class:`Priors`: the wall clock's process medians,
+and CPU time's, which decides on a busy host), fitted after the session's first decisions. A benchmark left ``inconclusive`` by its own spread passes ``unchanged`` when
 the one-sided 97.5% upper bound of its ratio, with the moderated spread, lies under 1 + T. A
 regression still needs its own 99% evidence, so the moderated spread can never fail a test, and
 an A/A run cannot fail more often. Replayed on four real suites' A/A runs (cattrs, tensordict,
@@ -56,6 +57,30 @@ class Prior:
     df: float
     sd: float
     benchmarks: int
+
+
+@dataclass(frozen=True)
+class Priors:
+    """A session's priors, one per clock (:func:`fit_priors`): ``wall`` for the wall clock's (or CUDA
+    events') process medians, ``cpu`` for the calling thread's CPU-time ones; None where too few
+    benchmarks have that spread. :func:`pytest_gpuperf.verdict.gate.evaluate` reads each clock's
+    verdict with its own."""
+
+    wall: Prior | None = None
+    cpu: Prior | None = None
+
+    def __bool__(self) -> bool:
+        return self.wall is not None or self.cpu is not None
+
+
+def fit_priors(wall: Sequence[tuple[Sequence[float], Sequence[float]]],
+               cpu: Sequence[tuple[Sequence[float], Sequence[float]]] = ()) -> Priors:
+    """Each clock's prior (:func:`fit_prior` of :func:`spread`) from the session's benchmarks'
+    ``(this run's, the baseline's)`` process medians (ms) on that clock."""
+    def fit(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> Prior | None:
+        return fit_prior([x for x in (spread(c, b) for c, b in pairs if c and b) if x is not None])
+
+    return Priors(fit(wall), fit(cpu))
 
 
 def spread(current_medians_ms: Sequence[float], baseline_medians_ms: Sequence[float]) -> tuple[float, int] | None:
@@ -123,17 +148,18 @@ def upper_bound(ratio: float, sd: float, df: float, n_current: int, n_baseline: 
 def moderate(comparison: Any, prior: Prior | None) -> Any:
     """``comparison`` (a :class:`~pytest_gpuperf.verdict.compare.Comparison` over worker processes,
     :func:`~pytest_gpuperf.verdict.compare.decide_replicates`), read with the suite's ``prior``:
-    an ``inconclusive`` verdict on the wall clock whose one-sided 97.5% upper bound, with the
+    an ``inconclusive`` verdict whose one-sided 97.5% upper bound, with the
     moderated spread (:func:`moderated`, :func:`upper_bound`), lies under 1 + T becomes
     ``unchanged``, with a note naming the bound, both spreads and the prior, and without the advice
-    to measure more processes. Any other comparison (a regression, CPU time's clock, A/B, one
-    process a side, no ``prior``) is returned as it is."""
+    to measure more processes. ``prior`` must be the one of the clock ``comparison`` was decided on
+    (:class:`Priors`). Any other comparison (a regression, A/B, one process a side, no ``prior``) is
+    returned as it is."""
     from pytest_gpuperf.core.units import format_ratio
     from pytest_gpuperf.verdict.advice import Advice
     from pytest_gpuperf.verdict.compare import NOT_ENOUGH_EVIDENCE, Verdict, processes_decided_on
 
     c = comparison
-    if (prior is None or c is None or c.verdict is not Verdict.INCONCLUSIVE or c.clock not in (None, "wall") or c.ab is not None
+    if (prior is None or c is None or c.verdict is not Verdict.INCONCLUSIVE or c.ab is not None
             or c.run_sd is None or c.ratio is None or not c.ratio > 0 or c.ratio_ci is None):
         return c
     n, m = processes_decided_on(c)

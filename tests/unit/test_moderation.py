@@ -82,9 +82,50 @@ def test_what_the_prior_never_does():
     assert regressed.verdict is Verdict.REGRESSED and moderate(regressed, prior) is regressed
     wide = _comparison([0.975, 1.03, 1.0], [1.0, 1.035])
     assert moderate(wide, None) is wide
-    on_cpu = type(wide)(**{**wide.__dict__, "clock": "cpu"})
-    assert moderate(on_cpu, prior) is on_cpu  # CPU time's spread is not the wall clock's prior
     assert moderate(None, prior) is None
+
+
+def test_each_clock_is_read_with_its_own_prior_in_the_evaluation():
+    # A busy host: CPU time decides over the worker processes' CPU-time medians. Those came out 2.6%
+    # apart by chance (inconclusive alone); with the session's CPU-time spread they pass unchanged.
+    # The wall clock's prior is not CPU time's: with it alone the CPU-time verdict stays inconclusive.
+    from pytest_gpuperf.core.options import BenchOptions
+    from pytest_gpuperf.storage.baseline import BaselineEntry
+    from pytest_gpuperf.storage.codec import encode_result
+    from pytest_gpuperf.verdict.cputime import CpuTime
+    from pytest_gpuperf.verdict.gate import Evidence, Reference, evaluate
+    from pytest_gpuperf.verdict.moderation import Priors, fit_priors
+    from pytest_gpuperf.verdict.result import BenchResult
+
+    def groups(medians, stretch=(1.0, 1.0, 1.0)):
+        return tuple(tuple(m * f for _ in range(40)) for m, f in zip(medians, stretch))
+
+    base_groups = groups((1.0, 1.035))
+    flat = tuple(v for g in base_groups for v in g)
+    base = BenchResult.from_samples(flat, name="t", device="cpu", rounds=len(flat), calls_per_round=1, warmup_calls=3,
+                                    benchmark_id="m.py::t", process_medians_ms=(1.0, 1.035),
+                                    cpu=CpuTime.merged([CpuTime(g, g) for g in base_groups]))
+    entry = BaselineEntry.from_json("m.py::t", encode_result(base, environment={}, git_commit=None, timestamp_utc=""))
+    cpu_groups = groups((0.975, 1.03, 1.0))
+    wall_groups = groups((0.975, 1.03, 1.0), stretch=(1.0, 2.2, 1.4))  # the neighbour stretches the wall clock
+    busy = "host busy: other processes used 0.98 of 2 CPU cores while it ran"
+    evidence = Evidence(samples_ms=tuple(v for g in wall_groups for v in g), process_samples_ms=wall_groups,
+                        cpu=CpuTime.merged([CpuTime(g, g) for g in cpu_groups]), host_busy=busy, throttle=busy,
+                        device="cpu")
+    opts, ref = BenchOptions(), Reference.stored(entry, "b.json")
+    alone = evaluate(evidence, ref, opts, benchmark_id="m.py::t").comparison
+    assert (alone.verdict, alone.clock) == (Verdict.INCONCLUSIVE, "cpu")
+    suite = Prior(df=20.0, sd=0.011, benchmarks=40)
+    read = evaluate(evidence, ref, opts, benchmark_id="m.py::t", priors=Priors(cpu=suite)).comparison
+    assert (read.verdict, read.clock) == (Verdict.UNCHANGED, "cpu")
+    assert "with the spread moderated by this run's 40 benchmarks" in read.note and "decided on CPU time" in read.note
+    wall_only = evaluate(evidence, ref, opts, benchmark_id="m.py::t", priors=Priors(wall=suite)).comparison
+    assert wall_only.verdict is Verdict.INCONCLUSIVE
+    # fit_priors: one per clock, from (this run's, the baseline's) process medians
+    pairs = [((1.0, 1.01 + 0.001 * i, 0.99), (1.0, 1.012)) for i in range(12)]
+    both = fit_priors(pairs, pairs[:5])
+    assert both.wall is not None and both.wall.benchmarks == 12 and both.cpu is None and both
+    assert not fit_priors(pairs[:5])
 
 
 @pytest.mark.parametrize("true_sd", [0.01, 0.03])
