@@ -20,7 +20,8 @@ process medians of each side, under:
 It prints, per suite and rule: A/A decided (not inconclusive) and false regressions out of all A/A
 benchmark-runs, and slowdowns caught. Pure replay: no process is started, nothing is timed.
 
-With ``--escalation`` it replays the escalation prediction instead
+With ``--cpu`` it replays the CPU-time prior on a busy study's verdicts decided on CPU time
+(:func:`cpu_replay`). With ``--escalation`` it replays the escalation prediction instead
 (:func:`pytest_gpuperf.verdict.escalation.predict`, at ``--gpuperf-max-processes`` 10) on a study whose
 runs escalated every thin benchmark (the plugin before issue 45): of the comparisons inconclusive
 on their first 3 processes, how many it stops, and how many of those the added processes had
@@ -144,6 +145,37 @@ def _moderated_line(suite: str, runs: dict, pairs: list, slow: list, threshold: 
     return f"{suite} T={threshold:g} t-mod  A/A decided {dec}/{n}, false regressions {ff}; caught " + ", ".join(caught)
 
 
+def _cpu_medians(entry: dict) -> list[float] | None:
+    m = (entry.get("cpu_time") or {}).get("process_medians_ms")
+    return m[:3] if m and len(m) >= 2 else None
+
+
+def cpu_replay(study: Path, threshold: float = 0.05) -> list[str]:
+    """The ``--cpu`` lines: per run of each suite, the verdicts the plugin decided on CPU time and
+    left inconclusive (a busy host), and how many of them the session's CPU-time prior
+    (:mod:`pytest_gpuperf.verdict.moderation`, fitted to every benchmark's CPU-time process medians
+    against the update run's) passes as unchanged, on the first 3 process medians a side."""
+    from pytest_gpuperf.verdict.moderation import fit_priors, moderate
+
+    lines = []
+    for suite_dir in sorted(p for p in study.iterdir() if (p / "update.json").exists()):
+        base = json.loads((suite_dir / "update.json").read_text())["benchmarks"]
+        for report in sorted(suite_dir.glob("*.json")):
+            if not report.stem.startswith(("aa-", "slow-")):
+                continue
+            cur = json.loads(report.read_text())["benchmarks"]
+            keys = [k for k in cur if k in base and _cpu_medians(cur[k]) and _cpu_medians(base[k])]
+            prior = fit_priors((), [(_cpu_medians(cur[k]), _cpu_medians(base[k])) for k in keys]).cpu
+            left = [k for k in keys if cur[k]["verdict"] == "inconclusive" and cur[k]["comparison"].get("clock") == "cpu"]
+            moved = sum(moderate(decide_replicates([[v] for v in _cpu_medians(cur[k])], _cpu_medians(base[k]),
+                                                   threshold=threshold), prior).verdict.value == "unchanged"
+                        for k in left)
+            decided = sum(v["verdict"] != "inconclusive" for v in cur.values())
+            lines.append(f"{suite_dir.name} {report.stem}: decided {decided}/{len(cur)} by the plugin; {len(left)} left "
+                         f"inconclusive on CPU time, {moved} of them unchanged with the CPU-time prior")
+    return lines
+
+
 def escalation_replay(study: Path, sd_scale: float = 1.0) -> list[str]:
     """The ``--escalation`` lines: per suite, the thin comparisons (inconclusive on 3 processes a
     side) the prediction stops or lets escalate, against each one's final verdict in the study."""
@@ -180,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--confidence", type=float, default=0.99, help="two-sided confidence of the CIs (default 0.99)")
     p.add_argument("--escalation", action="store_true", help="replay the escalation prediction instead")
     p.add_argument("--sd-scale", type=float, default=1.0, help="with --escalation: scale the SD first")
+    p.add_argument("--cpu", action="store_true", help="replay the CPU-time prior on a busy study instead")
     opts = p.parse_args(argv)
+    if opts.cpu:
+        print("\n".join(cpu_replay(Path(opts.study))))
+        return 0
     if opts.escalation:
         print("\n".join(escalation_replay(Path(opts.study), opts.sd_scale)))
         return 0
