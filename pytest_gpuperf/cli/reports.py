@@ -336,20 +336,12 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
 
 def _priors(entries: Sequence[tuple[BaselineEntry, BaselineEntry]]) -> Any:
     """The spreads of every pair compared over worker processes, one prior per clock, as the plugin
-    fits a session's (:func:`pytest_gpuperf.verdict.moderation.fit_priors` of each pair's (current,
-    baseline) process medians on the wall clock, and on CPU time where both files have it)."""
-    from pytest_gpuperf.verdict.moderation import fit_priors
+    fits a session's (:func:`pytest_gpuperf.verdict.moderation.session_priors` of each (baseline,
+    current) pair)."""
+    from pytest_gpuperf.verdict.moderation import session_priors
 
-    wall, cpu = [], []
-    for b, c in entries:
-        processes = c.history[-1].process_medians_ms
-        if not processes or len(processes) < 2 or not b.replicate_medians_ms:
-            continue
-        wall.append((processes, b.replicate_medians_ms))
-        view = b.cpu_view()
-        if c.cpu_time is not None and c.cpu_time.process_medians_ms and view is not None:
-            cpu.append((c.cpu_time.process_medians_ms, view.replicate_medians_ms))
-    return fit_priors(wall, cpu)
+    return session_priors((c.history[-1].process_medians_ms,
+                           c.cpu_time.process_medians_ms if c.cpu_time is not None else None, b) for b, c in entries)
 
 
 def _clock_evidence(clock: Any, processes: int | None) -> Any:

@@ -53,7 +53,6 @@ class Coordinator:
         self.stored_entries: dict[str, Any] = {}
         self.stopped: str | None = None
         self.priors: Any = None  # the session's spreads (verdict.moderation.Priors), fitted after the first decisions
-        self._warned: set[str] = set()
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
         self.instructions = InstructionMode(settings, lambda line: self.progress().line(line), warn)
 
@@ -97,7 +96,9 @@ class Coordinator:
                 runs, extras, unreported, self.stopped = _measure_replicates(self.config, self.settings,
                                                                              self.progress(), args, logs, self.instructions)
                 commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
-                decide = lambda key, entries, *more: self._decide_replicated(key, entries, commits, *more)  # noqa: E731
+                def decide(key: str, entries: list[dict[str, Any]], *more: Any) -> Any:
+                    return self._decide_replicated(key, entries, commits, *more)
+
                 _decide_all(finished, runs, extras, self.settings.processes, decide)
                 self.priors = _priors(finished, self.stored_entries)
                 if self.priors:  # read again with the session's spreads: only an inconclusive verdict can move
@@ -379,8 +380,7 @@ class Coordinator:
             reference = ScalingReference(self.baseline, Path(s.baseline_dir), device_key(env), module, s.nproc,
                                          s.relpath)
             result, note = launched_result(result, baseline, reference(bid), reference.folder, s.nproc)
-            if note and f"{key}: {note}" not in self._warned:  # a benchmark may be decided twice (priors)
-                self._warned.add(f"{key}: {note}")
+            if note:  # a benchmark decided again (priors) warns again: the summary prints each line once
                 self.warn(f"{key}: {note}")
         return result
 
@@ -587,21 +587,12 @@ def _decide_all(finished: dict[str, Any], runs: list[Any], extras: list[Any], pr
 
 def _priors(finished: Mapping[str, Any], baselines: Mapping[str, Any]) -> Any:
     """The session's spreads over worker processes, one prior per clock
-    (:func:`pytest_gpuperf.verdict.moderation.fit_priors`), from every decided benchmark with a stored
-    baseline: this run's and the baseline's process medians on the wall clock, and on CPU time where
-    both read it."""
-    from pytest_gpuperf.verdict.moderation import fit_priors
+    (:func:`pytest_gpuperf.verdict.moderation.session_priors`), from every decided benchmark with a
+    stored baseline (``baselines``: full id -> its entry)."""
+    from pytest_gpuperf.verdict.moderation import session_priors
 
-    wall, cpu = [], []
-    for key, r in finished.items():
-        base = baselines.get(key)
-        if isinstance(r, str) or base is None or not r.process_medians_ms:
-            continue
-        wall.append((r.process_medians_ms, base.replicate_medians_ms))
-        view = base.cpu_view()
-        if r.cpu is not None and r.cpu.process_medians_ms and view is not None:
-            cpu.append((r.cpu.process_medians_ms, view.replicate_medians_ms))
-    return fit_priors(wall, cpu)
+    return session_priors((r.process_medians_ms, r.cpu.process_medians_ms if r.cpu is not None else None,
+                           baselines.get(key)) for key, r in finished.items() if not isinstance(r, str))
 
 
 def _inconclusive(finished: Mapping[str, Any]) -> set[str]:

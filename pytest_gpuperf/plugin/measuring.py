@@ -483,10 +483,7 @@ class ExtrasOnly(Measuring):
             call_ms = max(ctx.ranks.gather(call_ms))
         unavailable: dict[str, Any] = {}
         peaks, counted = [], []
-        wanted = EXTRA_CALLS
         for i in range(EXTRA_CALLS):
-            if i >= wanted:
-                break
             a, k = prepare_call(fn, args, kwargs, setup)
             report = contained(MEMORY, lambda: measure_peak(fn, a, k, ctx.device), unavailable)
             if report is not None:
@@ -496,7 +493,8 @@ class ExtrasOnly(Measuring):
                 counted.append(got)
             if i == 0:  # every rank makes the same calls: the largest op count decides
                 ops = counted[0][0].ops if counted else None
-                wanted = extra_calls(call_ms, max(ctx.ranks.gather(ops or 0)) if ctx.ranks is not None else ops)
+                if extra_calls(call_ms, max(ctx.ranks.gather(ops or 0)) if ctx.ranks is not None else ops) == 1:
+                    break
         counts = combine_counts([c for c, _ in counted]) if counted and COUNTS not in unavailable else None
         if counts is not None and first_compile is not None:
             from pytest_gpuperf.measure.counting import compile_snapshot

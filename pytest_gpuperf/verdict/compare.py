@@ -633,10 +633,17 @@ def noninferior(decided: tuple[Verdict, str | None], ratio: float, ci: tuple[flo
     upper = noninferior_upper(ratio, sd, *processes)
     if not upper < 1 + threshold:
         return decided
-    return Verdict.UNCHANGED, (
-        f"not slower by more than {threshold * 100:.1f}%: the one-sided {NONINFERIORITY_CONFIDENCE:.1%} upper bound "
-        f"{format_ratio(upper)} is under 1+T={format_ratio(1 + threshold)} (non-inferiority; the 99% CI "
-        f"{format_ratio(ci[0])}-{format_ratio(ci[1])} spans both)")
+    return Verdict.UNCHANGED, noninferior_note(threshold, upper, ci)
+
+
+def noninferior_note(threshold: float, upper: float, ci: tuple[float, float], spread: str = "") -> str:
+    """The note of an "unchanged" decided by non-inferiority (:func:`noninferior`,
+    :func:`pytest_gpuperf.verdict.moderation.moderate`): the one-sided upper bound ``upper`` under
+    1 + ``threshold``, the 99% CI ``ci`` that spans both, and ``spread``, how the bound's spread was
+    read (empty: the benchmark's own)."""
+    return (f"not slower by more than {threshold * 100:.1f}%: the one-sided {NONINFERIORITY_CONFIDENCE:.1%} upper bound "
+            f"{format_ratio(upper)} is under 1+T={format_ratio(1 + threshold)}{spread} (non-inferiority; the 99% CI "
+            f"{format_ratio(ci[0])}-{format_ratio(ci[1])} spans both)")
 
 
 def decide_replicates(

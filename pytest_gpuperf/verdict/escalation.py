@@ -62,22 +62,25 @@ def optimistic_sd(sd_log: float, df: int, confidence: float = OPTIMISM) -> float
     return sd_log * math.sqrt(df / float(sps.chi2.ppf(confidence, df)))
 
 
-def _t(p: float, df: int) -> float:
+def _t(p: float, df: float) -> float:
     from scipy import stats as sps
 
     return float(sps.t.ppf(p, df))
 
 
-def half_width(sd_log: float, n_current: int, n_baseline: int, confidence: float = CONFIDENCE) -> float:
+def half_width(sd_log: float, n_current: int, n_baseline: int, confidence: float = CONFIDENCE,
+               df: float | None = None) -> float:
     """Half-width (log space) of the two-sided ``confidence`` t interval of the difference of the
     mean log medians of ``n_current`` and ``n_baseline`` processes whose pooled SD is ``sd_log``:
-    ``t(1/2 + confidence/2, n + m - 2) * sd * sqrt(1/n + 1/m)`` (Student 1908). Raises
+    ``t(1/2 + confidence/2, df) * sd * sqrt(1/n + 1/m)`` (Student 1908), df = n + m - 2 unless
+    given (a moderated SD has more: :mod:`pytest_gpuperf.verdict.moderation`). Raises
     ``ValueError`` for a side without processes or no degree of freedom (one process a side)."""
     if n_current < 1 or n_baseline < 1 or n_current + n_baseline < 3:
         raise ValueError(f"needs a process on each side and two on one ({n_current}, {n_baseline})")
     if not sd_log >= 0:
         raise ValueError(f"sd_log must be >= 0, got {sd_log!r}")
-    return _t(0.5 + confidence / 2, n_current + n_baseline - 2) * sd_log * math.sqrt(1 / n_current + 1 / n_baseline)
+    df = n_current + n_baseline - 2 if df is None else df
+    return _t(0.5 + confidence / 2, df) * sd_log * math.sqrt(1 / n_current + 1 / n_baseline)
 
 
 def predicted_ci(ratio: float, sd_log: float, n_current: int, n_baseline: int,
@@ -93,13 +96,14 @@ def predicted_ci(ratio: float, sd_log: float, n_current: int, n_baseline: int,
 
 
 def noninferior_upper(ratio: float, sd_log: float, n_current: int, n_baseline: int,
-                      confidence: float = NONINFERIORITY) -> float:
+                      confidence: float = NONINFERIORITY, df: float | None = None) -> float:
     """The one-sided ``confidence`` upper bound of the ratio that ``n_current`` and ``n_baseline``
-    processes with pooled SD ``sd_log`` would give (``exp(d + t(confidence, df) * sd * sqrt(1/n + 1/m))``):
-    under 1 + T it decides "unchanged" (:func:`pytest_gpuperf.verdict.compare.decide_replicates`)."""
+    processes with pooled SD ``sd_log`` would give (``exp(d + t(confidence, df) * sd * sqrt(1/n + 1/m))``,
+    ``df`` as in :func:`half_width`): under 1 + T it decides "unchanged"
+    (:func:`pytest_gpuperf.verdict.compare.decide_replicates`)."""
     if not ratio > 0:
         raise ValueError(f"ratio must be > 0, got {ratio!r}")
-    return math.exp(math.log(ratio) + half_width(sd_log, n_current, n_baseline, 2 * confidence - 1))
+    return math.exp(math.log(ratio) + half_width(sd_log, n_current, n_baseline, 2 * confidence - 1, df))
 
 
 def straddles(ci: tuple[float, float], threshold: float, upper: float | None = None) -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 #: Fewest benchmarks with a process-level spread that a prior is estimated from; under it each
 #: benchmark decides on its own spread (a prior's d0 from a handful of variances is itself noise).
@@ -43,9 +43,6 @@ MIN_BENCHMARKS = 10
 #: (the moment estimate says infinite), a benchmark still keeps its own share, and t(0.975, 24) is
 #: 2.06 against the normal's 1.96, so more would buy almost nothing.
 MAX_PRIOR_DF = 20.0
-#: One-sided confidence of the upper bound that decides "unchanged" (the value of
-#: :data:`pytest_gpuperf.verdict.escalation.NONINFERIORITY`).
-NONINFERIORITY = 0.975
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,23 @@ def fit_priors(wall: Sequence[tuple[Sequence[float], Sequence[float]]],
         return fit_prior([x for x in (spread(c, b) for c, b in pairs if c and b) if x is not None])
 
     return Priors(fit(wall), fit(cpu))
+
+
+def session_priors(sides: Iterable[tuple[Sequence[float] | None, Sequence[float] | None, Any]]) -> Priors:
+    """:func:`fit_priors` of a session's (or a compared file's) benchmarks, each given as ``(this
+    run's process medians, this run's CPU-time process medians or None, its baseline entry)`` (ms;
+    a :class:`~pytest_gpuperf.verdict.history.BaselineEntry`): the wall clock's pairs where this run
+    has 2 or more processes and the baseline replicate medians, CPU time's where both have CPU-time
+    process medians (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.cpu_view`)."""
+    wall, cpu = [], []
+    for medians, cpu_medians, base in sides:
+        if base is None or len(medians or ()) < 2 or not base.replicate_medians_ms:
+            continue
+        wall.append((medians, base.replicate_medians_ms))
+        view = base.cpu_view()
+        if cpu_medians and view is not None:
+            cpu.append((cpu_medians, view.replicate_medians_ms))
+    return fit_priors(wall, cpu)
 
 
 def spread(current_medians_ms: Sequence[float], baseline_medians_ms: Sequence[float]) -> tuple[float, int] | None:
@@ -135,28 +149,19 @@ def moderated(sd: float, df: int, prior: Prior) -> tuple[float, float]:
     return math.sqrt((prior.df * prior.sd ** 2 + df * sd * sd) / total), total
 
 
-def upper_bound(ratio: float, sd: float, df: float, n_current: int, n_baseline: int,
-                confidence: float = NONINFERIORITY) -> float:
-    """The one-sided ``confidence`` upper bound of a ratio of geometric means of ``n_current`` and
-    ``n_baseline`` process medians whose (moderated) pooled log SD is ``sd`` on ``df`` degrees of
-    freedom: ``exp(log ratio + t(confidence, df) * sd * sqrt(1/n + 1/m))``."""
-    from scipy import stats as sps
-
-    return math.exp(math.log(ratio) + float(sps.t.ppf(confidence, df)) * sd * math.sqrt(1 / n_current + 1 / n_baseline))
-
-
 def moderate(comparison: Any, prior: Prior | None) -> Any:
     """``comparison`` (a :class:`~pytest_gpuperf.verdict.compare.Comparison` over worker processes,
     :func:`~pytest_gpuperf.verdict.compare.decide_replicates`), read with the suite's ``prior``:
     an ``inconclusive`` verdict whose one-sided 97.5% upper bound, with the
-    moderated spread (:func:`moderated`, :func:`upper_bound`), lies under 1 + T becomes
+    moderated spread (:func:`moderated`, :func:`~pytest_gpuperf.verdict.escalation.noninferior_upper`
+    with its degrees of freedom), lies under 1 + T becomes
     ``unchanged``, with a note naming the bound, both spreads and the prior, and without the advice
     to measure more processes. ``prior`` must be the one of the clock ``comparison`` was decided on
     (:class:`Priors`). Any other comparison (a regression, A/B, one process a side, no ``prior``) is
     returned as it is."""
-    from pytest_gpuperf.core.units import format_ratio
     from pytest_gpuperf.verdict.advice import Advice
-    from pytest_gpuperf.verdict.compare import NOT_ENOUGH_EVIDENCE, Verdict, processes_decided_on
+    from pytest_gpuperf.verdict.compare import NOT_ENOUGH_EVIDENCE, Verdict, noninferior_note, processes_decided_on
+    from pytest_gpuperf.verdict.escalation import noninferior_upper
 
     c = comparison
     if (prior is None or c is None or c.verdict is not Verdict.INCONCLUSIVE or c.ab is not None
@@ -166,15 +171,12 @@ def moderate(comparison: Any, prior: Prior | None) -> Any:
     if n is None or m is None or n < 1 or m < 1 or n + m < 3:
         return c
     sd, df = moderated(c.run_sd, n + m - 2, prior)
-    upper = upper_bound(c.ratio, sd, df, n, m)
+    upper = noninferior_upper(c.ratio, sd, n, m, df=df)
     if not upper < 1 + c.threshold:
         return c
-    lo, hi = c.ratio_ci
-    note = (f"not slower by more than {c.threshold * 100:.1f}%: the one-sided {NONINFERIORITY:.1%} upper bound "
-            f"{format_ratio(upper)} is under 1+T={format_ratio(1 + c.threshold)} with the spread moderated by this "
-            f"run's {prior.benchmarks} benchmarks (SD of log process medians {c.run_sd:.1%} -> {sd:.1%} on "
-            f"{df:.1f} df; prior {prior.sd:.1%} on {prior.df:.1f} df; Smyth 2004) (non-inferiority; the 99% CI "
-            f"{format_ratio(lo)}-{format_ratio(hi)} spans both)")
+    note = noninferior_note(c.threshold, upper, c.ratio_ci, (
+        f" with the spread moderated by this run's {prior.benchmarks} benchmarks (SD of log process medians "
+        f"{c.run_sd:.1%} -> {sd:.1%} on {df:.1f} df; prior {prior.sd:.1%} on {prior.df:.1f} df; Smyth 2004)"))
     kept = [part for part in (c.note or "").split("; ") if part and not part.endswith(NOT_ENOUGH_EVIDENCE)]
     return dataclasses.replace(c, verdict=Verdict.UNCHANGED, note="; ".join([*kept, note]),
                                advice=tuple(a for a in c.advice if a is not Advice.MORE_PROCESSES))

@@ -13,8 +13,9 @@ import pytest
 
 from pytest_gpuperf.verdict.advice import Advice
 from pytest_gpuperf.verdict.compare import Verdict, decide_replicates
+from pytest_gpuperf.verdict.escalation import noninferior_upper
 from pytest_gpuperf.verdict.moderation import (MAX_PRIOR_DF, MIN_BENCHMARKS, Prior, fit_prior, moderate, moderated,
-                                               spread, upper_bound)
+                                               spread)
 
 
 def _spreads(sds: list[float], df: int, seed: int) -> list[tuple[float, int]]:
@@ -48,7 +49,10 @@ def test_moderated_spread_is_smyths_posterior():
     assert spread([1.0, 1.02, 0.99], [1.0, 1.01]) == (pytest.approx(0.0131, abs=1e-3), 3)
     assert spread([1.0, 1.01, 1.6], [1.0, 1.01])[1] == 2  # the slow period's process is set aside first
     assert spread([1.0], [1.0]) is None
-    assert upper_bound(1.0, 0.01, 1e9, 3, 3) == pytest.approx(math.exp(1.959964 * 0.01 * math.sqrt(2 / 3)), rel=1e-5)
+    # the bound on the moderated spread's degrees of freedom (escalation's, which takes them)
+    assert noninferior_upper(1.0, 0.01, 3, 3, df=1e9) == pytest.approx(math.exp(1.959964 * 0.01 * math.sqrt(2 / 3)),
+                                                                       rel=1e-5)
+    assert noninferior_upper(1.0, 0.01, 3, 3, df=4) == noninferior_upper(1.0, 0.01, 3, 3)
 
 
 def _comparison(cur: list[float], base: list[float]):
