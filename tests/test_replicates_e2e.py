@@ -343,6 +343,21 @@ def test_a_single_process_baseline_counts_its_runs_as_replicates(pytester: pytes
     rec.stdout.fnmatch_lines(["*geometric mean of 2 process medians*of the baseline's 3*"])
 
 
+@pytest.mark.parametrize("listing", ["--collect-only", "--setup-plan"])
+def test_a_session_that_runs_no_test_starts_no_worker_and_writes_no_baseline(pytester: pytest.Pytester,
+                                                                             listing: str) -> None:
+    """``pytest --gpuperf --collect-only`` lists the benchmarks at once: on a real torch suite it
+    had started all the worker processes (107 s for tensordict's 28 benchmarks); an update that runs
+    no test writes no baseline."""
+    pytester.makepyfile(test_bench=PAIR)
+    for mode in ("--gpuperf-update-baselines", "--gpuperf"):
+        rec = pytester.runpytest(mode, "--gpuperf-processes=3", listing, *RUN)
+        assert rec.ret == pytest.ExitCode.OK
+        assert "worker process" not in rec.stdout.str()
+        rec.stdout.fnmatch_lines(["*test_loop*", "*test_other*"])
+    assert not pytester.path.joinpath("baselines").exists()
+
+
 def test_processes_option_is_checked(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_bench=BENCH)
     rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=0", *RUN)

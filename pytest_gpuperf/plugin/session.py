@@ -192,6 +192,8 @@ class GpuPerfSession:
             return
         if s.bisect is None and not s.replicated and s.ab is None:
             return
+        if _runs_no_test(self.config):  # --collect-only, --setup-only, --setup-plan: nothing to measure
+            return
         import time
 
         from pytest_gpuperf.plugin.coordinator import Coordinator
@@ -616,3 +618,11 @@ def _result_warnings(s: SessionSettings, name: str, device: Any, stored: "_Store
         if diffs:
             out.append(f"{name}: environment differs from the baseline's: " + "; ".join(diffs))
     return out
+
+
+def _runs_no_test(config: pytest.Config) -> bool:
+    """Whether this session runs no test body (``--collect-only``, ``--setup-only``, ``--setup-plan``):
+    then no worker process, A/B or bisection starts, and no baseline is written (pytest-benchmark
+    measures nothing there either)."""
+    return bool(config.getoption("collectonly", False) or config.getoption("setuponly", False)
+                or config.getoption("setupplan", False))
