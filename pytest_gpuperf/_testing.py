@@ -283,11 +283,25 @@ _gpuperf_session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "m
                                             "copy": "scripted"}
 '''
 
-#: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir.
+#: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir; in a
+#: worker process (``--gpuperf-processes``) the reference workloads are scripted too, from
+#: ``reference.json`` in the rootdir (``{"matmul_ms": 1.4, "copy_ms": 1.4}``), else 1 ms each, so
+#: that the machine check of a replicated regression reads no real timing.
 SCRIPTED_CONFTEST = '''
+import json
+import os
+import sys
+
 import pytest
 from pytest_gpuperf._testing import ScriptedMeasurer
-from pytest_gpuperf.plugin.replicates import slot_of
+from pytest_gpuperf.plugin import session as _gpuperf_session
+from pytest_gpuperf.plugin.replicates import ROLE_OPTION, slot_of
+
+if any(a.startswith(ROLE_OPTION) for a in sys.argv):  # a worker process: its reference workloads scripted too
+    _path = os.path.join(os.path.dirname(__file__), "reference.json")  # (reference.json, else 1 ms each)
+    _gpuperf_session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "matmul": "scripted",
+                                                "copy": "scripted",
+                                                **(json.load(open(_path)) if os.path.exists(_path) else {})}
 
 @pytest.fixture
 def _gpuperf_measurer(request):

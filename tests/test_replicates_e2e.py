@@ -306,7 +306,8 @@ def test_each_benchmark_is_read_with_the_suites_spread_and_gets_no_process_that_
 
 
 def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(pytester: pytest.Pytester,
-                                                                               pair: None) -> None:
+                                                                               pair: None,
+                                                                               capsys: pytest.CaptureFixture) -> None:
     # issue 31: with no A/B to confirm it (here --gpuperf-no-ab-confirm), a regression decided on the
     # first processes is measured again in processes started after the decision. A slowdown of the
     # host that covers only the first 2 processes then passes (test_loop); one that holds in the
@@ -324,6 +325,35 @@ def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(py
     loop, other = benchmarks["test_bench.py::test_loop"], benchmarks["test_bench.py::test_other"]
     assert len(loop["process_medians_ms"]) == 4 and loop["verdict"] in ("inconclusive", "unchanged")
     assert len(other["process_medians_ms"]) == 4 and other["verdict"] == "regressed"
+    # The machine check (issue 45): each timed worker times the reference workloads before its first
+    # benchmark (scripted here, reference.json); the baseline stores their median over its processes.
+    # When this run's read 25% slower in every process, a 1.25x "regression" is what the machine's
+    # own slowdown explains (inconclusive, not trusted); a 1.6x one is beyond it and fails.
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    stored = json.loads(path.read_text())["benchmarks"]["test_loop"]["environment"]["reference"]
+    assert (stored["matmul_ms"], stored["copy_ms"]) == (1.0, 1.0)
+    pytester.path.joinpath("reference.json").write_text(json.dumps({"matmul_ms": 1.25, "copy_ms": 1.25}))
+    set_timings(pytester, {"ms": 1.0, "cv": 0.01, "process_factors": [1.25, 1.26]},
+                test_other={"ms": 1.6, "cv": 0.01})
+    rec = pytester.runpytest(*compare, "--gpuperf-max-processes=2")
+    rec.assert_outcomes(failed=1, passed=1)
+    benchmarks = _benchmarks(pytester)
+    loop, other = benchmarks["test_bench.py::test_loop"], benchmarks["test_bench.py::test_other"]
+    assert loop["verdict"] == "inconclusive" and other["verdict"] == "regressed"
+    assert loop["comparison"]["note"].startswith("machine differs: reference copy +25% (session-start reference "
+                                                 "workload, median of this run's worker processes")
+    assert "is within what the machine's own slowdown explains" in loop["comparison"]["note"]
+    assert loop["environment"]["reference"]["copy_ms"] == 1.25
+    rec.stdout.fnmatch_lines(["*machine speed drift since the baseline was recorded*copy +25.0%*"])
+    from pytest_gpuperf.cli.reports import main  # gpuperf compare reads the two files the same way
+
+    capsys.readouterr()
+    assert main(["compare", str(path), str(pytester.path / "r.json")]) == 1  # test_other still fails
+    out = capsys.readouterr().out
+    assert "machine differs: reference copy +25%" in out
+    rows = {n: ln for ln in out.splitlines() for n in ("test_loop", "test_other")
+            if ln.startswith(f"test_bench.py::{n} ")}
+    assert "inconclusive" in rows["test_loop"] and "regressed" in rows["test_other"]
 
 
 def test_a_single_process_baseline_counts_its_runs_as_replicates(pytester: pytest.Pytester) -> None:

@@ -331,7 +331,15 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
         gpu_clock=_clock_evidence(c_entry.gpu_clock, len(processes) if replicated and processes else None))
     ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
                   probe=None if replicated else _stored_probe(c_entry, b_entry), priors=priors)
-    return _Decided(ev.comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
+    comparison = ev.comparison
+    if replicated:  # no A/B here: a regression is read against the machine's own speed, as the plugin does
+        from pytest_gpuperf.verdict.gate import machine_explains
+        from pytest_gpuperf.verdict.machine import drift_ratios
+
+        kinds = stored.expect_bottleneck
+        comparison = machine_explains(comparison, drift_ratios(c_entry.reference, b_entry.reference),
+                                      kinds[0] if kinds else None)
+    return _Decided(comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
 
 
 def _priors(entries: Sequence[tuple[BaselineEntry, BaselineEntry]]) -> Any:

@@ -53,6 +53,7 @@ class Coordinator:
         self.stored_entries: dict[str, Any] = {}
         self.stopped: str | None = None
         self.priors: Any = None  # the session's spreads (verdict.moderation.Priors), fitted after the first decisions
+        self.reference: dict[str, Any] | None = None  # the reference workloads, median over the timed processes
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
         self.instructions = InstructionMode(settings, lambda line: self.progress().line(line), warn)
 
@@ -95,6 +96,7 @@ class Coordinator:
                 args, logs = _worker_args(self.config), _replicate_logs(self.settings.rootpath)
                 runs, extras, unreported, self.stopped = _measure_replicates(self.config, self.settings,
                                                                              self.progress(), args, logs, self.instructions)
+                self.reference = _run_reference(runs)
                 commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
                 def decide(key: str, entries: list[dict[str, Any]], *more: Any) -> Any:
                     return self._decide_replicated(key, entries, commits, *more)
@@ -131,6 +133,8 @@ class Coordinator:
         except Stopped as exc:
             self.stopped = f"stopped ({exc.why}) while measuring more processes for thin evidence"
             return
+        if not self.settings.updating:  # a regression no A/B confirms, against the machine's own speed
+            _machine_check(finished, self.reference, self.stored_entries, lambda k: self._ab_will_confirm(k, commits))
         if self.settings.ab_confirm and not self.settings.updating:
             self._confirm_by_ab(finished, commits)
             if self.settings.bisect_on_regression:
@@ -593,6 +597,34 @@ def _priors(finished: Mapping[str, Any], baselines: Mapping[str, Any]) -> Any:
 
     return session_priors((r.process_medians_ms, r.cpu.process_medians_ms if r.cpu is not None else None,
                            baselines.get(key)) for key, r in finished.items() if not isinstance(r, str))
+
+
+def _run_reference(runs: list[Any]) -> dict[str, Any] | None:
+    """The reference workloads of this run: each timed worker process's (the first of its entries
+    that has them), median over the processes (:func:`~pytest_gpuperf.verdict.machine.median_reference`)."""
+    from pytest_gpuperf.verdict.machine import median_reference
+
+    return median_reference([next((ref for e in r.entries.values() if (ref := (e.get("environment") or {}).get(
+        "reference"))), None) for r in runs if not r.stopped])
+
+
+def _machine_check(finished: dict[str, Any], reference: Mapping[str, Any] | None, baselines: Mapping[str, Any],
+                   ab_confirms: Callable[[str], bool]) -> None:
+    """Each regression that no A/B will confirm (``ab_confirms(key)`` False), read against the
+    machine's speed now and when its baseline was recorded
+    (:func:`~pytest_gpuperf.verdict.gate.machine_explains`); ``finished`` is updated."""
+    from pytest_gpuperf.verdict.gate import machine_explains
+    from pytest_gpuperf.verdict.machine import drift_ratios
+
+    for key, r in finished.items():
+        base = baselines.get(key)
+        if (isinstance(r, str) or r.comparison is None or base is None
+                or r.comparison.verdict.value != "regressed" or ab_confirms(key)):
+            continue
+        expected = r.options.expect_bottleneck
+        c = machine_explains(r.comparison, drift_ratios(reference, base.reference), expected[0] if expected else None)
+        if c is not r.comparison:
+            finished[key] = r.replace(comparison=c)
 
 
 def _inconclusive(finished: Mapping[str, Any]) -> set[str]:

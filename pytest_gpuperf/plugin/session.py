@@ -293,11 +293,12 @@ class GpuPerfSession:
         from pytest_gpuperf.measure.environment import device_key, fingerprint
 
         if measuring and (self.ab_worker is not None or s.ab is not None or s.replicate_slot is not None):
-            env = fingerprint(device)  # A/B or a replicate worker: no stored baseline, no reference workloads
+            timed = s.replicate_slot is not None and s.replicate_slot[0] >= 0 and s.ranks is None  # issue 45
+            env = self.environment(device) if timed else fingerprint(device)  # only a timed worker: reference workloads
             return _Stored(module, env, device_key(env))
         if not s.measuring:
             return _Stored(module)
-        env = fingerprint(device) if s.replicated else self.environment(device)
+        env = _replicated_environment(device, self.coordinator) if s.replicated else self.environment(device)
         key, scaling = device_key(env), None
         if s.world_size > 1:  # torchrun or --gpuperf-nproc: a folder per world size, 2-rank and 8-rank runs never mix
             from pytest_gpuperf.storage.scaling import ScalingReference
@@ -626,3 +627,16 @@ def _runs_no_test(config: pytest.Config) -> bool:
     measures nothing there either)."""
     return bool(config.getoption("collectonly", False) or config.getoption("setuponly", False)
                 or config.getoption("setupplan", False))
+
+
+def _replicated_environment(device: Any, coordinator: Any) -> dict[str, Any]:
+    """The environment of ``device`` in the session that measured through worker processes: its
+    fingerprint with, where the timed worker processes timed them, the reference workloads' medians
+    over those processes (the :class:`~pytest_gpuperf.plugin.coordinator.Coordinator`'s ``reference``)."""
+    from pytest_gpuperf.measure.environment import fingerprint
+
+    env = fingerprint(device)
+    reference = coordinator.reference if coordinator is not None else None
+    if reference:
+        env["reference"] = reference
+    return env

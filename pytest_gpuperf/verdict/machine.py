@@ -35,6 +35,24 @@ def drift_ratios(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] 
     return out or None
 
 
+def median_reference(references: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """The reference workloads of a run measured in several worker processes (each process's
+    ``environment.reference``, in process order): each workload's median over the processes that
+    timed it (``matmul_ms``, ``copy_ms``, ms) with the first one's names. None when no process timed
+    them. Pure."""
+    import statistics
+
+    given = [r for r in references if r]
+    if not given:
+        return None
+    out: dict[str, Any] = {k: v for k, v in given[0].items() if not k.endswith("_ms")}
+    for key in ("matmul_ms", "copy_ms"):
+        values = [float(r[key]) for r in given if isinstance(r.get(key), (int, float)) and r[key] > 0]
+        if values:
+            out[key] = statistics.median(values)
+    return out if any(k.endswith("_ms") for k in out) else None
+
+
 def ratio_for(ratios: Mapping[str, float] | None, bottleneck_kind: str | None) -> tuple[str, float] | None:
     """The reference that normalizes a benchmark: the matmul ratio for compute-bound ones, else copy."""
     if not ratios:
