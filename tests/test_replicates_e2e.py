@@ -327,7 +327,7 @@ def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(py
     assert len(other["process_medians_ms"]) == 4 and other["verdict"] == "regressed"
     # The machine check (issue 45): each timed worker times the reference workloads before its first
     # benchmark (scripted here, reference.json); the baseline stores their median over its processes.
-    # When this run's read 25% slower in every process, a 1.25x "regression" is what the machine's
+    # When both read 25% slower in every process, a 1.25x "regression" is what the machine's
     # own slowdown explains (inconclusive, not trusted); a 1.6x one is beyond it and fails.
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     stored = json.loads(path.read_text())["benchmarks"]["test_loop"]["environment"]["reference"]
@@ -340,9 +340,9 @@ def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(py
     benchmarks = _benchmarks(pytester)
     loop, other = benchmarks["test_bench.py::test_loop"], benchmarks["test_bench.py::test_other"]
     assert loop["verdict"] == "inconclusive" and other["verdict"] == "regressed"
-    assert loop["comparison"]["note"].startswith("machine differs: reference copy +25% (session-start reference "
-                                                 "workload, median of this run's worker processes")
-    assert "is within what the machine's own slowdown explains" in loop["comparison"]["note"]
+    assert loop["comparison"]["note"].startswith("machine differs: reference workloads matmul +25%, copy +25% "
+                                                 "(session-start, median of this run's worker processes")
+    assert "is within what the machine's own slowdown (x1.25) explains" in loop["comparison"]["note"]
     assert loop["environment"]["reference"]["copy_ms"] == 1.25
     rec.stdout.fnmatch_lines(["*machine speed drift since the baseline was recorded*copy +25.0%*"])
     from pytest_gpuperf.cli.reports import main  # gpuperf compare reads the two files the same way
@@ -350,7 +350,7 @@ def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(py
     capsys.readouterr()
     assert main(["compare", str(path), str(pytester.path / "r.json")]) == 1  # test_other still fails
     out = capsys.readouterr().out
-    assert "machine differs: reference copy +25%" in out
+    assert "machine differs: reference workloads matmul +25%, copy +25%" in out
     rows = {n: ln for ln in out.splitlines() for n in ("test_loop", "test_other")
             if ln.startswith(f"test_bench.py::{n} ")}
     assert "inconclusive" in rows["test_loop"] and "regressed" in rows["test_other"]

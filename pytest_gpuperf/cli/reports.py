@@ -336,9 +336,7 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
         from pytest_gpuperf.verdict.gate import machine_explains
         from pytest_gpuperf.verdict.machine import drift_ratios
 
-        kinds = stored.expect_bottleneck
-        comparison = machine_explains(comparison, drift_ratios(c_entry.reference, b_entry.reference),
-                                      kinds[0] if kinds else None)
+        comparison = machine_explains(comparison, drift_ratios(c_entry.reference, b_entry.reference))
     return _Decided(comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
 
 

@@ -621,8 +621,7 @@ def _machine_check(finished: dict[str, Any], reference: Mapping[str, Any] | None
         if (isinstance(r, str) or r.comparison is None or base is None
                 or r.comparison.verdict.value != "regressed" or ab_confirms(key)):
             continue
-        expected = r.options.expect_bottleneck
-        c = machine_explains(r.comparison, drift_ratios(reference, base.reference), expected[0] if expected else None)
+        c = machine_explains(r.comparison, drift_ratios(reference, base.reference))
         if c is not r.comparison:
             finished[key] = r.replace(comparison=c)
 
