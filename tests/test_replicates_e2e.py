@@ -345,6 +345,7 @@ def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(py
     assert "is within what the machine's own slowdown (x1.25) explains" in loop["comparison"]["note"]
     assert loop["environment"]["reference"]["copy_ms"] == 1.25
     rec.stdout.fnmatch_lines(["*machine speed drift since the baseline was recorded*copy +25.0%*"])
+    assert "--gpuperf-normalize" not in rec.stdout.str()  # single-process mode's correction: not offered here
     from pytest_gpuperf.cli.reports import main  # gpuperf compare reads the two files the same way
 
     capsys.readouterr()

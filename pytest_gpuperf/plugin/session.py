@@ -609,7 +609,8 @@ def _result_warnings(s: SessionSettings, name: str, device: Any, stored: "_Store
         ratios = drift_ratios(stored.env.get("reference"), entry.reference)
         drift = drift_warning(ratios)
         if drift:  # one line per cause: the same drift on one device reads the same for every file and worker
-            offer = not s.normalize and drift_agrees(ratios)  # no correction to offer for workloads that disagree
+            # no correction to offer for workloads that disagree, nor over worker processes (single-process only)
+            offer = not s.normalize and not s.replicated and drift_agrees(ratios)
             out.append(f"{device}: {drift}" + (" (--gpuperf-normalize corrects for it)" if offer else ""))
         for part, why in entry.unavailable.items():
             if part not in result.unavailable:
