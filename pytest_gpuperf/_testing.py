@@ -273,35 +273,44 @@ def _machine_of(machine: Any) -> Script | None:
     return lambda i: factors[(i // every) % len(factors)]
 
 
-#: Conftest text that scripts the session-start reference workload too (every process, every rank:
-#: 1 ms matmul, 1 ms copy), for a scripted test whose verdict reads it (under torchrun a straggler's
-#: reference workload says whether its core was slow): the real one is timed on the machine.
-SCRIPTED_REFERENCE = '''
-from pytest_gpuperf.plugin import session as _gpuperf_session
+def script_reference(folder: str) -> None:
+    """Script this process's session-start reference workloads (the real ones are timed on the
+    machine): 1 ms matmul and 1 ms copy, or what ``reference.json`` in ``folder`` says
+    (``{"matmul_ms": 1.25, "copy_ms": 1.25}``)."""
+    import json
+    from pathlib import Path
 
-_gpuperf_session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "matmul": "scripted",
-                                            "copy": "scripted"}
+    from pytest_gpuperf.plugin import session
+
+    path = Path(folder, "reference.json")
+    given = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "matmul": "scripted", "copy": "scripted",
+                                       **given}
+
+
+#: Conftest text that scripts the session-start reference workload too in every process and rank
+#: (:func:`script_reference`), for a scripted test whose verdict reads it (under torchrun a
+#: straggler's reference workload says whether its core was slow).
+SCRIPTED_REFERENCE = '''
+import os as _os
+from pytest_gpuperf._testing import script_reference
+
+script_reference(_os.path.dirname(__file__))
 '''
 
 #: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir; in a
-#: worker process (``--gpuperf-processes``) the reference workloads are scripted too, from
-#: ``reference.json`` in the rootdir (``{"matmul_ms": 1.4, "copy_ms": 1.4}``), else 1 ms each, so
-#: that the machine check of a replicated regression reads no real timing.
+#: worker process (``--gpuperf-processes``) the reference workloads are scripted too
+#: (:func:`script_reference`), so that the machine check of a replicated regression reads no real timing.
 SCRIPTED_CONFTEST = '''
-import json
 import os
 import sys
 
 import pytest
-from pytest_gpuperf._testing import ScriptedMeasurer
-from pytest_gpuperf.plugin import session as _gpuperf_session
+from pytest_gpuperf._testing import ScriptedMeasurer, script_reference
 from pytest_gpuperf.plugin.replicates import ROLE_OPTION, slot_of
 
-if any(a.startswith(ROLE_OPTION) for a in sys.argv):  # a worker process: its reference workloads scripted too
-    _path = os.path.join(os.path.dirname(__file__), "reference.json")  # (reference.json, else 1 ms each)
-    _gpuperf_session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "matmul": "scripted",
-                                                "copy": "scripted",
-                                                **(json.load(open(_path)) if os.path.exists(_path) else {})}
+if any(a.startswith(ROLE_OPTION) for a in sys.argv):  # a worker process
+    script_reference(os.path.dirname(__file__))
 
 @pytest.fixture
 def _gpuperf_measurer(request):

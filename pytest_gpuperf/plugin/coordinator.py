@@ -604,8 +604,11 @@ def _run_reference(runs: list[Any]) -> dict[str, Any] | None:
     that has them), median over the processes (:func:`~pytest_gpuperf.verdict.machine.median_reference`)."""
     from pytest_gpuperf.verdict.machine import median_reference
 
-    return median_reference([next((ref for e in r.entries.values() if (ref := (e.get("environment") or {}).get(
-        "reference"))), None) for r in runs if not r.stopped])
+    def reference_of(run: Any) -> Any:
+        found = [(e.get("environment") or {}).get("reference") for e in run.entries.values()]
+        return next((ref for ref in found if ref), None)
+
+    return median_reference([reference_of(r) for r in runs if not r.stopped])
 
 
 def _machine_check(finished: dict[str, Any], reference: Mapping[str, Any] | None, baselines: Mapping[str, Any],

@@ -171,8 +171,8 @@ def machine_explains(c: Comparison, ratios: "dict[str, float] | None") -> Compar
     reference workloads now/then (:func:`~pytest_gpuperf.verdict.machine.drift_ratios` of this run's
     median over its timed worker processes and the baseline's; ``{"matmul": r, "copy": r}``), timed
     before any benchmark, so the code under test does not move them. The machine counts as slower
-    only when both workloads say so, by the smaller of the two: m = min(matmul, copy) (one workload
-    alone moved 13-18% between quiet runs of this project's VM while the other held). With T the
+    only when both workloads say so, by the smaller of the two: m = min(matmul, copy) (on this
+    project's VM the copy alone read 1.13-1.18x in 3 quiet reruns whose matmul read 0.93-0.97x). With T the
     threshold: when m > 1 + T and the regression's 99% CI reaches down to m x (1 + T) (the
     machine's own slowdown explains it), a ``regressed`` verdict on the wall clock becomes
     ``inconclusive`` with a note naming m and advice
