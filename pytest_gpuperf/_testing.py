@@ -273,44 +273,43 @@ def _machine_of(machine: Any) -> Script | None:
     return lambda i: factors[(i // every) % len(factors)]
 
 
-def script_reference(folder: str) -> None:
-    """Script this process's session-start reference workloads (the real ones are timed on the
-    machine): 1 ms matmul and 1 ms copy, or what ``reference.json`` in ``folder`` says
-    (``{"matmul_ms": 1.25, "copy_ms": 1.25}``)."""
+#: Conftest text defining ``_gpuperf_script_reference(folder)``, which scripts the process's
+#: session-start reference workloads (the real ones are timed on the machine): 1 ms matmul and 1 ms
+#: copy, or what ``reference.json`` in ``folder`` says (``{"matmul_ms": 1.25, "copy_ms": 1.25}``).
+_SCRIPT_REFERENCE = '''
+def _gpuperf_script_reference(folder):
     import json
-    from pathlib import Path
+    import pathlib
 
     from pytest_gpuperf.plugin import session
 
-    path = Path(folder, "reference.json")
-    given = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    path = pathlib.Path(folder, "reference.json")
     session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "matmul": "scripted", "copy": "scripted",
-                                       **given}
-
+                                       **(json.loads(path.read_text(encoding="utf-8")) if path.exists() else {})}
+'''
 
 #: Conftest text that scripts the session-start reference workload too in every process and rank
-#: (:func:`script_reference`), for a scripted test whose verdict reads it (under torchrun a
+#: (``_gpuperf_script_reference``), for a scripted test whose verdict reads it (under torchrun a
 #: straggler's reference workload says whether its core was slow).
-SCRIPTED_REFERENCE = '''
+SCRIPTED_REFERENCE = _SCRIPT_REFERENCE + '''
 import os as _os
-from pytest_gpuperf._testing import script_reference
 
-script_reference(_os.path.dirname(__file__))
+_gpuperf_script_reference(_os.path.dirname(__file__))
 '''
 
 #: conftest.py text for an inner pytest session that reads ``timings.json`` in its rootdir; in a
 #: worker process (``--gpuperf-processes``) the reference workloads are scripted too
-#: (:func:`script_reference`), so that the machine check of a replicated regression reads no real timing.
-SCRIPTED_CONFTEST = '''
+#: (``_gpuperf_script_reference``), so that the machine check of a replicated regression reads no real timing.
+SCRIPTED_CONFTEST = _SCRIPT_REFERENCE + '''
 import os
 import sys
 
 import pytest
-from pytest_gpuperf._testing import ScriptedMeasurer, script_reference
+from pytest_gpuperf._testing import ScriptedMeasurer
 from pytest_gpuperf.plugin.replicates import ROLE_OPTION, slot_of
 
 if any(a.startswith(ROLE_OPTION) for a in sys.argv):  # a worker process
-    script_reference(os.path.dirname(__file__))
+    _gpuperf_script_reference(os.path.dirname(__file__))
 
 @pytest.fixture
 def _gpuperf_measurer(request):
