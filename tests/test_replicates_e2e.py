@@ -251,7 +251,8 @@ def test_an_inconclusive_benchmark_gets_more_processes_and_decides(pytester: pyt
     rec.assert_outcomes(failed=1, passed=1)
     rec.stdout.fnmatch_lines([
         "gpuperf: 1 benchmark(s) inconclusive after 3 worker processes not measured in more worker processes: by "
-        "their spread so far, even 5 processes (--gpuperf-max-processes) could not decide them*",
+        "their spread so far, even 5 processes (--gpuperf-max-processes, within --gpuperf-more-processes-time) could "
+        "not decide them*",
         "*gpuperf: 1 benchmark(s) inconclusive after 3 worker processes: measuring them in 2 more*",
         "*worker process 5/5 done (1 benchmark(s)*",
         "*regressed 1.*5 proc*",  # "(5 processes)", or "(4 of 5 processes)" with one set aside
@@ -264,6 +265,17 @@ def test_an_inconclusive_benchmark_gets_more_processes_and_decides(pytester: pyt
     assert len(loop["process_medians_ms"]) == 5 and loop["verdict"] == "regressed"
     assert len(other["process_medians_ms"]) == 3 and other["verdict"] == "inconclusive"
     assert "more worker processes cannot decide it: at 5 processes" in other["comparison"]["note"]
+    # the processes added may take as long as the first 3 took, by default (before the first is added
+    # that allows 3 more, whatever the machine's speed); with no time for them, none is started
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-processes=3", "--gpuperf-json",
+                             "r.json", *RUN, "--gpuperf-max-processes=5", "--gpuperf-more-processes-time=0.001")
+    rec.assert_outcomes(passed=2)
+    rec.stdout.fnmatch_lines(["gpuperf: 2 benchmark(s) inconclusive after 3 worker processes not measured in more "
+                              "worker processes: the time for them (--gpuperf-more-processes-time) had run out*"])
+    assert "worker process 4/" not in rec.stdout.str()
+    loop = _benchmarks(pytester)["test_bench.py::test_loop"]
+    assert len(loop["process_medians_ms"]) == 3 and loop["verdict"] == "inconclusive"
+    assert "the time for them (--gpuperf-more-processes-time) had run out" in loop["comparison"]["note"]
 
 
 SUITE = """

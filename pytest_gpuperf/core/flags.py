@@ -106,8 +106,9 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
          "more worker processes, two at a time, up to N in all (ini gpuperf_max_processes; default "
          "{max_processes}; at most --gpuperf-processes: off)"),
     Flag("--gpuperf-more-processes-time", False, "SECONDS",
-         "start no more worker processes for inconclusive benchmarks after this many seconds of them (ini "
-         "gpuperf_more_processes_time; default {more_time_s:g})"),
+         "the worker processes added for inconclusive benchmarks may take this many seconds in all; none is started "
+         "that the time left cannot turn into a decision (ini gpuperf_more_processes_time; default: as long as the "
+         "first --gpuperf-processes took)"),
     Flag("--gpuperf-worker-timeout", False, "SECONDS",
          "stop a worker process still running after this many seconds; the benchmarks it had not reported fail "
          "with its output (ini gpuperf_worker_timeout; default {worker_timeout_s:g})"),
@@ -118,7 +119,7 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
          "(ini gpuperf_rank_timeout; default {rank_timeout_s:g})"),
     Flag("--gpuperf-select", False, "FILE", None),  # a worker's node ids (added by the coordinator)
     Flag("--gpuperf-role", False, "JSON", None),  # a replicate worker's role (added by the coordinator)
-    Flag("--gpuperf-op-profile", False, help=None),  # an extras process that profiles the ops too
+    Flag("--gpuperf-op-profile", False, "N", None, nargs="?", const="1"),  # an extras process that profiles the ops too, one of N
     Flag("--gpuperf-no-ab-confirm", False,
          help="do not confirm a stored-baseline regression by A/B against the baseline's own git commit on this "
               "machine (ini gpuperf_ab_confirm = false)"),

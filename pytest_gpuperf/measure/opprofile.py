@@ -40,18 +40,23 @@ PROFILE_BUDGET_MS = 4000.0
 PROFILE_BUDGET_OPS = 20_000
 
 
-def cycles_for(median_ms: float, calls: int, ops: int | None = None) -> int:
-    """Cycles a process profiles of a call of ``median_ms`` (ms) and ``ops`` aten ops (None:
-    unknown) in cycles of ``calls`` calls: as many of :data:`CYCLES` as fit both
-    :data:`PROFILE_BUDGET_MS` (``calls + 1`` calls a cycle) and :data:`PROFILE_BUDGET_OPS`
-    (``calls * ops`` a cycle); 0 (no profile) when fewer than :data:`MIN_CYCLES` fit. Short calls of
-    a few hundred ops get all :data:`CYCLES`; a 1 s call 2; a 3 s call, or one of 10k ops, none."""
-    fit = CYCLES
+def cycles_for(median_ms: float, calls: int, ops: int | None = None, processes: int = 1) -> int:
+    """Cycles one of ``processes`` processes profiles of a call of ``median_ms`` (ms) and ``ops``
+    aten ops (None: unknown) in cycles of ``calls`` calls. The profile's :data:`CYCLES` and its
+    budget are shared by the ``processes`` processes whose cycles are pooled (an update's two
+    extras processes: issue 45, where on tensordict's suite those two took 81 s of a 174 s update,
+    most of it profiling): each profiles at most ``ceil(CYCLES / processes)``, as many as fit its
+    share of :data:`PROFILE_BUDGET_MS` (``calls + 1`` calls a cycle) and of
+    :data:`PROFILE_BUDGET_OPS` (``calls * ops`` a cycle); 0 (no profile) when fewer than
+    ``ceil(MIN_CYCLES / processes)`` fit. In one process: short calls of a few hundred ops get all
+    :data:`CYCLES`; a 1 s call 2; a 3 s call, or one of 10k ops, none."""
+    n = max(1, int(processes))
+    fit = -(-CYCLES // n)
     if median_ms and median_ms > 0:
-        fit = min(fit, int(PROFILE_BUDGET_MS / ((max(1, calls) + 1) * median_ms)))
+        fit = min(fit, int(PROFILE_BUDGET_MS / n / ((max(1, calls) + 1) * median_ms)))
     if ops:
-        fit = min(fit, int(PROFILE_BUDGET_OPS / (max(1, calls) * ops)))
-    return fit if fit >= MIN_CYCLES else 0
+        fit = min(fit, int(PROFILE_BUDGET_OPS / n / (max(1, calls) * ops)))
+    return fit if fit >= -(-MIN_CYCLES // n) else 0
 
 
 def calls_per_cycle(median_ms: float) -> int:

@@ -36,7 +36,7 @@ def session_of(config: pytest.Config) -> GpuPerfSession:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
-    defaults = dict(max_processes=_LIMITS.max_processes, more_time_s=_LIMITS.more_time_s,
+    defaults = dict(max_processes=_LIMITS.max_processes,
                     worker_timeout_s=_LIMITS.worker_timeout_s, bisect_timeout_s=BISECT_TIMEOUT_S,
                     rank_timeout_s=RANK_TIMEOUT_S,
                     columns=", ".join(benchmark_compat.TABLE_COLUMNS), sort_keys=", ".join(benchmark_compat.SORT_KEYS),
@@ -65,8 +65,8 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "(default: off)", default="")
     parser.addini("gpuperf_max_processes", "measure inconclusive benchmarks in more worker processes, up to N in "
                   f"all (default {_LIMITS.max_processes})", default="")
-    parser.addini("gpuperf_more_processes_time", "start no more worker processes for inconclusive benchmarks after "
-                  f"this many seconds of them (default {_LIMITS.more_time_s:g})", default="")
+    parser.addini("gpuperf_more_processes_time", "the worker processes added for inconclusive benchmarks may take "
+                  "this many seconds in all (default: as long as the first gpuperf_processes took)", default="")
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
                   f"(default {_LIMITS.worker_timeout_s:g})", default="")
     parser.addini("gpuperf_rank_timeout", "under torchrun: how long a rank waits for the others in their setup, "

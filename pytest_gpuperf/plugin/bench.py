@@ -69,7 +69,9 @@ class BenchContext:
     ``"instructions"`` (the instruction worker under valgrind: its
     :class:`~pytest_gpuperf.measure.instructions.InstructionCounting` counts each call's instructions).
     ``op_profile``: where the extras are made, also profile the ops (why it got slower, issue 32):
-    for the baseline while updating, or to diff a stored regression against its baseline's profile.
+    for the baseline while updating, or to diff a stored regression against its baseline's profile;
+    the number of processes that share the profile's cycles (0: no profile; issue 45: an update's
+    two extras processes each profile half, :func:`~pytest_gpuperf.measure.opprofile.cycles_for`).
     ``ranks``: under ``torchrun``, this process's :class:`~pytest_gpuperf.measure.distributed.Ranks`
     (the rounds are aligned across ranks and their samples combined; None: one process).
     ``scaling_reference``: under ``torchrun``, the :class:`~pytest_gpuperf.storage.scaling.ScalingReference`
@@ -100,7 +102,7 @@ class BenchContext:
     nodeid: str = ""
     fail: Callable[[str], Any] | None = None
     extras: str = "inline"
-    op_profile: bool = False
+    op_profile: int = 0
     ranks: Any = None
     scaling_reference: Any = None
 

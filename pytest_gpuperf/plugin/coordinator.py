@@ -149,45 +149,38 @@ class Coordinator:
         (:func:`~pytest_gpuperf.plugin.replicates.needs_more`), and regressions that no A/B will
         confirm (:func:`~pytest_gpuperf.plugin.replicates.replicate_regression`), get
         :data:`~pytest_gpuperf.plugin.replicates.MORE_BATCH` more worker processes at a time, running
-        only their tests (hidden ``--gpuperf-select``), up to ``limits.max_processes`` in all and while
-        ``limits.more_time_s`` lasts, and are decided again on all their processes (``finished`` is
-        updated). A thin benchmark that, by the spread of its processes so far, even
-        ``limits.max_processes`` could not decide gets none (or no more): its comparison gets a
-        note saying so (:func:`~pytest_gpuperf.plugin.replicates.not_escalated`) and it is counted in
+        only their tests (hidden ``--gpuperf-select``), up to ``limits.max_processes`` in all and as
+        many as the time for them allows (:func:`_budget`: ``limits.more_time_s``, by default as long
+        as the first P processes took), and are decided again on all their processes (``finished`` is
+        updated). A thin benchmark that, by the spread of its processes so far, even the processes
+        allowed could not decide gets none (or no more): its comparison gets a note saying so
+        (:func:`~pytest_gpuperf.plugin.replicates.not_escalated`) and it is counted in
         ``not_escalated``. Returns the added runs."""
-        import time
-
         from pytest_gpuperf.plugin.replicates import MORE_BATCH, extras_for, run_workers
 
         s, limits, progress = self.settings, self.settings.limits, self.progress()
         added: list[Any] = []
-        k, start = s.processes, time.monotonic()
-        while k < limits.max_processes and time.monotonic() - start < limits.more_time_s:
+        k, budget = s.processes, _budget(runs, limits.more_time_s)
+        while k < limits.max_processes:  # the time spent is the added processes' own (their wall times)
+            cap = min(limits.max_processes, k + budget.processes(sum(r.seconds or 0.0 for r in added)))
             thin = _thin(finished, s, k, progress, lambda key: self._ab_will_confirm(key, commits),
-                         self.more_processes, self.not_escalated)
-            if not thin:
-                break
+                         self.more_processes, self.not_escalated, cap)
             nodeids = sorted({next(r.entries[key].get("nodeid") for r in runs + added if key in r.entries)
                               for key in thin} - {""})
             if not nodeids:
                 break
             select = logs / "select.txt"
             select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
-            batch = min(MORE_BATCH, limits.max_processes - k)
-            if s.updating:
-                why = f"{len(thin)} benchmark(s) too imprecise a baseline"
-            else:
-                regressed = sum(finished[key].comparison.verdict.value == "regressed" for key in thin)
-                why = ", ".join(x for x in (
-                    f"{len(thin) - regressed} benchmark(s) inconclusive" if len(thin) > regressed else "",
-                    f"{regressed} regressed with no A/B against the baselines' commit to confirm it" if regressed else "",
-                ) if x)
-            progress.line(f"gpuperf: {why} after {k} worker processes: measuring them in {batch} more "
-                          f"(--gpuperf-max-processes {limits.max_processes})")
-            added += run_workers([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
-                                 s.processes, logs, progress=progress, first=k, count=batch,
-                                 timeout_s=limits.worker_timeout_s,
-                                 tick=progress.tick if progress.live else None, nproc=s.nproc)
+            batch = min(MORE_BATCH, (cap if cap > k else limits.max_processes) - k)  # a replication goes past the time
+            progress.line(f"gpuperf: {_thin_why(finished, thin, s.updating)} after {k} worker processes: measuring "
+                          f"them in {batch} more (--gpuperf-max-processes {limits.max_processes}, time for more "
+                          f"{budget.seconds:.0f} s)")
+            now = run_workers([*args, "--gpuperf-select", str(select)], Path(self.config.invocation_params.dir),
+                              s.processes, logs, progress=progress, first=k, count=batch,
+                              timeout_s=limits.worker_timeout_s, tick=progress.tick if progress.live else None,
+                              nproc=s.nproc)
+            added += now
+            budget = budget.after([r.seconds for r in now if r.seconds is not None])
             k += batch
             for key in thin:
                 entries = [r.entries[key] for r in runs + added if key in r.entries]
@@ -506,9 +499,10 @@ def run_bisect(config: pytest.Config, settings: SessionSettings, progress: Any) 
 
 
 def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, ab_confirms: Callable[[str], bool],
-          more: dict[str, int], hopeless_seen: dict[str, int]) -> list[str]:
+          more: dict[str, int], hopeless_seen: dict[str, int], cap: int | None = None) -> list[str]:
     """The benchmarks that more worker processes can help (:func:`~pytest_gpuperf.plugin.replicates.needs_more`
-    with the session's ``max_processes``; ``ab_confirms(key)``: an A/B will confirm its regression;
+    with ``cap`` processes in all: what the time left allows, at most the session's ``max_processes``,
+    which is the default; ``ab_confirms(key)``: an A/B will confirm its regression;
     ``more``: those measured in more processes already), after ``k`` processes. The thin ones that
     more processes cannot decide get the note that says so (``finished`` is updated), are recorded
     in ``hopeless_seen`` (id -> processes) and counted in one progress line."""
@@ -516,19 +510,44 @@ def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, a
     from pytest_gpuperf.reporting.terminal import not_escalated_line
 
     limits = s.limits
+    cap = limits.max_processes if cap is None else cap
+    by_time = cap < limits.max_processes
     thin, hopeless = [], []
     for key, r in finished.items():
-        if needs_more(r, s.updating, max_processes=limits.max_processes,
+        if needs_more(r, s.updating, max_processes=cap, by_time=by_time,
                       replicate=not s.updating and replicate_regression(ab_confirms(key), key in more)):
             thin.append(key)
         elif key not in hopeless_seen and needs_more(r, s.updating):  # thin, but more cannot decide it
             hopeless.append(key)
     for key in hopeless:
-        finished[key] = not_escalated(finished[key], s.updating, limits.max_processes)
+        finished[key] = not_escalated(finished[key], s.updating, cap, by_time)
         hopeless_seen[key] = len(finished[key].process_medians_ms or ()) or k
     if hopeless:
-        progress.line(not_escalated_line(len(hopeless), limits.max_processes, s.updating, after=k))
+        progress.line(not_escalated_line(len(hopeless), cap, s.updating, after=k, by_time=by_time))
     return thin
+
+
+def _thin_why(finished: Mapping[str, Any], thin: list[str], updating: bool) -> str:
+    """What the progress line says the benchmarks measured in more processes are."""
+    if updating:
+        return f"{len(thin)} benchmark(s) too imprecise a baseline"
+    regressed = sum(finished[key].comparison.verdict.value == "regressed" for key in thin)
+    return ", ".join(x for x in (
+        f"{len(thin) - regressed} benchmark(s) inconclusive" if len(thin) > regressed else "",
+        f"{regressed} regressed with no A/B against the baselines' commit to confirm it" if regressed else "",
+    ) if x)
+
+
+def _budget(runs: list[Any], more_time_s: float | None) -> Any:
+    """The time the processes added for thin evidence may take
+    (:class:`~pytest_gpuperf.verdict.escalation.TimeBudget`): ``more_time_s``
+    (``--gpuperf-more-processes-time``), else as long as the first timed processes ``runs`` took."""
+    from pytest_gpuperf.verdict.escalation import TimeBudget
+
+    took = [r.seconds for r in runs if r.seconds is not None]
+    if not took:  # no process said how long it took: only the count limits them
+        return TimeBudget(more_time_s if more_time_s is not None else float("inf"), 0.0)
+    return TimeBudget.of(took, more_time_s if more_time_s is not None else max(sum(took), 1e-9))
 
 
 def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str],

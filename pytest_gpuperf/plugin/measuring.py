@@ -198,12 +198,14 @@ class Measuring:
 
         failed: dict[str, Any] = {}
         calls = calls_per_cycle(call_ms)
-        cycles = cycles_for(call_ms, calls, ops)
+        share = max(1, int(self.context.op_profile or 1))  # processes that share the profile's cycles
+        cycles = cycles_for(call_ms, calls, ops, processes=share)
         if not cycles:
             notes.append(f"{self._full_id(bid)}: no op profile taken (why it got slower): {MIN_CYCLES} cycles of "
                          f"a {format_ms(call_ms)} call" + (f" of {ops:,} aten ops" if ops else "")
                          + f" exceed the profiler's budget ({PROFILE_BUDGET_MS / 1e3:g} s, {PROFILE_BUDGET_OPS:,} ops "
-                         "a benchmark and process); an A/B run against the baselines' commit still profiles both sides")
+                         + ("a benchmark and process" if share == 1 else f"a benchmark, shared by {share} processes")
+                         + "); an A/B run against the baselines' commit still profiles both sides")
             return None
         a, k = prepare_call(fn, args, kwargs, setup)
         profile = getattr(self.context.measurer, "profile_ops", profile_ops)  # a scripted backend's own

@@ -250,7 +250,9 @@ def default_processes(cli: str | None, ini: str | None) -> int:
 @dataclass
 class WorkerRun:
     """What one worker process left: its index, exit code, log file, report entries by full id
-    (``module::benchmark id``) and, when it crashed or timed out, why."""
+    (``module::benchmark id``), when it crashed or timed out why, and how long it took (``seconds``,
+    its start-up included: what the escalation's :class:`~pytest_gpuperf.verdict.escalation.TimeBudget`
+    expects a process to cost)."""
 
     index: int
     returncode: int | None
@@ -259,6 +261,7 @@ class WorkerRun:
     error: str | None = None
     failures: dict[str, str] = field(default_factory=dict)
     stopped: bool = False  # stopped by Ctrl-C or SIGTERM while it ran (:class:`Stopped`)
+    seconds: float | None = None  # its wall time, start-up included (s)
 
     def failure_of(self, key: str) -> str | None:
         """Why this worker's test of benchmark ``key`` (``module::test id[::name]``) raised, or None."""
@@ -281,7 +284,9 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     ``<log_dir>/extras-j.log``): each times nothing and measures every benchmark's peak memory,
     counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
     before or between its timed rounds. Their ``index`` is ``-1 - j``. ``op_profile``: they profile
-    the ops too (hidden ``--gpuperf-op-profile``); ``stem``: their logs' name (``<stem>-j.log``).
+    the ops too, sharing the profile's cycles (hidden ``--gpuperf-op-profile COUNT``: each profiles
+    its share, :func:`~pytest_gpuperf.measure.opprofile.cycles_for`, and the result pools every
+    process's cycles, :func:`merge`); ``stem``: their logs' name (``<stem>-j.log``).
     ``nproc``: each is a torchrun launch (:func:`~pytest_gpuperf.core.launch.launcher`). Raises :class:`ReplicateError` when one
     cannot be started."""
     timeout_s = timeout_s or WORKER_TIMEOUT_S
@@ -289,7 +294,7 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     runs = []
     start = time.monotonic()
     what = "peak memory, counts, bottleneck" + (", op profile" if op_profile else "")
-    args = [*args, "--gpuperf-op-profile"] if op_profile else list(args)
+    args = [*args, f"--gpuperf-op-profile={count}"] if op_profile else list(args)
     for j in range(count):
         try:
             run = _run_one(args, cwd, f"x/{processes}", log_dir / f"{stem}-{j}", -1 - j, timeout_s,
@@ -317,6 +322,7 @@ def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, 
     env = dict(os.environ, **{PROCESSES_ENV: "1"}, **(env or {}))
     cmd = [*wrap, *launcher(nproc), *args, WorkerRole(parse_slot(slot), str(report), dumps).argument()]
     run = WorkerRun(index, None, log)
+    started = time.monotonic()
     with open(log, "wb") as out:
         try:
             proc = popen_dying_with_parent(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -333,6 +339,7 @@ def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, 
             raise Stopped([run], stop_reason(exc)) from None
         if run.returncode is None:
             run.error = f"{name} timed out after {timeout_s:g} s and was stopped"
+    run.seconds = time.monotonic() - started
     if run.error is None and run.returncode not in (0, 1, 5):  # 0 ok, 1 tests failed, 5 none collected
         run.error = f"{name} exited with code {run.returncode}"
     run.entries, run.failures = read_results(report)  # also from a worker that crashed: what it measured before
@@ -480,7 +487,8 @@ MORE_BATCH = 2
 BASELINE_WIDTH = 2.0
 
 
-def needs_more(result: Any, updating: bool, *, replicate: bool = False, max_processes: int | None = None) -> bool:
+def needs_more(result: Any, updating: bool, *, replicate: bool = False, max_processes: int | None = None,
+               by_time: bool = False) -> bool:
     """Whether a decided replicated result would gain from more worker processes: comparing, a timing
     verdict ``inconclusive`` whose CI straddles both 1 and 1 + threshold (the evidence is thin, not
     contradictory), and, with ``replicate``, a ``regressed`` verdict (a regression decided on the
@@ -492,14 +500,17 @@ def needs_more(result: Any, updating: bool, *, replicate: bool = False, max_proc
     baseline's, so a wider baseline leaves a slowdown of twice the threshold undecided). A result with a ``processes`` option keeps
     its count; a string (no result) never gets more.
 
-    With ``max_processes`` (the most processes it may have in all), a thin result that even that
-    many could not decide, by the prediction of :mod:`pytest_gpuperf.verdict.escalation` from its
-    spread so far, gets none (:func:`cannot_decide` says why); a regression to replicate always does."""
+    With ``max_processes`` (the most processes it may have in all: ``--gpuperf-max-processes``, or
+    with ``by_time`` fewer, as many as the time left for more allows,
+    :class:`~pytest_gpuperf.verdict.escalation.TimeBudget`), a thin result that even that many could
+    not decide, by the prediction of :mod:`pytest_gpuperf.verdict.escalation` from its spread so
+    far, gets none (:func:`cannot_decide` says why); a regression to replicate always does."""
     if isinstance(result, str) or result.comparison is None or result.options.processes is not None:
         return False
     if replicate and not updating and result.comparison.verdict.value == "regressed":
         return True
-    return _thin(result, updating) and (max_processes is None or _undecidable(result, updating, max_processes)[0] is None)
+    return _thin(result, updating) and (max_processes is None
+                                        or _undecidable(result, updating, max_processes, by_time)[0] is None)
 
 
 def _thin(result: Any, updating: bool) -> bool:
@@ -515,23 +526,25 @@ def _thin(result: Any, updating: bool) -> bool:
             and lo < 1 + threshold and hi > 1)
 
 
-def cannot_decide(result: Any, updating: bool, max_processes: int) -> str | None:
-    """Why more worker processes, ``max_processes`` in all, cannot decide a result whose evidence
+def cannot_decide(result: Any, updating: bool, max_processes: int, by_time: bool = False) -> str | None:
+    """Why more worker processes, ``max_processes`` in all (``by_time``: as many as the time left
+    for more allows), cannot decide a result whose evidence
     is thin (:func:`needs_more` without ``max_processes``), as the note its comparison gets
     (:func:`not_escalated`); None when they can, or it is no such result. The prediction
     (:mod:`pytest_gpuperf.verdict.escalation`) reads the spread seen so far optimistically: comparing, the CI of
     the ratio at ``max_processes`` current processes against the baseline's; updating, the CI of
     the new baseline's geometric mean at ``max_processes`` processes."""
-    return _undecidable(result, updating, max_processes)[0] if needs_more(result, updating) else None
+    return _undecidable(result, updating, max_processes, by_time)[0] if needs_more(result, updating) else None
 
 
-def not_escalated(result: Any, updating: bool, max_processes: int) -> Any:
+def not_escalated(result: Any, updating: bool, max_processes: int, by_time: bool = False) -> Any:
     """``result`` with the note of :func:`cannot_decide` after its comparison's own note (as it is
     when that is None); where no number of processes would decide it (the baseline's spread alone
     is too wide), without the advice to measure in more processes."""
     from pytest_gpuperf.verdict.advice import Advice
 
-    note, hopeless = _undecidable(result, updating, max_processes) if needs_more(result, updating) else (None, False)
+    note, hopeless = (_undecidable(result, updating, max_processes, by_time) if needs_more(result, updating)
+                      else (None, False))
     if note is None:
         return result
     c = result.comparison
@@ -539,13 +552,28 @@ def not_escalated(result: Any, updating: bool, max_processes: int) -> Any:
     return result.replace(comparison=dataclasses.replace(c, note=f"{c.note}; {note}" if c.note else note, advice=advice))
 
 
-def _undecidable(result: Any, updating: bool, max_processes: int) -> tuple[str | None, bool]:
+#: How a note names the limit on more processes (:func:`_undecidable`): the count, or the time.
+_BY_COUNT = "--gpuperf-max-processes"
+_BY_TIME = "as many as the time left for more allows, --gpuperf-more-processes-time"
+
+
+def _undecidable(result: Any, updating: bool, max_processes: int, by_time: bool = False) -> tuple[str | None, bool]:
     """The note of :func:`cannot_decide` for a thin result (None: more processes can decide it) and
-    whether no number of current processes would (comparing only)."""
+    whether no number of current processes would (comparing only). ``by_time``: ``max_processes``
+    is what the time left allows; at or under the processes measured so far none is started."""
     from pytest_gpuperf.core.units import format_pct, format_ratio
     from pytest_gpuperf.verdict import escalation
 
-    c, threshold = result.comparison, result.options.threshold
+    c, threshold, limit = result.comparison, result.options.threshold, _BY_TIME if by_time else _BY_COUNT
+    have = len(result.process_medians_ms or ()) if updating else (c.processes or 0)
+    if by_time and max_processes <= have:  # not one more process fits in the time left
+        if updating:
+            return (f"not measured in more worker processes: the time for them (--gpuperf-more-processes-time) "
+                    f"had run out"), False
+        p = escalation.predict(c, threshold, have)
+        detect = f"; the smallest slowdown this run could detect is {format_pct(p.detectable)}" if p else ""
+        return (f"not measured in more worker processes: the time for them (--gpuperf-more-processes-time) "
+                f"had run out{detect}"), False
     if updating:
         b = escalation.predict_baseline(result.process_medians_ms or (), BASELINE_WIDTH * threshold,
                                         max_processes, result.options.alpha)
@@ -554,18 +582,19 @@ def _undecidable(result: Any, updating: bool, max_processes: int) -> tuple[str |
         more = (f"about {b.needed} would" if b.needed is not None
                 else f"not even {escalation.MAX_PREDICTED} would")
         return (f"more worker processes cannot make this baseline precise enough: at {b.processes_max} processes "
-                f"(--gpuperf-max-processes) the 99% CI of its geometric mean would still be {b.width * 100:.0f}% "
+                f"({limit}) the 99% CI of its geometric mean would still be {b.width * 100:.0f}% "
                 f"wide, over the {b.limit * 100:.0f}% ({BASELINE_WIDTH:g} x threshold) asked for; {more}"), False
     p = escalation.predict(c, threshold, max_processes)
     if p is None or p.decides:
         return None, False
     lo, hi = p.ci
     if p.needed is not None:
-        more = f"about {p.needed} would (--gpuperf-max-processes)"
+        more = f"about {p.needed} would ({'--gpuperf-more-processes-time, ' if by_time else ''}{_BY_COUNT})"
     else:
         more = (f"no number would: the baseline's {p.baseline_processes} processes alone leave it that wide "
                 f"(record the baseline in more processes, --gpuperf-processes)")
-    return (f"more worker processes cannot decide it: at {p.processes_max} processes the ratio's 99% CI would "
+    at = f"at {p.processes_max} processes ({_BY_TIME})" if by_time else f"at {p.processes_max} processes"
+    return (f"more worker processes cannot decide it: {at} the ratio's 99% CI would "
             f"still be about {format_ratio(lo)}-{format_ratio(hi)}, spanning 1 and 1+T={format_ratio(1 + threshold)}; "
             f"{more}; the smallest slowdown this run could detect is {format_pct(p.detectable)}"), p.needed is None
 

@@ -480,12 +480,15 @@ def _split_nodeid(nodeid: str) -> tuple[str, str]:
     return module, rest or module
 
 
-def _op_profile_mode(s: SessionSettings) -> bool:
-    """Whether this process profiles the ops where it makes the extras (why it got slower): while
-    updating in one process (the baseline stores the profile), or as an extras process told so
-    (hidden ``--gpuperf-op-profile``: an update's, or one started to diff a stored regression);
-    never with ``--gpuperf-no-why``."""
-    return s.why and s.measuring and (s.updating or s.op_profile)
+def _op_profile_mode(s: SessionSettings) -> int:
+    """Whether this process profiles the ops where it makes the extras (why it got slower), as the
+    number of processes that share the profile's cycles (0: it does not): while updating in one
+    process (1: the baseline stores the profile), or as an extras process told so (hidden
+    ``--gpuperf-op-profile N``: an update's, or one started to diff a stored regression); never
+    with ``--gpuperf-no-why``."""
+    if not (s.why and s.measuring):
+        return 0
+    return s.op_profile or (1 if s.updating else 0)
 
 
 def _extras_mode(slot: tuple[int, int] | None) -> str:

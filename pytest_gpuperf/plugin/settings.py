@@ -34,14 +34,15 @@ class ProcessLimits:
     """Limits on the worker processes a session starts (command line, else ini, else these defaults).
 
     ``max_processes``: worker processes a benchmark may get in all when its evidence is thin
-    (``--gpuperf-max-processes``); ``more_time_s``: seconds after which no more of them are started
-    (``--gpuperf-more-processes-time``); ``worker_timeout_s``: seconds a replicate or extras worker
+    (``--gpuperf-max-processes``); ``more_time_s``: seconds they may take in all
+    (``--gpuperf-more-processes-time``; None, the default: as long as the first P timed processes took,
+    :class:`~pytest_gpuperf.verdict.escalation.TimeBudget`); ``worker_timeout_s``: seconds a replicate or extras worker
     process may run before it is stopped, its unfinished benchmarks then failing with its output
     (``--gpuperf-worker-timeout``); ``nproc``: each worker process is a torchrun launch of that many
     ranks on this node (``--gpuperf-nproc``, N >= 2; None: a plain pytest process)."""
 
     max_processes: int = 10
-    more_time_s: float = 600.0
+    more_time_s: float | None = None
     worker_timeout_s: float = WORKER_TIMEOUT_S
     nproc: int | None = None
 
@@ -72,7 +73,8 @@ class SessionSettings:
     ``limits``: how many worker processes a benchmark may get in all and for how long
     (:class:`ProcessLimits`);
     ``select_file`` (a worker: the node ids it runs, one per line; hidden ``--gpuperf-select``);
-    ``op_profile`` (an extras process: profile the ops too; hidden ``--gpuperf-op-profile``).
+    ``op_profile`` (an extras process: profile the ops too, as one of that many processes that share the
+    profile's cycles; 0: not told to; hidden ``--gpuperf-op-profile N``).
     ``ranks``: under ``torchrun`` (``WORLD_SIZE`` > 1), this process's
     :class:`~pytest_gpuperf.measure.distributed.Ranks`; then ``processes`` is 1 (a launch started by
     the user measures once; replicates are whole launches, ``nproc``), and pytest-xdist,
@@ -116,7 +118,7 @@ class SessionSettings:
     bisect_processes: int = 1
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     select_file: Path | None = None
-    op_profile: bool = False
+    op_profile: int = 0
     ranks: Any = None
 
     @property
@@ -267,7 +269,7 @@ def _switches(config: pytest.Config) -> dict[str, Any]:
         "host_load": host_load_enabled(config),
         "verbose": config.getoption("verbose", 0) or 0,
         "select_file": Path(select) if select else None,
-        "op_profile": bool(config.getoption("--gpuperf-op-profile")),
+        "op_profile": _op_profile_share(config.getoption("--gpuperf-op-profile")),
         "ab_confirm": not config.getoption("--gpuperf-no-ab-confirm") and bool(config.getini("gpuperf_ab_confirm")),
         "why": not config.getoption("--gpuperf-no-why") and bool(config.getini("gpuperf_why")),
     }
@@ -521,6 +523,19 @@ def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: d
                                 "be combined with --gpuperf-update-baselines or --gpuperf-ab")
     out["bisect"] = (good, bad)
     return out
+
+
+def _op_profile_share(raw: Any) -> int:
+    """The hidden ``--gpuperf-op-profile [N]`` (the coordinator adds it to extras processes): the
+    number of processes that share the op profile's cycles (1 without a value), 0 when absent.
+    Raises ``pytest.UsageError`` for a value that is not a whole number >= 1."""
+    if raw is None or raw is False:
+        return 0
+    text = str(raw)
+    if not text.isdigit() or int(text) < 1:
+        raise pytest.UsageError(f"pytest-gpuperf: --gpuperf-op-profile {text}: expected a whole number >= 1 "
+                                "(the processes that share the op profile)")
+    return int(text)
 
 
 def _number_option(config: pytest.Config, option: str, ini: str, kind: type, *, finite: bool = False) -> Any:

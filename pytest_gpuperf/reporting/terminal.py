@@ -347,14 +347,22 @@ def more_processes_line(used: Mapping[str, int], processes: int, not_escalated: 
     return "; ".join(parts)
 
 
-def not_escalated_line(count: int, max_processes: int | None, updating: bool = False, after: int | None = None) -> str:
+def not_escalated_line(count: int, max_processes: int | None, updating: bool = False, after: int | None = None,
+                       by_time: bool = False) -> str:
     """How many benchmarks with thin evidence (inconclusive; updating, too imprecise a baseline)
     were measured in no more worker processes because, by the spread of their processes so far,
     even ``max_processes`` could not decide them (each verdict's note says why); ``after``: the
-    processes measured so far, for the progress line."""
+    processes measured so far, for the progress line; ``by_time``: ``max_processes`` is what the time
+    left for more allowed (``--gpuperf-more-processes-time``), none when it is at most ``after``."""
     what = "too imprecise a baseline" if updating else "inconclusive"
     when = f" after {after} worker processes" if after is not None else ""
-    at = f"{max_processes} processes" if max_processes is not None else "the most processes allowed"
     decide = "make them precise enough" if updating else "decide them"
-    return (f"gpuperf: {count} benchmark(s) {what}{when} not measured in more worker processes: by their spread "
-            f"so far, even {at} (--gpuperf-max-processes) could not {decide} (each verdict's note says why)")
+    head = f"gpuperf: {count} benchmark(s) {what}{when} not measured in more worker processes: "
+    if by_time and max_processes is not None and after is not None and max_processes <= after:
+        return head + "the time for them (--gpuperf-more-processes-time) had run out (each verdict's note says why)"
+    if by_time:
+        return (head + f"by their spread so far, the {max_processes} processes the time left allows "
+                f"(--gpuperf-more-processes-time) could not {decide} (each verdict's note says why)")
+    at = f"{max_processes} processes" if max_processes is not None else "the most processes allowed"
+    return (head + f"by their spread so far, even {at} (--gpuperf-max-processes, within --gpuperf-more-processes-time) "
+            f"could not {decide} (each verdict's note says why)")

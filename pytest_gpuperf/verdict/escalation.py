@@ -258,3 +258,57 @@ def predict_baseline(process_medians_ms: Sequence[float], limit: float, processe
     width = geometric_mean_width(sd, n_max, alpha)
     needed = _first(lambda k: geometric_mean_width(sd, k, alpha) <= limit, n, MAX_PREDICTED)
     return BaselinePrediction(processes_max=n_max, width=width, limit=limit, narrows=width <= limit, needed=needed)
+
+
+# ----------------------------------------------------------------------------- the time budget
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """The time more worker processes may take, and what one is expected to cost (issue 45: "no
+    process that cannot help"). ``seconds``: the whole budget (``--gpuperf-more-processes-time``;
+    by default as long as the first P timed processes took together, so that the processes added
+    for thin evidence at most double the timing); ``per_process_s``: the expected wall time of one
+    more process, at first the mean of the first P (an added process runs fewer benchmarks, so
+    this reads it pessimistically), then the mean of the last batch of added ones. On a suite
+    whose processes spend most of their time starting (torch and the library imported: 6-8 s of
+    a 15 s process on this project's VM) an added process costs almost as much as a first one;
+    on one whose processes time many benchmarks it costs a fraction.
+
+    How many more processes the time left allows is :meth:`processes`; the escalation predicts
+    at that count, not at ``--gpuperf-max-processes``, whether more processes can decide a
+    benchmark (:func:`predict`), so it starts none that the time left cannot turn into a decision."""
+
+    seconds: float
+    per_process_s: float
+
+    @classmethod
+    def of(cls, first_s: Sequence[float], seconds: float | None = None) -> "TimeBudget":
+        """The budget after the first processes took ``first_s`` (s each): ``seconds`` when given,
+        else their sum; one process is expected to take their mean. Raises ``ValueError`` when
+        ``first_s`` is empty or holds a negative value, or ``seconds`` is not > 0."""
+        if not first_s or any(not s >= 0 for s in first_s):
+            raise ValueError(f"needs the first processes' non-negative times, got {list(first_s)!r}")
+        if seconds is not None and not seconds > 0:
+            raise ValueError(f"the budget must be > 0 s, got {seconds!r}")
+        total = float(sum(first_s))
+        return cls(seconds=total if seconds is None else float(seconds), per_process_s=total / len(first_s))
+
+    def processes(self, spent_s: float) -> int:
+        """How many more processes fit in the time left after ``spent_s`` seconds of them
+        (``floor((seconds - spent_s) / per_process_s)``, at least 0, at most :data:`MAX_PREDICTED`,
+        which a per-process time of 0 gives). By default, before any is added, that is P: as many
+        as the first processes, whatever this machine's speed."""
+        left = self.seconds - spent_s
+        if left <= 0:
+            return 0
+        if self.per_process_s <= 0:
+            return MAX_PREDICTED
+        return min(MAX_PREDICTED, int(left / self.per_process_s + 1e-9))  # P of P processes' time: P, not P - 1
+
+    def after(self, batch_s: Sequence[float]) -> "TimeBudget":
+        """This budget with the expected per-process time of the batch of added processes that
+        took ``batch_s`` (s each; unchanged when empty): the next ones run about the same tests."""
+        if not batch_s:
+            return self
+        return TimeBudget(self.seconds, float(sum(batch_s)) / len(batch_s))

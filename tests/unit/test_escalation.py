@@ -143,6 +143,51 @@ def test_the_closing_line_counts_the_benchmarks_not_escalated() -> None:
     assert both.startswith("gpuperf: 1 benchmark(s)") and "; 102 benchmark(s) inconclusive not measured" in both
     alone = more_processes_line({}, 3, not_escalated=5, max_processes=10)
     assert alone == not_escalated_line(5, 10)
-    assert "even 10 processes (--gpuperf-max-processes) could not decide them" in alone
+    assert "even 10 processes (--gpuperf-max-processes, within --gpuperf-more-processes-time) could not decide them" in alone
     assert "after 3 worker processes" in not_escalated_line(5, 10, after=3)
     assert "too imprecise a baseline" in not_escalated_line(2, 10, updating=True)
+
+
+# ----------------------------------------------------------------------------- the time budget
+
+
+def test_the_time_budget_is_the_first_processes_time_and_counts_processes_by_the_last_batch() -> None:
+    b = escalation.TimeBudget.of([14.0, 15.0, 16.0])  # three first processes of a torch suite
+    assert (b.seconds, b.per_process_s) == (45.0, 15.0)
+    assert b.processes(0.0) == 3 and b.processes(20.0) == 1 and b.processes(44.0) == 0 and b.processes(50.0) == 0
+    cheaper = b.after([9.0, 10.0])  # added processes run only the thin benchmarks
+    assert cheaper.per_process_s == 9.5 and cheaper.seconds == 45.0
+    assert cheaper.processes(19.0) == 2 and b.after([]) is b
+    assert escalation.TimeBudget.of([14.0, 15.0, 16.0], seconds=600).processes(0.0) == 40
+    assert escalation.TimeBudget(10.0, 0.0).processes(0.0) == escalation.MAX_PREDICTED
+    for bad in ([], [1.0, -1.0]):
+        with pytest.raises(ValueError, match="non-negative times"):
+            escalation.TimeBudget.of(bad)
+    with pytest.raises(ValueError, match="must be > 0 s"):
+        escalation.TimeBudget.of([1.0], seconds=0)
+
+
+def test_a_benchmark_the_processes_the_time_allows_cannot_decide_gets_none_and_the_note_says_time() -> None:
+    wider = _compared(1.07, 0.05)  # decided at 10 processes, not at 4 (above)
+    assert replicates.needs_more(wider, updating=False, max_processes=10)
+    assert not replicates.needs_more(wider, updating=False, max_processes=4, by_time=True)
+    note = replicates.cannot_decide(wider, updating=False, max_processes=4, by_time=True)
+    assert note.startswith("more worker processes cannot decide it: at 4 processes (as many as the time left for "
+                           "more allows, --gpuperf-more-processes-time) the ratio's 99% CI would still be about")
+    assert "would (--gpuperf-more-processes-time, --gpuperf-max-processes)" in note
+    # no process fits in the time left: none is started, even where the optimistic reading would decide
+    tight = _compared(1.07, 0.025)
+    assert replicates.needs_more(tight, updating=False, max_processes=10)
+    assert not replicates.needs_more(tight, updating=False, max_processes=3, by_time=True)
+    out = replicates.cannot_decide(tight, updating=False, max_processes=3, by_time=True)
+    assert out.startswith("not measured in more worker processes: the time for them (--gpuperf-more-processes-time) "
+                          "had run out; the smallest slowdown this run could detect is +")
+    # a regression to replicate still gets its processes: a replication goes past the time
+    noisy = _compared(4.0, 0.28)
+    assert replicates.needs_more(noisy, updating=False, replicate=True, max_processes=3, by_time=True)
+    line = not_escalated_line(2, 3, after=3, by_time=True)
+    assert line == ("gpuperf: 2 benchmark(s) inconclusive after 3 worker processes not measured in more worker "
+                    "processes: the time for them (--gpuperf-more-processes-time) had run out (each verdict's note "
+                    "says why)")
+    assert "the 5 processes the time left allows (--gpuperf-more-processes-time) could not decide them" in \
+        not_escalated_line(2, 5, after=3, by_time=True)

@@ -321,3 +321,19 @@ def test_profiled_cycles_fit_a_budget():
             c = cycles_for(ms, n, ops)
             assert c == 0 or (MIN_CYCLES <= c <= CYCLES and c * (n + 1) * ms <= PROFILE_BUDGET_MS
                               and c * n * (ops or 0) <= PROFILE_BUDGET_OPS)
+
+
+def test_processes_that_share_the_profile_split_its_cycles_and_budget():
+    """Issue 45: an update's two extras processes share the op profile (pooled): each profiles half
+    the cycles within half the budget, so the pair costs what one process did; one process as before."""
+    from pytest_gpuperf.measure.opprofile import CYCLES, MIN_CYCLES, calls_per_cycle, cycles_for
+
+    for ms in (0.01, 0.5, 5.0, 80.0):
+        assert cycles_for(ms, calls_per_cycle(ms), processes=2) == CYCLES // 2
+        assert cycles_for(ms, calls_per_cycle(ms), processes=1) == cycles_for(ms, calls_per_cycle(ms)) == CYCLES
+    assert cycles_for(1000.0, 1, processes=2) == 1  # 2 in one process: 1 each, the pair's MIN_CYCLES
+    assert 2 * cycles_for(1000.0, 1, processes=2) == MIN_CYCLES
+    assert cycles_for(3000.0, 1, processes=2) == 0  # not even the pair's two fit
+    assert cycles_for(10.0, 2, ops=2500, processes=2) == 2 and cycles_for(10.0, 2, ops=5000, processes=2) == 1
+    assert cycles_for(10.0, 2, ops=12_000, processes=2) == 0
+    assert cycles_for(0.0, 3, processes=4) == 2  # ceil(6 / 4)
