@@ -565,7 +565,7 @@ def _undecidable(result: Any, updating: bool, max_processes: int, by_time: bool 
     from pytest_gpuperf.verdict import escalation
 
     c, threshold, limit = result.comparison, result.options.threshold, _BY_TIME if by_time else _BY_COUNT
-    have = len(result.process_medians_ms or ()) if updating else (c.processes or 0)
+    have = len(result.process_medians_ms or ()) or (c.processes or 0)  # measured so far, set-aside ones too
     if by_time and max_processes <= have:  # not one more process fits in the time left
         if updating:
             return (f"not measured in more worker processes: the time for them (--gpuperf-more-processes-time) "
