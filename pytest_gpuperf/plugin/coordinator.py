@@ -162,16 +162,16 @@ class Coordinator:
         added: list[Any] = []
         k, budget = s.processes, _budget(runs, limits.more_time_s)
         while k < limits.max_processes:  # the time spent is the added processes' own (their wall times)
-            cap = min(limits.max_processes, k + budget.processes(sum(r.seconds or 0.0 for r in added)))
+            fit = budget.processes(sum(r.seconds or 0.0 for r in added))  # more processes the time left allows
             thin = _thin(finished, s, k, progress, lambda key: self._ab_will_confirm(key, commits),
-                         self.more_processes, self.not_escalated, cap)
+                         self.more_processes, self.not_escalated, fit)
             nodeids = sorted({next(r.entries[key].get("nodeid") for r in runs + added if key in r.entries)
                               for key in thin} - {""})
             if not nodeids:
                 break
             select = logs / "select.txt"
             select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
-            batch = min(MORE_BATCH, (cap if cap > k else limits.max_processes) - k)  # a replication goes past the time
+            batch = min(MORE_BATCH, fit or MORE_BATCH, limits.max_processes - k)  # a replication goes past the time
             progress.line(f"gpuperf: {_thin_why(finished, thin, s.updating)} after {k} worker processes: measuring "
                           f"them in {batch} more (--gpuperf-max-processes {limits.max_processes}, time for more "
                           f"{budget.seconds:.0f} s)")
@@ -499,31 +499,33 @@ def run_bisect(config: pytest.Config, settings: SessionSettings, progress: Any) 
 
 
 def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, ab_confirms: Callable[[str], bool],
-          more: dict[str, int], hopeless_seen: dict[str, int], cap: int | None = None) -> list[str]:
+          more: dict[str, int], hopeless_seen: dict[str, int], fit: int | None = None) -> list[str]:
     """The benchmarks that more worker processes can help (:func:`~pytest_gpuperf.plugin.replicates.needs_more`
-    with ``cap`` processes in all: what the time left allows, at most the session's ``max_processes``,
-    which is the default; ``ab_confirms(key)``: an A/B will confirm its regression;
-    ``more``: those measured in more processes already), after ``k`` processes. The thin ones that
-    more processes cannot decide get the note that says so (``finished`` is updated), are recorded
-    in ``hopeless_seen`` (id -> processes) and counted in one progress line."""
+    with the session's ``max_processes`` in all, and with ``fit`` (the more processes the time left
+    allows; None: no limit) at most its own processes plus ``fit``; ``ab_confirms(key)``: an A/B
+    will confirm its regression; ``more``: those measured in more processes already), after ``k``
+    processes. The thin ones that more processes cannot decide get the note that says so
+    (``finished`` is updated), are recorded in ``hopeless_seen`` (id -> processes) and counted in
+    one progress line."""
     from pytest_gpuperf.plugin.replicates import needs_more, not_escalated, replicate_regression
     from pytest_gpuperf.reporting.terminal import not_escalated_line
 
     limits = s.limits
-    cap = limits.max_processes if cap is None else cap
-    by_time = cap < limits.max_processes
-    thin, hopeless = [], []
+    thin, hopeless, caps = [], [], set()
     for key, r in finished.items():
-        if needs_more(r, s.updating, max_processes=cap, by_time=by_time,
+        own = (len(r.process_medians_ms or ()) or k) if not isinstance(r, str) else k
+        cap = limits.max_processes if fit is None else min(limits.max_processes, own + fit)
+        if needs_more(r, s.updating, max_processes=cap, by_time=cap < limits.max_processes,
                       replicate=not s.updating and replicate_regression(ab_confirms(key), key in more)):
             thin.append(key)
         elif key not in hopeless_seen and needs_more(r, s.updating):  # thin, but more cannot decide it
             hopeless.append(key)
-    for key in hopeless:
-        finished[key] = not_escalated(finished[key], s.updating, cap, by_time)
-        hopeless_seen[key] = len(finished[key].process_medians_ms or ()) or k
+            finished[key] = not_escalated(r, s.updating, cap, cap < limits.max_processes)
+            hopeless_seen[key] = own
+            caps.add(cap)
     if hopeless:
-        progress.line(not_escalated_line(len(hopeless), cap, s.updating, after=k, by_time=by_time))
+        cap = max(caps)
+        progress.line(not_escalated_line(len(hopeless), cap, s.updating, after=k, by_time=cap < limits.max_processes))
     return thin
 
 

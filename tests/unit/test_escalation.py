@@ -191,3 +191,36 @@ def test_a_benchmark_the_processes_the_time_allows_cannot_decide_gets_none_and_t
                     "says why)")
     assert "the 5 processes the time left allows (--gpuperf-more-processes-time) could not decide them" in \
         not_escalated_line(2, 5, after=3, by_time=True)
+
+
+def test_the_time_left_caps_each_benchmark_at_its_own_processes_plus_those_that_fit() -> None:
+    """The coordinator's choice of the benchmarks for the next batch (coordinator._thin): with ``fit``
+    more processes left in the time, a benchmark measured in fewer processes than the session so far
+    (left out of the last batch) may still get them; with none left, no inconclusive one does,
+    whatever its own count, while a regression to replicate still does."""
+    from pathlib import Path
+
+    from pytest_gpuperf.plugin.coordinator import _thin
+    from pytest_gpuperf.plugin.settings import ProcessLimits, SessionSettings
+
+    class Lines:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def line(self, text: str) -> None:
+            self.lines.append(text)
+
+    s = SessionSettings(measuring=True, updating=False, baseline_dir=Path("b"), rootpath=Path("."),
+                        options=BenchOptions(), processes=3, limits=ProcessLimits(max_processes=10))
+    tight = _compared(1.07, 0.025)  # 3 processes; decided by about 5-10 (above)
+    noisy = _compared(4.0, 0.28)  # regressed on the first 3: replicated when no A/B confirms it
+    finished = {"m::tight": tight, "m::noisy": noisy}
+    progress = Lines()
+    thin = _thin(dict(finished), s, 7, progress, lambda key: False, {}, {}, fit=7)  # 3 + 7 = 10 for tight
+    assert thin == ["m::tight", "m::noisy"] and not progress.lines
+    none_left = dict(finished)
+    thin = _thin(none_left, s, 7, progress, lambda key: False, {}, {}, fit=0)
+    assert thin == ["m::noisy"]  # the regression is replicated whatever the time
+    assert progress.lines == [not_escalated_line(1, 3, after=7, by_time=True)]
+    assert "the time for them (--gpuperf-more-processes-time) had run out" in none_left["m::tight"].comparison.note
+    assert _thin(dict(finished), s, 7, Lines(), lambda key: True, {}, {}) == ["m::tight"]  # no time limit given
