@@ -4,7 +4,8 @@ A temporary git repository: the baselines are recorded at commit 1 (two replicat
 processes) and committed. Timings are scripted: a test module's ``MS`` holds each benchmark's
 per-call time, so a slowdown "in the code" is a different ``MS`` in the working tree, while
 ``MACHINE`` (an environment variable every worker inherits) slows both sides alike, as a slower
-machine would. Every verdict is therefore the same on any machine.
+machine would; the session-start reference workloads are scripted too (``SCRIPTED_REFERENCE``).
+Every verdict is therefore the same on any machine.
 
 Every worker process costs seconds (it imports torch): the baselines are recorded once per test
 process and copied into each test's folder (``repo``), and where one session can show two
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from gitrepo import commit, copy_tree, git, init
+
+from pytest_gpuperf._testing import SCRIPTED_REFERENCE
 
 CONFTEST = '''
 import os
@@ -75,13 +78,16 @@ def repo(pytester: pytest.Pytester, recorded: dict[str, Path], tmp_path_factory:
     # the verdicts are under test here; the op profiles of the moved ones (why it got slower) are
     # tested in tests/test_why_e2e.py, and each costs worker processes
     pytester.makeini("[pytest]\ngpuperf_why = false\n")
-    pytester.makeconftest(CONFTEST)
+    # the session-start reference workloads scripted too (1 ms each), in every process: a regression
+    # that no A/B confirms is read against the machine's own speed, which must not be this machine's
+    pytester.makeconftest(SCRIPTED_REFERENCE + CONFTEST)
     pytester.makepyfile(test_x=project())
     first = commit(top, "code")
     pytester.runpytest("--gpuperf-update-baselines", *FAST).assert_outcomes(passed=2)
     for name in ("test_a", "test_b"):
         entry = _baselines(top)["benchmarks"][name]
         assert entry["git_commit"] == first and entry["dirty"] is False
+        assert entry["environment"]["reference"]["matmul_ms"] == 1.0  # scripted, not this machine's
     commit(top, "baselines")
     copy = recorded["repo"] = tmp_path_factory.mktemp("ab-confirm-recorded")
     copy_tree(top, copy)
