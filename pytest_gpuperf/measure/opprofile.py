@@ -44,7 +44,7 @@ def cycles_for(median_ms: float, calls: int, ops: int | None = None, processes: 
     """Cycles one of ``processes`` processes profiles of a call of ``median_ms`` (ms) and ``ops``
     aten ops (None: unknown) in cycles of ``calls`` calls. The profile's :data:`CYCLES` and its
     budget are shared by the ``processes`` processes whose cycles are pooled (an update's two
-    extras processes: issue 45, where on tensordict's suite those two took 81 s of a 174 s update,
+    extras processes: issue 45, where on tensordict's suite those two took 69 s of a 165 s update,
     most of it profiling): each profiles at most ``ceil(CYCLES / processes)``, as many as fit its
     share of :data:`PROFILE_BUDGET_MS` (``calls + 1`` calls a cycle) and of
     :data:`PROFILE_BUDGET_OPS` (``calls * ops`` a cycle); 0 (no profile) when fewer than

@@ -198,7 +198,7 @@ class Measuring:
 
         failed: dict[str, Any] = {}
         calls = calls_per_cycle(call_ms)
-        share = max(1, int(self.context.op_profile or 1))  # processes that share the profile's cycles
+        share = self.context.op_profile or 1  # processes that share the profile's cycles
         cycles = cycles_for(call_ms, calls, ops, processes=share)
         if not cycles:
             notes.append(f"{self._full_id(bid)}: no op profile taken (why it got slower): {MIN_CYCLES} cycles of "

@@ -567,10 +567,7 @@ def _undecidable(result: Any, updating: bool, max_processes: int, by_time: bool 
     c, threshold, limit = result.comparison, result.options.threshold, _BY_TIME if by_time else _BY_COUNT
     have = len(result.process_medians_ms or ()) or (c.processes or 0)  # measured so far, set-aside ones too
     if by_time and max_processes <= have:  # not one more process fits in the time left
-        if updating:
-            return (f"not measured in more worker processes: the time for them (--gpuperf-more-processes-time) "
-                    f"had run out"), False
-        p = escalation.predict(c, threshold, have)
+        p = None if updating else escalation.predict(c, threshold, have)
         detect = f"; the smallest slowdown this run could detect is {format_pct(p.detectable)}" if p else ""
         return (f"not measured in more worker processes: the time for them (--gpuperf-more-processes-time) "
                 f"had run out{detect}"), False

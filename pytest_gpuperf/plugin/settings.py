@@ -529,7 +529,7 @@ def _op_profile_share(raw: Any) -> int:
     """The hidden ``--gpuperf-op-profile [N]`` (the coordinator adds it to extras processes): the
     number of processes that share the op profile's cycles (1 without a value), 0 when absent.
     Raises ``pytest.UsageError`` for a value that is not a whole number >= 1."""
-    if raw is None or raw is False:
+    if raw is None:
         return 0
     text = str(raw)
     if not text.isdigit() or int(text) < 1:

@@ -271,8 +271,8 @@ class TimeBudget:
     for thin evidence at most double the timing); ``per_process_s``: the expected wall time of one
     more process, at first the mean of the first P (an added process runs fewer benchmarks, so
     this reads it pessimistically), then the mean of the last batch of added ones. On a suite
-    whose processes spend most of their time starting (torch and the library imported: 6-8 s of
-    a 15 s process on this project's VM) an added process costs almost as much as a first one;
+    whose processes spend much of their time starting (torch and tensordict imported: about 6.5 s
+    of a 20 s process on this project's VM, 2026-11-28) an added process costs almost as much as a first one;
     on one whose processes time many benchmarks it costs a fraction.
 
     How many more processes the time left allows is :meth:`processes`; the escalation predicts
