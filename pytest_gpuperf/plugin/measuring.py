@@ -906,23 +906,30 @@ def _combine_ranks(ranks: Any, t: Timing, reference: Any = None) -> tuple[Timing
     the benchmark (each round the slowest rank's, :func:`~pytest_gpuperf.verdict.distributed.combine_rounds`)
     and the :class:`~pytest_gpuperf.verdict.distributed.RankTiming` (per-rank medians, imbalance, and
     each rank's session-start reference workload: ``reference``, this rank's, as the session measured
-    it, its ``matmul_ms`` gathered with the samples)."""
+    it, its ``matmul_ms`` gathered with the samples; and each rank's CPU time per call, issue 45)."""
     from pytest_gpuperf.verdict.distributed import rank_timing
 
     mine = reference.get("matmul_ms") if isinstance(reference, Mapping) else None
-    gathered = ranks.gather([list(t.samples_ms), mine])
+    gathered = ranks.gather([list(t.samples_ms), mine, list(t.cpu_samples_ms), list(t.process_cpu_samples_ms)])
     per_rank = [g[0] for g in gathered]
-    return _combined(t, per_rank), rank_timing(per_rank, [g[1] for g in gathered])
+    return (_combined(t, per_rank, [g[2] for g in gathered], [g[3] for g in gathered]),
+            rank_timing(per_rank, [g[1] for g in gathered], [g[2] for g in gathered]))
 
 
-def _combined(t: Timing, per_rank: Sequence[Sequence[float]]) -> Timing:
-    """``t`` with each round the slowest rank's (``per_rank``: every rank's samples, ms, rank order)."""
-    from pytest_gpuperf.verdict.distributed import combine_rounds
+def _combined(t: Timing, per_rank: Sequence[Sequence[float]], cpu: Sequence[Sequence[float]] = (),
+              process_cpu: Sequence[Sequence[float]] = ()) -> Timing:
+    """``t`` with each round the slowest rank's (``per_rank``: every rank's samples, ms, rank order),
+    and each round's CPU time the highest rank's (``cpu``/``process_cpu``: every rank's thread and
+    process CPU time per call, ms; left out unless every rank read both for every round)."""
+    from pytest_gpuperf.verdict.distributed import combine_cpu_rounds, combine_rounds
 
     combined = combine_rounds(per_rank)
-    # each round is the slowest rank's: this rank's CPU time is not that round's, so it is left out
-    return dataclasses.replace(t, samples_ms=combined, rounds=len(combined), cpu_samples_ms=(),
-                               process_cpu_samples_ms=(), sm_clock_mhz=(), clock_reasons=())
+    thread = combine_cpu_rounds(cpu, len(combined))
+    process = combine_cpu_rounds(process_cpu, len(combined))
+    if not (thread and process):
+        thread = process = ()
+    return dataclasses.replace(t, samples_ms=combined, rounds=len(combined), cpu_samples_ms=thread,
+                               process_cpu_samples_ms=process, sm_clock_mhz=(), clock_reasons=())
 
 
 def _remeasure_ranks(ctx: Any, t: Timing, confirmations: list[Timing], remeasured: list[Any] | None) -> None:
