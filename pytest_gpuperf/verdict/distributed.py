@@ -139,9 +139,10 @@ def _per_rank(values: Sequence[Any] | None, n: int) -> tuple[float, ...] | None:
 #: without the baseline's rank timing, its median over theirs). On this project's 2-core VM (2 gloo
 #: ranks, ``benchmarks/distributed_aa.py``, docs/distributed.md) the A/A regressions that a straggler
 #: failed read 1.22-1.45 (a 10 µs sum's rank 0 1.37x and 1.45x, its CPU time too, for a whole
-#: benchmark and its re-measure; a matmul 1.29x), while twice the work on rank 1 read 1.52-2.03 in
-#: 24 sessions, quiet and with one core busy (2026-11-28); on shared cores that extra work takes CPU
-#: from the other ranks too (+8% to +76%), so the bar is on the shift over theirs, not on their level.
+#: benchmark and its re-measure; a matmul 1.29x), while twice the work on rank 1 read 1.56-2.78 in 41
+#: of 42 sessions, quiet and with one core busy, and 1.38 in one (2026-11-28); on shared cores that
+#: extra work takes CPU from the other ranks too (+8% to +76%), so the bar is on the shift over
+#: theirs, not on their level.
 ONE_RUN_STRAGGLER_RATIO = 1.5
 
 #: In an in-step re-measure the straggler holds when the same rank is at least this many times the
@@ -256,11 +257,11 @@ def one_stored_run(c: Any, stored_runs: int, current: RankTiming | None, stored:
                          verdict=Verdict.INCONCLUSIVE)
     if c.verdict is not Verdict.REGRESSED:
         return c
-    if c.clock == CPU and current.on_cpu() is not None:  # a busy host: the ranks on the clock that decided
-        current, stored = current.on_cpu(), stored.on_cpu() if stored is not None else None  # type: ignore[assignment]
+    on_cpu = current.on_cpu() if c.clock == CPU else None
+    if on_cpu is not None:  # a busy host: the ranks on the clock that decided
+        current, stored = on_cpu, stored.on_cpu() if stored is not None else None
         remeasured = tuple(r.on_cpu() if r is not None else None for r in remeasured)
         earlier = ()  # the session's wall-clock shifts, which the neighbour stretched
-        assert current is not None
     now = current.straggler()
     before = stored.straggler() if stored is not None else None
     level = statistics.median(stored.medians_ms) if stored is not None else c.baseline_median_ms
@@ -320,7 +321,7 @@ def combine_cpu_rounds(per_rank: Sequence[Sequence[float]], rounds: int) -> tupl
     decides)."""
     if not per_rank or any(len(s) != rounds for s in per_rank) or rounds == 0:
         return ()
-    return tuple(max(values) for values in zip(*per_rank))
+    return combine_rounds(per_rank)
 
 
 def combine_rounds(per_rank: Sequence[Sequence[float]]) -> tuple[float, ...]:
