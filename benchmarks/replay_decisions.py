@@ -13,6 +13,8 @@ process medians of each side, under:
 * ``median``: the ratio of the medians of the process medians against the threshold alone (no CI);
 * ``robust``: the same t rule with the median for the centre and the MAD (x1.4826, x sqrt(pi/2) for
   the median's efficiency) for the spread, so that one slow process of three moves neither;
+* ``t-restore``: the plugin's rule, but a process set aside as a slow period is kept when the other
+  side has a process at its level (tried, not adopted);
 * ``t-mod``: the plugin's rule with each pair of runs' spread as every benchmark's prior
   (:mod:`pytest_gpuperf.verdict.moderation`: Smyth's moderated t, for "unchanged" only), and the
   injected slowdowns it passed as unchanged.
@@ -86,7 +88,26 @@ def robust_rule(cur: Sequence[float], base: Sequence[float], threshold: float, c
                          float(sps.t.cdf(t, df)), floor=threshold, alpha=0.01)[0].value
 
 
-RULES: dict[str, Rule] = {"t": t_rule, "t-all": t_all_rule, "median": median_rule, "robust": robust_rule}
+def t_restore_rule(cur: Sequence[float], base: Sequence[float], threshold: float, _confidence: float) -> str:
+    """The plugin's rule, except that a process set aside as a slow period is kept when the other
+    side has a process at its level (min <= it <= max of the other side's): read as a second speed
+    of the benchmark, not a slow period. Tried for issue 45, not adopted (docs/verdicts.md, "The
+    extras after the timing")."""
+    from pytest_gpuperf.verdict.compare import noninferior
+    from pytest_gpuperf.verdict.estimate import set_aside_slow
+
+    def kept(xs: Sequence[float], other: Sequence[float]) -> list[float]:
+        rest, i = set_aside_slow(xs)
+        return list(xs) if i is not None and min(other) <= xs[i] <= max(other) else rest
+
+    kc, kb = kept(cur, base), kept(base, cur)
+    r, ci, ps, pf, _df, sd = process_level_test(kc, kb)
+    return noninferior(shift_verdict(r, ci, ps, pf, floor=threshold, alpha=0.01, test="t test"), r, ci, sd,
+                       (len(kc), len(kb)), threshold)[0].value
+
+
+RULES: dict[str, Rule] = {"t": t_rule, "t-all": t_all_rule, "median": median_rule, "robust": robust_rule,
+                          "t-restore": t_restore_rule}
 
 
 def medians(report: Path) -> dict[str, list[float]]:
@@ -96,8 +117,11 @@ def medians(report: Path) -> dict[str, list[float]]:
 
 def replay(study: Path, thresholds: Sequence[float], confidence: float) -> list[str]:
     lines = []
-    for suite_dir in sorted(p for p in study.iterdir() if (p / "update.json").exists()):
-        runs = {p.stem: medians(p) for p in suite_dir.glob("*.json") if p.stem in ("update",) or p.stem.startswith(("aa-", "slow-"))}
+    for suite_dir in sorted(p for p in study.iterdir() if (p / "update.json").exists() or (p / "record.json").exists()):
+        # real_suite_study.py's runs, or compat_corpus.py --compare's (record: the update, compare: an A/A rerun)
+        names = {"update": "update", "record": "update", "compare": "aa-compare"}
+        runs = {names.get(p.stem, p.stem): medians(p) for p in suite_dir.glob("*.json")
+                if p.stem in names or p.stem.startswith(("aa-", "slow-"))}
         aa = [r for r in runs if r == "update" or r.startswith("aa-")]
         pairs = [(b, c) for b in aa for c in aa if b != c and c != "update"]
         slow = sorted(r for r in runs if r.startswith("slow-"))

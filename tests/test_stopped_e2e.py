@@ -3,8 +3,8 @@
 Scripted timings (tests/scripted.py); the inner sessions run in a subprocess of their own, so the
 signal reaches them and not this test process. One update session in 3 worker processes covers the
 replicated case: the second worker sends its coordinator SIGTERM while it measures the third
-benchmark. One single-process session covers the other: the session itself gets SIGTERM in its
-second test. The first session again, with SIGKILL for SIGTERM, checks that the killed
+benchmark; again, the last worker sends it while it makes the extras after its timing. One
+single-process session covers the other: the session itself gets SIGTERM in its second test. The first session again, with SIGKILL for SIGTERM, checks that the killed
 coordinator's worker does not measure on.
 """
 
@@ -48,13 +48,21 @@ def test_b(gpu_bench):
 
 @pytest.mark.gpu_bench(**OPTS)
 def test_c(gpu_bench):
-    _stop_in_worker("1/3")
+    if os.environ.get("STOP_IN_PASS") != "1":
+        _stop_in_worker("1/3")
     if os.environ.get("STOP_SELF") == "1":
         os.kill(os.getpid(), signal.SIGTERM)
     gpu_bench.pedantic(sum, args=(range(100),), rounds=20, warmup_rounds=1)
 
 @pytest.mark.gpu_bench(**OPTS)
-def test_d(gpu_bench):
+def test_d(gpu_bench, request):
+    from pytest_gpuperf.plugin import session_of
+
+    # the last timed process's extras pass (its session's role is then x/3): SIGTERM to its coordinator
+    if (os.environ.get("STOP_IN_PASS") == "1" and session_of(request.config).settings.replicate_slot == (-1, 3)
+            and any('"replicate": "2/3"' in arg for arg in sys.argv)):
+        os.kill(os.getppid(), signal.SIGTERM)
+        time.sleep(60)
     gpu_bench.pedantic(sum, args=(range(100),), rounds=20, warmup_rounds=1)
 """
 
@@ -92,6 +100,18 @@ def test_sigterm_keeps_the_benchmarks_finished_so_far_and_says_which_were_not_me
     # no worker process outlives the stop (that one would sleep 60 s)
     pid = int(pytester.path.joinpath("stopped-worker.pid").read_text())
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+    # a stop in the last timed process's extras pass: the timing is complete, all four are decided
+    # and stored, with the extras the pass finished (test_a..test_c)
+    for path in pytester.path.joinpath("baselines").rglob("*.json"):
+        path.unlink()
+    monkeypatch.setenv("STOP_IN_PASS", "1")
+    rec = pytester.runpytest_subprocess("--gpuperf-update-baselines", "--gpuperf-processes=3", *RUN)
+    assert rec.ret == pytest.ExitCode.INTERRUPTED
+    rec.assert_outcomes(passed=4)
+    assert _stored(pytester) == ["test_a", "test_b", "test_c", "test_d"]
+    rec.stdout.fnmatch_lines(["*stopped (SIGTERM) while measuring the extras (peak memory, counts, bottleneck)*"])
+    monkeypatch.delenv("STOP_IN_PASS")
 
     # SIGKILL (no handler runs): the worker still goes with its coordinator (PR_SET_PDEATHSIG; issue 46)
     import time

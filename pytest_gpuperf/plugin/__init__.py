@@ -124,6 +124,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.settings.worker_id is None and writer:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
     s = session.settings
+    if s.replicate is not None and s.replicate.then is not None:  # a timed worker that makes the extras after its timing
+        from pytest_gpuperf.plugin.extras_pass import ExtrasPass
+
+        config.pluginmanager.register(ExtrasPass(session), "gpuperf-extras-pass")
     if s.replicate is not None and s.replicate.dumps:  # the instruction worker under valgrind (issue 48)
         from pytest_gpuperf.measure.instructions import set_dump_folder
 

@@ -554,42 +554,59 @@ def _budget(runs: list[Any], more_time_s: float | None) -> Any:
     return TimeBudget.of(took, more_time_s if more_time_s is not None else max(sum(took), 1e-9))
 
 
+_IN_EXTRAS = "while measuring the extras (peak memory, counts, bottleneck)"
+
+
 def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str],
                         logs: Path, instructions: Any = None) -> tuple[list[Any], list[Any], str | None, str | None]:
-    """The timed worker processes, then the extras processes (peak memory, counts, bottleneck),
-    after all timing: an update run in two, so that what differs between processes is seen as
-    variable; then, where benchmarks ask for them, the instruction worker (``instructions``, an
-    :class:`~pytest_gpuperf.plugin.instructions.InstructionMode`). Returns (timed runs, extras runs,
-    the message for benchmarks no worker reported, how Ctrl-C or SIGTERM stopped it or None). After a stop in the timed processes their runs so far
-    come back (the stopped one last) and no extras; after one in the extras, the extras so far."""
+    """The timed worker processes, then the extras (peak memory, counts, bottleneck), after all
+    timing: an update run's in two processes, so that what differs between processes is seen as
+    variable. The last timed processes make them after their timing
+    (:mod:`~pytest_gpuperf.plugin.extras_pass`; not under torchrun), and an extras process of its
+    own makes those whose pass did not start. Then, where benchmarks ask for them, the instruction
+    worker (``instructions``, an :class:`~pytest_gpuperf.plugin.instructions.InstructionMode`).
+    Returns (timed runs, extras runs, the message for benchmarks no worker reported, how Ctrl-C or
+    SIGTERM stopped it or None). After a stop while timing, the timed runs so far come back (the
+    stopped one last) with the extras their passes made; after one in the extras, the extras so far."""
+    from pytest_gpuperf.plugin.extras_pass import collect, plan
     from pytest_gpuperf.plugin.replicates import run_extras, run_workers, unreported_message
     from pytest_gpuperf.plugin.stopping import Stopped
 
     progress.line(f"gpuperf: measuring in {s.processes} worker processes in turn (--gpuperf-processes)"
                   + (f", each a torchrun launch of {s.nproc} ranks (--gpuperf-nproc)" if s.nproc else ""))
-    here = Path(config.invocation_params.dir)
-    timeout_s = s.limits.worker_timeout_s
+    here, count = Path(config.invocation_params.dir), 2 if s.updating else 1
+    timeout_s, op_profile = s.limits.worker_timeout_s, s.updating and s.why
+    passes, then = plan(s.processes, count, op_profile, logs) if not s.nproc else ({}, {})
     try:
         runs = run_workers(args, here, s.processes, logs, timeout_s=timeout_s, nproc=s.nproc,
-                           progress=progress, tick=progress.tick if progress.live else None)
+                           progress=progress, tick=progress.tick if progress.live else None, then=then)
     except Stopped as exc:
-        done = sum(not r.stopped for r in exc.runs)
-        stopped = f"stopped ({exc.why}) during worker process {done + 1}/{s.processes}, after {done} finished"
-        progress.line(f"gpuperf: {stopped.partition(',')[0]}: deciding the benchmarks that "
-                      f"{min(2, s.processes)} processes measured; the others are not measured")
+        runs = list(exc.runs)
+        extras, _ = collect(runs, passes)  # a stop in the last process's pass: its timing finished
+        done = sum(not r.stopped for r in runs)
+        if done < s.processes:
+            stopped = (f"stopped ({exc.why}) during worker process {done + 1}/{s.processes}, after {done} finished"
+                       if done < len(runs) else f"stopped ({exc.why}) {_IN_EXTRAS}, after {done} of {s.processes} "
+                       f"worker processes")
+            progress.line(f"gpuperf: {stopped.partition(',')[0]}: deciding the benchmarks that "
+                          f"{min(2, s.processes)} processes measured; the others are not measured")
+            progress.close()
+            return runs, extras, None, stopped
         progress.close()
-        return list(exc.runs), [], None, stopped
+        return runs, extras, unreported_message(runs), f"stopped ({exc.why}) {_IN_EXTRAS}"
     unreported, stopped = unreported_message(runs), None  # for the benchmarks no worker reported
+    extras, missing = collect(runs, passes) if passes else ([], list(range(count)))
     try:
-        extras = run_extras(args, here, s.processes, logs, count=2 if s.updating else 1, progress=progress.line,
-                            timeout_s=timeout_s, op_profile=s.updating and s.why, nproc=s.nproc)
+        if missing:
+            extras += run_extras(args, here, s.processes, logs, count=count, progress=progress.line,
+                                 timeout_s=timeout_s, op_profile=op_profile, nproc=s.nproc, only=missing)
     except Stopped as exc:  # the timing is complete: keep it, with the extras finished so far
-        stopped = f"stopped ({exc.why}) while measuring the extras (peak memory, counts, bottleneck)"
-        extras = [r for r in exc.runs if r.entries]
+        stopped = f"stopped ({exc.why}) {_IN_EXTRAS}"
+        extras += [r for r in exc.runs if r.entries]
     if stopped is None and instructions is not None:
         stopped = instructions.run(args, here, logs, runs)
     progress.close()
-    return runs, extras, unreported, stopped
+    return runs, sorted(extras, key=lambda r: -r.index), unreported, stopped
 
 
 def _decide_all(finished: dict[str, Any], runs: list[Any], extras: list[Any], processes: int,

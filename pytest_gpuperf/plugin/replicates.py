@@ -102,6 +102,33 @@ MIN_PROCESS_ROUNDS = 2
 
 
 @dataclass(frozen=True)
+class ThenExtras:
+    """A timed worker's second pass, from its role (``"then": {"out": ..., "op_profile": N}``):
+    ``out``, the file the pass appends its results to (one JSON line per benchmark, as an extras
+    process does); ``op_profile``, the number of processes that share the op profile's cycles
+    (0: this pass profiles no ops)."""
+
+    out: str
+    op_profile: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The role's ``"then"`` value."""
+        return {"out": self.out, "op_profile": self.op_profile}
+
+    @classmethod
+    def from_json(cls, data: Any, what: str) -> "ThenExtras":
+        """Read a role's ``"then"`` value. Raises ``ValueError`` naming ``what`` (the option) for
+        anything but ``{"out": "<file>", "op_profile": <int >= 0>}``."""
+        try:
+            out, share = str(data["out"]), data.get("op_profile", 0)
+        except (TypeError, KeyError, AttributeError):
+            share, out = None, None
+        if out is None or not isinstance(share, int) or isinstance(share, bool) or share < 0:
+            raise ValueError(f'{what} "then" {data!r}: expected {{"out": "<file>", "op_profile": <integer >= 0>}}')
+        return cls(out, share)
+
+
+@dataclass(frozen=True)
 class WorkerRole:
     """A replicate worker's role, from its coordinator: ``slot`` ``(k, P)`` (k >= P in the processes
     added for inconclusive benchmarks, :func:`needs_more`; k = :data:`EXTRAS` in the extras process)
@@ -111,11 +138,13 @@ class WorkerRole:
     slot: tuple[int, int]
     out: str | None = None
     dumps: str | None = None  # the instruction worker: the folder of its callgrind dumps
+    then: ThenExtras | None = None  # a timed worker that makes the extras after its timing (plugin.extras_pass)
 
     def argument(self) -> str:
         """The worker's ``--gpuperf-role=<JSON>`` argument."""
         dumps = {"dumps": self.dumps} if self.dumps is not None else {}
-        return f"{ROLE_OPTION}=" + json.dumps({"replicate": slot_text(self.slot), "out": self.out, **dumps})
+        then = {"then": self.then.to_json()} if self.then is not None else {}
+        return f"{ROLE_OPTION}=" + json.dumps({"replicate": slot_text(self.slot), "out": self.out, **dumps, **then})
 
 
 _SLOT_LETTERS = {EXTRAS: "x", INSTRUCTION_WORKER: "i"}
@@ -150,10 +179,15 @@ def worker_role(value: str | None) -> WorkerRole | None:
         return None
     try:
         data = json.loads(value)
-        raw, out, dumps = data["replicate"], data.get("out"), data.get("dumps")
+        raw, out, dumps, then = data["replicate"], data.get("out"), data.get("dumps"), data.get("then")
     except (ValueError, TypeError, KeyError, AttributeError):
         raise ValueError(f'{ROLE_OPTION} {value!r}: expected {{"replicate": "k/P", "out": "<file>"}}') from None
-    return WorkerRole(parse_slot(str(raw)), None if out is None else str(out), None if dumps is None else str(dumps))
+    slot = parse_slot(str(raw))
+    if then is not None:
+        if slot[0] < 0:
+            raise ValueError(f'{ROLE_OPTION} {value!r}: only a timed worker (k/P) makes the extras after its timing ("then")')
+        then = ThenExtras.from_json(then, ROLE_OPTION)
+    return WorkerRole(slot, None if out is None else str(out), None if dumps is None else str(dumps), then)
 
 
 def slot_of(config: Any) -> tuple[int, int] | None:
@@ -227,7 +261,7 @@ def read_results(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]
             continue
         if "failed" in rec:
             failures[rec["failed"]] = rec["error"] + (f" (at {rec['where']})" if rec.get("where") else "")
-        else:
+        elif "key" in rec:  # (not the line an extras pass starts with, plugin.extras_pass)
             out[rec["key"]] = dict(rec["entry"], nodeid=rec.get("nodeid") or "", notes=rec.get("notes") or [])
     return out, failures
 
@@ -262,6 +296,8 @@ class WorkerRun:
     failures: dict[str, str] = field(default_factory=dict)
     stopped: bool = False  # stopped by Ctrl-C or SIGTERM while it ran (:class:`Stopped`)
     seconds: float | None = None  # its wall time, start-up included (s)
+    launched: float | None = None  # when it was started (time.time(), s)
+    then_out: str | None = None  # a timed worker that made the extras after its timing: that pass's file
 
     def failure_of(self, key: str) -> str | None:
         """Why this worker's test of benchmark ``key`` (``module::test id[::name]``) raised, or None."""
@@ -279,7 +315,8 @@ class WorkerRun:
 
 def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, count: int = 1,
                progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
-               op_profile: bool = False, stem: str = "extras", nproc: int | None = None) -> list[WorkerRun]:
+               op_profile: bool = False, stem: str = "extras", nproc: int | None = None,
+               only: Sequence[int] | None = None) -> list[WorkerRun]:
     """Run ``count`` extras processes one after another (role slot ``x/P``; logs
     ``<log_dir>/extras-j.log``): each times nothing and measures every benchmark's peak memory,
     counts and bottleneck from :data:`EXTRA_CALLS` calls each, so that no timed process runs them
@@ -287,7 +324,9 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     the ops too, sharing the profile's cycles (hidden ``--gpuperf-op-profile COUNT``: each profiles
     its share, :func:`~pytest_gpuperf.measure.opprofile.cycles_for`, and the result pools every
     process's cycles, :func:`merge`); ``stem``: their logs' name (``<stem>-j.log``).
-    ``nproc``: each is a torchrun launch (:func:`~pytest_gpuperf.core.launch.launcher`). Raises :class:`ReplicateError` when one
+    ``nproc``: each is a torchrun launch (:func:`~pytest_gpuperf.core.launch.launcher`); ``only``:
+    those of the ``count`` (j) alone, whose extras no timed process made after its timing
+    (:mod:`pytest_gpuperf.plugin.extras_pass`). Raises :class:`ReplicateError` when one
     cannot be started."""
     timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -295,7 +334,7 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
     start = time.monotonic()
     what = "peak memory, counts, bottleneck" + (", op profile" if op_profile else "")
     args = [*args, f"--gpuperf-op-profile={count}"] if op_profile else list(args)
-    for j in range(count):
+    for j in (range(count) if only is None else only):
         try:
             run = _run_one(args, cwd, f"x/{processes}", log_dir / f"{stem}-{j}", -1 - j, timeout_s,
                            f"extras process {j + 1}/{count}", None, nproc)
@@ -310,18 +349,23 @@ def run_extras(args: Sequence[str], cwd: Path, processes: int, log_dir: Path, co
 
 def _run_one(args: Sequence[str], cwd: Path, slot: str, stem: Path, index: int, timeout_s: float, name: str,
              wait: Callable[[Path, subprocess.Popen], int | None] | None, nproc: int | None = None, *,
-             wrap: Sequence[str] = (), env: Mapping[str, str] | None = None, dumps: str | None = None) -> WorkerRun:
+             wrap: Sequence[str] = (), env: Mapping[str, str] | None = None, dumps: str | None = None,
+             then: Any = None) -> WorkerRun:
     """One worker process (``python -m pytest <args> --gpuperf-role=...`` with ``<slot>``, or with
     ``nproc`` a torchrun launch of it, :func:`~pytest_gpuperf.core.launch.launcher`; results in ``<stem>.jsonl``, output in
     ``<stem>.log``): its :class:`WorkerRun`, with what it reported. ``wait(report, proc)`` waits
     for it (its exit code, None when it timed out); default :func:`_wait`. ``wrap``: a command the
     worker runs under (valgrind's, for the instruction worker), with ``env`` added to its
-    environment and ``dumps`` (its dump folder) in its role."""
+    environment and ``dumps`` (its dump folder) in its role; ``then``: the
+    :class:`ThenExtras` of a timed worker that makes the extras
+    after its timing."""
     report, log = stem.with_suffix(".jsonl"), stem.with_suffix(".log")
     report.unlink(missing_ok=True)
+    if then is not None:
+        Path(then.out).unlink(missing_ok=True)
     env = dict(os.environ, **{PROCESSES_ENV: "1"}, **(env or {}))
-    cmd = [*wrap, *launcher(nproc), *args, WorkerRole(parse_slot(slot), str(report), dumps).argument()]
-    run = WorkerRun(index, None, log)
+    cmd = [*wrap, *launcher(nproc), *args, WorkerRole(parse_slot(slot), str(report), dumps, then).argument()]
+    run = WorkerRun(index, None, log, launched=time.time(), then_out=None if then is None else str(then.out))
     started = time.monotonic()
     with open(log, "wb") as out:
         try:
@@ -362,7 +406,7 @@ def _killed_with_us(proc: subprocess.Popen) -> Iterator[None]:
 def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
                 progress: Callable[[str], None] = lambda _s: None, timeout_s: float | None = None,
                 tick: Callable[[str], None] | None = None, first: int = 0, count: int | None = None,
-                nproc: int | None = None) -> list[WorkerRun]:
+                nproc: int | None = None, then: Mapping[int, Any] | None = None) -> list[WorkerRun]:
     """Run ``processes`` replicate workers one after another (``python -m pytest <args>`` in ``cwd``
     with the role slot ``k/P``; with ``first``/``count``, workers ``first`` .. ``first + count - 1``
     of a session of P = ``processes``: the processes added for inconclusive benchmarks; each appends its results to ``<log_dir>/worker-k.jsonl`` as it
@@ -374,7 +418,9 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
     ``progress`` gets one line per worker process when it is done (the time elapsed and about how
     long is left); ``tick``, when given, one line each time the running worker finished another
     benchmark (polled every :data:`POLL_S`; for a line rewritten in place on a terminal). ``nproc``:
-    each worker is a torchrun launch of that many ranks (:func:`~pytest_gpuperf.core.launch.launcher`)."""
+    each worker is a torchrun launch of that many ranks (:func:`~pytest_gpuperf.core.launch.launcher`).
+    ``then``: worker k -> the :class:`ThenExtras` of the extras it
+    makes after its timing (:func:`pytest_gpuperf.plugin.extras_pass.collect` reads them)."""
     timeout_s = timeout_s or WORKER_TIMEOUT_S
     log_dir.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -389,13 +435,14 @@ def run_workers(args: Sequence[str], cwd: Path, processes: int, log_dir: Path,
 
         try:
             run = _run_one(args, cwd, f"{k}/{processes}", log_dir / f"worker-{k}", k, timeout_s,
-                           f"worker process {k + 1}/{last}", wait, nproc)
+                           f"worker process {k + 1}/{last}", wait, nproc, then=(then or {}).get(k))
         except Stopped as exc:
             raise Stopped(runs + exc.runs, exc.why) from None
         runs.append(run)
         elapsed = time.monotonic() - start
         left = elapsed / len(runs) * (last - k - 1)  # the workers so far, per worker, times those left
-        progress(f"gpuperf: worker process {k + 1}/{last} done ({len(run.entries)} benchmark(s), "
+        progress(f"gpuperf: worker process {k + 1}/{last} done ({len(run.entries)} benchmark(s)"
+                 + (", then their peak memory, counts, bottleneck" if run.then_out else "") + ", "
                  f"{elapsed:.0f} s elapsed" + (f", about {left:.0f} s left" if left else "") + ")"
                  + (f": {run.error}" if run.error else ""))
     return runs

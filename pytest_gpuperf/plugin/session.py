@@ -29,7 +29,7 @@ import pytest
 from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.handoff import Recorded, hand_to_controller, merge_workers
-from pytest_gpuperf.plugin.keys import BENCH_KEY
+from pytest_gpuperf.plugin.keys import BENCH_KEY, OPTIONS_KEY
 from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
 from pytest_gpuperf.plugin.updating import write_baselines, write_pending
 
@@ -70,7 +70,6 @@ def _reference_for(device: Any, measure: Any, shared_dir: Path | None = None, lo
     return _REFERENCE_CACHE[key]
 
 
-OPTIONS_KEY = pytest.StashKey[opts.BenchOptions]()
 
 
 class GpuPerfSession:
