@@ -14,7 +14,8 @@ process medians of each side, under:
 * ``robust``: the same t rule with the median for the centre and the MAD (x1.4826, x sqrt(pi/2) for
   the median's efficiency) for the spread, so that one slow process of three moves neither;
 * ``t-restore``: the plugin's rule, but a process set aside as a slow period is kept when the other
-  side has a process at its level (tried, not adopted);
+  side has a process at its level (tried, not adopted); ``t-reproduced``: kept only when the other
+  side's median process runs at its level (tried, not adopted);
 * ``t-mod``: the plugin's rule with each pair of runs' spread as every benchmark's prior
   (:mod:`pytest_gpuperf.verdict.moderation`: Smyth's moderated t, for "unchanged" only), and the
   injected slowdowns it passed as unchanged.
@@ -106,8 +107,25 @@ def t_restore_rule(cur: Sequence[float], base: Sequence[float], threshold: float
                        (len(kc), len(kb)), threshold)[0].value
 
 
+def t_reproduced_rule(cur: Sequence[float], base: Sequence[float], threshold: float, _confidence: float) -> str:
+    """The plugin's rule, except that a process set aside as a slow period is kept when the other
+    side's median process runs at its level (at least its median / (1 + OTHERS_AGREE)): the
+    other run's typical process reproduces it, so it is a speed of the benchmark, not a slow period."""
+    from pytest_gpuperf.verdict.compare import noninferior
+    from pytest_gpuperf.verdict.estimate import OTHERS_AGREE, set_aside_slow
+
+    def kept(xs: Sequence[float], other: Sequence[float]) -> list[float]:
+        rest, i = set_aside_slow(xs)
+        return list(xs) if i is not None and statistics.median(other) * (1 + OTHERS_AGREE) >= xs[i] else rest
+
+    kc, kb = kept(cur, base), kept(base, cur)
+    r, ci, ps, pf, _df, sd = process_level_test(kc, kb)
+    return noninferior(shift_verdict(r, ci, ps, pf, floor=threshold, alpha=0.01, test="t test"), r, ci, sd,
+                       (len(kc), len(kb)), threshold)[0].value
+
+
 RULES: dict[str, Rule] = {"t": t_rule, "t-all": t_all_rule, "median": median_rule, "robust": robust_rule,
-                          "t-restore": t_restore_rule}
+                          "t-restore": t_restore_rule, "t-reproduced": t_reproduced_rule}
 
 
 def medians(report: Path) -> dict[str, list[float]]:
