@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import pytest
 
-from pytest_gpuperf.plugin.replicates import ThenExtras
+from pytest_gpuperf.plugin.replicates import EXTRAS, ThenExtras, WorkerRole, WorkerRun, read_results
 
 #: The key of the line the pass writes first in its results file: the wall-clock time
 #: (``time.time()``, s) at which the process's timing ended and the pass began.
@@ -37,10 +37,8 @@ class ExtrasPass:
     """In a timed worker whose role carries :class:`ThenExtras`: once pytest's loop has run every
     test (timed), run each test again as the extras process does (``extras="only"``: peak memory,
     counts, bottleneck, the op profile when asked), writing to the pass's own file. The switch is
-    one new role for the :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`'s settings; each
-    test's merged options (a timed worker's share) and its :class:`~pytest_gpuperf.plugin.bench.GpuBench`
-    (which the ``benchmark`` fixture would find, with the timed run's result, and refuse a second
-    call: "gpu_bench was already called") are dropped first.
+    one new role for the :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`'s settings (whose
+    options are merged per item and role, and whose GpuBench of a test is released at its teardown).
 
     pytest's ``runtestprotocol`` runs each test again without logging a second report, as
     pytest-rerunfailures does (``_pytest.runner``; no public API runs an item twice)."""
@@ -58,8 +56,6 @@ class ExtrasPass:
         """The pass over ``session.items`` (see the class)."""
         from _pytest.runner import runtestprotocol
 
-        from pytest_gpuperf.plugin.replicates import EXTRAS, WorkerRole
-        from pytest_gpuperf.plugin.keys import BENCH_KEY, OPTIONS_KEY
 
         s = self.session.settings
         then = s.replicate.then
@@ -69,9 +65,6 @@ class ExtrasPass:
             s, replicate=WorkerRole((EXTRAS, s.replicate.slot[1]), then.out), op_profile=then.op_profile)
         items = list(session.items)
         for i, item in enumerate(items):
-            for key in (OPTIONS_KEY, BENCH_KEY):  # a timed worker's share; the first run's GpuBench and results
-                if key in item.stash:
-                    del item.stash[key]
             runtestprotocol(item, log=False, nextitem=items[i + 1] if i + 1 < len(items) else None)
             if session.shouldfail or session.shouldstop:
                 break
@@ -98,10 +91,8 @@ def collect(runs: Sequence[Any], passes: Mapping[int, Path]) -> tuple[list[Any],
     what happened before its pass: its ``seconds`` end where the pass began (what the escalation
     expects a timed process to cost), and a crash or a timeout after its timing is the pass's
     error, not the timing's."""
-    from pytest_gpuperf.plugin.replicates import WorkerRun, read_results
-
     extras, missing = [], []
-    by_file = {str(getattr(r, "then_out", None)): r for r in runs}
+    by_file = {r.then_out: r for r in runs if r.then_out is not None}
     for j, path in sorted(passes.items()):
         run = by_file.get(str(path))
         started = pass_started(path)

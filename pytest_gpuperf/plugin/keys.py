@@ -6,9 +6,8 @@ imports the plugin or its session module.
   (its ``settings``, ``options_for(item)``, ``make_gpu_bench(request, measurer, device)`` and
   ``warn(message)`` are what the adapter uses);
 * :data:`BENCH_KEY`: a test item's :class:`~pytest_gpuperf.plugin.bench.GpuBench` (one per test, shared
-  by ``gpu_bench`` and ``benchmark``);
-* :data:`OPTIONS_KEY`: a test item's merged options (``GpuPerfSession.options_for``), which the
-  extras pass (:mod:`pytest_gpuperf.plugin.extras_pass`) drops before it runs the test again.
+  by ``gpu_bench`` and ``benchmark``; released when the test's teardown is reported, so that a test
+  run again gets a new one).
 """
 
 from __future__ import annotations
@@ -19,4 +18,3 @@ import pytest
 
 SESSION_KEY = pytest.StashKey[Any]()
 BENCH_KEY = pytest.StashKey[Any]()
-OPTIONS_KEY = pytest.StashKey[Any]()

@@ -29,7 +29,7 @@ import pytest
 from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.handoff import Recorded, hand_to_controller, merge_workers
-from pytest_gpuperf.plugin.keys import BENCH_KEY, OPTIONS_KEY
+from pytest_gpuperf.plugin.keys import BENCH_KEY
 from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
 from pytest_gpuperf.plugin.updating import write_baselines, write_pending
 
@@ -70,6 +70,9 @@ def _reference_for(device: Any, measure: Any, shared_dir: Path | None = None, lo
     return _REFERENCE_CACHE[key]
 
 
+
+
+OPTIONS_KEY = pytest.StashKey[tuple[Any, opts.BenchOptions]]()  # (the role's slot, the item's merged options)
 
 
 class GpuPerfSession:
@@ -242,16 +245,12 @@ class GpuPerfSession:
             shutil.rmtree(self.settings.xdist_dir, ignore_errors=True)
 
     def options_for(self, item: pytest.Item) -> opts.BenchOptions:
-        """The item's options: its markers over the session's; merged once per item (raises OptionError)."""
-        if OPTIONS_KEY not in item.stash:
-            marker = {**benchmark_compat.marker_options(item, self.settings.options), **_marker_options(item)}
-            options = opts.with_marker(self.settings.options, marker, where=f"{item.nodeid}: gpu_bench marker")
-            if self.settings.replicate_slot is not None:  # a replicate worker measures its share of max_time
-                from pytest_gpuperf.plugin.replicates import worker_options
-
-                options = worker_options(options, self.settings.replicate_slot)
-            item.stash[OPTIONS_KEY] = options
-        return item.stash[OPTIONS_KEY]
+        """The item's options: its markers over the session's; merged once per item and role (an extras
+        pass runs a timed worker's tests again with the extras role's options; raises OptionError)."""
+        slot, cached = self.settings.replicate_slot, item.stash.get(OPTIONS_KEY, None)
+        if cached is None or cached[0] != slot:
+            item.stash[OPTIONS_KEY] = cached = (slot, _merged_options(item, self.settings.options, slot))
+        return cached[1]
 
     def make_gpu_bench(self, request: pytest.FixtureRequest, _gpuperf_measurer: Any, device: Any = None) -> Any:
         """The test's :class:`~pytest_gpuperf.plugin.bench.GpuBench` (also behind the ``benchmark`` fixture).
@@ -411,6 +410,7 @@ class GpuPerfSession:
         bench = item.stash.get(BENCH_KEY, None)
         if bench is not None and call.when == "teardown":  # the test is over: let its return values go
             bench.results[:] = [dataclasses.replace(r, value=None) for r in bench.results]
+            del item.stash[BENCH_KEY]  # a test run again (an extras pass, a rerun) starts a new GpuBench
         if (self.settings.replicate_slot is not None and report.failed and call.excinfo is not None
                 and report.when in ("setup", "call") and self._reports_to_coordinator):  # the coordinator says why this worker has no result
             from pytest_gpuperf.plugin.replicates import report_failure
@@ -521,6 +521,18 @@ def _extras_warnings(name: str, result: Any) -> list[str]:
     if note:
         out.append(f"{name}: {note}")
     return out
+
+
+def _merged_options(item: pytest.Item, session_options: opts.BenchOptions, slot: Any) -> opts.BenchOptions:
+    """The item's markers (``gpu_bench`` over pytest-benchmark's) over the session's options; a
+    replicate worker's (``slot``) share of ``max_time``. Raises OptionError naming the item."""
+    marker = {**benchmark_compat.marker_options(item, session_options), **_marker_options(item)}
+    options = opts.with_marker(session_options, marker, where=f"{item.nodeid}: gpu_bench marker")
+    if slot is not None:  # a replicate worker measures its share of max_time
+        from pytest_gpuperf.plugin.replicates import worker_options
+
+        options = worker_options(options, slot)
+    return options
 
 
 def _marker_options(item: pytest.Item) -> dict[str, Any]:
