@@ -3,7 +3,7 @@
 ``benchmarks/real_suite_study.py`` leaves each run's JSON report with every benchmark's process
 medians. This script decides every A/A pair of runs (the update run and the unchanged reruns, each
 against each other) and every injected slowdown against the update run again, on the first 3
-process medians of each side, under:
+process medians of each side (``--processes``), under:
 
 * ``t``: the plugin's rule (:func:`pytest_gpuperf.verdict.compare.decide_replicates`: a process a
   slow period disturbed set aside, :func:`~pytest_gpuperf.verdict.compare.set_aside_slow`, then the
@@ -16,6 +16,8 @@ process medians of each side, under:
 * ``t-restore``: the plugin's rule, but a process set aside as a slow period is kept when the other
   side has a process at its level (tried, not adopted); ``t-reproduced``: kept only when the other
   side's median process runs at its level (tried, not adopted);
+* any of them after :func:`localized` (``--local W``): each process's local speed, read from its
+  neighbouring benchmarks, divided out within each run (tried, not adopted);
 * ``t-mod``: the plugin's rule with each pair of runs' spread as every benchmark's prior
   (:mod:`pytest_gpuperf.verdict.moderation`: Smyth's moderated t, for "unchanged" only), and the
   injected slowdowns it passed as unchanged.
@@ -128,18 +130,43 @@ RULES: dict[str, Rule] = {"t": t_rule, "t-all": t_all_rule, "median": median_rul
                           "t-restore": t_restore_rule, "t-reproduced": t_reproduced_rule}
 
 
-def medians(report: Path) -> dict[str, list[float]]:
-    return {k: b["process_medians_ms"][:3] for k, b in json.loads(report.read_text())["benchmarks"].items()
-            if len(b.get("process_medians_ms") or []) >= 2}
+def medians(report: Path, first: int = 3) -> dict[str, list[float]]:
+    """Each benchmark's first ``first`` process medians (ms) in a JSON report (those with at least 2)."""
+    return {k: b["process_medians_ms"][:first] for k, b in json.loads(report.read_text())["benchmarks"].items()
+            if len(b.get("process_medians_ms") or []) >= min(2, first)}
 
 
-def replay(study: Path, thresholds: Sequence[float], confidence: float) -> list[str]:
+def localized(run: dict[str, list[float]], window: int) -> dict[str, list[float]]:
+    """One run's process medians with each process's local speed divided out (``--local``; tried for
+    issue 45, not adopted): a benchmark's process k is divided by exp(the median, over the ``window``
+    benchmarks before and after it in run order, itself left out, of process k's log deviation from
+    that benchmark's median process), those factors centred on the benchmark (their mean log is 0),
+    so a slow period of one process is taken out and the run's own level is kept."""
+    keys = list(run)
+    dev = {}
+    for k in keys:
+        logs = [math.log(x) for x in run[k]]
+        mid = statistics.median(logs)
+        dev[k] = [x - mid for x in logs]
+    out = {}
+    for i, k in enumerate(keys):
+        near = [keys[j] for j in range(max(0, i - window), min(len(keys), i + window + 1)) if j != i]
+        f = [statistics.median(dev[n][p] for n in near if p < len(dev[n])) if near else 0.0 for p in range(len(run[k]))]
+        centre = statistics.fmean(f)
+        out[k] = [x / math.exp(fp - centre) for x, fp in zip(run[k], f)]
+    return out
+
+
+def replay(study: Path, thresholds: Sequence[float], confidence: float, first: int = 3,
+           local: int = 0) -> list[str]:
     lines = []
     for suite_dir in sorted(p for p in study.iterdir() if (p / "update.json").exists() or (p / "record.json").exists()):
         # real_suite_study.py's runs, or compat_corpus.py --compare's (record: the update, compare: an A/A rerun)
         names = {"update": "update", "record": "update", "compare": "aa-compare"}
-        runs = {names.get(p.stem, p.stem): medians(p) for p in suite_dir.glob("*.json")
+        runs = {names.get(p.stem, p.stem): medians(p, first) for p in suite_dir.glob("*.json")
                 if p.stem in names or p.stem.startswith(("aa-", "slow-"))}
+        if local:
+            runs = {name: localized(run, local) for name, run in runs.items()}
         aa = [r for r in runs if r == "update" or r.startswith("aa-")]
         pairs = [(b, c) for b in aa for c in aa if b != c and c != "update"]
         slow = sorted(r for r in runs if r.startswith("slow-"))
@@ -255,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--escalation", action="store_true", help="replay the escalation prediction instead")
     p.add_argument("--sd-scale", type=float, default=1.0, help="with --escalation: scale the SD first")
     p.add_argument("--cpu", action="store_true", help="replay the CPU-time prior on a busy study instead")
+    p.add_argument("--local", type=int, default=0, metavar="W",
+                   help="divide out each process's local speed first (median over W neighbours a side)")
+    p.add_argument("--processes", type=int, default=3,
+                   help="decide on each side's first N process medians (default 3, the plugin's first processes)")
     opts = p.parse_args(argv)
     if opts.cpu:
         print("\n".join(cpu_replay(Path(opts.study))))
@@ -262,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.escalation:
         print("\n".join(escalation_replay(Path(opts.study), opts.sd_scale)))
         return 0
-    for line in replay(Path(opts.study), [float(x) for x in opts.thresholds.split(",")], opts.confidence):
+    for line in replay(Path(opts.study), [float(x) for x in opts.thresholds.split(",")], opts.confidence,
+                       opts.processes, opts.local):
         print(line)
     return 0
 
