@@ -274,8 +274,9 @@ def _machine_of(machine: Any) -> Script | None:
 
 
 #: Conftest text defining ``_gpuperf_script_reference(folder)``, which scripts the process's
-#: session-start reference workloads (the real ones are timed on the machine): 1 ms matmul and 1 ms
-#: copy, or what ``reference.json`` in ``folder`` says (``{"matmul_ms": 1.25, "copy_ms": 1.25}``).
+#: session-start reference workloads (the real ones are timed on the machine): 1 ms matmul, 1 ms
+#: copy and 1 ms of the pure-Python loop's CPU time, or what ``reference.json`` in ``folder`` says
+#: (``{"matmul_ms": 1.25, "copy_ms": 1.25}``).
 _SCRIPT_REFERENCE = '''
 def _gpuperf_script_reference(folder):
     import json
@@ -284,7 +285,8 @@ def _gpuperf_script_reference(folder):
     from pytest_gpuperf.plugin import session
 
     path = pathlib.Path(folder, "reference.json")
-    session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "matmul": "scripted", "copy": "scripted",
+    session._REFERENCE_CACHE["cpu"] = {"matmul_ms": 1.0, "copy_ms": 1.0, "python_cpu_ms": 1.0, "matmul": "scripted",
+                                       "copy": "scripted", "python_cpu": "scripted",
                                        **(json.loads(path.read_text(encoding="utf-8")) if path.exists() else {})}
 '''
 

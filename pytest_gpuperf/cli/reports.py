@@ -334,9 +334,10 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
     comparison = ev.comparison
     if replicated:  # no A/B here: a regression is read against the machine's own speed, as the plugin does
         from pytest_gpuperf.verdict.gate import machine_explains
-        from pytest_gpuperf.verdict.machine import drift_ratios
+        from pytest_gpuperf.verdict.machine import cpu_drift_ratio, drift_ratios
 
-        comparison = machine_explains(comparison, drift_ratios(c_entry.reference, b_entry.reference))
+        comparison = machine_explains(comparison, drift_ratios(c_entry.reference, b_entry.reference),
+                                      cpu_drift_ratio(c_entry.reference, b_entry.reference))
     return _Decided(comparison, ev.counts, ev.memory, instructions=_instructions(name, b_entry, c_entry))
 
 

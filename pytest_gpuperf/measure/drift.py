@@ -8,6 +8,12 @@ machine itself got slower (another CPU model behind the same name, clocks, a noi
 above :data:`~pytest_gpuperf.verdict.machine.DRIFT_WARN` it is reported, and with ``--gpuperf-normalize`` the current samples are
 divided by the matching ratio before deciding (compute-bound benchmarks by the matmul ratio, all
 others by the copy ratio).
+
+On the CPU a third one, a pure-Python loop in the calling thread, is timed by its thread CPU time
+(``python_cpu_ms``): a neighbour that takes the core away leaves it alone, but a CPU that itself runs
+slower (a busy SMT sibling, a host that halves a vCPU's throughput) shows in it, as in the CPU time
+of the benchmarks decided on CPU time (issue 45: with one core busy, a cattrs rerun read every
+CPU-time median about 2x the baseline's, and 16 of its 64 benchmarks failed).
 """
 
 from __future__ import annotations
@@ -15,10 +21,23 @@ from __future__ import annotations
 from typing import Any, Callable, ContextManager
 
 
+def python_loop(n: int = 20_000) -> int:
+    """The CPU's single-thread reference: ``n`` iterations of integer arithmetic and a dict update in
+    the interpreter (about 1-3 ms for the default on this project's VMs); returns a checksum."""
+    seen: dict[int, int] = {}
+    total = 0
+    for i in range(n):
+        total = (total * 31 + i) & 0xFFFFFFFF
+        seen[i & 1023] = total
+    return total + len(seen)
+
+
 def measure_reference(device: Any) -> dict[str, Any]:
     """Time the reference workloads on ``device``; returns ``{"matmul_ms", "copy_ms", ...}`` (medians, ms).
 
-    matmul: 4096^2 bf16 on CUDA, 512^2 fp32 on the CPU; copy: 512 MiB on CUDA, 64 MiB on the CPU.
+    matmul: 4096^2 bf16 on CUDA, 512^2 fp32 on the CPU; copy: 512 MiB on CUDA, 64 MiB on the CPU;
+    on the CPU also ``python_cpu_ms``: the calling thread's CPU time of :func:`python_loop`
+    (median, ms; see the module doc).
     """
     import torch
 
@@ -37,12 +56,20 @@ def measure_reference(device: Any) -> dict[str, Any]:
     src = torch.ones(numel, device=device)
     dst = torch.empty_like(src)
     cp = measure(dst.copy_, (src,), {}, options=opts, device=device)
-    return {
+    out = {
         "matmul_ms": summarize(mm.samples_ms).median_ms,
         "copy_ms": summarize(cp.samples_ms).median_ms,
         "matmul": f"{n}x{n} {str(dt).removeprefix('torch.')} matmul",
         "copy": f"{numel * 4 // 2**20} MiB copy",
     }
+    if not cuda:
+        from pytest_gpuperf.measure.timing import CpuClocks
+
+        py = measure(python_loop, (), {}, options=opts, device=device, cpu_clocks=CpuClocks())
+        if py.cpu_samples_ms:
+            out["python_cpu_ms"] = summarize(py.cpu_samples_ms).median_ms
+            out["python_cpu"] = "pure-Python loop, thread CPU time"
+    return out
 
 
 def shared_reference(device: Any, measure: Callable[[Any], dict[str, Any]], folder: Any,

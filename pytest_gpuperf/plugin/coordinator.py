@@ -657,14 +657,15 @@ def _machine_check(finished: dict[str, Any], reference: Mapping[str, Any] | None
     machine's speed now and when its baseline was recorded
     (:func:`~pytest_gpuperf.verdict.gate.machine_explains`); ``finished`` is updated."""
     from pytest_gpuperf.verdict.gate import machine_explains
-    from pytest_gpuperf.verdict.machine import drift_ratios
+    from pytest_gpuperf.verdict.machine import cpu_drift_ratio, drift_ratios
 
     for key, r in finished.items():
         base = baselines.get(key)
         if (isinstance(r, str) or r.comparison is None or base is None
                 or r.comparison.verdict.value != "regressed" or ab_confirms(key)):
             continue
-        c = machine_explains(r.comparison, drift_ratios(reference, base.reference))
+        c = machine_explains(r.comparison, drift_ratios(reference, base.reference),
+                             cpu_drift_ratio(reference, base.reference))
         if c is not r.comparison:
             finished[key] = r.replace(comparison=c)
 

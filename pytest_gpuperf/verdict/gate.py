@@ -164,7 +164,7 @@ def machine_rule(c: Comparison, probe: "ProbeEvidence | None", *, strict_hint: b
     return c
 
 
-def machine_explains(c: Comparison, ratios: "dict[str, float] | None") -> Comparison:
+def machine_explains(c: Comparison, ratios: "dict[str, float] | None", cpu_ratio: float | None = None) -> Comparison:
     """A regression over worker processes that no A/B will confirm, read against the machine's own
     speed (issue 45: on a VM whose speed moves for minutes, one unchanged rerun read 1.1-1.6x slower
     in every process, and 5 of tensordict's 28 benchmarks failed). ``ratios``: the session-start
@@ -172,25 +172,35 @@ def machine_explains(c: Comparison, ratios: "dict[str, float] | None") -> Compar
     median over its timed worker processes and the baseline's; ``{"matmul": r, "copy": r}``), timed
     before any benchmark, so the code under test does not move them. The machine counts as slower
     only when both workloads say so, by the smaller of the two: m = min(matmul, copy) (on this
-    project's VM the copy alone read 1.13-1.18x in 3 quiet reruns whose matmul read 0.93-0.97x). With T the
-    threshold: when m > 1 + T and the regression's 99% CI reaches down to m x (1 + T) (the
-    machine's own slowdown explains it), a ``regressed`` verdict on the wall clock becomes
-    ``inconclusive`` with a note naming m and advice
-    :attr:`~pytest_gpuperf.verdict.advice.Advice.UPDATE_OR_AB`. A regression beyond that stays
-    one. Any other comparison, one decided on CPU time (a neighbour stretches the reference's wall
-    clock, not the benchmark's CPU time) or by A/B is returned as it is. Pure."""
-    if (not ratios or not {"matmul", "copy"} <= set(ratios) or c.verdict is not Verdict.REGRESSED or c.ab is not None
-            or c.clock == "cpu" or c.ratio_ci is None):
+    project's VM the copy alone read 1.13-1.18x in 3 quiet reruns whose matmul read 0.93-0.97x).
+    A regression decided on CPU time is read against ``cpu_ratio`` instead
+    (:func:`~pytest_gpuperf.verdict.machine.cpu_drift_ratio`: the thread CPU time of a pure-Python
+    loop now/then, m = that ratio): a neighbour that only takes the core away stretches the
+    workloads' wall clock, not this, while a CPU that runs slower itself (a busy SMT sibling; with
+    one core busy a cattrs rerun read every CPU-time median about 2x the baseline's) slows both.
+    With T the threshold: when m > 1 + T and the regression's 99% CI reaches down to m x (1 + T)
+    (the machine's own slowdown explains it), ``regressed`` becomes ``inconclusive`` with a note
+    naming m and advice :attr:`~pytest_gpuperf.verdict.advice.Advice.UPDATE_OR_AB`. A regression
+    beyond that stays one. Any other comparison, one decided by A/B, or one whose clock has no
+    ratio here is returned as it is. Pure."""
+    if c.verdict is not Verdict.REGRESSED or c.ab is not None or c.ratio_ci is None:
         return c
-    m = min(ratios.values())
+    if c.clock == "cpu":
+        if cpu_ratio is None:
+            return c
+        m, what = cpu_ratio, f"reference CPU time {(cpu_ratio - 1) * 100:+.0f}% (a pure-Python loop's, "
+    elif ratios and {"matmul", "copy"} <= set(ratios):
+        m = min(ratios["matmul"], ratios["copy"])
+        what = (f"reference workloads matmul {(ratios['matmul'] - 1) * 100:+.0f}%, copy "
+                f"{(ratios['copy'] - 1) * 100:+.0f}% (")
+    else:
+        return c
     if not (m > 1 + c.threshold and c.ratio_ci[0] <= m * (1 + c.threshold)):
         return c
-    both = f"matmul {(ratios['matmul'] - 1) * 100:+.0f}%, copy {(ratios['copy'] - 1) * 100:+.0f}%"
-    return with_note(c, f"machine differs: reference workloads {both} (session-start, median of this run's "
-                        f"worker processes, now/baseline): the regression (x{c.ratio:.2f}, 99% CI down to "
-                        f"x{c.ratio_ci[0]:.2f}) is within what the machine's own slowdown (x{m:.2f}) explains, so it "
-                        f"is not trusted", advice=(Advice.UPDATE_OR_AB,), verdict=Verdict.INCONCLUSIVE,
-                     machine_ratio=m)
+    return with_note(c, f"machine differs: {what}session-start, median of this run's worker processes, "
+                        f"now/baseline): the regression (x{c.ratio:.2f}, 99% CI down to x{c.ratio_ci[0]:.2f}) is "
+                        f"within what the machine's own slowdown (x{m:.2f}) explains, so it is not trusted",
+                     advice=(Advice.UPDATE_OR_AB,), verdict=Verdict.INCONCLUSIVE, machine_ratio=m)
 
 
 def _normalized(samples_ms: Sequence[float], drift: tuple[str, float] | None) -> list[float]:

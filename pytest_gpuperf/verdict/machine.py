@@ -35,10 +35,21 @@ def drift_ratios(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] 
     return out or None
 
 
+def cpu_drift_ratio(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> float | None:
+    """The CPU's single-thread speed now/then: the ratio of two ``environment.reference`` dicts'
+    ``python_cpu_ms`` (the thread CPU time of a pure-Python loop,
+    :func:`pytest_gpuperf.measure.drift.python_loop`; > 1: this CPU runs slower now). None when
+    either side lacks it (baselines recorded before it, CUDA). Pure."""
+    now, then = (current or {}).get("python_cpu_ms"), (baseline or {}).get("python_cpu_ms")
+    if isinstance(now, (int, float)) and isinstance(then, (int, float)) and now > 0 and then > 0:
+        return float(now) / float(then)
+    return None
+
+
 def median_reference(references: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
     """The reference workloads of a run measured in several worker processes (each process's
     ``environment.reference``, in process order): each workload's median over the processes that
-    timed it (``matmul_ms``, ``copy_ms``, ms) with the first one's names. None when no process timed
+    timed it (``matmul_ms``, ``copy_ms``, ``python_cpu_ms``, ms) with the first one's names. None when no process timed
     them. Pure."""
     import statistics
 
@@ -46,7 +57,7 @@ def median_reference(references: Sequence[Mapping[str, Any] | None]) -> dict[str
     if not given:
         return None
     out: dict[str, Any] = {k: v for k, v in given[0].items() if not k.endswith("_ms")}
-    for key in ("matmul_ms", "copy_ms"):
+    for key in ("matmul_ms", "copy_ms", "python_cpu_ms"):
         values = [float(r[key]) for r in given if isinstance(r.get(key), (int, float)) and r[key] > 0]
         if values:
             out[key] = statistics.median(values)

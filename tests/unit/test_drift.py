@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pytest_gpuperf.measure.drift import measure_reference
-from pytest_gpuperf.verdict.machine import DRIFT_WARN, drift_agrees, drift_ratios, drift_warning, normalize, ratio_for
+from pytest_gpuperf.verdict.machine import DRIFT_WARN, cpu_drift_ratio, drift_agrees, drift_ratios, drift_warning, normalize, ratio_for
 
 PREFIX = "machine speed drift since the baseline was recorded (reference workloads now/then): "
 
@@ -195,5 +195,9 @@ def test_measure_reference_cpu():
         assert isinstance(ref[key], float) and math.isfinite(ref[key]) and ref[key] > 0, key
     assert ref["matmul"] == "512x512 float32 matmul"
     assert ref["copy"] == "64 MiB copy"
+    # the CPU's single-thread reference: a pure-Python loop's thread CPU time
+    assert isinstance(ref["python_cpu_ms"], float) and ref["python_cpu_ms"] > 0
+    assert ref["python_cpu"] == "pure-Python loop, thread CPU time"
+    assert cpu_drift_ratio(ref, ref) == 1.0
     # a measurement drifts from itself by exactly 1
     assert drift_ratios(ref, ref) == {"matmul": 1.0, "copy": 1.0}
