@@ -20,18 +20,20 @@ from typing import Any, Mapping, Sequence
 DRIFT_WARN = 0.05
 
 
+def _ratio(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None, key: str) -> float | None:
+    """``current[key] / baseline[key]`` when both are positive numbers, else None. Pure."""
+    now, then = (current or {}).get(key), (baseline or {}).get(key)
+    if isinstance(now, (int, float)) and isinstance(then, (int, float)) and now > 0 and then > 0:
+        return float(now) / float(then)
+    return None
+
+
 def drift_ratios(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> dict[str, float] | None:
     """``{"matmul": now/then, "copy": now/then}`` from two ``environment.reference`` dicts. Pure.
 
     Returns None when either side lacks the reference medians.
     """
-    if not current or not baseline:
-        return None
-    out = {}
-    for key in ("matmul", "copy"):
-        now, then = current.get(f"{key}_ms"), baseline.get(f"{key}_ms")
-        if isinstance(now, (int, float)) and isinstance(then, (int, float)) and now > 0 and then > 0:
-            out[key] = float(now) / float(then)
+    out = {key: r for key in ("matmul", "copy") if (r := _ratio(current, baseline, f"{key}_ms")) is not None}
     return out or None
 
 
@@ -40,10 +42,7 @@ def cpu_drift_ratio(current: Mapping[str, Any] | None, baseline: Mapping[str, An
     ``python_cpu_ms`` (the thread CPU time of a pure-Python loop,
     :func:`pytest_gpuperf.measure.drift.python_loop`; > 1: this CPU runs slower now). None when
     either side lacks it (baselines recorded before it, CUDA). Pure."""
-    now, then = (current or {}).get("python_cpu_ms"), (baseline or {}).get("python_cpu_ms")
-    if isinstance(now, (int, float)) and isinstance(then, (int, float)) and now > 0 and then > 0:
-        return float(now) / float(then)
-    return None
+    return _ratio(current, baseline, "python_cpu_ms")
 
 
 def median_reference(references: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
