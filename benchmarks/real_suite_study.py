@@ -1,10 +1,13 @@
 """Real libraries' pytest-benchmark suites, unmodified, through the plugin (issue 31).
 
 For each suite: a copy of its folder without git history (so the stored stage decides alone, as in a
-shallow CI checkout), one smoke run (which benchmarks pass as tests), one update run, ``--aa`` unchanged
+shallow CI checkout; with ``--git``, the copy is made a git repository of one commit and the
+baselines are committed after the update run, so the A/B against the baselines' commit runs, as
+for a user with a full clone), one smoke run (which benchmarks pass as tests), one update run, ``--aa`` unchanged
 reruns, and one rerun per injected slowdown (``benchmarks/inject_plugin.py``: every benchmarked call
-made ``level`` longer). Every run is the command users run, ``python -m pytest <args> --gpuperf ...``,
-with ``--gpuperf-no-ab-confirm``; the verdicts come from ``--gpuperf-json`` and JUnit XML.
+made ``level`` longer; with ``--git`` an untracked file of the working tree says so, so side A of an
+A/B runs without it). Every run is the command users run, ``python -m pytest <args> --gpuperf ...``,
+with ``--gpuperf-no-ab-confirm`` (without ``--git``); the verdicts come from ``--gpuperf-json`` and JUnit XML.
 
     python benchmarks/real_suite_study.py --python /work/study/venv/bin/python \\
         --suite tensordict=/work/study/tensordict-src --args tensordict="benchmarks -k 'not cuda'" \\
@@ -71,6 +74,8 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
             "memory_failed": bool(mc.get("verdict") == "regressed" or mc.get("over_budget")),
             "processes": len(b.get("process_medians_ms") or []) or 1,
             "clock": (b.get("comparison") or {}).get("clock"),
+            "by_ab": (b.get("comparison") or {}).get("ab_ref") is not None,
+            "stored_verdict": _stored_said((b.get("comparison") or {}).get("ab_confirmation")) or b.get("verdict"),
             "unavailable": sorted((b.get("unavailable") or {}).keys()),
         }
     return out
@@ -82,6 +87,11 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
         shutil.rmtree(work)
     tree = work / "tree"
     shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", ".gpuperf", "baselines"))
+    if opts.git:
+        (tree / ".gitignore").write_text(".gpuperf/\n__pycache__/\n*.pyc\n.pytest_cache/\n.benchmarks/\n")
+        _git(tree, "init", "-q")
+        _git(tree, "add", "-A")
+        _git(tree, "commit", "-q", "-m", "the suite")
     env = dict(os.environ, GPUPERF_HOST_LOAD=os.environ.get("GPUPERF_HOST_LOAD", "1"))
     paths = [str(HERE)] + ([opts.plugin_path] if opts.plugin_path else [])
     env["PYTHONPATH"] = os.pathsep.join(list(reversed(paths)) + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -112,15 +122,24 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
                         "processes": {k: v["processes"] for k, v in recorded.items()}}
     print(f"[{name}] update: {wall:.0f} s, {len(recorded)} recorded, failed tests: {len(result['update']['tests_failed'])}",
           flush=True)
+    if opts.git:
+        _git(tree, "add", "-A")
+        _git(tree, "commit", "-q", "-m", "baselines")
 
     runs = [("aa", 0.0, i) for i in range(opts.aa)] + [("slow", float(x), 0) for x in opts.levels.split(",") if x]
     result["runs"] = []
     for kind, level, i in runs:
         tag = f"{kind}-{level:g}-{i}"
-        env_i = dict(env, GPUPERF_STUDY_SLOWDOWN=str(level)) if level else env
-        rc, wall = run(opts.python, tree, [*base, "--gpuperf", "--gpuperf-no-ab-confirm",
-                                           f"--gpuperf-json={work}/{tag}.json", f"--junitxml={work}/{tag}.xml"],
-                       env_i, work / f"{tag}.log")
+        env_i = dict(env, GPUPERF_STUDY_SLOWDOWN=str(level)) if level and not opts.git else env
+        marker = tree / ".gpuperf-study-slowdown"
+        if level and opts.git:  # a change of the working tree: side A of the A/B runs the commit without it
+            marker.write_text(str(level))
+        try:
+            rc, wall = run(opts.python, tree, [*base, "--gpuperf", *([] if opts.git else ["--gpuperf-no-ab-confirm"]),
+                                               f"--gpuperf-json={work}/{tag}.json", f"--junitxml={work}/{tag}.xml"],
+                           env_i, work / f"{tag}.log")
+        finally:
+            marker.unlink(missing_ok=True)
         v = verdicts(work / f"{tag}.json")
         tests = junit_outcomes(work / f"{tag}.xml")
         failed_tests = sorted(k for k, o in tests.items() if o in ("failed", "error"))
@@ -135,6 +154,9 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
                          for k in ("regressed", "inconclusive", "unchanged", "improved", "no-baseline")},
             "processes_mean": (sum(x["processes"] for x in v.values()) / len(v)) if v else None,
             "decided_on_cpu_time": sum(x["clock"] == "cpu" for x in v.values()),
+            "measured_by_ab": sum(x["by_ab"] for x in v.values()),
+            "stored_verdicts": {k: sum(x["stored_verdict"] == k for x in v.values())
+                                for k in ("regressed", "inconclusive", "unchanged", "improved")},
             "failures": {k: [c for c in ("timing", "counts", "memory") if x[f"{c}_failed"]]
                          for k, x in v.items() if x["timing_failed"] or x["counts_failed"] or x["memory_failed"]},
         }
@@ -142,8 +164,19 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
         print(f"[{name}] {tag}: {wall:.0f} s, {row['benchmarks']} benchmarks, verdicts {row['verdicts']}, "
               f"failed: timing {row['timing_failed']} counts {row['counts_failed']} memory {row['memory_failed']}, "
               f"tests failed {row['failed_tests']}, mean processes {row['processes_mean']}, "
-              f"decided on CPU time {row['decided_on_cpu_time']}", flush=True)
+              f"decided on CPU time {row['decided_on_cpu_time']}, measured by A/B {row['measured_by_ab']} "
+              f"(stored stage said {row['stored_verdicts']})", flush=True)
     return result
+
+
+def _git(tree: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=study", "-c", "user.email=study@localhost", *args], cwd=tree, check=True)
+
+
+def _stored_said(note: str | None) -> str | None:
+    """The stored stage's verdict from an A/B confirmation's note (``the stored baseline said regressed 1.3x; …``)."""
+    prefix = "the stored baseline said "
+    return note[len(prefix):].split()[0] if note and note.startswith(prefix) else None
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float] | None:
@@ -194,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aa", type=int, default=2, help="unchanged reruns after the update run")
     p.add_argument("--levels", default="0.2,0.5", help="injected slowdowns, comma-separated fractions")
     p.add_argument("--plugin-path", default=None, help="another checkout of the plugin, first on PYTHONPATH")
+    p.add_argument("--git", action="store_true", help="make each copy a git repository, baselines committed: A/B on")
     p.add_argument("--extra-args", default="", help="pytest arguments for every run of every suite")
     opts = p.parse_args(argv)
     args = dict(a.split("=", 1) for a in opts.args)

@@ -28,11 +28,17 @@ CONFTEST = '''
 import os
 import pytest
 from pytest_gpuperf._testing import ScriptedMeasurer
+from pytest_gpuperf.plugin.replicates import slot_of
 
 @pytest.fixture
 def _gpuperf_measurer(request):
     machine = float(os.environ.get("MACHINE", "1"))
-    return ScriptedMeasurer.from_spec({"ms": request.module.MS[request.node.name] * machine, "cv": 0.03})
+    spec = {"ms": request.module.MS[request.node.name] * machine, "cv": 0.03}
+    spread = os.environ.get("SPREAD_" + request.node.name)  # worker process k runs factor k slower
+    if spread:
+        return ScriptedMeasurer.from_spec(dict(spec, process_factors=[float(f) for f in spread.split(",")]),
+                                          slot_of(request.config))
+    return ScriptedMeasurer.from_spec(spec)
 '''
 
 # confirm=0: an A/B that says regressed is not measured again by more pairs of worker processes
@@ -40,7 +46,7 @@ def _gpuperf_measurer(request):
 TESTS = '''
 import pytest
 
-MS = {"test_a": @A@, "test_b": @B@}
+MS = {"test_a": @A@, "test_b": @B@, "test_c": 1.0}
 
 @pytest.mark.gpu_bench(counts=False, confirm=0)
 def test_a(gpu_bench):
@@ -48,6 +54,10 @@ def test_a(gpu_bench):
 
 @pytest.mark.gpu_bench(counts=False, confirm=0)
 def test_b(gpu_bench):
+    gpu_bench.pedantic(sum, args=(range(10),), rounds=40, warmup_rounds=2)
+
+@pytest.mark.gpu_bench(counts=False, confirm=0)
+def test_c(gpu_bench):
     gpu_bench.pedantic(sum, args=(range(10),), rounds=40, warmup_rounds=2)
 '''
 
@@ -83,8 +93,8 @@ def repo(pytester: pytest.Pytester, recorded: dict[str, Path], tmp_path_factory:
     pytester.makeconftest(SCRIPTED_REFERENCE + CONFTEST)
     pytester.makepyfile(test_x=project())
     first = commit(top, "code")
-    pytester.runpytest("--gpuperf-update-baselines", *FAST).assert_outcomes(passed=2)
-    for name in ("test_a", "test_b"):
+    pytester.runpytest("--gpuperf-update-baselines", *FAST).assert_outcomes(passed=3)
+    for name in ("test_a", "test_b", "test_c"):
         entry = _baselines(top)["benchmarks"][name]
         assert entry["git_commit"] == first and entry["dirty"] is False
         assert entry["environment"]["reference"]["matmul_ms"] == 1.0  # scripted, not this machine's
@@ -111,10 +121,20 @@ def test_slower_machine_passes_and_slower_code_fails_after_ab(pytester: pytest.P
     # the A/B against the baselines' commit on this machine says unchanged, and that is the verdict.
     # test_b's code is 1.3x slower too (uncommitted): the stored comparison says regressed (the
     # machine's and the code's slowdown), and the A/B, both sides on this machine, confirms it.
+    # test_c's code is unchanged, but this run's second worker process is 1.4x slower than its first:
+    # against the stored baseline that is inconclusive, and the A/B (each pair's processes alike) settles it.
     monkeypatch.setenv("MACHINE", "1.3")
+    monkeypatch.setenv("SPREAD_test_c", "1.0,1.4")
     pytester.makepyfile(test_x=project(b=1.3))
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json=r.json", *FAST)
-    rec.assert_outcomes(passed=1, failed=1)
+    rec.assert_outcomes(passed=2, failed=1)
+    rec.stdout.fnmatch_lines(["gpuperf: 2 regression(s), 1 inconclusive: measuring by A/B against the baselines' commit "
+                              f"({first[:7]}) on this machine"])
+    c = _comparison(pytester, "test_c")
+    assert c["verdict"] == "unchanged" and c["ab_ref"] == f"the baselines' commit ({first[:7]})", c
+    assert c["ab_confirmation"].startswith("the stored baseline said inconclusive 1."), c["ab_confirmation"]
+    assert "; settled by A/B against the baseline's commit on this machine: " in c["ab_confirmation"]
+    assert c["ab_confirmation"].endswith("(unchanged)")
     c = _comparison(pytester, "test_a")
     assert c["verdict"] != "regressed" and c["ab_ref"] == f"the baselines' commit ({first[:7]})"
     assert c["ab_confirmation"].startswith("the stored baseline said regressed 1.3")
@@ -130,10 +150,13 @@ def test_slower_machine_passes_and_slower_code_fails_after_ab(pytester: pytest.P
                                          f"(after committing your changes: bisect measures commits, and the working "
                                          f"tree has uncommitted changes)")
     # Opting out leaves the stored verdicts alone: the slower machine fails test_a too.
+    # test_c stays inconclusive (and passes).
     rec = pytester.runpytest("--gpuperf", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json", *FAST)
-    rec.assert_outcomes(failed=2)
+    rec.assert_outcomes(passed=1, failed=2)
     assert _comparison(pytester, "test_a")["ab_ref"] is None
     assert _comparison(pytester, "test_b")["ab_ref"] is None
+    c = _comparison(pytester, "test_c")
+    assert c["verdict"] == "inconclusive" and c["ab_ref"] is None
 
 
 def test_a_committed_regression_is_bisected_in_the_same_run_and_by_the_pytest_form(pytester: pytest.Pytester,
@@ -144,7 +167,7 @@ def test_a_committed_regression_is_bisected_in_the_same_run_and_by_the_pytest_fo
     pytester.makepyfile(test_x=project(a=1.3))
     slow = commit(repo, "make test_a slower")
     rec = pytester.runpytest("--gpuperf", "--gpuperf-bisect-on-regression=1", *FAST)
-    rec.assert_outcomes(passed=1, failed=1)
+    rec.assert_outcomes(passed=2, failed=1)
     out = rec.stdout.str()
     assert f"find the commit: gpuperf bisect {first[:12]} HEAD -- test_x.py::test_a" in out
     assert "(after committing" not in out  # committed: the command runs as printed
@@ -181,7 +204,7 @@ def test_missing_or_dirty_baseline_commit_keeps_the_stored_verdict_with_a_note(p
     data["benchmarks"]["test_b"]["history"][-1]["dirty"] = True  # recorded from uncommitted changes
     path.write_text(json.dumps(data))
     rec = pytester.runpytest("--gpuperf", *FAST)
-    rec.assert_outcomes(failed=2)
+    rec.assert_outcomes(passed=1, failed=2)
     rec.stdout.fnmatch_lines(["*test_x.py::test_a*not confirmed by A/B against 0123456: the baselines' commit 0123456 "
                               "is not in this repository (a shallow clone? fetch the history*fetch-depth: 0); the "
                               "stored verdict stands*"])

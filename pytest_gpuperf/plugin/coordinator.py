@@ -242,8 +242,9 @@ class Coordinator:
             finished[key] = r.replace(op_diff=diff, unavailable=unavailable)
 
     def _ab_will_confirm(self, key: str, commits: dict[str, tuple[str | None, bool | None]]) -> bool:
-        """Whether a stored-stage regression of ``key`` will be confirmed by A/B against its baseline's
-        commit (``--gpuperf-ab-confirm`` on, a committed baseline, the commit in this clone)."""
+        """Whether a stored-stage regression (or inconclusive comparison) of ``key`` will be measured
+        again by A/B against its baseline's commit (``--gpuperf-ab-confirm`` on, a committed baseline,
+        the commit in this clone; :func:`~pytest_gpuperf.plugin.replicates.measured_by_ab`)."""
         commit, dirty = commits.get(key, (None, None))
         if not self.settings.ab_confirm or self.settings.updating or commit is None or dirty:
             return False
@@ -261,20 +262,21 @@ class Coordinator:
 
     def _confirm_by_ab(self, finished: dict[str, Any],
                        commits: dict[str, tuple[str | None, bool | None]]) -> None:
-        """Re-measure every stored-baseline regression in ``finished`` by A/B against the commit its
-        baseline was recorded at, on this machine (a worktree of that commit is side A, the working tree
-        side B; :mod:`pytest_gpuperf.ab.run`), and make the A/B verdict the final one (Chromium Pinpoint
-        confirms a dashboard alert the same way). A baseline recorded from uncommitted changes, a commit
-        that is not in this clone, or a side A that cannot run keeps the stored verdict, with a note."""
+        """Re-measure every stored-baseline regression in ``finished``, and every inconclusive
+        comparison (:func:`~pytest_gpuperf.plugin.replicates.measured_by_ab`), by A/B against the
+        commit its baseline was recorded at, on this machine (a worktree of that commit is side A, the
+        working tree side B; :mod:`pytest_gpuperf.ab.run`), and make the A/B verdict the final one
+        (Chromium Pinpoint confirms a dashboard alert the same way). A baseline recorded from
+        uncommitted changes, a commit that is not in this clone, or a side A that cannot run keeps the
+        stored verdict, with a note."""
         import dataclasses
         import shlex
 
         from pytest_gpuperf.ab.run import ABError, resolve_revision
         from pytest_gpuperf.bisect.run import uncommitted
-        from pytest_gpuperf.plugin.replicates import with_ab_confirmation
+        from pytest_gpuperf.plugin.replicates import measured_by_ab, with_ab_confirmation
 
-        suspects = [k for k, r in finished.items()
-                    if not isinstance(r, str) and r.comparison is not None and r.comparison.verdict.value == "regressed"]
+        suspects = [k for k, r in finished.items() if measured_by_ab(r)]
         by_commit: dict[str, list[str]] = {}
         for key in suspects:
             commit, dirty = commits.get(key, (None, None))
@@ -291,7 +293,7 @@ class Coordinator:
                 rev = dataclasses.replace(resolve_revision(Path(self.config.invocation_params.dir), commit),
                                           ref="the baselines' commit")
                 label = rev.label
-                say(f"gpuperf: {len(keys)} regression(s): confirming by A/B against {label} on this machine")
+                say(f"gpuperf: {_ab_what(finished, keys)}: measuring by A/B against {label} on this machine")
                 results, _ = self._measure_ab(rev, only=set(keys))
             except ABError as exc:
                 why = str(exc)
@@ -505,16 +507,19 @@ def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, a
     """The benchmarks that more worker processes can help (:func:`~pytest_gpuperf.plugin.replicates.needs_more`
     with the session's ``max_processes`` in all, and with ``fit`` (the more processes the time left
     allows; None: no limit) at most its own processes plus ``fit``; ``ab_confirms(key)``: an A/B
-    will confirm its regression; ``more``: those measured in more processes already), after ``k``
+    will confirm its regression, or settle its inconclusive comparison (then it gets no more
+    processes); ``more``: those measured in more processes already), after ``k``
     processes. The thin ones that more processes cannot decide get the note that says so
     (``finished`` is updated), are recorded in ``hopeless_seen`` (id -> processes) and counted in
     one progress line."""
-    from pytest_gpuperf.plugin.replicates import needs_more, not_escalated, replicate_regression
+    from pytest_gpuperf.plugin.replicates import measured_by_ab, needs_more, not_escalated, replicate_regression
     from pytest_gpuperf.reporting.terminal import not_escalated_line
 
     limits = s.limits
     thin, hopeless, caps = [], [], set()
     for key, r in finished.items():
+        if measured_by_ab(r) and r.comparison.verdict.value == "inconclusive" and ab_confirms(key):
+            continue  # both sides measured now by A/B settle it; more processes here cannot shrink the baseline's spread
         own = (len(r.process_medians_ms or ()) or k) if not isinstance(r, str) else k
         cap = limits.max_processes if fit is None else min(limits.max_processes, own + fit)
         if needs_more(r, s.updating, max_processes=cap, by_time=cap < limits.max_processes,
@@ -540,6 +545,13 @@ def _thin_why(finished: Mapping[str, Any], thin: list[str], updating: bool) -> s
         f"{len(thin) - regressed} benchmark(s) inconclusive" if len(thin) > regressed else "",
         f"{regressed} regressed with no A/B against the baselines' commit to confirm it" if regressed else "",
     ) if x)
+
+
+def _ab_what(finished: Mapping[str, Any], keys: list[str]) -> str:
+    """What an A/B confirmation re-measures, for its progress line: ``2 regression(s), 5 inconclusive``."""
+    regressed = sum(finished[k].comparison.verdict.value == "regressed" for k in keys)
+    return ", ".join(x for x in (f"{regressed} regression(s)" if regressed else "",
+                                 f"{len(keys) - regressed} inconclusive" if len(keys) > regressed else "") if x)
 
 
 def _budget(runs: list[Any], more_time_s: float | None) -> Any:

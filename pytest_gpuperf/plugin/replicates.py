@@ -811,15 +811,32 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
 
 
 
+def measured_by_ab(result: Any) -> bool:
+    """Whether a stored-stage result is measured again by A/B against its baseline's commit, when
+    one can run (``--gpuperf-ab-confirm``, a committed baseline, the commit in this clone): a
+    ``regressed`` verdict, to confirm it, and an ``inconclusive`` one with a ratio, to settle it. An
+    inconclusive comparison against a stored baseline has the baseline's own process spread in its
+    CI, which no process of this run can shrink; A/B measures both sides now, interleaved, so a
+    shift of the machine between the recording and this run cancels (issue 45: on real suites the
+    stored stage left 66-91% of unchanged benchmark-runs inconclusive on a noisy VM). Such a result
+    gets no more processes of the stored stage (:func:`pytest_gpuperf.plugin.coordinator._thin`)."""
+    if isinstance(result, str) or result.comparison is None or result.comparison.ratio is None:
+        return False
+    return result.comparison.verdict.value in ("regressed", "inconclusive")
+
+
 def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None = None,
                          bisect_command: str | None = None) -> Any:
-    """The final result of a stored-baseline regression after its A/B confirmation against the
-    baseline's own commit (``label``: ``"3f2a9c1 (3f2a9c1)"``): with an A/B comparison (``ab``, a
-    result of :func:`pytest_gpuperf.ab.results.ab_result`), the verdict is the A/B one, its samples
-    B's, and the message says what the stored comparison said; without one (``problem`` says why:
-    the commit is missing, side A failed) the stored result, with that note. Memory, counts,
-    bottleneck and the process medians stay the stored run's; the per-op diff is the A/B run's. A confirmed regression's note ends
-    with ``bisect_command``, the command that finds the commit (``gpuperf bisect <commit> HEAD -- <id>``)."""
+    """The final result of a stored-baseline regression (or inconclusive comparison,
+    :func:`measured_by_ab`) after its A/B against the baseline's own commit (``label``:
+    ``"3f2a9c1 (3f2a9c1)"``): with an A/B comparison (``ab``, a result of
+    :func:`pytest_gpuperf.ab.results.ab_result`), the verdict is the A/B one, its samples B's, and the
+    message says what the stored comparison said and whether the A/B ``confirmed`` the regression
+    (or ``settled`` the inconclusive comparison: decided it either way); without one (``problem``
+    says why: the commit is missing, side A failed) the stored result, with that note. Memory,
+    counts, bottleneck and the process medians stay the stored run's; the per-op diff is the A/B
+    run's. A regression's note ends with ``bisect_command``, the command that finds the commit
+    (``gpuperf bisect <commit> HEAD -- <id>``)."""
     from pytest_gpuperf.core.containment import OP_DIFF
     from pytest_gpuperf.verdict.compare import Verdict
     from pytest_gpuperf.core.units import format_ratio
@@ -827,14 +844,18 @@ def with_ab_confirmation(stored: Any, ab: Any, label: str, problem: str | None =
 
     s = stored.comparison
     said = f"the stored baseline said {s.verdict.value} {format_ratio(s.ratio)}" if s.ratio else "the stored baseline"
+    settling = s.verdict is Verdict.INCONCLUSIVE
     a = ab.comparison if ab is not None else None
     if a is None or a.verdict is Verdict.NO_BASELINE or a.ratio is None:
         why = problem or (comparison_note(a) if a is not None else "") or "no A/B result"
-        note = f"not confirmed by A/B against {label}: {why}; the stored verdict stands"
+        note = f"not {'settled' if settling else 'confirmed'} by A/B against {label}: {why}; the stored verdict stands"
         return stored.replace(comparison=dataclasses.replace(s, ab_confirmation=note))
     from pytest_gpuperf.reporting.messages import ab_summary
 
-    word = "confirmed" if a.verdict is Verdict.REGRESSED else "not confirmed"
+    if settling:
+        word = "not settled" if a.verdict is Verdict.INCONCLUSIVE else "settled"
+    else:
+        word = "confirmed" if a.verdict is Verdict.REGRESSED else "not confirmed"
     note = f"{said}; {word} by A/B against the baseline's commit on this machine: {ab_summary(a)} ({a.verdict.value})"
     if a.verdict is Verdict.REGRESSED and bisect_command:
         note += f"; find the commit: {bisect_command}"

@@ -197,7 +197,8 @@ def test_the_time_left_caps_each_benchmark_at_its_own_processes_plus_those_that_
     """The coordinator's choice of the benchmarks for the next batch (coordinator._thin): with ``fit``
     more processes left in the time, a benchmark measured in fewer processes than the session so far
     (left out of the last batch) may still get them; with none left, no inconclusive one does,
-    whatever its own count, while a regression to replicate still does."""
+    whatever its own count, while a regression to replicate still does; one that an A/B will
+    measure again gets none (issue 45)."""
     from pathlib import Path
 
     from pytest_gpuperf.plugin.coordinator import _thin
@@ -223,4 +224,9 @@ def test_the_time_left_caps_each_benchmark_at_its_own_processes_plus_those_that_
     assert thin == ["m::noisy"]  # the regression is replicated whatever the time
     assert progress.lines == [not_escalated_line(1, 3, after=7, by_time=True)]
     assert "the time for them (--gpuperf-more-processes-time) had run out" in none_left["m::tight"].comparison.note
-    assert _thin(dict(finished), s, 7, Lines(), lambda key: True, {}, {}) == ["m::tight"]  # no time limit given
+    # with an A/B against the baselines' commit to come, neither gets processes: the A/B confirms the
+    # regression and settles the inconclusive comparison (both sides measured now), with no note here
+    ab, lines = dict(finished), Lines()
+    assert _thin(ab, s, 7, lines, lambda key: True, {}, {}) == []
+    assert not lines.lines and ab["m::tight"] is tight
+    assert _thin(dict(finished), s, 7, Lines(), lambda key: key == "m::noisy", {}, {}) == ["m::tight"]

@@ -161,6 +161,19 @@ def test_ab_confirmation_makes_the_ab_verdict_final_or_keeps_the_stored_one_with
     assert "not confirmed by A/B against abc1234: the commit is not in this repository; the stored verdict stands" \
         in comparison_message(kept.comparison)
     json.dumps(result_entry(final, environment={}, git_commit=None, timestamp_utc="", with_comparison=True))
+    # an inconclusive stored comparison is measured by A/B too (issue 45), which settles it, or not
+    unsure = result(Comparison(Verdict.INCONCLUSIVE, "m::test_x", 1.3, 1.2, ratio=1.08, ratio_ci=(0.8, 1.5)))
+    assert replicates.measured_by_ab(unsure) and replicates.measured_by_ab(stored)
+    assert not replicates.measured_by_ab(same) and not replicates.measured_by_ab("no result")
+    settled = replicates.with_ab_confirmation(unsure, same, "the baselines' commit (abc1234)").comparison
+    assert settled.verdict is Verdict.UNCHANGED
+    assert settled.ab_confirmation.startswith("the stored baseline said inconclusive 1.080x; settled by A/B against "
+                                              "the baseline's commit on this machine: ")
+    still = result(Comparison(Verdict.INCONCLUSIVE, "m::test_x", 1.3, 1.2, ratio=1.04, ratio_ci=(0.9, 1.2),
+                              ab=ABEvidence("the baselines' commit (abc1234)")))
+    assert "; not settled by A/B against" in replicates.with_ab_confirmation(unsure, still, "x").comparison.ab_confirmation
+    kept = replicates.with_ab_confirmation(unsure, None, "abc1234", "side A failed")
+    assert kept.comparison.ab_confirmation == "not settled by A/B against abc1234: side A failed; the stored verdict stands"
 
 
 def test_a_benchmark_measured_by_fewer_processes_splits_its_time_over_those() -> None:
