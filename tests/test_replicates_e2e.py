@@ -369,7 +369,8 @@ def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(py
     assert "inconclusive" in rows["test_loop"] and "regressed" in rows["test_other"]
 
 
-def test_a_cpu_time_regression_is_read_against_the_cpus_own_speed(pytester: pytest.Pytester) -> None:
+def test_a_cpu_time_regression_is_read_against_the_cpus_own_speed(pytester: pytest.Pytester,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     # The machine check of a verdict decided on CPU time (issue 45): with one core busy, this
     # project's VM once ran every cattrs benchmark's thread CPU time about 2x its baseline's (16 of
     # 64 false failures: the CPU itself slower, not only the core taken away). Each timed worker
@@ -395,6 +396,17 @@ def test_a_cpu_time_regression_is_read_against_the_cpus_own_speed(pytester: pyte
                                    "median of this run's worker processes, now/baseline)"), loop["note"]
     assert (other["verdict"], other["clock"]) == ("regressed", "cpu"), other["message"]
     assert benchmarks["test_bench.py::test_loop"]["environment"]["reference"]["python_cpu_ms"] == 1.3
+    # gpuperf compare reads the two files the same way: the share of CPU time in the wall time from
+    # the report's rounds (as the plugin read them), the decision over the process medians
+    from pytest_gpuperf.cli.reports import main
+
+    capsys.readouterr()
+    assert main(["compare", str(path), str(pytester.path / "r.json")]) == 1  # test_other fails
+    out = capsys.readouterr().out
+    assert "machine differs: reference CPU time +30%" in out, out
+    rows = {n: ln for ln in out.splitlines() for n in ("test_loop", "test_other")
+            if ln.startswith(f"test_bench.py::{n} ")}
+    assert "inconclusive" in rows["test_loop"] and "regressed" in rows["test_other"], out
 
 
 def test_a_single_process_baseline_counts_its_runs_as_replicates(pytester: pytest.Pytester) -> None:

@@ -372,19 +372,15 @@ def _instructions(name: str, b_entry: BaselineEntry, c_entry: BaselineEntry) -> 
 
 
 def _cpu_evidence(cpu: Any, processes: int | None) -> Any:
-    """A stored entry's CPU time as the plugin's CPU-time rule reads it (issue 45): as stored for
-    one process (its samples aligned with the wall clock's); over ``processes`` worker processes,
-    each one's median as one sample (the wall clock's evidence here is their medians too), with
-    the process's CPU time scaled by the stored parallelism. None when not stored, or stored
-    without each process's median."""
+    """A stored entry's CPU time as the plugin's CPU-time rule reads it (issue 45): as stored, its
+    samples per round aligned with the wall clock's (the rule's share of CPU time in the wall time
+    is read from them, as the plugin reads it; over ``processes`` worker processes the decision is
+    over each process's median, :func:`pytest_gpuperf.verdict.gate.with_cpu_time`). None when not
+    stored, or stored without each process's median when ``processes`` measured it."""
     if cpu is None or processes is None:
         return cpu
     medians = cpu.replicates_ms
-    if medians is None or len(medians) != processes:
-        return None
-    from pytest_gpuperf.verdict.cputime import CpuTime
-
-    return CpuTime(tuple(medians), tuple(m * cpu.parallelism for m in medians), tuple(medians))
+    return cpu if medians is not None and len(medians) == processes else None
 
 
 def _print_pairs_table(decided: list[_Decided]) -> None:

@@ -551,13 +551,18 @@ def with_cpu_time(wall: Comparison, evidence: Evidence, baseline: BaselineEntry 
         return wall
     wall_samples = (tuple(v for g in evidence.process_samples_ms for v in g)
                     if evidence.process_samples_ms is not None else evidence.samples_ms)
-    current = ClockSide.of(evidence.cpu, wall_samples, evidence.host_busy)
+    # a report read again (gpuperf compare): each process as its median, the CPU time per round as
+    # stored, aligned with the report's rounds: the share from those rounds, as the plugin read it
+    n = len(evidence.cpu.samples_ms)
+    rounds = len(wall_samples) != n and len(evidence.samples_ms) == n
+    current = ClockSide.of(evidence.cpu, evidence.samples_ms if rounds else wall_samples, evidence.host_busy)
     stored = ClockSide.of(baseline.cpu_time, baseline.samples_ms, baseline.host_busy)
     invalid = cpu_time_invalid(current, stored, options.threshold)
     cpu = None
     if invalid is None:
         if evidence.process_samples_ms is not None:
-            groups = evidence.cpu.groups([len(g) for g in evidence.process_samples_ms])
+            groups = ([(m,) for m in evidence.cpu.process_medians_ms or ()] if rounds
+                      else evidence.cpu.groups([len(g) for g in evidence.process_samples_ms]))
             cpu = judge_replicates(groups, cpu_base, options, benchmark_id=benchmark_id,
                                    baseline_file=baseline_file, can_fail=can_fail, prior=prior)
         else:
