@@ -28,7 +28,10 @@ Chromium Pinpoint measure A and B in one job too).
   of worker processes is above 1 + ``threshold``/2: blocks of one process share that process's
   speed mode, so a slowdown carried by some process pairs only is reported ``inconclusive``, not
   ``regressed`` (improved: the mirror image);
-* **improved**, **inconclusive**, **unchanged**: as in :func:`pytest_gpuperf.verdict.compare.shift_verdict`.
+* **improved**, **inconclusive**, **unchanged**: as in :func:`pytest_gpuperf.verdict.compare.shift_verdict`,
+  and read as non-inferiority, as the stored stage reads it (issue 45): an ``inconclusive`` whose
+  one-sided 97.5% upper bound (the upper end of the same bootstrap's 95% CI) lies under
+  1 + ``threshold`` is **unchanged**, since the gate asks "slower by more than the threshold?".
 
 Sources: Wilcoxon (1945); Hodges & Lehmann (1963); Efron's percentile bootstrap; Abedi & Brecht,
 "Conducting Repeatable Experiments in Highly Variable Cloud Computing Environments" (ICPE 2017).
@@ -42,7 +45,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pytest_gpuperf.verdict.compare import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DEFAULT_ALPHA, DEFAULT_THRESHOLD,  # noqa: F401
-                      RATIO_CONFIDENCE, ABEvidence, Comparison, Verdict, hierarchical_log_ci, shift_verdict)
+                      NONINFERIORITY_CONFIDENCE, RATIO_CONFIDENCE, ABEvidence, Comparison, Verdict,
+                      hierarchical_log_ci, noninferior_note, shift_verdict)
 from pytest_gpuperf.core.units import format_ratio
 from pytest_gpuperf.verdict.advice import Advice
 
@@ -177,6 +181,24 @@ def per_process_ratios(ratios: Sequence[PairedRatio]) -> tuple[float, ...]:
     return tuple(math.exp(_median(v)) for v in log_ratios_by_process(ratios))
 
 
+def _noninferior(decided: tuple[Verdict, str | None], logs: Sequence[float], by_process: Sequence[Sequence[float]],
+                 threshold: float, ci: tuple[float, float]) -> tuple[Verdict, str | None]:
+    """The non-inferiority reading of an A/B verdict (issue 45; the stored stage's is
+    :func:`pytest_gpuperf.verdict.compare.noninferior`): an ``INCONCLUSIVE`` ``decided`` whose
+    one-sided :data:`~pytest_gpuperf.verdict.compare.NONINFERIORITY_CONFIDENCE` upper bound of the
+    ratio B/A (the upper end of the two-sided CI at 2 x that - 1, 95%, by the same bootstrap as the
+    99% CI ``ci``: two-stage over process pairs when there are two or more) lies under
+    1 + ``threshold`` becomes ``UNCHANGED``, with the note that says so; any other is returned as is."""
+    if decided[0] is not Verdict.INCONCLUSIVE:
+        return decided
+    confidence = 2 * NONINFERIORITY_CONFIDENCE - 1
+    if len(by_process) >= 2:
+        upper = math.exp(hierarchical_log_ci(by_process, confidence=confidence)[1])
+    else:
+        upper = math.exp(median_ci(logs, confidence)[1])
+    return (Verdict.UNCHANGED, noninferior_note(threshold, upper, ci)) if upper < 1 + threshold else decided
+
+
 def decide_ab(
     ratios: Sequence[PairedRatio],
     *,
@@ -224,6 +246,7 @@ def decide_ab(
     ci = (math.exp(lo), math.exp(hi))
     p_slower, p_faster = signed_rank_pvalues(logs)
     verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha, test="signed-rank test")
+    verdict, note = _noninferior((verdict, note), logs, by_process, threshold, ci)
     disagree, half, advice = None, 1 + threshold / 2, ()
     if verdict is Verdict.REGRESSED and min(per_process) <= half:
         disagree = "slower"

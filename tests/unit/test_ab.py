@@ -139,3 +139,21 @@ def test_confirmation_pairs_are_decided_jointly_with_the_first():
     assert not c.fails() and c.confirmed is False
     assert needs_more_pairs(_decide(_blocks(0.40)))
     assert not needs_more_pairs(_decide(_blocks(0.0)))
+
+
+def test_an_ab_comparison_is_read_as_non_inferiority_like_the_stored_one():
+    """Issue 45: the gate asks "slower by more than the threshold?". An A/B whose 99% CI spans both
+    1 and 1 + T, but whose one-sided 97.5% upper bound is under 1 + T, is unchanged (with the note
+    that says so); one whose bound reaches 1 + T stays inconclusive; a real slowdown still fails."""
+    def ratios(shift: float, sd: float) -> list[PairedRatio]:
+        rng = random.Random(1)
+        return [PairedRatio(p, shift + rng.gauss(0, sd)) for p in (0, 1) for _ in range(8)]
+
+    c = decide_ab(ratios(0.015, 0.06), a_median_ms=1.0, b_median_ms=1.0, ref="HEAD")
+    assert c.ratio_ci[0] < 1 < 1.05 < c.ratio_ci[1]  # the 99% CI spans both
+    assert c.verdict is Verdict.UNCHANGED
+    assert c.note.startswith("not slower by more than 5.0%: the one-sided 97.5% upper bound 1.0")
+    assert c.note.endswith("is under 1+T=1.050x (non-inferiority; the 99% CI 0.953x-1.057x spans both)")
+    near = decide_ab(ratios(0.04, 0.08), a_median_ms=1.0, b_median_ms=1.04, ref="HEAD")
+    assert near.verdict is Verdict.INCONCLUSIVE and "non-inferiority" not in (near.note or "")
+    assert decide_ab(ratios(0.2, 0.06), a_median_ms=1.0, b_median_ms=1.2, ref="HEAD").verdict is Verdict.REGRESSED
