@@ -519,7 +519,7 @@ def _thin(finished: dict[str, Any], s: SessionSettings, k: int, progress: Any, a
     thin, hopeless, caps = [], [], set()
     for key, r in finished.items():
         if measured_by_ab(r) and r.comparison.verdict.value == "inconclusive" and ab_confirms(key):
-            continue  # both sides measured now by A/B settle it; more processes here cannot shrink the baseline's spread
+            continue  # A/B settles it (both sides now): more processes cannot shrink the baseline's spread
         own = (len(r.process_medians_ms or ()) or k) if not isinstance(r, str) else k
         cap = limits.max_processes if fit is None else min(limits.max_processes, own + fit)
         if needs_more(r, s.updating, max_processes=cap, by_time=cap < limits.max_processes,
