@@ -3,6 +3,11 @@
 Public API: the ``gpu_bench`` fixture and ``@pytest.mark.gpu_bench`` marker (see the README and docs/writing-benchmarks.md),
 and the names in ``__all__``. Exports load lazily: importing this package (which pytest does at
 start-up through the ``pytest11`` entry point) imports neither torch nor numpy.
+
+PYTEST_DONT_REWRITE: an A/B worker imports this package before pytest starts (from the
+coordinator's copy, never the worktree's), and pytest's warning that it cannot rewrite an imported
+plugin's asserts then stopped every A/B worker of a project whose config turns warnings into
+errors (``filterwarnings = error``, as pydantic-core's does). Nothing here asserts for pytest.
 """
 
 from __future__ import annotations

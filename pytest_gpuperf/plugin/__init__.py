@@ -5,6 +5,9 @@ Registered through the ``pytest11`` entry point. At configure time it resolves t
 :class:`~pytest_gpuperf.plugin.session.GpuPerfSession`, which owns the session's state and
 hooks. At import and configure time it imports neither torch nor numpy: those load when a
 ``gpu_bench`` test first runs.
+
+PYTEST_DONT_REWRITE (as in the package's ``__init__``): an A/B worker imports this module before
+pytest starts, and pytest's "cannot be rewritten" warning is an error where a project's config says so.
 """
 
 from __future__ import annotations
