@@ -152,7 +152,9 @@ class Comparison:
     ``normalized_by`` and ``raw_ratio``. ``machine_ratio`` is the interleaved probe's
     median now / its stored level (> 1: the machine is slower; None without a probe on both
     sides) and :attr:`machine_differs` True when that turned a regression into an inconclusive
-    verdict ("machine differs"). Times in ms.
+    verdict ("machine differs"). ``ab_confirmation``: where an A/B against the baselines' commit
+    re-measured a stored-baseline verdict (a regression to confirm, an inconclusive comparison to
+    settle), what the stored comparison said and what the A/B made of it (None: no such A/B). Times in ms.
 
     ``note`` is the decision steps' short notes, without the command line; ``advice`` the
     :class:`~pytest_gpuperf.verdict.advice.Advice` codes of what the reader can do for a firmer
