@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from inject_plugin import SLOWDOWN_FILE  # noqa: E402  (the file the injected slowdown is read from)
 
 
 def run(python: str, tree: Path, args: list[str], env: dict[str, str], log: Path) -> tuple[int, float]:
@@ -131,7 +133,7 @@ def study_suite(name: str, source: Path, args: list[str], opts: argparse.Namespa
     for kind, level, i in runs:
         tag = f"{kind}-{level:g}-{i}"
         env_i = dict(env, GPUPERF_STUDY_SLOWDOWN=str(level)) if level and not opts.git else env
-        marker = tree / ".gpuperf-study-slowdown"
+        marker = tree / SLOWDOWN_FILE
         if level and opts.git:  # a change of the working tree: side A of the A/B runs the commit without it
             marker.write_text(str(level))
         try:
