@@ -579,13 +579,17 @@ class Coordinator:
     ``processes``: pairs of worker processes, run one pair after another; ``log_dir``: where each
     worker's output goes; ``progress``: a callable taking one line of text per step (a line rewritten in
     place on a terminal); ``announce``: one for a line that starts a phase and stays (default ``progress``);
-    ``traces_dir``: where the profiling pairs save each side's chrome trace (None: no traces).
+    ``traces_dir``: where the profiling pairs save each side's chrome trace (None: no traces);
+    ``extras``: whether each side's first pair also measures its peak memory, counts and
+    bottleneck (one more call each, after its blocks).
     """
 
     def __init__(self, specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path,
                  progress: Callable[[str], None] = lambda _s: None,
-                 announce: Callable[[str], None] | None = None, traces_dir: Path | None = None) -> None:
+                 announce: Callable[[str], None] | None = None, traces_dir: Path | None = None,
+                 extras: bool = True) -> None:
         self.specs, self.args, self.processes, self.log_dir = specs, list(args), processes, log_dir
+        self.extras = extras
         self.traces_dir = traces_dir
         self.progress = progress
         self.announce = announce or progress
@@ -870,7 +874,9 @@ class Coordinator:
         return True
 
     def _finish(self, w: _Worker, m: Measured, p: int) -> None:
-        reply = w.ask("finish", extras=w.spec.side not in m.entries, classify=w.spec.side == "B")
+        first = w.spec.side not in m.entries  # its entry comes from its first pair, with the extras if asked
+        extras = first and self.extras
+        reply = w.ask("finish", extras=extras, classify=extras and w.spec.side == "B", entry=first)
         if reply is not None and reply.get("op") == "result" and reply.get("ranks"):
             m.ranks.setdefault(w.spec.side, []).append([float(v) for v in reply["ranks"]])
         if reply is not None and reply.get("op") == "result" and reply.get("entry") and w.spec.side not in m.entries:
@@ -930,7 +936,8 @@ class ABOutcome:
 def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path, label: str, *,
                only: set[str] | None = None, progress: Callable[[str], None] = lambda _s: None,
                announce: Callable[[str], None] | None = None, max_pairs: int | None = None,
-               why: bool = True, traces_dir: Path | None = None) -> ABOutcome:
+               why: bool = True, traces_dir: Path | None = None, confirming: bool = False,
+               why_max: int | None = None) -> ABOutcome:
     """Measure side B against side A (``specs``, e.g. :func:`side_specs`) in ``processes`` pairs of
     worker processes running pytest with ``args`` (``only``: just these benchmark ids), then the
     sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by its
@@ -942,12 +949,17 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
     improved are then profiled on both sides in :data:`PROFILE_PAIRS` more pairs and get their per-op
     diff (:func:`with_op_diff`; issue 32), and those whose diff named no op in :data:`MORE_PROFILE_PAIRS`
     more, and with ``traces_dir`` each side's chrome trace is saved
-    there, A's and B's next to each other. The one A/B decision of the plugin (``--gpuperf-ab``, the
+    there, A's and B's next to each other. ``confirming``: the A/B that confirms or settles
+    stored-baseline comparisons, whose memory, counts and bottleneck stay the stored run's
+    (:func:`~pytest_gpuperf.plugin.replicates.with_ab_confirmation`): its workers make no extra
+    calls for them, and only its regressions are profiled (an improvement fails nothing; its why
+    took 5 process pairs, 90 s, on cattrs' suite, 2026-11-29). ``why_max``: profile at most that
+    many (:func:`why_first`; the others' ``op diff`` is unavailable, saying so; None: all). The one A/B decision of the plugin (``--gpuperf-ab``, the
     confirmation of stored-baseline regressions) and of ``gpuperf bisect``. Raises :class:`ABError`."""
     from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
 
     coordinator = Coordinator(specs, args, processes, log_dir, progress=progress, announce=announce,
-                              traces_dir=traces_dir if why else None)
+                              traces_dir=traces_dir if why else None, extras=not confirming)
     coordinator.only = only
     coordinator.run()
     results, removed, notes = ab_results(coordinator, label)
@@ -965,25 +977,32 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
         coordinator.confirm(set(suspects), 1)
         results, removed, notes = ab_results(coordinator, label)
     if why:
-        moved = {k for k, r in results.items()
-                 if r.comparison is not None and r.comparison.verdict.value in ("regressed", "improved")}
-        if moved:
-            try:
-                coordinator.profile(moved, PROFILE_PAIRS)
-            except ABError as exc:  # a diagnosis never takes the verdicts down
-                for key in moved:
-                    coordinator.measured[key].profile_errors.setdefault("B", (f"the profiling workers failed: {exc}", ""))
-            results = {k: with_op_diff(r, coordinator.measured.get(k), label) if k in moved else r
-                       for k, r in results.items()}
-            unnamed = {k for k in moved if (d := getattr(results[k], "op_diff", None)) is not None and not d.named}
-            if unnamed:  # no op explained it: more pairs, where one pair may then disagree
-                try:
-                    coordinator.profile(unnamed, MORE_PROFILE_PAIRS)
-                except ABError:  # the diff of the first pairs stands
-                    unnamed = set()
-                results = {k: with_op_diff(r, coordinator.measured.get(k), label) if k in unnamed else r
-                           for k, r in results.items()}
+        moved = {k for k, r in results.items() if r.comparison is not None
+                 and r.comparison.verdict.value in (("regressed",) if confirming else ("regressed", "improved"))}
+        results = _with_why(coordinator, *why_first(moved, results, why_max), label)
     return ABOutcome(results, removed, coordinator.notes + notes)
+
+
+def _with_why(coordinator: Coordinator, moved: set[str], results: dict[str, Any], label: str) -> dict[str, Any]:
+    """``results`` where each of ``moved`` has its per-op diff: profiled on both sides in
+    :data:`PROFILE_PAIRS` more pairs, and those whose diff named no op in :data:`MORE_PROFILE_PAIRS`
+    more (one pair may then disagree). A failed profile leaves the verdict, its op diff unavailable."""
+    if not moved:
+        return results
+    try:
+        coordinator.profile(moved, PROFILE_PAIRS)
+    except ABError as exc:  # a diagnosis never takes the verdicts down
+        for key in moved:
+            coordinator.measured[key].profile_errors.setdefault("B", (f"the profiling workers failed: {exc}", ""))
+    results = {k: with_op_diff(r, coordinator.measured.get(k), label) if k in moved else r for k, r in results.items()}
+    unnamed = {k for k in moved if (d := getattr(results[k], "op_diff", None)) is not None and not d.named}
+    if not unnamed:
+        return results
+    try:
+        coordinator.profile(unnamed, MORE_PROFILE_PAIRS)
+    except ABError:  # the diff of the first pairs stands
+        return results
+    return {k: with_op_diff(r, coordinator.measured.get(k), label) if k in unnamed else r for k, r in results.items()}
 
 
 #: Process pairs that profile the benchmarks an A/B run found regressed or improved (the diff's CI
@@ -999,6 +1018,26 @@ PROFILE_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_TH
 #: More pairs for a benchmark whose diff named no op after :data:`PROFILE_PAIRS`: with 5 pairs one
 #: may disagree (:data:`pytest_gpuperf.verdict.opdiff.DISSENT_FROM_PAIRS`; docs/why.md).
 MORE_PROFILE_PAIRS = 2
+
+
+def why_first(keys: set[str], results: dict[str, Any], why_max: int | None) -> tuple[set[str], dict[str, Any]]:
+    """The ``why_max`` of ``keys`` whose verdicts moved most (``|log ratio|`` of ``results[key]``'s
+    comparison, largest first; all when None or not fewer) and ``results`` where each of the
+    others has its ``op diff`` unavailable: ``not profiled: the why is made for the 10 largest
+    changes of 146 (--gpuperf-why-max)``. Pure."""
+    import math
+
+    from pytest_gpuperf.core.containment import OP_DIFF, Unavailable
+    from pytest_gpuperf.verdict.opdiff import NOT_PROFILED
+
+    if why_max is None or len(keys) <= why_max:
+        return keys, results
+    size = {k: abs(math.log(r)) if (r := results[k].comparison.ratio) and r > 0 else 0.0 for k in keys}
+    kept = set(sorted(keys, key=lambda k: (-size[k], k))[:why_max])
+    why = Unavailable(OP_DIFF, f"{NOT_PROFILED}the why is made for the {why_max} largest changes of {len(keys)} "
+                               f"(--gpuperf-why-max)")
+    return kept, {k: r.replace(unavailable={**r.unavailable, OP_DIFF: why}) if k in keys - kept else r
+                  for k, r in results.items()}
 
 
 def with_op_diff(result: Any, m: "Measured | None", label: str) -> Any:

@@ -23,7 +23,7 @@ from pytest_gpuperf.measure.distributed import DEFAULT_TIMEOUT_S as RANK_TIMEOUT
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.keys import SESSION_KEY  # shared with benchmark_compat
 from pytest_gpuperf.plugin.session import GpuPerfSession
-from pytest_gpuperf.plugin.settings import BISECT_TIMEOUT_S, ProcessLimits, resolve_settings
+from pytest_gpuperf.plugin.settings import BISECT_TIMEOUT_S, WHY_MAX, ProcessLimits, resolve_settings
 
 #: the defaults the help texts give, each stated once where it is owned (issue 33)
 _LIMITS = ProcessLimits()
@@ -41,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpuperf", "GPU performance benchmarks (pytest-gpuperf)")
     defaults = dict(max_processes=_LIMITS.max_processes,
                     worker_timeout_s=_LIMITS.worker_timeout_s, bisect_timeout_s=BISECT_TIMEOUT_S,
-                    rank_timeout_s=RANK_TIMEOUT_S,
+                    rank_timeout_s=RANK_TIMEOUT_S, why_max=WHY_MAX,
                     columns=", ".join(benchmark_compat.TABLE_COLUMNS), sort_keys=", ".join(benchmark_compat.SORT_KEYS),
                     default_sort=benchmark_compat.DEFAULT_SORT)
     for flag in flags.PLUGIN_FLAGS:  # declared once, with whether a worker process gets each (core/flags.py)
@@ -60,6 +60,8 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "commit on this machine (default true)", type="bool", default=True)
     parser.addini("gpuperf_why", "profile both sides of an A/B decision that comes out regressed or improved and "
                   "name the ops that changed (default true)", type="bool", default=True)
+    parser.addini("gpuperf_why_max", "profile the ops of at most N verdicts that moved in one step, the largest "
+                  f"changes first (default {WHY_MAX}; 0: none)", default="")
     parser.addini("gpuperf_seed", "seed the global random generators before each benchmark from its test id where "
                   "the plugin measures (default true)", type="bool", default=True)
     parser.addini("gpuperf_bisect_on_regression", "after a confirmed regression, bisect from the baselines' commit "

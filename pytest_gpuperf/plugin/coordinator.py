@@ -201,10 +201,7 @@ class Coordinator:
         from pytest_gpuperf.plugin.replicates import ReplicateError, extras_for, run_extras
         from pytest_gpuperf.verdict.opdiff import OpSample, diff_against_stored
 
-        keys = [k for k, r in finished.items()
-                if not isinstance(r, str) and r.comparison is not None and r.op_diff is None
-                and r.comparison.verdict.value == "regressed" and k in self.stored_entries
-                and isinstance(self.stored_entries[k].data.get("op_profile"), dict)]
+        keys = _stored_why(finished, self.stored_entries, self.settings.limits.why_max)
         nodeids = sorted({n for k in keys for r in runs if k in r.entries and (n := r.entries[k].get("nodeid"))})
         if not nodeids:
             return
@@ -397,7 +394,8 @@ class Coordinator:
     def _measure_ab(self, rev: Any,
                     only: set[str] | None = None) -> tuple[dict[str, Any], list[str]]:
         """Measure the working tree (B) against a worktree of ``rev`` (A) in ``self.settings.ab_processes`` pairs
-        of worker processes (``only``: just these benchmarks), then the sequential step: a benchmark that
+        of worker processes (``only``: just these benchmarks, whose stored comparisons it confirms
+        or settles: no extras, only regressions profiled), then the sequential step: a benchmark that
         says regressed, or whose CI straddles 1+T, is measured by ``confirm`` more pairs and decided again
         on all pairs together. Returns ``(results by full id, ids removed since REF)``; notes go to the
         session's warnings. Raises :class:`~pytest_gpuperf.ab.run.ABError`."""
@@ -414,10 +412,27 @@ class Coordinator:
         progress = self.progress()  # a line per benchmark measured, rewritten in place on a terminal (issue 24)
         outcome = measure_ab(specs, args, self.settings.ab_processes, logs, rev.label, only=only,
                              progress=progress, announce=progress.line, why=self.settings.why,
-                             traces_dir=self.settings.artifacts_dir)
+                             traces_dir=self.settings.artifacts_dir, confirming=only is not None,
+                             why_max=self.settings.limits.why_max)
         for note in outcome.notes:
             self.warn(note)
         return outcome.results, outcome.removed
+
+
+def _stored_why(finished: dict[str, Any], stored: Mapping[str, Any], why_max: int) -> list[str]:
+    """The stored-baseline regressions of ``finished`` to profile for their why: no per-op diff
+    yet (no A/B made one), a baseline that stored an op profile (``stored[key]``), at most
+    ``why_max`` of them, the largest first (:func:`~pytest_gpuperf.ab.run.why_first`: the others'
+    ``op diff`` is marked not profiled in ``finished``)."""
+    from pytest_gpuperf.ab.run import why_first
+
+    keys = [k for k, r in finished.items()
+            if not isinstance(r, str) and r.comparison is not None and r.op_diff is None
+            and r.comparison.verdict.value == "regressed" and k in stored
+            and isinstance(stored[k].data.get("op_profile"), dict)]
+    picked, capped = why_first(set(keys), {k: finished[k] for k in keys}, why_max)
+    finished.update(capped)
+    return [k for k in keys if k in picked]
 
 
 def _replicate_logs(rootpath: Path) -> Path:

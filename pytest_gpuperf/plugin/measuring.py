@@ -388,7 +388,8 @@ class ABWorker(Measuring):
 
                     # every launch's rank medians (--gpuperf-nproc): the coordinator merges them over the launches
                     client.reply("result", entry=encode_result(result, environment={}, git_commit=None,
-                                                              timestamp_utc="") if cmd.get("extras") else None,
+                                                              timestamp_utc="")
+                                 if cmd.get("entry", cmd.get("extras")) else None,
                                  ranks=list(result.ranks.medians_ms) if result.ranks is not None else None)
                     return result
                 else:

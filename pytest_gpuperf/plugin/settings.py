@@ -25,8 +25,12 @@ from pytest_gpuperf.plugin.replicates import WORKER_TIMEOUT_S
 OFF_WORDS = ("0", "false", "no", "off")
 #: Seconds after which a bisection starts no more steps (``--gpuperf-bisect-timeout``), by default.
 BISECT_TIMEOUT_S = 1800.0
+#: Verdicts that moved whose ops are profiled for the why in one step (``--gpuperf-why-max``), by
+#: default: a suite slowed as a whole (146 of pydantic-core's 163 benchmarks at +20%) got 146
+#: profiles in 3 process pairs, which nobody reads, and half the run's time.
+WHY_MAX = 10
 #: The :class:`ProcessLimits` fields among the options :func:`_bisect` reads.
-_LIMITS = ("max_processes", "more_time_s", "worker_timeout_s")
+_LIMITS = ("max_processes", "more_time_s", "worker_timeout_s", "why_max")
 
 
 @dataclass(frozen=True)
@@ -39,12 +43,15 @@ class ProcessLimits:
     :class:`~pytest_gpuperf.verdict.escalation.TimeBudget`); ``worker_timeout_s``: seconds a replicate or extras worker
     process may run before it is stopped, its unfinished benchmarks then failing with its output
     (``--gpuperf-worker-timeout``); ``nproc``: each worker process is a torchrun launch of that many
-    ranks on this node (``--gpuperf-nproc``, N >= 2; None: a plain pytest process)."""
+    ranks on this node (``--gpuperf-nproc``, N >= 2; None: a plain pytest process); ``why_max``: the
+    verdicts that moved whose ops the profiling processes of one step (an A/B, the stored-baseline
+    diff) profile for the why, at most (``--gpuperf-why-max``; the largest changes first)."""
 
     max_processes: int = 10
     more_time_s: float | None = None
     worker_timeout_s: float = WORKER_TIMEOUT_S
     nproc: int | None = None
+    why_max: int = WHY_MAX
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class SessionSettings:
     ``processes`` (worker processes per benchmark), ``replicate`` (a replicate worker's
     :class:`~pytest_gpuperf.plugin.replicates.WorkerRole`, from the hidden ``--gpuperf-role``; its
     ``(k, P)`` as ``replicate_slot``), ``ab_confirm`` (confirm a stored regression by A/B), ``why`` (profile both sides of an
-    A/B decision that moved: the per-op diff). A/B: ``ab`` (the
+    A/B decision that moved: the per-op diff; how many: ``limits.why_max``). A/B: ``ab`` (the
     :class:`~pytest_gpuperf.ab.run.Revision` to compare with; in a pytest-xdist worker the REF
     string), ``ab_processes`` (pairs of worker processes), ``ab_roots`` (import roots),
     ``in_ab_worker`` (this process is an A/B worker that the coordinator drives). Bisection:
@@ -501,6 +508,7 @@ def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: d
     for option, ini, key, kind in (("--gpuperf-bisect-on-regression", "gpuperf_bisect_on_regression",
                                     "bisect_on_regression", int),
                                    ("--gpuperf-bisect-timeout", "gpuperf_bisect_timeout", "bisect_timeout_s", float),
+                                   ("--gpuperf-why-max", "gpuperf_why_max", "why_max", int),
                                    ("--gpuperf-max-processes", "gpuperf_max_processes", "max_processes", int),
                                    ("--gpuperf-more-processes-time", "gpuperf_more_processes_time", "more_time_s", float),
                                    ("--gpuperf-worker-timeout", "gpuperf_worker_timeout", "worker_timeout_s", float)):

@@ -563,12 +563,20 @@ def why_line(d: OpDiff, unchanged: int = 3) -> str:
     return "why: " + "; ".join(parts) + where
 
 
+#: How the reason of a verdict left unprofiled on purpose begins (``--gpuperf-why-max``).
+NOT_PROFILED = "not profiled: "
+
+
 def why_lines(d: OpDiff | None, missing: str = "") -> list[str]:
     """The lines a diagnosis adds under a verdict: :func:`why_line` and, when they were saved, the
     sides' chrome traces (``trace A: <path>``, ``trace B: <path>``); without a diff but with
-    ``missing`` (why the profiles failed), ``why: no diagnosis (the op profiles failed: …)``; else none."""
+    ``missing`` (why the profiles failed), ``why: no diagnosis (the op profiles failed: …)``, or
+    for one not profiled on purpose (``missing`` starts with :data:`NOT_PROFILED`) ``why: not
+    profiled: …``; else none."""
     if d is not None:
         return [why_line(d), *(f"trace {side}: {path}" for side, path in zip("AB", d.traces))]
+    if missing.startswith(NOT_PROFILED):
+        return [f"why: {missing}"]
     return [f"why: no diagnosis (the op profiles failed: {missing})"] if missing else []
 
 

@@ -167,9 +167,62 @@ def test_the_coordinator_keeps_every_launchs_rank_medians_and_the_first_entry():
 
     m = Measured("k")
     for p in range(3):
-        Coordinator._finish(None, Worker(), m, p)  # type: ignore[arg-type]
+        Coordinator({}, [], 1, Path("."))._finish(Worker(), m, p)  # type: ignore[arg-type]
     assert m.ranks == {"B": [[1.0, 2.0], [1.1, 1.9]]} and m.entries == {"B": {"first": 1}}
     assert asked == [("finish", True), ("finish", False), ("finish", False)]
+
+
+def test_the_ab_that_confirms_stored_comparisons_makes_no_extra_calls():
+    """The A/B that confirms or settles stored comparisons (``extras=False``) asks each side's
+    first pair for its result entry without the extra calls for peak memory, counts and
+    bottleneck: those stay the stored run's."""
+    m, asked = Measured("k"), []
+
+    class Worker:
+        spec = types.SimpleNamespace(side="B")
+
+        def ask(self, op, **kw):
+            asked.append(kw)
+            return {"op": "result", "entry": {"b": 1}}
+
+        def next(self):
+            return {"op": "bye"}
+
+    for p in range(2):
+        Coordinator({}, [], 2, Path("."), extras=False)._finish(Worker(), m, p)  # type: ignore[arg-type]
+    assert m.entries == {"B": {"b": 1}}
+    assert asked == [{"extras": False, "classify": False, "entry": True},
+                     {"extras": False, "classify": False, "entry": False}]
+
+
+def test_the_why_is_made_for_the_largest_changes_only():
+    """``--gpuperf-why-max N``: of the verdicts that moved, the N largest changes (either way:
+    ``|log ratio|``) are profiled; the others' op diff says why there is none. None: all."""
+    from pytest_gpuperf.ab.run import why_first
+    from pytest_gpuperf.core.containment import OP_DIFF
+    from pytest_gpuperf.verdict.compare import Comparison
+    from pytest_gpuperf.verdict.result import BenchResult
+
+    def moved(ratio: float) -> BenchResult:
+        c = Comparison(verdict=Verdict.REGRESSED if ratio > 1 else Verdict.IMPROVED, benchmark_id="t",
+                       current_median_ms=ratio, ratio=ratio)
+        return BenchResult.from_samples((1.0,), name="t", device="cpu", rounds=1, calls_per_round=1,
+                                        warmup_calls=0, comparison=c)
+
+    results = {"small": moved(1.1), "big": moved(2.0), "faster": moved(0.4), "same": moved(1.0)}
+    keys = {"small", "big", "faster"}
+    assert why_first(keys, results, None) == (keys, results)
+    assert why_first(keys, results, 3) == (keys, results)
+    kept, out = why_first(keys, results, 2)
+    assert kept == {"big", "faster"} and out["big"] is results["big"] and out["same"] is results["same"]
+    assert out["small"].unavailable[OP_DIFF].error == (
+        "not profiled: the why is made for the 2 largest changes of 3 (--gpuperf-why-max)")
+    from pytest_gpuperf.reporting.messages import with_why
+
+    assert with_why("regressed 1.100x\n  evidence", out["small"]) == (
+        "regressed 1.100x\n  why: not profiled: the why is made for the 2 largest changes of 3 (--gpuperf-why-max)"
+        "\n  evidence")
+    assert why_first(keys, results, 0)[0] == set()
 
 
 def test_results_file_round_trip(tmp_path: Path):

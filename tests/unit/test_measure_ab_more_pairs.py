@@ -15,9 +15,9 @@ from pytest_gpuperf.ab import run as ab_run
 class FakeCoordinator:
     instances: list["FakeCoordinator"] = []
 
-    def __init__(self, specs, args, processes, log_dir, progress=None, announce=None, traces_dir=None):
+    def __init__(self, specs, args, processes, log_dir, progress=None, announce=None, traces_dir=None, extras=True):
         self.processes, self.confirmed_pairs, self.notes, self.calls = processes, 0, [], []
-        self.only = None
+        self.only, self.extras = None, extras
         FakeCoordinator.instances.append(self)
 
     def run(self):
@@ -105,3 +105,24 @@ def test_a_diff_that_names_no_op_is_profiled_in_more_pairs(monkeypatch, tmp_path
     assert out.results["m.py::t"].op_diff.named == ("aten::x",)
     assert out.results["m.py::t"].op_diff.pairs == (ab_run.PROFILE_PAIRS if named_after_first_pairs
                                                     else ab_run.PROFILE_PAIRS + ab_run.MORE_PROFILE_PAIRS)
+
+
+def test_the_ab_that_confirms_stored_comparisons_times_only_and_profiles_its_regressions(monkeypatch, tmp_path) -> None:
+    # issue 45: its workers make no extra calls (memory, counts, bottleneck stay the stored run's) and
+    # an improvement is not profiled; --gpuperf-ab (not confirming) does both
+    FakeCoordinator.instances.clear()
+    monkeypatch.setattr(ab_run, "Coordinator", FakeCoordinator)
+
+    def moved(verdict: str, ratio: float) -> SimpleNamespace:
+        return SimpleNamespace(comparison=SimpleNamespace(verdict=SimpleNamespace(value=verdict), ratio=ratio),
+                               options=SimpleNamespace(confirm=0))
+
+    monkeypatch.setattr(ab_results_module, "ab_results", lambda coordinator, label: (
+        {"m.py::slow": moved("regressed", 1.3), "m.py::fast": moved("improved", 0.5)}, [], []))
+    monkeypatch.setattr(ab_results_module, "needs_more_pairs", lambda c: False)
+    ab_run.measure_ab({}, [], 2, tmp_path, "REF", confirming=True)
+    c = FakeCoordinator.instances[-1]
+    assert c.extras is False and c.calls[-1] == ("profile", ["m.py::slow"], ab_run.PROFILE_PAIRS)
+    ab_run.measure_ab({}, [], 2, tmp_path, "REF")
+    c = FakeCoordinator.instances[-1]
+    assert c.extras is True and c.calls[-1] == ("profile", ["m.py::fast", "m.py::slow"], ab_run.PROFILE_PAIRS)
