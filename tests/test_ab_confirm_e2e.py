@@ -159,15 +159,27 @@ def test_slower_machine_passes_and_slower_code_fails_after_ab(pytester: pytest.P
     assert c["verdict"] == "inconclusive" and c["ab_ref"] is None
 
 
-def test_a_committed_regression_is_bisected_in_the_same_run_and_by_the_pytest_form(pytester: pytest.Pytester,
-                                                                                     repo: Path) -> None:
+def test_a_committed_regression_is_bisected_in_the_same_run_and_by_the_pytest_form(
+        pytester: pytest.Pytester, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 25: ``--gpuperf-bisect-on-regression 1`` bisects a confirmed regression from the baselines'
-    commit to HEAD in the same run; ``--gpuperf-bisect GOOD..BAD`` bisects instead of running the tests."""
+    commit to HEAD in the same run; ``--gpuperf-bisect GOOD..BAD`` bisects instead of running the tests.
+    Issue 45: with ``--gpuperf-settle-time`` spent before it starts, the A/B confirms the regression
+    all the same, and leaves the inconclusive test_c (a 1.4x slower second process) as the stored
+    stage said, saying why."""
     first, base = git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")
     pytester.makepyfile(test_x=project(a=1.3))
     slow = commit(repo, "make test_a slower")
-    rec = pytester.runpytest("--gpuperf", "--gpuperf-bisect-on-regression=1", *FAST)
+    monkeypatch.setenv("SPREAD_test_c", "1.0,1.4")
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-bisect-on-regression=1", "--gpuperf-settle-time=0.001",
+                             "--gpuperf-json=r.json", *FAST)
     rec.assert_outcomes(passed=2, failed=1)
+    c = _comparison(pytester, "test_c")
+    assert c["verdict"] == "inconclusive" and c["ab_ref"] is None, c
+    assert c["ab_confirmation"] == ("not settled by A/B against the baselines' commit (" + first[:7] + "): the time "
+                                    "for settling ran out (--gpuperf-settle-time 0.001 s); the stored verdict stands")
+    rec.stdout.fnmatch_lines(["gpuperf: the time for settling ran out (--gpuperf-settle-time 0.001 s): 1 inconclusive "
+                              "benchmark(s) not measured by A/B keep their stored verdicts"])
+    monkeypatch.delenv("SPREAD_test_c")
     out = rec.stdout.str()
     assert f"find the commit: gpuperf bisect {first[:12]} HEAD -- test_x.py::test_a" in out
     assert "(after committing" not in out  # committed: the command runs as printed

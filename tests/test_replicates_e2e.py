@@ -566,10 +566,10 @@ from pytest_gpuperf.plugin import session_of
 def test_s(pytestconfig):
     s = session_of(pytestconfig).settings
     assert (s.limits.max_processes, s.limits.more_time_s, s.limits.worker_timeout_s) == (4, 60.0, 7.5)
-    assert s.ab_processes == 1 and s.ab is None and s.limits.why_max == 3
+    assert s.ab_processes == 1 and s.ab is None and (s.limits.why_max, s.limits.settle_time_s) == (3, 40.0)
 """)
     pytester.makeini("[pytest]\ngpuperf_max_processes = 4\ngpuperf_more_processes_time = 60\n"
-                     "gpuperf_worker_timeout = 99\ngpuperf_why_max = 3\n")
+                     "gpuperf_worker_timeout = 99\ngpuperf_why_max = 3\ngpuperf_settle_time = 40\n")
     rec = pytester.runpytest("--gpuperf-worker-timeout=7.5", "--gpuperf-ab-processes=1", "-p", "no:cacheprovider")
     rec.assert_outcomes(passed=1)
     bad = pytester.runpytest("--gpuperf-why-max=some", "-p", "no:cacheprovider")

@@ -590,6 +590,10 @@ class Coordinator:
                  extras: bool = True) -> None:
         self.specs, self.args, self.processes, self.log_dir = specs, list(args), processes, log_dir
         self.extras = extras
+        #: (seconds, keys): after that many seconds from the start, the first pair starts none of
+        #: :attr:`only` but those keys (:func:`measure_ab`'s ``settle_s``); the others land in :attr:`skipped`
+        self.deadline: tuple[float, frozenset[str]] | None = None
+        self.skipped: set[str] = set()
         self.traces_dir = traces_dir
         self.progress = progress
         self.announce = announce or progress
@@ -814,7 +818,7 @@ class Coordinator:
                                           f"{w.proc.poll()}); its output: {w.log}")
                 return
             if ma["op"] == "ready" and mb["op"] == "ready" and ma["key"] == mb["key"]:
-                if self.only is not None and ma["key"] not in self.only:
+                if self.only is not None and (ma["key"] not in self.only or self._late(p, ma["key"])):
                     for w in (a, b):
                         self._pass(w)
                     continue
@@ -825,6 +829,17 @@ class Coordinator:
                 self._pass(solo)
                 continue
             self._alone(p, solo)
+
+    def _late(self, p: int, key: str) -> bool:
+        """Whether the first pair starts ``key`` past :attr:`deadline` (then it is left out of
+        :attr:`only`, so no later pair measures it either, and counted in :attr:`skipped`)."""
+        if p != 0 or self.deadline is None or key in self.deadline[1] or self.only is None:
+            return False
+        if time.monotonic() - self._started <= self.deadline[0]:
+            return False
+        self.only.discard(key)
+        self.skipped.add(key)
+        return True
 
     def _pass(self, w: _Worker) -> None:
         """Let a waiting worker go on without timing its benchmark (not being confirmed)."""
@@ -931,13 +946,15 @@ class ABOutcome:
     results: dict[str, Any]
     removed: list[str]
     notes: list[str]
+    #: ids of ``only`` left unmeasured when the time for settling ran out (``settle_s``)
+    skipped: frozenset[str] = frozenset()
 
 
 def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int, log_dir: Path, label: str, *,
                only: set[str] | None = None, progress: Callable[[str], None] = lambda _s: None,
                announce: Callable[[str], None] | None = None, max_pairs: int | None = None,
                why: bool = True, traces_dir: Path | None = None, confirming: bool = False,
-               why_max: int | None = None) -> ABOutcome:
+               why_max: int | None = None, settle_s: tuple[float, set[str]] | None = None) -> ABOutcome:
     """Measure side B against side A (``specs``, e.g. :func:`side_specs`) in ``processes`` pairs of
     worker processes running pytest with ``args`` (``only``: just these benchmark ids), then the
     sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by its
@@ -954,17 +971,26 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
     (:func:`~pytest_gpuperf.plugin.replicates.with_ab_confirmation`): its workers make no extra
     calls for them, and only its regressions are profiled (an improvement fails nothing; its why
     took 5 process pairs, 90 s, on cattrs' suite, 2026-11-29). ``why_max``: profile at most that
-    many (:func:`why_first`; the others' ``op diff`` is unavailable, saying so; None: all). The one A/B decision of the plugin (``--gpuperf-ab``, the
+    many (:func:`why_first`; the others' ``op diff`` is unavailable, saying so; None: all).
+    ``settle_s``: ``(seconds, must)``, the time the A/B may take when it confirms or settles
+    (``--gpuperf-settle-time``) and the ids it measures whatever the time (the regressions to
+    confirm): the first pair starts no other after ``seconds / (processes + 0.5)`` (each later
+    pair takes about as long, a confirmation pair about half), a confirmation pair measures only
+    regressions once ``seconds`` have passed, and what was left out is :attr:`ABOutcome.skipped`.
+    The one A/B decision of the plugin (``--gpuperf-ab``, the
     confirmation of stored-baseline regressions) and of ``gpuperf bisect``. Raises :class:`ABError`."""
     from pytest_gpuperf.ab.results import ab_results, needs_more_pairs
 
     coordinator = Coordinator(specs, args, processes, log_dir, progress=progress, announce=announce,
                               traces_dir=traces_dir if why else None, extras=not confirming)
-    coordinator.only = only
+    coordinator.only = None if only is None else set(only)
+    if settle_s is not None:
+        coordinator.deadline = (settle_s[0] / (processes + 0.5), frozenset(settle_s[1]))
     coordinator.run()
     results, removed, notes = ab_results(coordinator, label)
-    suspects = {k: n for k, r in results.items()
-                if needs_more_pairs(r.comparison) and (n := r.options.confirm) > 0}
+    spent = settle_s is not None and time.monotonic() - coordinator._started > settle_s[0]
+    suspects = {k: n for k, r in results.items() if needs_more_pairs(r.comparison) and (n := r.options.confirm) > 0
+                and not (spent and r.comparison.verdict.value != "regressed")}
     if suspects:
         coordinator.confirm(set(suspects), max(suspects.values()))
         results, removed, notes = ab_results(coordinator, label)
@@ -980,7 +1006,7 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
         moved = {k for k, r in results.items() if r.comparison is not None
                  and r.comparison.verdict.value in (("regressed",) if confirming else ("regressed", "improved"))}
         results = _with_why(coordinator, *why_first(moved, results, why_max), label)
-    return ABOutcome(results, removed, coordinator.notes + notes)
+    return ABOutcome(results, removed, coordinator.notes + notes, frozenset(coordinator.skipped))
 
 
 def _with_why(coordinator: Coordinator, moved: set[str], results: dict[str, Any], label: str) -> dict[str, Any]:

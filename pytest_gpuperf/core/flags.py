@@ -109,6 +109,11 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
          "the worker processes added for inconclusive benchmarks may take this many seconds in all; none is started "
          "that the time left cannot turn into a decision (ini gpuperf_more_processes_time; default: as long as the "
          "first --gpuperf-processes took)"),
+    Flag("--gpuperf-settle-time", False, "SECONDS",
+         "the A/B against the baselines' commit that settles inconclusive comparisons may take about this many "
+         "seconds: past that share of its time, its first pair of worker processes starts no other inconclusive "
+         "benchmark, whose stored verdict then stands; regressions are always confirmed (ini gpuperf_settle_time; "
+         "default: no limit)"),
     Flag("--gpuperf-worker-timeout", False, "SECONDS",
          "stop a worker process still running after this many seconds; the benchmarks it had not reported fail "
          "with its output (ini gpuperf_worker_timeout; default {worker_timeout_s:g})"),

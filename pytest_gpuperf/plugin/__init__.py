@@ -72,6 +72,8 @@ def _ini_values(parser: pytest.Parser) -> None:
                   f"all (default {_LIMITS.max_processes})", default="")
     parser.addini("gpuperf_more_processes_time", "the worker processes added for inconclusive benchmarks may take "
                   "this many seconds in all (default: as long as the first gpuperf_processes took)", default="")
+    parser.addini("gpuperf_settle_time", "the A/B that settles inconclusive comparisons may take about this many "
+                  "seconds; regressions are always confirmed (default: no limit)", default="")
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
                   f"(default {_LIMITS.worker_timeout_s:g})", default="")
     parser.addini("gpuperf_rank_timeout", "under torchrun: how long a rank waits for the others in their setup, "

@@ -265,12 +265,11 @@ class Coordinator:
         working tree side B; :mod:`pytest_gpuperf.ab.run`), and make the A/B verdict the final one
         (Chromium Pinpoint confirms a dashboard alert the same way). A baseline recorded from
         uncommitted changes, a commit that is not in this clone, or a side A that cannot run keeps the
-        stored verdict, with a note."""
+        stored verdict, with a note; so does an inconclusive one that the time for settling
+        (``--gpuperf-settle-time``) left out."""
         import dataclasses
-        import shlex
 
         from pytest_gpuperf.ab.run import ABError, resolve_revision
-        from pytest_gpuperf.bisect.run import uncommitted
         from pytest_gpuperf.plugin.replicates import measured_by_ab, with_ab_confirmation
 
         suspects = [k for k, r in finished.items() if measured_by_ab(r)]
@@ -291,7 +290,7 @@ class Coordinator:
                                           ref="the baselines' commit")
                 label = rev.label
                 say(f"gpuperf: {_ab_what(finished, keys)}: measuring by A/B against {label} on this machine")
-                results, _ = self._measure_ab(rev, only=set(keys))
+                outcome = self._measure_ab(rev, only=set(keys), must={k for k in keys if _regressed(finished[k])})
             except ABError as exc:
                 why = str(exc)
                 if "no such commit" in why:
@@ -300,12 +299,7 @@ class Coordinator:
                 for key in keys:
                     finished[key] = with_ab_confirmation(finished[key], None, label, why)
                 continue
-            after = (" (after committing your changes: bisect measures commits, and the working tree has "
-                     "uncommitted changes)" if uncommitted(rev.repo) else "")
-            for key in keys:
-                finished[key] = with_ab_confirmation(finished[key], results.get(key), label,
-                                                     bisect_command=f"gpuperf bisect {commit[:12]} HEAD -- "
-                                                                    f"{shlex.quote(key)}{after}")
+            _settled(finished, keys, outcome, rev, commit, self.settings.limits.settle_time_s, say)
 
     def _bisect_regressions(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]]) -> None:
         """``--gpuperf-bisect-on-regression N``: bisect from the baseline's commit to HEAD for at most N
@@ -385,19 +379,21 @@ class Coordinator:
     def _run_ab(self) -> None:
         rev = self.settings.ab
         self.progress().line(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
-        self.results, self.removed = self._measure_ab(rev)
+        outcome = self._measure_ab(rev)
+        self.results, self.removed = outcome.results, outcome.removed
         if self.settings.xdist_dir is not None:
             from pytest_gpuperf.ab.results import dump_results
 
             dump_results(self.settings.xdist_dir / "ab-results.json", self.results)
 
-    def _measure_ab(self, rev: Any,
-                    only: set[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    def _measure_ab(self, rev: Any, only: set[str] | None = None,
+                    must: frozenset[str] | set[str] = frozenset()) -> Any:
         """Measure the working tree (B) against a worktree of ``rev`` (A) in ``self.settings.ab_processes`` pairs
         of worker processes (``only``: just these benchmarks, whose stored comparisons it confirms
-        or settles: no extras, only regressions profiled), then the sequential step: a benchmark that
+        or settles: no extras, only regressions profiled, within ``--gpuperf-settle-time`` but for
+        ``must``), then the sequential step: a benchmark that
         says regressed, or whose CI straddles 1+T, is measured by ``confirm`` more pairs and decided again
-        on all pairs together. Returns ``(results by full id, ids removed since REF)``; notes go to the
+        on all pairs together. Returns the :class:`~pytest_gpuperf.ab.run.ABOutcome`; notes go to the
         session's warnings. Raises :class:`~pytest_gpuperf.ab.run.ABError`."""
         from pytest_gpuperf.ab.run import ab_folder, measure_ab, prepare_worktree, side_specs, with_nproc, worker_args
 
@@ -413,10 +409,43 @@ class Coordinator:
         outcome = measure_ab(specs, args, self.settings.ab_processes, logs, rev.label, only=only,
                              progress=progress, announce=progress.line, why=self.settings.why,
                              traces_dir=self.settings.artifacts_dir, confirming=only is not None,
-                             why_max=self.settings.limits.why_max)
+                             why_max=self.settings.limits.why_max,
+                             settle_s=None if only is None or (t := self.settings.limits.settle_time_s) is None
+                             else (t, set(must)))
         for note in outcome.notes:
             self.warn(note)
-        return outcome.results, outcome.removed
+        return outcome
+
+
+def _regressed(result: Any) -> bool:
+    """Whether a finished result's timing verdict is ``regressed``."""
+    c = None if isinstance(result, str) else result.comparison
+    return c is not None and c.verdict.value == "regressed"
+
+
+def _settled(finished: dict[str, Any], keys: list[str], outcome: Any, rev: Any, commit: str,
+             settle_s: float | None, say: Callable[[str], None]) -> None:
+    """``finished[key]`` for each of ``keys`` after the A/B against the baselines' commit ``rev``
+    (``outcome``, an :class:`~pytest_gpuperf.ab.run.ABOutcome`):
+    :func:`~pytest_gpuperf.plugin.replicates.with_ab_confirmation`, a regression's note ending in
+    its bisect command; one the time for settling (``settle_s``, ``--gpuperf-settle-time``) left
+    out keeps its stored verdict, saying so, and ``say`` tells how many."""
+    import shlex
+
+    from pytest_gpuperf.bisect.run import uncommitted
+    from pytest_gpuperf.plugin.replicates import with_ab_confirmation
+
+    late = f"the time for settling ran out (--gpuperf-settle-time {settle_s:g} s)" if settle_s is not None else None
+    if outcome.skipped:
+        say(f"gpuperf: {late}: {len(outcome.skipped)} inconclusive benchmark(s) not measured by A/B keep their "
+            f"stored verdicts")
+    after = (" (after committing your changes: bisect measures commits, and the working tree has "
+             "uncommitted changes)" if uncommitted(rev.repo) else "")
+    for key in keys:
+        finished[key] = with_ab_confirmation(finished[key], outcome.results.get(key), rev.label,
+                                             late if key in outcome.skipped else None,
+                                             bisect_command=f"gpuperf bisect {commit[:12]} HEAD -- "
+                                                            f"{shlex.quote(key)}{after}")
 
 
 def _stored_why(finished: dict[str, Any], stored: Mapping[str, Any], why_max: int) -> list[str]:

@@ -27,10 +27,10 @@ OFF_WORDS = ("0", "false", "no", "off")
 BISECT_TIMEOUT_S = 1800.0
 #: Verdicts that moved whose ops are profiled for the why in one step (``--gpuperf-why-max``), by
 #: default: a suite slowed as a whole (146 of pydantic-core's 163 benchmarks at +20%) got 146
-#: profiles in 3 process pairs, which nobody reads, and half the run's time.
+#: profiles in 5 process pairs, about 360 s of that run's 1118 s.
 WHY_MAX = 10
 #: The :class:`ProcessLimits` fields among the options :func:`_bisect` reads.
-_LIMITS = ("max_processes", "more_time_s", "worker_timeout_s", "why_max")
+_LIMITS = ("max_processes", "more_time_s", "worker_timeout_s", "why_max", "settle_time_s")
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,16 @@ class ProcessLimits:
     (``--gpuperf-worker-timeout``); ``nproc``: each worker process is a torchrun launch of that many
     ranks on this node (``--gpuperf-nproc``, N >= 2; None: a plain pytest process); ``why_max``: the
     verdicts that moved whose ops the profiling processes of one step (an A/B, the stored-baseline
-    diff) profile for the why, at most (``--gpuperf-why-max``; the largest changes first)."""
+    diff) profile for the why, at most (``--gpuperf-why-max``; the largest changes first);
+    ``settle_time_s``: seconds the A/B that settles inconclusive comparisons may take, about
+    (``--gpuperf-settle-time``; None: no limit; :func:`~pytest_gpuperf.ab.run.measure_ab`)."""
 
     max_processes: int = 10
     more_time_s: float | None = None
     worker_timeout_s: float = WORKER_TIMEOUT_S
     nproc: int | None = None
     why_max: int = WHY_MAX
+    settle_time_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -509,6 +512,7 @@ def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: d
                                     "bisect_on_regression", int),
                                    ("--gpuperf-bisect-timeout", "gpuperf_bisect_timeout", "bisect_timeout_s", float),
                                    ("--gpuperf-why-max", "gpuperf_why_max", "why_max", int),
+                                   ("--gpuperf-settle-time", "gpuperf_settle_time", "settle_time_s", float),
                                    ("--gpuperf-max-processes", "gpuperf_max_processes", "max_processes", int),
                                    ("--gpuperf-more-processes-time", "gpuperf_more_processes_time", "more_time_s", float),
                                    ("--gpuperf-worker-timeout", "gpuperf_worker_timeout", "worker_timeout_s", float)):

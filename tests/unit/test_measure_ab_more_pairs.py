@@ -4,6 +4,7 @@ round of ``--gpuperf-ab``. A scripted coordinator stands in for the worker proce
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,8 @@ class FakeCoordinator:
 
     def __init__(self, specs, args, processes, log_dir, progress=None, announce=None, traces_dir=None, extras=True):
         self.processes, self.confirmed_pairs, self.notes, self.calls = processes, 0, [], []
-        self.only, self.extras = None, extras
+        self.only, self.extras, self.deadline, self.skipped = None, extras, None, set()
+        self._started = time.monotonic() - 1000.0  # started long ago: any time for settling is spent
         FakeCoordinator.instances.append(self)
 
     def run(self):
@@ -126,3 +128,35 @@ def test_the_ab_that_confirms_stored_comparisons_times_only_and_profiles_its_reg
     ab_run.measure_ab({}, [], 2, tmp_path, "REF")
     c = FakeCoordinator.instances[-1]
     assert c.extras is True and c.calls[-1] == ("profile", ["m.py::fast", "m.py::slow"], ab_run.PROFILE_PAIRS)
+
+
+def test_the_time_for_settling_bounds_the_first_pair_and_the_confirmation_but_not_the_regressions(
+        monkeypatch, tmp_path) -> None:
+    # --gpuperf-settle-time: the first pair's share of it (seconds / (pairs + 0.5)) is its deadline, the
+    # regressions to confirm are measured whatever the time, and once the time is spent a CI that
+    # straddles 1 + T gets no confirmation pair; a regression still does
+    _install(monkeypatch, 99)  # never decided: every result would want more pairs
+    out = ab_run.measure_ab({}, [], 2, tmp_path, "REF", only={"m.py::t", "m.py::u"}, confirming=True,
+                            settle_s=(50.0, {"m.py::u"}))
+    (c,) = FakeCoordinator.instances
+    assert c.deadline == (20.0, frozenset({"m.py::u"})) and c.calls == [("run", 2)]  # inconclusive: no confirmation
+    assert out.skipped == frozenset()
+    FakeCoordinator.instances.clear()
+    regressed = SimpleNamespace(verdict=SimpleNamespace(value="regressed"))
+    monkeypatch.setattr(ab_results_module, "ab_results", lambda coordinator, label: (
+        {"m.py::u": SimpleNamespace(comparison=regressed, options=SimpleNamespace(confirm=1))}, [], []))
+    monkeypatch.setattr(ab_results_module, "needs_more_pairs", lambda c: True)  # regressed: confirm
+    ab_run.measure_ab({}, [], 2, tmp_path, "REF", only={"m.py::u"}, confirming=True, why=False,
+                      settle_s=(50.0, {"m.py::u"}))
+    assert FakeCoordinator.instances[-1].calls == [("run", 2), ("confirm", ["m.py::u"], 1)]
+
+
+def test_the_first_pair_starts_no_benchmark_past_its_deadline_but_the_ones_it_must_measure() -> None:
+    c = ab_run.Coordinator({}, [], 2, __import__("pathlib").Path("."))
+    c.only, c.deadline = {"a", "b", "must"}, (10.0, frozenset({"must"}))
+    assert not c._late(0, "a") and c.only == {"a", "b", "must"}  # within the time
+    c._started -= 11.0
+    assert c._late(0, "a") and c.only == {"b", "must"} and c.skipped == {"a"}
+    assert not c._late(0, "must") and not c._late(1, "b")  # always measured; later pairs measure what the first did
+    c.deadline = None
+    assert not c._late(0, "b")
