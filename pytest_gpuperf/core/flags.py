@@ -133,9 +133,9 @@ PLUGIN_FLAGS: tuple[Flag, ...] = (
               "step, or against the baseline's stored op profile) for its per-op diff ('why: ...'), nor store an "
               "op profile with the baselines (ini gpuperf_why = false)"),
     Flag("--gpuperf-why-max", False, "N",
-         "profile the ops (the why) of at most N verdicts that moved in one A/B or stored-baseline step, the "
-         "largest changes first; the others say they were not profiled (ini gpuperf_why_max; default {why_max}; "
-         "0: none)"),
+         "profile the ops (the why) of at most N verdicts that moved in a run (A/B, then against stored op "
+         "profiles), the largest changes first; the others say they were not profiled (ini gpuperf_why_max; "
+         "default {why_max}; 0: none)"),
     Flag("--gpuperf-no-seed", True,
          help="do not seed the global random generators (random, NumPy's, torch's) before each benchmark from its "
               "test id where the plugin measures; by default every benchmark's random inputs are the same in every "

@@ -60,7 +60,7 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "commit on this machine (default true)", type="bool", default=True)
     parser.addini("gpuperf_why", "profile both sides of an A/B decision that comes out regressed or improved and "
                   "name the ops that changed (default true)", type="bool", default=True)
-    parser.addini("gpuperf_why_max", "profile the ops of at most N verdicts that moved in one step, the largest "
+    parser.addini("gpuperf_why_max", "profile the ops of at most N verdicts that moved in a run, the largest "
                   f"changes first (default {WHY_MAX}; 0: none)", default="")
     parser.addini("gpuperf_seed", "seed the global random generators before each benchmark from its test id where "
                   "the plugin measures (default true)", type="bool", default=True)

@@ -450,16 +450,22 @@ def _settled(finished: dict[str, Any], keys: list[str], outcome: Any, rev: Any, 
 
 def _stored_why(finished: dict[str, Any], stored: Mapping[str, Any], why_max: int) -> list[str]:
     """The stored-baseline regressions of ``finished`` to profile for their why: no per-op diff
-    yet (no A/B made one), a baseline that stored an op profile (``stored[key]``), at most
-    ``why_max`` of them, the largest first (:func:`~pytest_gpuperf.ab.run.why_first`: the others'
-    ``op diff`` is marked not profiled in ``finished``)."""
+    yet (no A/B made one, nor left it out for ``--gpuperf-why-max``), a baseline that stored an op
+    profile (``stored[key]``), at most ``why_max`` in the run (less those an A/B profiled), the
+    largest first (:func:`~pytest_gpuperf.ab.run.why_first`: the others' ``op diff`` is marked
+    not profiled in ``finished``)."""
     from pytest_gpuperf.ab.run import why_first
+    from pytest_gpuperf.core.containment import OP_DIFF
+    from pytest_gpuperf.verdict.opdiff import NOT_PROFILED
 
+    results = [r for r in finished.values() if not isinstance(r, str)]
     keys = [k for k, r in finished.items()
             if not isinstance(r, str) and r.comparison is not None and r.op_diff is None
             and r.comparison.verdict.value == "regressed" and k in stored
-            and isinstance(stored[k].data.get("op_profile"), dict)]
-    picked, capped = why_first(set(keys), {k: finished[k] for k in keys}, why_max)
+            and isinstance(stored[k].data.get("op_profile"), dict)
+            and not getattr(r.unavailable.get(OP_DIFF), "error", "").startswith(NOT_PROFILED)]
+    left = max(0, why_max - sum(r.op_diff is not None for r in results))
+    picked, capped = why_first(set(keys), {k: finished[k] for k in keys}, left)
     finished.update(capped)
     return [k for k in keys if k in picked]
 

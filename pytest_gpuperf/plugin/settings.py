@@ -44,8 +44,8 @@ class ProcessLimits:
     process may run before it is stopped, its unfinished benchmarks then failing with its output
     (``--gpuperf-worker-timeout``); ``nproc``: each worker process is a torchrun launch of that many
     ranks on this node (``--gpuperf-nproc``, N >= 2; None: a plain pytest process); ``why_max``: the
-    verdicts that moved whose ops the profiling processes of one step (an A/B, the stored-baseline
-    diff) profile for the why, at most (``--gpuperf-why-max``; the largest changes first);
+    verdicts that moved whose ops the profiling processes of a run (an A/B, then the diff against
+    stored op profiles) profile for the why, at most (``--gpuperf-why-max``; the largest first);
     ``settle_time_s``: seconds the A/B that settles inconclusive comparisons may take, about
     (``--gpuperf-settle-time``; None: no limit; :func:`~pytest_gpuperf.ab.run.measure_ab`)."""
 

@@ -452,3 +452,30 @@ def test_only_the_profiling_pairs_get_the_allocator_thresholds_and_a_users_value
     for env in profiled:
         assert env["MALLOC_MMAP_THRESHOLD_"] == abrun.PROFILE_ALLOCATOR_ENV["MALLOC_MMAP_THRESHOLD_"] == "4294967296"
         assert env["MALLOC_TRIM_THRESHOLD_"] == "123"
+
+
+def test_the_why_against_stored_profiles_counts_what_the_ab_profiled_and_skips_what_it_left_out():
+    """``--gpuperf-why-max`` holds for the run: after an A/B profiled some regressions (and left
+    others out on purpose), the diff against the stored op profiles takes only what is left of N,
+    the largest first, and never a regression the A/B left out."""
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.ab.run import why_first
+    from pytest_gpuperf.core.containment import OP_DIFF
+    from pytest_gpuperf.plugin.coordinator import _stored_why
+    from pytest_gpuperf.verdict.compare import Comparison
+    from pytest_gpuperf.verdict.result import BenchResult
+
+    def regressed(ratio: float) -> BenchResult:
+        c = Comparison(verdict=Verdict.REGRESSED, benchmark_id="t", current_median_ms=ratio, ratio=ratio)
+        return BenchResult.from_samples((1.0,), name="t", device="cpu", rounds=1, calls_per_round=1,
+                                        warmup_calls=0, comparison=c)
+
+    _, by_ab = why_first({"ab1", "ab2"}, {"ab1": regressed(3.0), "ab2": regressed(1.2)}, 1)
+    finished = {**by_ab, "s1": regressed(1.5), "s2": regressed(2.0), "s3": regressed(1.1)}
+    finished["ab1"] = finished["ab1"].replace(op_diff=object())  # the A/B profiled it
+    stored = {k: SimpleNamespace(data={"op_profile": {}}) for k in finished}
+    assert _stored_why(finished, stored, 2) == ["s2"]  # 2 - 1 profiled by the A/B; ab2 was left out by it
+    assert finished["s1"].unavailable[OP_DIFF].error.startswith("not profiled: the why is made for the 1 largest "
+                                                                "changes of 3")
+    assert "s2" not in {k for k, r in finished.items() if OP_DIFF in r.unavailable}
