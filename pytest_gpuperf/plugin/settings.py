@@ -25,7 +25,7 @@ from pytest_gpuperf.plugin.replicates import WORKER_TIMEOUT_S
 OFF_WORDS = ("0", "false", "no", "off")
 #: Seconds after which a bisection starts no more steps (``--gpuperf-bisect-timeout``), by default.
 BISECT_TIMEOUT_S = 1800.0
-#: Verdicts that moved whose ops are profiled for the why in one step (``--gpuperf-why-max``), by
+#: Verdicts that moved whose ops are profiled for the why in a run (``--gpuperf-why-max``), by
 #: default: a suite slowed as a whole (146 of pydantic-core's 163 benchmarks at +20%) got 146
 #: profiles in 5 process pairs, about 360 s of that run's 1118 s.
 WHY_MAX = 10
