@@ -700,7 +700,7 @@ class Coordinator:
     def _elapsed(self) -> str:
         """``", 34 s elapsed, about 1 min left"`` for the progress line (the estimate once the first
         pair ran: the time per benchmark so far times the benchmarks left)."""
-        elapsed = time.monotonic() - self._started
+        elapsed = self.elapsed_s()
         text = f", benchmark {self._done}" + (f" of {self._planned}" if self._planned else "") + f", {elapsed:.0f} s elapsed"
         if self._planned and self._done > 1:
             left = elapsed / (self._done - 1) * max(0, self._planned - self._done + 1)
@@ -835,11 +835,15 @@ class Coordinator:
         :attr:`only`, so no later pair measures it either, and counted in :attr:`skipped`)."""
         if p != 0 or self.deadline is None or key in self.deadline[1] or self.only is None:
             return False
-        if time.monotonic() - self._started <= self.deadline[0]:
+        if self.elapsed_s() <= self.deadline[0]:
             return False
         self.only.discard(key)
         self.skipped.add(key)
         return True
+
+    def elapsed_s(self) -> float:
+        """Seconds since this coordinator started."""
+        return time.monotonic() - self._started
 
     def _pass(self, w: _Worker) -> None:
         """Let a waiting worker go on without timing its benchmark (not being confirmed)."""
@@ -988,7 +992,7 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
         coordinator.deadline = (settle_s[0] / (processes + 0.5), frozenset(settle_s[1]))
     coordinator.run()
     results, removed, notes = ab_results(coordinator, label)
-    spent = settle_s is not None and time.monotonic() - coordinator._started > settle_s[0]
+    spent = settle_s is not None and coordinator.elapsed_s() > settle_s[0]
     suspects = {k: n for k, r in results.items() if needs_more_pairs(r.comparison) and (n := r.options.confirm) > 0
                 and not (spent and r.comparison.verdict.value != "regressed")}
     if suspects:

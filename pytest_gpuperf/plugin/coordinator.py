@@ -460,9 +460,7 @@ def _stored_why(finished: dict[str, Any], stored: Mapping[str, Any], why_max: in
 
     results = [r for r in finished.values() if not isinstance(r, str)]
     keys = [k for k, r in finished.items()
-            if not isinstance(r, str) and r.comparison is not None and r.op_diff is None
-            and r.comparison.verdict.value == "regressed" and k in stored
-            and isinstance(stored[k].data.get("op_profile"), dict)
+            if _regressed(r) and r.op_diff is None and k in stored and isinstance(stored[k].data.get("op_profile"), dict)
             and not getattr(r.unavailable.get(OP_DIFF), "error", "").startswith(NOT_PROFILED)]
     left = max(0, why_max - sum(r.op_diff is not None for r in results))
     picked, capped = why_first(set(keys), {k: finished[k] for k in keys}, left)

@@ -27,7 +27,7 @@ OFF_WORDS = ("0", "false", "no", "off")
 BISECT_TIMEOUT_S = 1800.0
 #: Verdicts that moved whose ops are profiled for the why in a run (``--gpuperf-why-max``), by
 #: default: a suite slowed as a whole (146 of pydantic-core's 163 benchmarks at +20%) got 146
-#: profiles in 5 process pairs, about 360 s of that run's 1118 s.
+#: profiles in 5 process pairs, about 370 s of that run's 1118 s.
 WHY_MAX = 10
 #: The :class:`ProcessLimits` fields among the options :func:`_bisect` reads.
 _LIMITS = ("max_processes", "more_time_s", "worker_timeout_s", "why_max", "settle_time_s")
