@@ -11,6 +11,9 @@ session cover the four cases of the rule (pytest_gpuperf/verdict/cputime.py):
   decides, regressed;
 * lost parallelism on a quiet host (the work moved off the calling thread, the process's CPU time
   unchanged): the wall clock decides, regressed.
+
+The same session holds the CPU's default threshold (10%, ``core.options.for_device``): a +7%
+slowdown passes at the default and fails where the marker sets 5%.
 """
 
 from __future__ import annotations
@@ -45,6 +48,14 @@ def test_sleeps(gpu_bench):
 @pytest.mark.gpu_bench(**OPTS)
 def test_parallel(gpu_bench):
     gpu_bench(sum, range(100))
+
+@pytest.mark.gpu_bench(**OPTS)
+def test_mild(gpu_bench):
+    gpu_bench(sum, range(100))
+
+@pytest.mark.gpu_bench(threshold=0.05, **OPTS)
+def test_mild_gated_at_5(gpu_bench):
+    gpu_bench(sum, range(100))
 """
 
 #: every round on the CPU: the thread's CPU time is the wall time
@@ -62,7 +73,7 @@ def test_each_verdict_names_its_clock_and_cpu_time_decides_on_a_busy_host(pytest
     pytester.makepyfile(test_bench=WORK)
     script_timings(pytester, QUIET, test_parallel={"ms": 1.0, "cv": 0.02, "seed": 1,
                                                    "cpu": {"share": 1.0, "parallel": 2.0}})
-    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-json", "base.json", *RUN).assert_outcomes(passed=4)
+    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-json", "base.json", *RUN).assert_outcomes(passed=6)
     # the baseline stores the CPU time of the same rounds (thread and process), the history its median
     stored = next(pytester.path.joinpath("baselines").rglob("*.json"))
     entry = json.loads(stored.read_text())["benchmarks"]["test_neighbour"]
@@ -81,9 +92,11 @@ def test_each_verdict_names_its_clock_and_cpu_time_decides_on_a_busy_host(pytest
                                     "cpu": {"ms": 2.0, "cv": 0.02, "seed": 3}},
                 test_sleeps={"ms": 2.0, "cv": 0.02, "seed": 3, "cpu": {"ms": 1.0, "cv": 0.02, "seed": 3}},
                 test_parallel={"ms": 2.0, "cv": 0.02, "seed": 3, "cpu": {"ms": 1.0, "cv": 0.02, "seed": 3,
-                                                                         "parallel": 2.0}})
+                                                                         "parallel": 2.0}},
+                test_mild={"ms": 1.07, "cv": 0.01, "seed": 3, "cpu": {"share": 1.0}},
+                test_mild_gated_at_5={"ms": 1.07, "cv": 0.01, "seed": 3, "cpu": {"share": 1.0}})
     rec = pytester.runpytest("--gpuperf", "--gpuperf-json", "r.json", "-rf", *RUN)
-    rec.assert_outcomes(passed=1, failed=3)
+    rec.assert_outcomes(passed=2, failed=4)
     report = json.loads(pytester.path.joinpath("r.json").read_text())
     validate(report, "report")
     got = _verdicts(report)
@@ -98,6 +111,12 @@ def test_each_verdict_names_its_clock_and_cpu_time_decides_on_a_busy_host(pytest
     # quiet host, a slowdown only the wall clock sees (a sleep; lost parallelism) still fails, on it
     for name in ("test_sleeps", "test_parallel"):
         assert (c[name]["verdict"], c[name]["clock"]) == ("regressed", "wall"), name
+    # the CPU's default threshold is 10%: +7% passes there, and fails where the marker sets 5%
+    assert c["test_mild"]["threshold"] == 0.1 and c["test_mild"]["verdict"] != "regressed"
+    assert c["test_mild"]["ratio"] == pytest.approx(1.07, rel=0.02)
+    assert "threshold +10%" in c["test_mild"]["message"]
+    assert (c["test_mild_gated_at_5"]["threshold"], c["test_mild_gated_at_5"]["verdict"]) == (0.05, "regressed")
+    assert got["test_mild"]["options"]["threshold"] == 0.1  # the result carries the value used
     # every surface names the clock: the failure message, the table's verdict cell, the report's cpu_time
     rec.stdout.fnmatch_lines(["FAILED test_bench.py::test_busy_slowdown - regressed *: CPU time median *"])
     assert any("test_neighbour" in ln and "unchanged* on CPU time" in ln for ln in rec.outlines)
@@ -113,7 +132,7 @@ def test_each_verdict_names_its_clock_and_cpu_time_decides_on_a_busy_host(pytest
     out = capsys.readouterr().out
     rows = {ln.split()[0].split("::")[-1]: ln for ln in out.splitlines()
             if ln.startswith("test_bench.py::") and not ln.split()[0].endswith(":")}  # the table's rows
-    assert len(rows) == 4, out
+    assert len(rows) == 6, out
     from pytest_gpuperf.core.units import format_ms, format_ratio
 
     for name, row in rows.items():  # the same verdict and the same ratio, on the same clock

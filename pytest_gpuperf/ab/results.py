@@ -123,7 +123,19 @@ def ab_results(coordinator: Any, ref: str) -> tuple[dict[str, BenchResult], list
             removed.append(key)
         for side, err in m.errors.items():
             notes.append(f"A/B: {key} failed on side {side} ({'REF' if side == 'A' else 'working tree'}): {err}")
-    return results, removed, notes
+    return moderated_results(results), removed, notes
+
+
+def moderated_results(results: dict[str, BenchResult]) -> dict[str, BenchResult]:
+    """``results`` with each inconclusive A/B comparison read with this A/B's spread between process
+    pairs (:func:`~pytest_gpuperf.verdict.moderation.moderate_ab`; "unchanged" only, issue 45)."""
+    from pytest_gpuperf.verdict.moderation import fit_ab_priors, moderate_ab
+
+    priors = fit_ab_priors(r.comparison for r in results.values() if r.comparison is not None)
+    if not priors:
+        return results
+    return {k: r if r.comparison is None else r.replace(comparison=moderate_ab(r.comparison, priors))
+            for k, r in results.items()}
 
 
 def dump_results(path: Path, results: dict[str, Any]) -> None:

@@ -83,7 +83,7 @@ class ReportWriter:
             rows.append(dict(d, name=name))
         if rows:
             try:
-                plot_forest(rows, s.settings.plot_dir / "forest.png", threshold=s.settings.options.threshold)
+                plot_forest(rows, s.settings.plot_dir / "forest.png", threshold=_common_threshold(rows))
             except (ValueError, OSError) as exc:
                 s.warnings.append(f"could not write the forest plot: {exc}")
 
@@ -244,3 +244,12 @@ class TerminalSummary:
             if entry is not None:
                 out[shown] = entry.data
         return out
+
+
+def _common_threshold(rows: list[dict[str, Any]]) -> float | None:
+    """The threshold most of the forest plot's rows were decided with (the band; a CPU run's default
+    is 10%, a CUDA run's 5%: :func:`~pytest_gpuperf.core.options.for_device`), None without any."""
+    from collections import Counter
+
+    counts = Counter(r["threshold"] for r in rows if isinstance(r.get("threshold"), (int, float)))
+    return counts.most_common(1)[0][0] if counts else None

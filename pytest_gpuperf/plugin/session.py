@@ -30,7 +30,7 @@ from pytest_gpuperf.core import options as opts
 from pytest_gpuperf.plugin import benchmark_compat
 from pytest_gpuperf.plugin.handoff import Recorded, hand_to_controller, merge_workers
 from pytest_gpuperf.plugin.keys import BENCH_KEY
-from pytest_gpuperf.plugin.settings import SessionSettings, ini_values
+from pytest_gpuperf.plugin.settings import SessionSettings, cli_values, ini_values
 from pytest_gpuperf.plugin.updating import write_baselines, write_pending
 
 if TYPE_CHECKING:
@@ -274,6 +274,7 @@ class GpuPerfSession:
         except DeviceUnavailable as exc:
             pytest.skip(f"pytest-gpuperf: {exc}")
         use_device(device)  # "cuda" in the test's own code now means the GPU measured (xdist worker k: GPU k)
+        options = opts.for_device(options, device.type, threshold_given=_threshold_given(item))  # 10% on the CPU
         slot = self.settings.replicate_slot
         # marker processes=N: a replicate worker past the first N only runs the test (one call)
         measuring = self.settings.measuring and not (slot is not None and slot[0] >= (options.processes or 10 ** 9))
@@ -545,6 +546,14 @@ def _marker_options(item: pytest.Item) -> dict[str, Any]:
             )
         merged.update(mark.kwargs)
     return merged
+
+
+def _threshold_given(item: pytest.Item) -> bool:
+    """Whether the item's ``threshold`` was set (a ``gpu_bench`` marker, ``--gpuperf-threshold``,
+    the ini's ``gpuperf_threshold``) rather than left to the backend's default
+    (:func:`~pytest_gpuperf.core.options.for_device`)."""
+    return ("threshold" in _marker_options(item) or cli_values(item.config).get("threshold") is not None
+            or "threshold" in ini_values(item.config))
 
 
 def _max_memory_text(item: pytest.Item) -> str | None:

@@ -26,6 +26,10 @@ where the benchmark's own spread decided 62%, with the same regressions caught a
 slowdown at a 10% threshold passed as unchanged
 (``python benchmarks/replay_decisions.py <study> --thresholds 0.05,0.1``).
 
+The same-machine A/B reads its comparisons the same way (:func:`fit_ab_priors`, :func:`moderate_ab`):
+there a benchmark's spread is that of its 2-3 pairs of worker processes' median ratios B/A, and
+the prior is fitted to the spreads of the A/B's other benchmarks.
+
 SDs are of natural-log times (about the CV for small spreads); thresholds are fractions.
 """
 
@@ -180,3 +184,67 @@ def moderate(comparison: Any, prior: Prior | None) -> Any:
     kept = [part for part in (c.note or "").split("; ") if part and not part.endswith(NOT_ENOUGH_EVIDENCE)]
     return dataclasses.replace(c, verdict=Verdict.UNCHANGED, note="; ".join([*kept, note]),
                                advice=tuple(a for a in c.advice if a is not Advice.MORE_PROCESSES))
+
+
+def ab_spread(comparison: Any) -> tuple[float, int] | None:
+    """An A/B comparison's spread between pairs of worker processes: ``(SD of the log per-pair
+    median ratios B/A, pairs - 1)`` (:attr:`~pytest_gpuperf.verdict.compare.ABEvidence.process_ratios`);
+    None under 2 pairs, or for a comparison that is not an A/B one."""
+    import statistics
+
+    ab = getattr(comparison, "ab", None)
+    ratios = ab.process_ratios if ab is not None else None
+    if not ratios or len(ratios) < 2 or not all(r > 0 and math.isfinite(r) for r in ratios):
+        return None
+    return statistics.stdev(math.log(r) for r in ratios), len(ratios) - 1
+
+
+def fit_ab_priors(comparisons: Iterable[Any]) -> Priors:
+    """Each clock's prior (:func:`fit_prior`) from the :func:`ab_spread` of one A/B's comparisons
+    (``clock`` ``"cpu"``: CPU time's; any other: the wall clock's). Same-machine A/B (issue 45): the
+    pairs of one A/B run on the same machine in the same minutes, so their spreads are alike."""
+    wall, cpu = [], []
+    for c in comparisons:
+        s = ab_spread(c)
+        if s is not None:
+            (cpu if getattr(c, "clock", None) == "cpu" else wall).append(s)
+    return Priors(fit_prior(wall), fit_prior(cpu))
+
+
+def moderate_ab(comparison: Any, priors: Priors) -> Any:
+    """An A/B ``comparison`` (:func:`~pytest_gpuperf.verdict.paired.decide_ab`) read with its A/B's
+    spread between process pairs (``priors``, :func:`fit_ab_priors`), for "not slower by more than
+    T?" only, as :func:`moderate` reads the stored stage: an ``inconclusive`` one whose one-sided
+    97.5% upper bound ``exp(mean + t(0.975, d0 + P - 1) * s / sqrt(P))`` lies under 1 + T is
+    ``unchanged`` (mean and s of the P pairs' log median ratios, s moderated by :func:`moderated`).
+
+    Why: the A/B's 99% CI is a two-stage bootstrap over 2-3 process pairs and the blocks inside
+    each; on a VM whose speed jumps by up to 2x between blocks (docs/verdicts.md, "The CPU's
+    default threshold") it spans 1 + T for an A/A comparison whose pairs agree within 3%. Each
+    pair's median ratio already carries its blocks' noise, and the session's other benchmarks lend
+    the degrees of freedom that 2-3 pairs lack. A regression still needs the A/B's own evidence,
+    so this never fails a test. Any other comparison is returned as it is."""
+    import statistics
+
+    from scipy import stats
+
+    from pytest_gpuperf.verdict.advice import Advice
+    from pytest_gpuperf.verdict.compare import NONINFERIORITY_CONFIDENCE, NOT_ENOUGH_EVIDENCE, Verdict, noninferior_note
+
+    c = comparison
+    prior = priors.cpu if getattr(c, "clock", None) == "cpu" else priors.wall
+    own = ab_spread(c)
+    if prior is None or own is None or c.verdict is not Verdict.INCONCLUSIVE or c.ratio_ci is None:
+        return c
+    logs = [math.log(r) for r in c.ab.process_ratios]
+    sd, df = moderated(own[0], own[1], prior)
+    upper = math.exp(statistics.fmean(logs) + float(stats.t.ppf(NONINFERIORITY_CONFIDENCE, df)) * sd / math.sqrt(len(logs)))
+    if not upper < 1 + c.threshold:
+        return c
+    note = noninferior_note(c.threshold, upper, c.ratio_ci, (
+        f" over the {len(logs)} pairs' median ratios, their spread moderated by this A/B's {prior.benchmarks} "
+        f"benchmarks (SD of log pair ratios {own[0]:.1%} -> {sd:.1%} on {df:.1f} df; prior {prior.sd:.1%} on "
+        f"{prior.df:.1f} df; Smyth 2004)"))
+    kept = [part for part in (c.note or "").split("; ") if part and not part.endswith(NOT_ENOUGH_EVIDENCE)]
+    return dataclasses.replace(c, verdict=Verdict.UNCHANGED, note="; ".join([*kept, note]),
+                               advice=tuple(a for a in c.advice if a is not Advice.MORE_AB_PROCESSES))

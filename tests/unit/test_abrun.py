@@ -479,3 +479,44 @@ def test_the_why_against_stored_profiles_counts_what_the_ab_profiled_and_skips_w
     assert finished["s1"].unavailable[OP_DIFF].error.startswith("not profiled: the why is made for the 1 largest "
                                                                 "changes of 3")
     assert "s2" not in {k for k, r in finished.items() if OP_DIFF in r.unavailable}
+
+
+def test_ab_results_read_an_inconclusive_ab_with_the_spread_of_its_other_benchmarks():
+    """Issue 45: a VM whose speed jumps 0.55-1.8x between blocks leaves an A/A benchmark whose three
+    pairs agree within 2% inconclusive on its own two-stage bootstrap; ab_results reads it with the
+    spread between pairs of the A/B's other benchmarks (verdict.moderation.moderate_ab): unchanged,
+    saying so. A benchmark whose pairs all read 1.23x keeps its own verdict."""
+    import math
+    import types
+
+    from pytest_gpuperf.ab.results import ab_results
+    from pytest_gpuperf.reporting.report import result_entry
+    from pytest_gpuperf.verdict.result import BenchResult
+
+    e = result_entry(BenchResult.from_samples((1.0, 1.1), name="t", device="cpu", rounds=2, calls_per_round=1,
+                                              warmup_calls=1, benchmark_id="t", options={"threshold": 0.1}),
+                     environment={}, git_commit=None, timestamp_utc="")
+
+    def measured(key: str, per_pair: list[list[float]]) -> Measured:
+        m = Measured(key, entries={"A": e, "B": e})
+        for p, ratios in enumerate(per_pair):
+            for k, r in enumerate(ratios):
+                m.blocks += [Block("A", p, 2 * k, (1.0,) * 3), Block("B", p, 2 * k + 1, (r,) * 3)]
+        return m
+
+    jumps = [1.8, 1.7, 1.6, 1.0, 1.02, 0.6, 0.55, 0.98]
+    suite = {f"t.py::test_{i}": measured(f"t.py::test_{i}", [[1.0 + 0.012 * math.sin(3 * i + p), 1.0 + 0.01 * math.cos(i * p),
+                                                              0.995, 1.005, 1.0, 1.01, 0.99, 1.0] for p in range(3)])
+             for i in range(11)}
+    suite["t.py::test_jumps"] = measured("t.py::test_jumps", [[x * (1 + 0.01 * p) for x in jumps] for p in range(3)])
+    suite["t.py::test_slower"] = measured("t.py::test_slower", [[x * (1 + 0.01 * p) for x in
+                                                                 [1.8, 1.7, 1.6, 1.5, 1.0, 0.6, 0.55, 0.5]] for p in range(3)])
+    coordinator = types.SimpleNamespace(order=list(suite), measured=suite)
+    results, removed, notes = ab_results(coordinator, "main (abc1234)")
+    assert not removed and not notes and len(results) == 13
+    jumped = results["t.py::test_jumps"].comparison
+    assert jumped.ratio_ci[1] > 1.6 and jumped.verdict is Verdict.UNCHANGED  # its own CI: 0.77x-1.65x
+    assert "over the 3 pairs' median ratios, their spread moderated by this A/B's 1" in jumped.note
+    assert "Smyth 2004" in jumped.note and "not enough evidence" not in jumped.note
+    assert results["t.py::test_slower"].comparison.verdict is Verdict.INCONCLUSIVE
+    assert "moderated" not in (results["t.py::test_slower"].comparison.note or "")

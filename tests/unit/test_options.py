@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pytest_gpuperf.core.options import (
     CLI_OPTIONS,
+    CPU_THRESHOLD,
+    DEFAULTS,
+    OPTION_HELP,
     OPTION_NAMES,
     BenchOptions,
     OptionError,
     check_names,
     convert,
+    for_device,
     resolve,
 )
 
@@ -305,3 +311,18 @@ def test_infinite_numbers_are_rejected(name, value):
     # an infinite threshold or time budget would silently disable the gate
     with pytest.raises(OptionError, match=name):
         resolve({name: value})
+
+
+@pytest.mark.parametrize("device_type, given, expected", [
+    ("cpu", False, CPU_THRESHOLD),   # the CPU's default: 10% (issue 45)
+    ("cpu", True, 0.05),             # a threshold that was set wins, even at the CUDA default's value
+    ("cuda", False, 0.05),           # CUDA keeps 5%
+    ("cuda", True, 0.05),
+])
+def test_the_cpu_default_threshold_applies_only_where_no_source_set_one(device_type, given, expected):
+    options = resolve(cli={"threshold": 0.05} if given else {})
+    out = for_device(options, device_type, threshold_given=given)
+    assert out.threshold == expected
+    assert dataclasses.replace(out, threshold=options.threshold) == options  # nothing else changes
+    assert CPU_THRESHOLD == 0.10 and DEFAULTS.threshold == 0.05
+    assert "0.1 = 10% on the CPU" in OPTION_HELP["threshold"]
