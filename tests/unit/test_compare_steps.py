@@ -190,10 +190,16 @@ def test_shift_verdict_regression_needs_the_ci_above_one():
     assert v is Verdict.INCONCLUSIVE
 
 
-def test_shift_verdict_regression_needs_significance():
-    # CI above 1 (not above 1+T) and the rank test not significant: no verdict, no note.
-    assert shift_verdict(1.2, (1.01, 1.3), 0.05, 0.95, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
-    assert shift_verdict(1.2, (1.01, 1.3), A, 0.95, floor=T, alpha=A)[0] is Verdict.UNCHANGED  # p == alpha
+def test_shift_verdict_regression_needs_significance_and_without_it_a_ci_past_the_floor_is_not_unchanged():
+    # CI above 1 and reaching past 1+T, the rank test not significant: no regression, and not
+    # "unchanged" either (issue 45: an A/B of a real +20% slowdown read 1.209x [1.078x, 1.391x],
+    # signed-rank p=0.037, and passed as unchanged): slower, perhaps by more than T.
+    v, note = shift_verdict(1.2, (1.01, 1.3), 0.05, 0.95, floor=T, alpha=A)
+    assert v is Verdict.INCONCLUSIVE
+    assert "lies above 1 and reaches past 1+T" in note and "p=0.05 is not under alpha 0.01" in note
+    assert shift_verdict(1.2, (1.01, 1.3), A, 0.95, floor=T, alpha=A)[0] is Verdict.INCONCLUSIVE  # p == alpha
+    # wholly inside 1..1+T and not significant: unchanged, as before
+    assert shift_verdict(1.02, (1.001, 1.04), 0.05, 0.95, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
 
 
 def test_shift_verdict_ci_wholly_beyond_the_floor_is_never_unchanged():
