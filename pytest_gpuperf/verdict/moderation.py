@@ -164,7 +164,7 @@ def moderate(comparison: Any, prior: Prior | None) -> Any:
     (:class:`Priors`). Any other comparison (a regression, A/B, one process a side, no ``prior``) is
     returned as it is."""
     from pytest_gpuperf.verdict.advice import Advice
-    from pytest_gpuperf.verdict.compare import NOT_ENOUGH_EVIDENCE, Verdict, noninferior_note, processes_decided_on
+    from pytest_gpuperf.verdict.compare import Verdict, noninferior_note, processes_decided_on
     from pytest_gpuperf.verdict.escalation import noninferior_upper
 
     c = comparison
@@ -181,9 +181,7 @@ def moderate(comparison: Any, prior: Prior | None) -> Any:
     note = noninferior_note(c.threshold, upper, c.ratio_ci, (
         f" with the spread moderated by this run's {prior.benchmarks} benchmarks (SD of log process medians "
         f"{c.run_sd:.1%} -> {sd:.1%} on {df:.1f} df; prior {prior.sd:.1%} on {prior.df:.1f} df; Smyth 2004)"))
-    kept = [part for part in (c.note or "").split("; ") if part and not part.endswith(NOT_ENOUGH_EVIDENCE)]
-    return dataclasses.replace(c, verdict=Verdict.UNCHANGED, note="; ".join([*kept, note]),
-                               advice=tuple(a for a in c.advice if a is not Advice.MORE_PROCESSES))
+    return _passed(c, note, Advice.MORE_PROCESSES)
 
 
 def ab_spread(comparison: Any) -> tuple[float, int] | None:
@@ -229,7 +227,7 @@ def moderate_ab(comparison: Any, priors: Priors) -> Any:
     from scipy import stats
 
     from pytest_gpuperf.verdict.advice import Advice
-    from pytest_gpuperf.verdict.compare import NONINFERIORITY_CONFIDENCE, NOT_ENOUGH_EVIDENCE, Verdict, noninferior_note
+    from pytest_gpuperf.verdict.compare import NONINFERIORITY_CONFIDENCE, Verdict, noninferior_note
 
     c = comparison
     prior = priors.cpu if getattr(c, "clock", None) == "cpu" else priors.wall
@@ -245,6 +243,15 @@ def moderate_ab(comparison: Any, priors: Priors) -> Any:
         f" over the {len(logs)} pairs' median ratios, their spread moderated by this A/B's {prior.benchmarks} "
         f"benchmarks (SD of log pair ratios {own[0]:.1%} -> {sd:.1%} on {df:.1f} df; prior {prior.sd:.1%} on "
         f"{prior.df:.1f} df; Smyth 2004)"))
+    return _passed(c, note, Advice.MORE_AB_PROCESSES)
+
+
+def _passed(c: Any, note: str, more: Any) -> Any:
+    """``c`` passed ``unchanged`` by a moderated non-inferiority reading (:func:`moderate`,
+    :func:`moderate_ab`): its "not enough evidence" note replaced by ``note``, the advice ``more``
+    (more processes, more A/B pairs) dropped."""
+    from pytest_gpuperf.verdict.compare import NOT_ENOUGH_EVIDENCE, Verdict
+
     kept = [part for part in (c.note or "").split("; ") if part and not part.endswith(NOT_ENOUGH_EVIDENCE)]
     return dataclasses.replace(c, verdict=Verdict.UNCHANGED, note="; ".join([*kept, note]),
-                               advice=tuple(a for a in c.advice if a is not Advice.MORE_AB_PROCESSES))
+                               advice=tuple(a for a in c.advice if a is not more))

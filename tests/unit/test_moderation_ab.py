@@ -15,7 +15,6 @@ import pytest
 from pytest_gpuperf.verdict.advice import Advice
 from pytest_gpuperf.verdict.compare import ABEvidence, Comparison, Verdict
 from pytest_gpuperf.verdict.moderation import MIN_BENCHMARKS, Priors, ab_spread, fit_ab_priors, moderate_ab
-from pytest_gpuperf.verdict.paired import Block, decide_ab, paired_ratios
 
 
 def _ab(pairs: tuple[float, ...], verdict: Verdict = Verdict.INCONCLUSIVE, clock: str = "wall",
@@ -59,21 +58,6 @@ def test_an_inconclusive_ab_whose_pairs_agree_is_unchanged_with_the_suite_spread
     assert moderate_ab(agreed, Priors()) is agreed
 
 
-def test_the_decision_on_real_blocks_reads_the_pairs_the_bootstrap_did_not():
-    # A/A blocks with a VM's jumps (0.55x or 1.7x blocks on either side), 3 pairs of 8 block pairs
-    rng = np.random.default_rng(3)
-    blocks = []
-    for p in range(3):
-        for pos in range(16):
-            state = rng.choice([1.0, 1.0, 1.0, 0.55, 1.7])
-            blocks.append(Block("AB"[pos % 2], p, pos, (float(state * rng.normal(1.0, 0.01)),)))
-    c = decide_ab(paired_ratios(blocks), a_median_ms=1.0, b_median_ms=1.0, ref="x", threshold=0.1)
-    priors = fit_ab_priors([*SUITE, c])
-    read = moderate_ab(c, priors)
-    assert read.verdict in (c.verdict, Verdict.UNCHANGED)  # never a failure, at most "unchanged"
-    assert not read.failed
-
-
 @pytest.mark.parametrize("pair_sd", [0.01, 0.03])
 def test_a_slowdown_at_the_threshold_is_passed_at_most_at_the_one_sided_level(pair_sd: float):
     # Calibration under the model's assumption (one spread for the A/B): 1000 benchmarks of 3
@@ -90,5 +74,6 @@ def test_a_slowdown_at_the_threshold_is_passed_at_most_at_the_one_sided_level(pa
     assert passed <= 0.025 * 1000 + 3 * math.sqrt(0.025 * 0.975 * 1000)  # 2.5% + 3 SD of a binomial
     aa = suite(1.0, 300)
     priors = fit_ab_priors(aa)
-    assert sum(moderate_ab(c, priors).verdict is Verdict.UNCHANGED for c in aa) > 0.9 * 300 * (pair_sd == 0.01)
+    decided = sum(moderate_ab(c, priors).verdict is Verdict.UNCHANGED for c in aa)  # all 300 inconclusive alone
+    assert decided > (270 if pair_sd == 0.01 else 30)
     assert all(not moderate_ab(c, priors).failed for c in aa)
