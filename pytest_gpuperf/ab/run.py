@@ -43,6 +43,7 @@ from pytest_gpuperf.core.flags import ALL_FLAGS
 from pytest_gpuperf.core.git import GitError, run as run_git
 from pytest_gpuperf.core.launch import popen_dying_with_parent
 from pytest_gpuperf.verdict.paired import Block, SIDES, abba_schedule
+from pytest_gpuperf.verdict.opdiff import op_free
 from pytest_gpuperf.core.options import DEFAULTS
 
 #: Worktrees of other revisions kept under ``.gpuperf/ab`` for later runs.
@@ -958,7 +959,8 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
                only: set[str] | None = None, progress: Callable[[str], None] = lambda _s: None,
                announce: Callable[[str], None] | None = None, max_pairs: int | None = None,
                why: bool = True, traces_dir: Path | None = None, confirming: bool = False,
-               why_max: int | None = None, settle_s: tuple[float, set[str]] | None = None) -> ABOutcome:
+               why_max: int | None = None, settle_s: tuple[float, set[str]] | None = None,
+               op_free: frozenset[str] = frozenset()) -> ABOutcome:
     """Measure side B against side A (``specs``, e.g. :func:`side_specs`) in ``processes`` pairs of
     worker processes running pytest with ``args`` (``only``: just these benchmark ids), then the
     sequential step: a benchmark that says regressed, or whose CI straddles 1+T, is measured by its
@@ -976,6 +978,10 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
     calls for them, and only its regressions are profiled (an improvement fails nothing; its why
     took 5 process pairs, 90 s, on cattrs' suite, 2026-11-29). ``why_max``: profile at most that
     many (:func:`why_first`; the others' ``op diff`` is unavailable, saying so; None: all).
+    ``op_free``: ids whose op profile (e.g. the baseline's) held no torch op
+    (:func:`~pytest_gpuperf.verdict.opdiff.op_free`): never profiled, their ``op diff`` unavailable
+    with :data:`~pytest_gpuperf.verdict.opdiff.OP_FREE`; a benchmark whose first profiling pairs
+    found no op on either side gets no :data:`MORE_PROFILE_PAIRS` either.
     ``settle_s``: ``(seconds, must)``, the time the A/B may take when it confirms or settles
     (``--gpuperf-settle-time``) and the ids it measures whatever the time (the regressions to
     confirm): the first pair starts no other after ``seconds / (processes + 0.5)`` (each later
@@ -1007,10 +1013,18 @@ def measure_ab(specs: dict[str, WorkerSpec], args: Sequence[str], processes: int
         coordinator.confirm(set(suspects), 1)
         results, removed, notes = ab_results(coordinator, label)
     if why:
-        moved = {k for k, r in results.items() if r.comparison is not None
-                 and r.comparison.verdict.value in (("regressed",) if confirming else ("regressed", "improved"))}
-        results = _with_why(coordinator, *why_first(moved, results, why_max), label)
+        results = _why_step(coordinator, results, label, confirming=confirming, why_max=why_max, op_free=op_free)
     return ABOutcome(results, removed, coordinator.notes + notes, frozenset(coordinator.skipped))
+
+
+def _why_step(coordinator: Coordinator, results: dict[str, Any], label: str, *, confirming: bool,
+              why_max: int | None, op_free: frozenset[str]) -> dict[str, Any]:
+    """The why of :func:`measure_ab`'s verdicts that moved (only regressions when ``confirming``):
+    none for those in ``op_free``, the ``why_max`` largest of the others profiled."""
+    moved = {k for k, r in results.items() if r.comparison is not None
+             and r.comparison.verdict.value in (("regressed",) if confirming else ("regressed", "improved"))}
+    moved, results = without_why(moved & op_free, moved, results)
+    return _with_why(coordinator, *why_first(moved, results, why_max), label)
 
 
 def _with_why(coordinator: Coordinator, moved: set[str], results: dict[str, Any], label: str) -> dict[str, Any]:
@@ -1025,7 +1039,9 @@ def _with_why(coordinator: Coordinator, moved: set[str], results: dict[str, Any]
         for key in moved:
             coordinator.measured[key].profile_errors.setdefault("B", (f"the profiling workers failed: {exc}", ""))
     results = {k: with_op_diff(r, coordinator.measured.get(k), label) if k in moved else r for k, r in results.items()}
-    unnamed = {k for k in moved if (d := getattr(results[k], "op_diff", None)) is not None and not d.named}
+    unnamed = {k for k in moved if (d := getattr(results[k], "op_diff", None)) is not None and not d.named
+               and not ((m := coordinator.measured.get(k)) is not None
+                        and all(op_free(m.profiles.get(side)) for side in SIDES))}  # no op to name: no more pairs
     if not unnamed:
         return results
     try:
@@ -1048,6 +1064,18 @@ PROFILE_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_TH
 #: More pairs for a benchmark whose diff named no op after :data:`PROFILE_PAIRS`: with 5 pairs one
 #: may disagree (:data:`pytest_gpuperf.verdict.opdiff.DISSENT_FROM_PAIRS`; docs/why.md).
 MORE_PROFILE_PAIRS = 2
+
+
+def without_why(skip: set[str], keys: set[str], results: dict[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """``keys`` less ``skip``, and ``results`` where each of ``skip`` has its ``op diff``
+    unavailable with :data:`~pytest_gpuperf.verdict.opdiff.OP_FREE` (its op profile held no torch
+    op: no profiling can name one). Pure."""
+    from pytest_gpuperf.core.containment import OP_DIFF, Unavailable
+    from pytest_gpuperf.verdict.opdiff import OP_FREE
+
+    why = Unavailable(OP_DIFF, OP_FREE)
+    return keys - skip, {k: r.replace(unavailable={**r.unavailable, OP_DIFF: why}) if k in skip else r
+                         for k, r in results.items()}
 
 
 def why_first(keys: set[str], results: dict[str, Any], why_max: int | None) -> tuple[set[str], dict[str, Any]]:

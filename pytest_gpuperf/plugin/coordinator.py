@@ -409,12 +409,21 @@ class Coordinator:
         outcome = measure_ab(specs, args, self.settings.ab_processes, logs, rev.label, only=only,
                              progress=progress, announce=progress.line, why=self.settings.why,
                              traces_dir=self.settings.artifacts_dir, confirming=only is not None,
-                             why_max=self.settings.limits.why_max,
+                             why_max=self.settings.limits.why_max, op_free=_op_free(self.stored_entries),
                              settle_s=None if only is None or (t := self.settings.limits.settle_time_s) is None
                              else (t, set(must)))
         for note in outcome.notes:
             self.warn(note)
         return outcome
+
+
+def _op_free(stored: Mapping[str, Any]) -> frozenset[str]:
+    """The benchmarks whose baseline (``stored``: id -> entry) stored an op profile without any
+    torch op (:func:`~pytest_gpuperf.verdict.opdiff.op_free`): their why is not profiled."""
+    from pytest_gpuperf.verdict.opdiff import op_free
+
+    return frozenset(k for k, e in stored.items()
+                     if isinstance(p := e.data.get("op_profile"), dict) and op_free(p.get("cycles")))
 
 
 def _regressed(result: Any) -> bool:
@@ -453,15 +462,19 @@ def _stored_why(finished: dict[str, Any], stored: Mapping[str, Any], why_max: in
     yet (no A/B made one, nor left it out for ``--gpuperf-why-max``), a baseline that stored an op
     profile (``stored[key]``), at most ``why_max`` in the run (less those an A/B profiled), the
     largest first (:func:`~pytest_gpuperf.ab.run.why_first`: the others' ``op diff`` is marked
-    not profiled in ``finished``)."""
-    from pytest_gpuperf.ab.run import why_first
+    not profiled in ``finished``), none whose stored op profile held no torch op (marked so:
+    :func:`~pytest_gpuperf.ab.run.without_why`)."""
+    from pytest_gpuperf.ab.run import why_first, without_why
     from pytest_gpuperf.core.containment import OP_DIFF
-    from pytest_gpuperf.verdict.opdiff import NOT_PROFILED
+    from pytest_gpuperf.verdict.opdiff import NOT_PROFILED, op_free
 
     results = [r for r in finished.values() if not isinstance(r, str)]
     keys = [k for k, r in finished.items()
             if _regressed(r) and r.op_diff is None and k in stored and isinstance(stored[k].data.get("op_profile"), dict)
             and not getattr(r.unavailable.get(OP_DIFF), "error", "").startswith(NOT_PROFILED)]
+    free = {k for k in keys if op_free(stored[k].data["op_profile"].get("cycles"))}  # no op to name
+    finished.update(without_why(free, free, {k: finished[k] for k in free})[1])
+    keys = [k for k in keys if k not in free]
     left = max(0, why_max - sum(r.op_diff is not None for r in results))
     picked, capped = why_first(set(keys), {k: finished[k] for k in keys}, left)
     finished.update(capped)

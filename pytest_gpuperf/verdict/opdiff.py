@@ -563,8 +563,30 @@ def why_line(d: OpDiff, unchanged: int = 3) -> str:
     return "why: " + "; ".join(parts) + where
 
 
-#: How the reason of a verdict left unprofiled on purpose begins (``--gpuperf-why-max``).
+#: How the reason of a verdict left unprofiled on purpose begins (``--gpuperf-why-max``, an op-free profile).
 NOT_PROFILED = "not profiled: "
+#: The reason of a benchmark whose op profile held no torch op (:func:`op_free`).
+OP_FREE = (NOT_PROFILED + "its op profile holds no torch op (all its time is outside torch's ops, e.g. pure "
+           "Python), so an op-by-op diff cannot name one")
+
+
+def op_free(cycles: Sequence[Any] | None) -> bool:
+    """Whether an op profile's ``cycles`` (:class:`OpSample` or their ``to_dict()`` form, e.g. a
+    stored ``op_profile["cycles"]`` or an A/B side's profiles) hold no torch op at all: at least one
+    cycle, and none with an op's self time or count. Then the benchmark's whole time is outside
+    torch's ops (a pure-Python benchmark, e.g. a pydantic-core or cattrs suite), and more profiling
+    cannot name an op: the why of such a verdict is not profiled (issue 45: on pydantic-core's suite
+    5 profiling pairs, about 190 s, gave one unchanged rerun's false alarm the why "no single op
+    explains the change ... outside ops 100%"). False for no cycles (unknown). Pure."""
+    if not cycles:
+        return False
+
+    def ops(c: Any) -> bool:
+        if isinstance(c, OpSample):
+            return bool(c.self_ms or c.counts)
+        return bool((c or {}).get("self_ms") or (c or {}).get("counts"))
+
+    return not any(ops(c) for c in cycles)
 
 
 def why_lines(d: OpDiff | None, missing: str = "") -> list[str]:

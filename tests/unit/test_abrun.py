@@ -479,6 +479,13 @@ def test_the_why_against_stored_profiles_counts_what_the_ab_profiled_and_skips_w
     assert finished["s1"].unavailable[OP_DIFF].error.startswith("not profiled: the why is made for the 1 largest "
                                                                 "changes of 3")
     assert "s2" not in {k for k, r in finished.items() if OP_DIFF in r.unavailable}
+    # issue 45: a baseline whose op profile held no torch op (a pure-Python benchmark) is not profiled
+    free = {"cycles": [{"self_ms": {}, "counts": {}, "total_ms": 0.1}]}
+    finished = {"py": regressed(3.0), "ops": regressed(1.5)}
+    stored = {"py": SimpleNamespace(data={"op_profile": free}),
+              "ops": SimpleNamespace(data={"op_profile": {"cycles": [{"self_ms": {"aten::mm": 0.1}, "counts": {}}]}})}
+    assert _stored_why(finished, stored, 10) == ["ops"]
+    assert finished["py"].unavailable[OP_DIFF].error.startswith("not profiled: its op profile holds no torch op")
 
 
 def test_ab_results_read_an_inconclusive_ab_with_the_spread_of_its_other_benchmarks():

@@ -161,3 +161,36 @@ def test_the_first_pair_starts_no_benchmark_past_its_deadline_but_the_ones_it_mu
     assert not c._late(0, "must") and not c._late(1, "b")  # always measured; later pairs measure what the first did
     c.deadline = None
     assert not c._late(0, "b")
+
+
+def test_no_why_is_profiled_where_the_op_profile_holds_no_torch_op(monkeypatch, tmp_path) -> None:
+    """Issue 45: a pure-Python benchmark's op profile has no torch op (pydantic-core, cattrs), so an
+    op-by-op diff cannot name one: one whose stored profile says so is not profiled at all (its
+    ``op diff`` says why), and one whose first profiling pairs found no op on either side gets no
+    more pairs; a benchmark with ops is profiled as before."""
+    from pytest_gpuperf.core.containment import OP_DIFF
+    from pytest_gpuperf.verdict.opdiff import OP_FREE
+
+    FakeCoordinator.instances.clear()
+    monkeypatch.setattr(ab_run, "Coordinator", FakeCoordinator)
+    regressed = SimpleNamespace(verdict=SimpleNamespace(value="regressed"), ratio=1.3)
+
+    def result():
+        return SimpleNamespace(comparison=regressed, options=SimpleNamespace(confirm=0), op_diff=None, unavailable={},
+                               replace=lambda **kw: SimpleNamespace(**{**vars(result()), **kw}))
+
+    monkeypatch.setattr(ab_results_module, "ab_results", lambda coordinator, label: (
+        {"m.py::python": result(), "m.py::torch": result(), "m.py::stored_free": result()}, [], []))
+    monkeypatch.setattr(ab_results_module, "needs_more_pairs", lambda c: False)
+    free, ops = [{"self_ms": {}, "counts": {}, "total_ms": 0.1}], [{"self_ms": {"aten::add": 0.1}, "counts": {}}]
+    monkeypatch.setattr(FakeCoordinator, "measured", {
+        "m.py::python": SimpleNamespace(profiles={"A": free, "B": free}),
+        "m.py::torch": SimpleNamespace(profiles={"A": ops, "B": ops})})
+    monkeypatch.setattr(ab_run, "with_op_diff", lambda r, m, label: SimpleNamespace(
+        **{**vars(r), "op_diff": SimpleNamespace(named=())}))
+    out = ab_run.measure_ab({}, [], 2, tmp_path, "REF", confirming=True, op_free=frozenset({"m.py::stored_free"}))
+    c = FakeCoordinator.instances[-1]
+    assert c.calls[1:] == [("profile", ["m.py::python", "m.py::torch"], ab_run.PROFILE_PAIRS),
+                           ("profile", ["m.py::torch"], ab_run.MORE_PROFILE_PAIRS)]
+    assert out.results["m.py::stored_free"].unavailable[OP_DIFF].error == OP_FREE
+    assert out.results["m.py::stored_free"].op_diff is None

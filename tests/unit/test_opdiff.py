@@ -337,3 +337,16 @@ def test_processes_that_share_the_profile_split_its_cycles_and_budget():
     assert cycles_for(10.0, 2, ops=2500, processes=2) == 2 and cycles_for(10.0, 2, ops=5000, processes=2) == 1
     assert cycles_for(10.0, 2, ops=12_000, processes=2) == 0
     assert cycles_for(0.0, 3, processes=4) == 2  # ceil(6 / 4)
+
+
+def test_op_free_means_cycles_without_any_op():
+    """Issue 45: a profile whose cycles hold no op (a pure-Python benchmark) cannot name one; an
+    unknown profile (no cycles) is not called op-free, one op in one cycle is enough."""
+    from pytest_gpuperf.verdict.opdiff import OpSample, op_free
+
+    empty = {"self_ms": {}, "counts": {}, "total_ms": 0.004, "idle_ms": None, "phase_ms": {}, "process": 1}
+    assert op_free([empty, empty])
+    assert op_free([OpSample.from_dict(empty)])
+    assert not op_free([]) and not op_free(None)
+    assert not op_free([empty, {**empty, "counts": {"aten::add": 1.0}}])
+    assert not op_free([OpSample(self_ms={"aten::add": 0.001}, counts={}, total_ms=0.002)])
