@@ -890,7 +890,9 @@ class Coordinator:
             return False
         m.blocks.append(Block(w.spec.side, p, pos, tuple(float(v) for v in reply["samples_ms"]),
                               tuple(float(v) for v in reply.get("cpu_samples_ms") or ()),
-                              tuple(float(v) for v in reply.get("process_cpu_samples_ms") or ())))
+                              tuple(float(v) for v in reply.get("process_cpu_samples_ms") or ()),
+                              tuple(float(v) for v in reply.get("probe_ms") or ()),
+                              max(1, int(reply.get("probe_every") or 1))))
         return True
 
     def _finish(self, w: _Worker, m: Measured, p: int) -> None:

@@ -21,18 +21,6 @@ from __future__ import annotations
 from typing import Any, Callable, ContextManager
 
 
-def python_loop(n: int = 20_000) -> int:
-    """The CPU's single-thread reference: ``n`` iterations of integer arithmetic and a dict update in
-    the interpreter (a median of 3.2-4.7 ms of thread CPU time for the default on this project's
-    2-core VM, quiet, 2026-11-29); returns a checksum."""
-    seen: dict[int, int] = {}
-    total = 0
-    for i in range(n):
-        total = (total * 31 + i) & 0xFFFFFFFF
-        seen[i & 1023] = total
-    return total + len(seen)
-
-
 def measure_reference(device: Any) -> dict[str, Any]:
     """Time the reference workloads on ``device``; returns ``{"matmul_ms", "copy_ms", ...}`` (medians, ms).
 
@@ -64,6 +52,7 @@ def measure_reference(device: Any) -> dict[str, Any]:
         "copy": f"{numel * 4 // 2**20} MiB copy",
     }
     if not cuda:
+        from pytest_gpuperf.measure.probe import python_loop
         from pytest_gpuperf.measure.timing import CpuClocks
 
         py = measure(python_loop, (), {}, options=opts, device=device, cpu_clocks=CpuClocks())

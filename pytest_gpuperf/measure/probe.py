@@ -96,6 +96,37 @@ def last_level_cache_bytes(default: int = 32 << 20) -> int:
     return best or default
 
 
+def python_loop(n: int = 20_000) -> int:
+    """The CPU's single-thread reference: ``n`` iterations of integer arithmetic and a dict update in
+    the interpreter (a median of 3.2-4.7 ms of thread CPU time for the default on this project's
+    2-core VM, quiet, 2026-11-29); returns a checksum. The session-start reference of
+    :mod:`pytest_gpuperf.measure.drift` and, shorter, the A/B's :func:`reference_probe`."""
+    seen: dict[int, int] = {}
+    total = 0
+    for i in range(n):
+        total = (total * 31 + i) & 0xFFFFFFFF
+        seen[i & 1023] = total
+    return total + len(seen)
+
+
+#: Iterations of :func:`python_loop` in the reference probe of the
+#: A/B's blocks (:func:`reference_probe`): about 0.25-0.5 ms on this project's 2-core VM.
+REFERENCE_LOOP_ITERATIONS = 1500
+
+
+def reference_probe() -> Probe:
+    """The A/B's reference probe on the CPU: a fixed pure-Python loop
+    (:func:`python_loop`, :data:`REFERENCE_LOOP_ITERATIONS`
+    iterations; no torch), timed between a block's rounds so that each round can be read relative
+    to the machine's speed at that moment (:attr:`pytest_gpuperf.verdict.paired.Block.referenced`).
+    Why (issue 45, 2026-11-29): this project's VM runs any code 1.5-2x slower for stretches of tens
+    of ms to seconds (its SMT sibling's load; CPU time slows too); adjacent blocks of a JSON round
+    trip and of this loop moved together (Spearman-like log correlation 0.88-0.91), and A/A paired
+    ratios of 62-ms blocks had a log SD of 0.255 raw and 0.066 normalized (docs/verdicts.md)."""
+    n = REFERENCE_LOOP_ITERATIONS
+    return Probe("python", f"python: {n}-iteration interpreter loop", lambda: python_loop(n))
+
+
 _CACHE: dict[tuple[str, str], Probe] = {}
 
 

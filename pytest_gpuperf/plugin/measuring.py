@@ -337,6 +337,17 @@ class Replay(Smoke):
                                    options=common["options"], extra_info=common["extra_info"])
 
 
+def _block_probe(ctx: Any) -> dict[str, Any]:
+    """The ``probe`` keyword of an A/B worker's blocks: the reference probe
+    (:func:`~pytest_gpuperf.measure.probe.reference_probe`) on the CPU backend with a measurer that
+    takes probes, outside torchrun; else none (``{}``)."""
+    if ctx.ranks is not None or not ctx.measurer.supports_probe or getattr(ctx.device, "type", "cpu") != "cpu":
+        return {}
+    from pytest_gpuperf.measure.probe import reference_probe
+
+    return {"probe": reference_probe()}
+
+
 class ABWorker(Measuring):
     """An A/B worker process (``context.ab_worker``, its :class:`~pytest_gpuperf.ab.run.WorkerClient`)."""
 
@@ -356,6 +367,7 @@ class ABWorker(Measuring):
         per_rank: list[list[float]] = []  # in a launch: each rank's samples over the blocks
         lockstep = {} if ctx.ranks is None else {"lockstep": _lockstep_of(ctx.measurer, ctx.ranks)}
         host = ctx.measurer.host_load_meter(ctx.device, measure=ctx.host_load)  # over its blocks (CPU)
+        probe = _block_probe(ctx)
         while True:
             cmd = client.command()
             try:
@@ -367,12 +379,13 @@ class ABWorker(Measuring):
                 elif cmd["op"] == "block":
                     with host.span() if host is not None else contextlib.nullcontext():
                         t, mine = self._in_step(fn, args, kwargs, setup, lockstep, rounds=int(cmd["rounds"]),
-                                                warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1)
+                                                warmup_calls=int(cmd["rewarm"]), calls_per_round=cpr or 1, **probe)
                     per_rank = [a + b for a, b in zip(per_rank or [[] for _ in mine], mine)]
                     samples.extend(t.samples_ms)
                     rounds += t.rounds
                     client.reply("samples", samples_ms=list(t.samples_ms), cpu_samples_ms=list(t.cpu_samples_ms),
-                                 process_cpu_samples_ms=list(t.process_cpu_samples_ms))
+                                 process_cpu_samples_ms=list(t.process_cpu_samples_ms),
+                                 probe_ms=list(t.probe_ms) if probe else [], probe_every=t.probe_every)
                 elif cmd["op"] == "profile":  # why it got slower (issue 32): op profiles, outside the timed blocks
                     self._profile_for_ab(fn, args, kwargs, setup, cmd)
                 elif cmd["op"] == "finish":

@@ -48,8 +48,11 @@ MAX_PARALLELISM = 1.1
 
 WALL = "wall"
 CPU = "cpu"
+#: The A/B's wall clock read relative to the reference probe timed beside each round
+#: (:attr:`pytest_gpuperf.verdict.paired.Block.referenced`, :func:`pytest_gpuperf.verdict.gate.ab_with_reference`).
+REF = "ref"
 #: How each clock is named in messages.
-CLOCK_NAMES = {WALL: "wall clock", CPU: "CPU time"}
+CLOCK_NAMES = {WALL: "wall clock", CPU: "CPU time", REF: "wall clock relative to the reference probe"}
 
 
 def positive_floats(values: Any) -> tuple[float, ...] | None:

@@ -483,10 +483,7 @@ def evaluate(
     """
     label = reference.label
     if evidence.ab_blocks is not None:
-        comparison = judge_ab(evidence.ab_blocks, reference, options, benchmark_id=benchmark_id,
-                              confirm_from=confirm_from, throttle=evidence.throttle)
-        comparison = ab_with_cpu_time(comparison, evidence, reference, options, benchmark_id=benchmark_id,
-                                      confirm_from=confirm_from)
+        comparison = _ab_timing(evidence, reference, options, benchmark_id=benchmark_id, confirm_from=confirm_from)
         base_peak = reference.ab_peak_memory_bytes
     else:
         if evidence.process_samples_ms is not None:
@@ -648,6 +645,49 @@ def ab_with_cpu_time(wall: Comparison, evidence: Evidence, reference: Reference,
         cpu = judge_ab([b for b in cpu_blocks if b is not None], reference, options, benchmark_id=benchmark_id,
                        confirm_from=confirm_from)
     return _clock_chosen(wall, cpu, invalid, evidence.host_busy)
+
+
+def _ab_timing(evidence: Evidence, reference: Reference, options: BenchOptions, *, benchmark_id: str,
+               confirm_from: int | None) -> Comparison:
+    """The A/B timing verdict of :func:`evaluate`: :func:`judge_ab` on the wall clock, then
+    :func:`ab_with_cpu_time` and :func:`ab_with_reference` (which clock decides)."""
+    assert evidence.ab_blocks is not None
+    comparison = judge_ab(evidence.ab_blocks, reference, options, benchmark_id=benchmark_id,
+                          confirm_from=confirm_from, throttle=evidence.throttle)
+    comparison = ab_with_cpu_time(comparison, evidence, reference, options, benchmark_id=benchmark_id,
+                                  confirm_from=confirm_from)
+    return ab_with_reference(comparison, evidence, reference, options, benchmark_id=benchmark_id,
+                             confirm_from=confirm_from)
+
+
+def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, options: BenchOptions, *,
+                      benchmark_id: str = "benchmark", confirm_from: int | None = None) -> Comparison:
+    """The A/B timing verdict read on the reference-normalized clock where the wall clock (and CPU
+    time) left it inconclusive (a step of :func:`evaluate`, after :func:`ab_with_cpu_time`): with
+    every block of both sides carrying its reference probe (:attr:`~pytest_gpuperf.verdict.paired.Block.referenced`),
+    on a quiet host, :func:`judge_ab` on the normalized blocks; a decisive verdict there stands,
+    labelled ``clock`` ``"ref"`` with a note giving the other clock's reading; its medians and
+    recorded blocks stay the wall clock's (ms). Why (issue 45): the VM's speed modes (1.5-2x,
+    lasting tens of ms to seconds, CPU time slowed as much) fall between adjacent blocks and widen
+    the A/B's CI; the probe timed beside each round moves with them (docs/verdicts.md). Unchanged
+    on a busy host (CPU time's rule stands), without probes, without side A, or when already decided."""
+    from pytest_gpuperf.core.units import format_ratio
+    from pytest_gpuperf.verdict.cputime import CLOCK_NAMES, REF, WALL
+
+    blocks = evidence.ab_blocks or ()
+    if c.verdict is not Verdict.INCONCLUSIVE or evidence.host_busy or not blocks or not _cpu_backend(evidence.device):
+        return c
+    normalized = [b.referenced for b in blocks]
+    if any(b is None for b in normalized):
+        return c
+    r = judge_ab([b for b in normalized if b is not None], reference, options, benchmark_id=benchmark_id,
+                 confirm_from=confirm_from)
+    if r.verdict is Verdict.INCONCLUSIVE or r.ab is None or c.ab is None:
+        return c
+    said = f"{CLOCK_NAMES[c.clock or WALL]} inconclusive" + (f" {format_ratio(c.ratio)}" if c.ratio else "")
+    r = with_note(r, f"decided on the wall clock relative to the reference probe timed beside each round ({said})")
+    return dataclasses.replace(r, clock=REF, current_median_ms=c.current_median_ms,
+                               baseline_median_ms=c.baseline_median_ms, ab=dataclasses.replace(r.ab, blocks=c.ab.blocks))
 
 
 def judge_ab(

@@ -40,7 +40,7 @@ def drift_ratios(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] 
 def cpu_drift_ratio(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> float | None:
     """The CPU's single-thread speed now/then: the ratio of two ``environment.reference`` dicts'
     ``python_cpu_ms`` (the thread CPU time of a pure-Python loop,
-    :func:`pytest_gpuperf.measure.drift.python_loop`; > 1: this CPU runs slower now). None when
+    :func:`pytest_gpuperf.measure.probe.python_loop`; > 1: this CPU runs slower now). None when
     either side lacks it (baselines recorded before it, CUDA). Pure."""
     return _ratio(current, baseline, "python_cpu_ms")
 

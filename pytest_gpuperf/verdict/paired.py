@@ -75,7 +75,10 @@ class Block:
     """One timed block: its side ("A" or "B"), the worker-process pair that measured it (0-based),
     its position in that pair's schedule, and its per-call times (ms); ``cpu_samples_ms`` and
     ``process_cpu_samples_ms`` the calling thread's and the process's CPU time per call of the same
-    rounds (ms, aligned with ``samples_ms``; empty where not read: CUDA, torchrun launches)."""
+    rounds (ms, aligned with ``samples_ms``; empty where not read: CUDA, torchrun launches);
+    ``probe_ms`` the times of the reference probe timed between its rounds (ms; probe j right after
+    rounds ``j*probe_every .. (j+1)*probe_every - 1``, the last group maybe shorter;
+    :func:`pytest_gpuperf.measure.probe.reference_probe`; empty where not timed)."""
 
     side: str
     process: int
@@ -83,6 +86,24 @@ class Block:
     samples_ms: tuple[float, ...]
     cpu_samples_ms: tuple[float, ...] = ()
     process_cpu_samples_ms: tuple[float, ...] = ()
+    probe_ms: tuple[float, ...] = ()
+    probe_every: int = 1
+
+    @property
+    def referenced(self) -> "Block | None":
+        """This block on the reference-normalized clock: each round's time over the reference
+        probe's beside it (the geometric mean of the probes just before and just after its group of
+        rounds; the first group has only the one after), a dimensionless multiple of the probe's
+        time. None when the probes do not cover the rounds (not timed, or misaligned). Whatever
+        slowed the whole machine for a stretch (the VM's speed modes) slows both and cancels;
+        what slowed the benchmark's own code does not (the probe is fixed code)."""
+        n, every = len(self.samples_ms), max(1, self.probe_every)
+        if not n or len(self.probe_ms) != -(-n // every) or min(self.probe_ms) <= 0:
+            return None
+        p = self.probe_ms
+        level = [p[0] if j == 0 else math.sqrt(p[j - 1] * p[j]) for j in range(len(p))]
+        return Block(self.side, self.process, self.position,
+                     tuple(v / level[i // every] for i, v in enumerate(self.samples_ms)))
 
     @property
     def cpu(self) -> "Block | None":
