@@ -666,7 +666,9 @@ def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, o
     time) left it inconclusive (a step of :func:`evaluate`, after :func:`ab_with_cpu_time`): with
     every block of both sides carrying its reference probe (:attr:`~pytest_gpuperf.verdict.paired.Block.referenced`),
     on a quiet host, :func:`judge_ab` on the normalized blocks; a decisive verdict there stands,
-    labelled ``clock`` ``"ref"`` with a note giving the other clock's reading; its medians and
+    labelled ``clock`` ``"ref"`` with a note giving the other clock's reading (an inconclusive one
+    too where its CI is narrower, so that the A/B's moderated reading, :func:`~pytest_gpuperf.verdict.moderation.moderate_ab`,
+    reads its pairs); its medians and
     recorded blocks stay the wall clock's (ms). Why (issue 45): the VM's speed modes (1.5-2x,
     lasting tens of ms to seconds, CPU time slowed as much) fall between adjacent blocks and widen
     the A/B's CI; the probe timed beside each round moves with them (docs/verdicts.md). Unchanged
@@ -682,12 +684,22 @@ def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, o
         return c
     r = judge_ab([b for b in normalized if b is not None], reference, options, benchmark_id=benchmark_id,
                  confirm_from=confirm_from)
-    if r.verdict is Verdict.INCONCLUSIVE or r.ab is None or c.ab is None:
+    if r.ab is None or c.ab is None or (r.verdict is Verdict.INCONCLUSIVE and not _narrower(r, c)):
         return c
     said = f"{CLOCK_NAMES[c.clock or WALL]} inconclusive" + (f" {format_ratio(c.ratio)}" if c.ratio else "")
-    r = with_note(r, f"decided on the wall clock relative to the reference probe timed beside each round ({said})")
+    what = "decided" if r.verdict is not Verdict.INCONCLUSIVE else "read, with a narrower CI,"
+    r = with_note(r, f"{what} on the wall clock relative to the reference probe timed beside each round ({said})")
     return dataclasses.replace(r, clock=REF, current_median_ms=c.current_median_ms,
                                baseline_median_ms=c.baseline_median_ms, ab=dataclasses.replace(r.ab, blocks=c.ab.blocks))
+
+
+def _narrower(a: Comparison, b: Comparison) -> bool:
+    """Whether ``a``'s ratio CI is narrower than ``b``'s (in log ratio)."""
+    import math
+
+    if a.ratio_ci is None or b.ratio_ci is None or min(*a.ratio_ci, *b.ratio_ci) <= 0:
+        return False
+    return math.log(a.ratio_ci[1] / a.ratio_ci[0]) < math.log(b.ratio_ci[1] / b.ratio_ci[0])
 
 
 def judge_ab(

@@ -80,3 +80,14 @@ def test_a_busy_host_keeps_its_own_rule() -> None:
     busy = "host busy: other processes used 0.98 of 2 CPU cores while it ran"
     c = evaluate(Evidence(ab_blocks=blocks(1.0), throttle=busy, host_busy=busy), REF_AB, OPTS).comparison
     assert c.clock != REF and c.verdict is not Verdict.UNCHANGED
+
+
+def test_an_inconclusive_reading_is_the_narrower_of_the_two() -> None:
+    """Where neither clock decides (B 1.1x slower, right at 1 + T), the reference clock's narrower
+    CI is the one shown and later moderated (its pairs' spread is the machine's less)."""
+    ab = blocks(1.1, seed=1)
+    wall = evaluate(Evidence(ab_blocks=blocks(1.1, seed=1, probes=False)), REF_AB, OPTS).comparison
+    c = evaluate(Evidence(ab_blocks=ab), REF_AB, OPTS).comparison
+    assert wall.verdict is Verdict.INCONCLUSIVE and c.verdict is Verdict.INCONCLUSIVE
+    assert c.clock == REF and "read, with a narrower CI, on the wall clock relative to the reference probe" in c.note
+    assert math.log(c.ratio_ci[1] / c.ratio_ci[0]) < math.log(wall.ratio_ci[1] / wall.ratio_ci[0])
