@@ -49,6 +49,8 @@ from urllib.parse import quote
 INSTALL_HINT = 'gpuperf dashboard needs plotly: pip install "pytest-gpuperf[dashboard]"'
 #: How many characters of a commit's sha the pages show.
 SHORT = 9
+#: What a ratio's cell adds for the clock its verdict was decided on (the wall clock: nothing).
+_CLOCK_SUFFIX = {"cpu": " on CPU time", "ref": " relative to the reference probe"}
 #: The index's trend: the median of the last this many runs' medians against the median of as
 #: many before them (fewer when the series is shorter than twice this: half of it each).
 TREND_RUNS = 5
@@ -516,7 +518,7 @@ def _regressed_runs_table(series: Sequence[_Series], runs: _Runs) -> str:
            f'<td>{_e(_label(s.device_key))}</td><td>{_e(_label(r.get("branch")))}</td>'
            f'<td class="mono">{_e((r.get("commit") or "-")[:SHORT])}</td><td>{_e(r.get("machine") or "-")}</td>'
            f'<td class="num">{_e(_ms(_median(r)))}</td>'
-           f'<td class="num">{_ratio(r.get("ratio"))}{" on CPU time" if r.get("clock") == "cpu" else ""}</td></tr>'
+           f'<td class="num">{_ratio(r.get("ratio"))}{_CLOCK_SUFFIX.get(r.get("clock") or "", "")}</td></tr>'
            for _, s, r in hits[:MAX_REGRESSED_RUNS]]
     if not trs:
         return '<p class="muted">No run was judged regressed.</p>'

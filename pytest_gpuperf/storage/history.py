@@ -99,7 +99,7 @@ class ResultRow:
     when not compared) and ``ratio`` (the verdict's ratio as its message shows it,
     :attr:`~pytest_gpuperf.verdict.compare.Comparison.shown_ratio`); ``cpu_median_ms`` the calling
     thread's CPU time per call, the same statistic as ``estimate_ms`` (None: not read), and ``clock``
-    the clock the verdict was decided on (``"wall"``, ``"cpu"``; None: not asked). ``estimate_ms``
+    the clock the verdict was decided on (``"wall"``, ``"cpu"``, ``"ref"``; None: not asked). ``estimate_ms``
     None (a row written before schema 4): read as
     :func:`~pytest_gpuperf.verdict.estimate.run_estimate_ms` of ``median_ms`` and
     ``process_medians_ms``. ``instructions``: the host's instructions per call under callgrind

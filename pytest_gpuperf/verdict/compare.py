@@ -167,7 +167,9 @@ class Comparison:
     ``clock`` names the clock the verdict was decided on: ``"wall"`` or ``"cpu"`` (the calling
     thread's CPU time, :mod:`pytest_gpuperf.verdict.cputime`); None where the question did not
     arise (no baseline, CUDA events, a result stored before CPU time was read). With ``"cpu"``, the
-    medians, ratio and CI are CPU time's.
+    medians, ratio and CI are CPU time's. ``"ref"`` (A/B only): the wall clock read relative to the
+    reference probe timed beside each round (:func:`pytest_gpuperf.verdict.gate.ab_with_reference`);
+    its ratio and CI are that reading's, its medians the wall clock's.
     """
 
     verdict: Verdict
