@@ -244,7 +244,7 @@ def _tail(c: Comparison, intended_hint: str) -> str:
     wall clock), confirmation, the baseline file (none in A/B mode), the note with its advice
     (:func:`comparison_note`), and for a regression what to do when the change is intended."""
     text = {"wall": "; decided on the wall clock", "cpu": "; decided on CPU time (the calling thread's)",
-            "ref": "; decided on the wall clock relative to the reference probe timed beside each round"}.get(
+            "ref": "; read on the wall clock relative to the reference probe timed beside each round"}.get(
         c.clock or "", "")
     text += {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(c.confirmed, "")
     if c.ab_confirmation:

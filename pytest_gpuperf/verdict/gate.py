@@ -667,8 +667,8 @@ def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, o
     every block of both sides carrying its reference probe (:attr:`~pytest_gpuperf.verdict.paired.Block.referenced`),
     on a quiet host, :func:`judge_ab` on the normalized blocks; a decisive verdict there stands,
     labelled ``clock`` ``"ref"`` with a note giving the other clock's reading (an inconclusive one
-    too where its CI is narrower, so that the A/B's moderated reading, :func:`~pytest_gpuperf.verdict.moderation.moderate_ab`,
-    reads its pairs); its medians and
+    too where its CI is narrower, so that the A/B's moderated reading,
+    :func:`~pytest_gpuperf.verdict.moderation.moderate_ab`, reads its pairs); its medians and
     recorded blocks stay the wall clock's (ms). Why (issue 45): the VM's speed modes (1.5-2x,
     lasting tens of ms to seconds, CPU time slowed as much) fall between adjacent blocks and widen
     the A/B's CI; the probe timed beside each round moves with them (docs/verdicts.md). Unchanged
