@@ -14,7 +14,8 @@ stored baseline runs (the history). With T the effect floor (below):
   to tell either way (passes with a warning; fails under ``--gpuperf-strict``); also when the CI
   lies above 1 and reaches past ``1 + T`` but the test's p is not under ``alpha`` (the two disagree
   on heavy-tailed blocks: an A/B of a +20% slowdown read ``1.209x [1.078x, 1.391x]``, signed-rank
-  p=0.037): slower, perhaps by more than T, so never "unchanged".
+  p=0.037) or the ratio itself is not above ``1 + T``: slower, perhaps by more than T, so never
+  "unchanged".
 * **unchanged** otherwise, with a note when the shift is significant but inside the floor.
 * **no-baseline** when nothing is stored.
 
@@ -478,10 +479,11 @@ def shift_verdict(
             f"1+T={format_ratio(1 + floor)}: {NOT_ENOUGH_EVIDENCE}"
         )
     if lo >= 0 and hi > up_gate and not slower:  # slower, perhaps by more than T: not "unchanged" (issue 45)
+        but = (f"the {test} p={p_slower:.2g} is not under alpha {alpha:g}" if not p_slower < alpha
+               else f"the ratio {format_ratio(ratio)} itself is not above 1+T")
         return Verdict.INCONCLUSIVE, (
             f"the ratio's 99% CI {format_ratio(ci[0])}-{format_ratio(ci[1])} lies above 1 and reaches past "
-            f"1+T={format_ratio(1 + floor)}, but the {test} p={p_slower:.2g} is not under alpha {alpha:g}: "
-            f"slower, perhaps by more than T; {NOT_ENOUGH_EVIDENCE}"
+            f"1+T={format_ratio(1 + floor)}, but {but}: slower, perhaps by more than T; {NOT_ENOUGH_EVIDENCE}"
         )
     if slower:
         return Verdict.UNCHANGED, "above the effect floor but within the history's 99% prediction limit (run-to-run noise)"

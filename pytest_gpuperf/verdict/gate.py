@@ -668,8 +668,10 @@ def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, o
     on a quiet host, :func:`judge_ab` on the normalized blocks; a decisive verdict there stands,
     labelled ``clock`` ``"ref"`` with a note giving the other clock's reading (an inconclusive one
     too where its CI is narrower, so that the A/B's moderated reading,
-    :func:`~pytest_gpuperf.verdict.moderation.moderate_ab`, reads its pairs); its medians and
-    recorded blocks stay the wall clock's (ms). Why (issue 45): the VM's speed modes (1.5-2x,
+    :func:`~pytest_gpuperf.verdict.moderation.moderate_ab`, reads its pairs); its medians are the
+    speed-normalized ones in ms (each side's median of rounds over probe, times the median probe
+    time of the A/B: the time per call at this run's median speed), its recorded blocks the wall
+    clock's. Why (issue 45): the VM's speed modes (1.5-2x,
     lasting tens of ms to seconds, CPU time slowed as much) fall between adjacent blocks and widen
     the A/B's CI; the probe timed beside each round moves with them (docs/verdicts.md). Unchanged
     on a busy host (CPU time's rule stands), without probes, without side A, or when already decided."""
@@ -689,8 +691,12 @@ def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, o
     said = f"{CLOCK_NAMES[c.clock or WALL]} inconclusive" + (f" {format_ratio(c.ratio)}" if c.ratio else "")
     what = "decided" if r.verdict is not Verdict.INCONCLUSIVE else "read, with a narrower CI,"
     r = with_note(r, f"{what} on the wall clock relative to the reference probe timed beside each round ({said})")
-    return dataclasses.replace(r, clock=REF, current_median_ms=c.current_median_ms,
-                               baseline_median_ms=c.baseline_median_ms, ab=dataclasses.replace(r.ab, blocks=c.ab.blocks))
+    import statistics
+
+    level = statistics.median(p for b in blocks for p in b.probe_ms)  # ms: the probe at this run's median speed
+    return dataclasses.replace(r, clock=REF, current_median_ms=(r.current_median_ms or 0.0) * level or None,
+                               baseline_median_ms=(r.baseline_median_ms or 0.0) * level or None,
+                               ab=dataclasses.replace(r.ab, blocks=c.ab.blocks))
 
 
 def _narrower(a: Comparison, b: Comparison) -> bool:

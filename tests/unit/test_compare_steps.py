@@ -200,6 +200,9 @@ def test_shift_verdict_regression_needs_significance_and_without_it_a_ci_past_th
     assert shift_verdict(1.2, (1.01, 1.3), A, 0.95, floor=T, alpha=A)[0] is Verdict.INCONCLUSIVE  # p == alpha
     # wholly inside 1..1+T and not significant: unchanged, as before
     assert shift_verdict(1.02, (1.001, 1.04), 0.05, 0.95, floor=T, alpha=A) == (Verdict.UNCHANGED, None)
+    # significant, but the ratio itself at or under 1+T: the note says so, not that p is too large
+    v, note = shift_verdict(1.04, (1.02, 1.07), 1e-5, 1.0, floor=T, alpha=A)
+    assert v is Verdict.INCONCLUSIVE and "the ratio 1.040x itself is not above 1+T" in note and "alpha" not in note
 
 
 def test_shift_verdict_ci_wholly_beyond_the_floor_is_never_unchanged():
