@@ -1025,8 +1025,8 @@ def _why_step(coordinator: Coordinator, results: dict[str, Any], label: str, *, 
     none for those in ``op_free``, the ``why_max`` largest of the others profiled."""
     moved = {k for k, r in results.items() if r.comparison is not None
              and r.comparison.verdict.value in (("regressed",) if confirming else ("regressed", "improved"))}
-    moved, results = without_why(moved & op_free, moved, results)
-    return _with_why(coordinator, *why_first(moved, results, why_max), label)
+    results = without_why(moved & op_free, results)
+    return _with_why(coordinator, *why_first(moved - op_free, results, why_max), label)
 
 
 def _with_why(coordinator: Coordinator, moved: set[str], results: dict[str, Any], label: str) -> dict[str, Any]:
@@ -1068,16 +1068,15 @@ PROFILE_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_TH
 MORE_PROFILE_PAIRS = 2
 
 
-def without_why(skip: set[str], keys: set[str], results: dict[str, Any]) -> tuple[set[str], dict[str, Any]]:
-    """``keys`` less ``skip``, and ``results`` where each of ``skip`` has its ``op diff``
-    unavailable with :data:`~pytest_gpuperf.verdict.opdiff.OP_FREE` (its op profile held no torch
-    op: no profiling can name one). Pure."""
+def without_why(skip: set[str], results: dict[str, Any]) -> dict[str, Any]:
+    """``results`` where each of ``skip`` has its ``op diff`` unavailable with
+    :data:`~pytest_gpuperf.verdict.opdiff.OP_FREE` (its op profile held no torch op: no profiling
+    can name one). Pure."""
     from pytest_gpuperf.core.containment import OP_DIFF, Unavailable
     from pytest_gpuperf.verdict.opdiff import OP_FREE
 
     why = Unavailable(OP_DIFF, OP_FREE)
-    return keys - skip, {k: r.replace(unavailable={**r.unavailable, OP_DIFF: why}) if k in skip else r
-                         for k, r in results.items()}
+    return {k: r.replace(unavailable={**r.unavailable, OP_DIFF: why}) if k in skip else r for k, r in results.items()}
 
 
 def why_first(keys: set[str], results: dict[str, Any], why_max: int | None) -> tuple[set[str], dict[str, Any]]:

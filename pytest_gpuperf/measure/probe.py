@@ -120,9 +120,10 @@ def reference_probe() -> Probe:
     iterations; no torch), timed between a block's rounds so that each round can be read relative
     to the machine's speed at that moment (:attr:`pytest_gpuperf.verdict.paired.Block.referenced`).
     Why (issue 45, 2026-11-29): this project's VM runs any code 1.5-2x slower for stretches of tens
-    of ms to seconds (its SMT sibling's load; CPU time slows too); adjacent blocks of a JSON round
-    trip and of this loop moved together (Spearman-like log correlation 0.88-0.91), and A/A paired
-    ratios of 62-ms blocks had a log SD of 0.255 raw and 0.066 normalized (docs/verdicts.md)."""
+    of ms to seconds (CPU time slows too); adjacent blocks of a JSON round trip and of a
+    pure-Python loop moved together (correlation of their log times 0.88-0.91), and A/A paired
+    ratios of 62-ms blocks normalized by this probe had a log SD of 0.041 against 0.231 raw
+    (``benchmarks/speed_modes.py``; docs/verdicts.md)."""
     n = REFERENCE_LOOP_ITERATIONS
     return Probe("python", f"python: {n}-iteration interpreter loop", lambda: python_loop(n))
 

@@ -466,14 +466,14 @@ def _stored_why(finished: dict[str, Any], stored: Mapping[str, Any], why_max: in
     :func:`~pytest_gpuperf.ab.run.without_why`)."""
     from pytest_gpuperf.ab.run import why_first, without_why
     from pytest_gpuperf.core.containment import OP_DIFF
-    from pytest_gpuperf.verdict.opdiff import NOT_PROFILED, op_free
+    from pytest_gpuperf.verdict.opdiff import NOT_PROFILED
 
     results = [r for r in finished.values() if not isinstance(r, str)]
     keys = [k for k, r in finished.items()
             if _regressed(r) and r.op_diff is None and k in stored and isinstance(stored[k].data.get("op_profile"), dict)
             and not getattr(r.unavailable.get(OP_DIFF), "error", "").startswith(NOT_PROFILED)]
-    free = {k for k in keys if op_free(stored[k].data["op_profile"].get("cycles"))}  # no op to name
-    finished.update(without_why(free, free, {k: finished[k] for k in free})[1])
+    free = _op_free({k: stored[k] for k in keys})  # no op to name
+    finished.update(without_why(free, {k: finished[k] for k in free}))
     keys = [k for k in keys if k not in free]
     left = max(0, why_max - sum(r.op_diff is not None for r in results))
     picked, capped = why_first(set(keys), {k: finished[k] for k in keys}, left)
