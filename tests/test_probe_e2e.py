@@ -25,7 +25,7 @@ import pytest
 def test_loop(gpu_bench):
     gpu_bench.pedantic(sum, args=(range(100),), rounds=40, warmup_rounds=5)
 """
-PROBE_NAME = "memory: 2 MiB copy (rotating source)"  # the default class
+PROBE_NAME = "python: 1500-iteration interpreter loop"  # the CPU backend's probe: the reference clock's
 RECORDED = {"ms": 1.0, "cv": 0.02, "seed": 1, "probe": {"ms": 0.5, "cv": 0.0}}
 # Everything 1.3x slower, the benchmark and its probe: a slower machine, not slower code.
 SLOWER_MACHINE = {"ms": 1.3, "cv": 0.02, "seed": 2, "probe": {"ms": 0.65, "cv": 0.0}}
@@ -127,5 +127,5 @@ def test_add(gpu_bench):
     pytester.runpytest("--gpuperf-update-baselines", *RUN).assert_outcomes(passed=1)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
     entry = json.loads(path.read_text())["benchmarks"]["test_add"]
-    assert entry["probe"].startswith("memory: ") and entry["probe_ms"] > 0
+    assert entry["probe"].startswith("python: ") and entry["probe_ms"] > 0
     assert entry["history"][-1]["probe_ms"] > 0

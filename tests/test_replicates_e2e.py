@@ -34,7 +34,9 @@ import pytest
 def test_loop(gpu_bench):
     gpu_bench.pedantic(sum, args=(range(100),), rounds=30, warmup_rounds=2)
 """
-RECORDED = {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.03, 0.98]}
+#: The probe follows each process's speed mode (``process_factors`` scale both): the reference
+#: clock's level (rounds over probe) is 2.0 in every process.
+RECORDED = {"ms": 1.0, "cv": 0.02, "process_factors": [1.0, 1.03, 0.98], "probe": {"ms": 0.5, "cv": 0.0}}
 #: An inner conftest that records every baseline file write (its file name, one per line).
 COUNT_WRITES = """
 import os
@@ -113,6 +115,8 @@ def test_baseline_stores_each_process_median_and_an_aa_rerun_passes_with_one_slo
         assert len(medians) == 2 and entry["history"][-1]["process_medians_ms"] == medians
         assert medians[1] > medians[0]  # the scripted process modes (1.0, then 1.03), in process order
         assert entry["rounds"] == 60  # 30 rounds in each of the 2 processes
+        # the reference clock (issue 45): each process's rounds over the probe beside them
+        assert entry["ref_medians"] == pytest.approx([2.0, 2.0], rel=0.03) == entry["history"][-1]["ref_medians"]
     # A/A in 3 processes, no code change: other process modes (test_loop), the processes' spread
     # decides, nothing fails. In test_other one of the three processes lands in a 25% slower mode:
     # its thousands of rounds would make a pooled rank test say p ~ 0; over process medians it is
@@ -195,6 +199,32 @@ def test_slower_code_in_every_process_fails_with_one_median_and_ratio_on_every_s
         (page,) = [p for p in pytester.path.joinpath("site", "bench").glob("*.html") if "test_loop" in p.name]
         data = re.search(r'id="gp-data">(.*?)</script>', page.read_text(encoding="utf-8"), re.S)
         assert data is not None and json.loads(data.group(1))["runs"]["median"] == [pytest.approx(median, rel=1e-5)]
+
+
+def test_process_speed_modes_cancel_on_the_reference_clock_and_slower_code_still_fails(
+        pytester: pytest.Pytester, pair: None) -> None:
+    # issue 45: this project's VM runs whole processes 1.5-2x slower for a while; the probe timed
+    # beside the rounds (the reference clock) slows with them. Both benchmarks' processes land in
+    # modes of 0.75x-1.45x, the probe in the same mode, which leaves the wall clock inconclusive:
+    # test_loop's code is unchanged (unchanged on the reference clock), test_other's 30% slower
+    # (regressed on it: it fails, with no A/B to confirm it here).
+    probe = {"ms": 0.5, "cv": 0.0}
+    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "probe": probe, "process_factors": [1.45, 0.8, 1.3]},
+                test_other={"ms": 1.3, "cv": 0.02, "probe": probe, "process_factors": [1.0, 0.75, 1.2]})
+    rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=3", "--gpuperf-no-ab-confirm", "--gpuperf-json=r.json",
+                             *RUN)
+    rec.assert_outcomes(failed=1, passed=1)
+    benchmarks = _benchmarks(pytester)
+    loop, other = (benchmarks[f"test_bench.py::{n}"] for n in ("test_loop", "test_other"))
+    assert (loop["comparison"]["verdict"], loop["comparison"]["clock"]) == ("unchanged", "ref"), loop["comparison"]
+    assert (other["comparison"]["verdict"], other["comparison"]["clock"]) == ("regressed", "ref"), other["comparison"]
+    assert other["comparison"]["ratio"] == pytest.approx(1.3, rel=0.05)
+    for entry in (loop, other):
+        assert "decided on the wall clock relative to the reference probe" in entry["comparison"]["note"]
+        assert "wall clock inconclusive" in entry["comparison"]["note"]
+        assert len(entry["ref_medians"]) == 3
+    rec.stdout.fnmatch_lines(["regressed 1.*x*speed-normalized median*",
+                              "*test_other*relative to the reference probe*"])
 
 
 def test_a_crashed_or_raising_worker_fails_its_benchmarks_names_why_and_stores_nothing(

@@ -328,7 +328,9 @@ def _decide_pair(args: argparse.Namespace, name: str, base: ResultFile, bkey: st
         counts=c_entry.counts if b_entry.count_history else None,
         throttle=busy, host_busy=busy, device=str(c_entry.data.get("device") or ""),
         cpu=_cpu_evidence(c_entry.cpu_time, len(processes) if replicated and processes else None),
-        gpu_clock=_clock_evidence(c_entry.gpu_clock, len(processes) if replicated and processes else None))
+        gpu_clock=_clock_evidence(c_entry.gpu_clock, len(processes) if replicated and processes else None),
+        ref_medians=c_entry.history[-1].ref_medians, probe=c_entry.history[-1].probe,
+        probe_ms=c_entry.history[-1].probe_ms)
     ev = evaluate(evidence, Reference.stored(b_entry, str(base.path)), options, benchmark_id=name,
                   probe=None if replicated else _stored_probe(c_entry, b_entry), priors=priors)
     comparison = ev.comparison
@@ -348,7 +350,8 @@ def _priors(entries: Sequence[tuple[BaselineEntry, BaselineEntry]]) -> Any:
     from pytest_gpuperf.verdict.moderation import session_priors
 
     return session_priors((c.history[-1].process_medians_ms,
-                           c.cpu_time.process_medians_ms if c.cpu_time is not None else None, b) for b, c in entries)
+                           c.cpu_time.process_medians_ms if c.cpu_time is not None else None, b,
+                           (c.history[-1].probe, c.history[-1].ref_medians)) for b, c in entries)
 
 
 def _clock_evidence(clock: Any, processes: int | None) -> Any:

@@ -709,7 +709,8 @@ def _priors(finished: Mapping[str, Any], baselines: Mapping[str, Any]) -> Any:
     from pytest_gpuperf.verdict.moderation import session_priors
 
     return session_priors((r.process_medians_ms, r.cpu.process_medians_ms if r.cpu is not None else None,
-                           baselines.get(key)) for key, r in finished.items() if not isinstance(r, str))
+                           baselines.get(key), (r.probe, r.ref_medians))
+                          for key, r in finished.items() if not isinstance(r, str))
 
 
 def _run_reference(runs: list[Any]) -> dict[str, Any] | None:

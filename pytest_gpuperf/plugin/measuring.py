@@ -732,6 +732,12 @@ class InProcess(Measuring):
         probe_all = t.probe_ms + sum((c.probe_ms for c in confirmations), ())
         probe_stored = ({"probe_ms": statistics.median(probe_all), "probe": probe.name}
                         if probe is not None and probe_all else {})
+        if probe_stored and probe.kind == "python":  # the reference clock (verdict.refclock): this process's level
+            from pytest_gpuperf.verdict.refclock import referenced
+
+            parts = [referenced(x.samples_ms, x.probe_ms, x.probe_every) for x in (t, *confirmations)]
+            if all(parts):
+                probe_stored["ref_medians"] = (statistics.median(v for p in parts for v in p or ()),)
         if confirmations:  # the result holds the pooled samples the verdict was decided on
             # (CPU time that was not read for every round no longer lines up: cpu_time_of leaves it out)
             t = dataclasses.replace(
@@ -807,10 +813,14 @@ class InProcess(Measuring):
         return written if Path(written).is_file() else None
 
     def _probe(self) -> Any:
-        """The interleaved machine-speed probe for this benchmark's device and class
-        (:func:`pytest_gpuperf.measure.probe.make_probe`; the class from ``expect_bottleneck``)."""
-        from pytest_gpuperf.measure.probe import make_probe, probe_kind
+        """The interleaved machine-speed probe: on the CPU backend the reference probe
+        (:func:`pytest_gpuperf.measure.probe.reference_probe`, the reference clock's; no torch), on
+        a GPU the probe of this benchmark's class (:func:`pytest_gpuperf.measure.probe.make_probe`;
+        the class from ``expect_bottleneck``)."""
+        from pytest_gpuperf.measure.probe import make_probe, probe_kind, reference_probe
 
+        if getattr(self.context.device, "type", "cpu") == "cpu":
+            return reference_probe()
         return make_probe(probe_kind(self.options.expect_bottleneck), self.context.device)
 
     @staticmethod

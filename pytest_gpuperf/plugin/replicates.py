@@ -718,6 +718,7 @@ def merge(key: str, entries: Sequence[Mapping[str, Any]], extras: Sequence[Mappi
         cpu=_merged_cpu(results),
         gpu_clock=_merged_clock(results),
         probe_ms=statistics.median(probes) if probes else None, probe=first.probe if probes else None,
+        ref_medians=_merged_reference(results),
         ranks=_merged_ranks(results),
         notes=tuple(dict.fromkeys(str(n) for e in extras or () for n in e.get("notes") or ())),  # the extras' (once)
         **(_extras_of([first]) if extras is None else _extras_of([decode_result(dict(e)) for e in extras],
@@ -731,6 +732,15 @@ def _merged_cpu(results: Sequence[Any]) -> Any:
     from pytest_gpuperf.verdict.cputime import CpuTime
 
     return CpuTime.merged([r.cpu for r in results])
+
+
+def _merged_reference(results: Sequence[Any]) -> tuple[float, ...] | None:
+    """The reference clock of the workers' results (:mod:`pytest_gpuperf.verdict.refclock`): each
+    one's level, in process order; None unless every worker has one, all with the first's probe."""
+    levels = [r.ref_medians for r in results]
+    if any(not lv or len(lv) != 1 for lv in levels) or any(r.probe != results[0].probe for r in results):
+        return None
+    return tuple(lv[0] for lv in levels)
 
 
 def _merged_clock(results: Sequence[Any]) -> Any:
@@ -802,7 +812,8 @@ def decide(key: str, entries: Sequence[Mapping[str, Any]], baseline: Any, option
                         peak_memory_bytes=merged.peak_memory_bytes, counts=merged.counts,
                         throttle=throttle_verdict(merged.telemetry), device=merged.device,
                         peak_memory_low_bytes=merged.peak_memory_low_bytes, cpu=merged.cpu,
-                        host_busy=host_busy(merged.telemetry), gpu_clock=merged.gpu_clock)
+                        host_busy=host_busy(merged.telemetry), gpu_clock=merged.gpu_clock,
+                        ref_medians=merged.ref_medians, probe=merged.probe, probe_ms=merged.probe_ms)
     ev = evaluate(evidence, Reference.stored(baseline, baseline_file), options, benchmark_id=key, can_fail=can_fail,
                   max_memory_text=memory_text, priors=priors)
     comparison, memory, counts = ev.comparison, ev.memory, ev.counts

@@ -18,6 +18,7 @@ from pytest_gpuperf.verdict.distributed import RankTiming
 from pytest_gpuperf.verdict.scaling import ScalingCheck
 from pytest_gpuperf.verdict.result import BenchResult
 from pytest_gpuperf.verdict.stats import thin
+from pytest_gpuperf.verdict.cputime import positive_floats
 
 
 def comparison_to_dict(c: Comparison | None) -> dict[str, Any] | None:
@@ -94,6 +95,8 @@ def _optional_parts(result: BenchResult, kept: int) -> dict[str, Any]:
     if result.probe_ms is not None:
         entry["probe_ms"] = result.probe_ms
         entry["probe"] = result.probe
+        if result.ref_medians:  # the reference clock: each process's rounds over that probe (dimensionless)
+            entry["ref_medians"] = list(result.ref_medians)
     if not result.smoke:  # the run's median as the verdict decided on it (issue 47), beside stats' pooled one
         entry["estimate_ms"] = result.estimate_ms
         if result.cpu_estimate_ms is not None:
@@ -269,6 +272,7 @@ def decode_result(entry: dict[str, Any]) -> BenchResult:
         extra_info=dict(entry.get("extra_info") or {}),
         probe_ms=entry.get("probe_ms"),
         probe=entry.get("probe"),
+        ref_medians=positive_floats(entry.get("ref_medians")) if entry.get("probe_ms") else None,
         process_medians_ms=tuple(entry["process_medians_ms"]) if entry.get("process_medians_ms") else None,
         cpu=_cpu_from(entry.get("cpu_time"), len(samples)),
         gpu_clock=_clock_from(entry.get("gpu_clock"), len(samples)),

@@ -395,6 +395,10 @@ class Evidence:
     time may decide (:func:`with_cpu_time`). ``gpu_clock``: on CUDA, the SM clock of the same rounds
     (:class:`~pytest_gpuperf.verdict.gpuclock.GpuClock`; None: not read): where the baseline's clock
     differs, a regression is checked in cycles per call too (:func:`with_gpu_clock`).
+    ``ref_medians``: on the CPU backend, each worker process's level on the reference clock
+    (:mod:`~pytest_gpuperf.verdict.refclock`; multiples of the time of the probe named ``probe``,
+    whose median time over the processes is ``probe_ms``; None: not timed): where the wall clock
+    left the verdict inconclusive it may decide (:func:`with_reference`).
     """
 
     samples_ms: tuple[float, ...] = ()
@@ -408,6 +412,9 @@ class Evidence:
     cpu: "CpuTime | None" = None
     host_busy: str | None = None
     gpu_clock: "GpuClock | None" = None
+    ref_medians: tuple[float, ...] | None = None
+    probe: str | None = None
+    probe_ms: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,6 +504,8 @@ def evaluate(
                                machine_reference=machine_reference, normalize=normalize)
         comparison = with_cpu_time(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
                                    baseline_file=label, can_fail=can_fail, prior=priors.cpu if priors else None)
+        comparison = with_reference(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
+                                    baseline_file=label, can_fail=can_fail, prior=priors.ref if priors else None)
         comparison = with_gpu_clock(comparison, evidence, reference.baseline, options, benchmark_id=benchmark_id,
                                     baseline_file=label)
         base_peak = reference.baseline.peak_memory_bytes if reference.baseline is not None else None
@@ -566,6 +575,42 @@ def with_cpu_time(wall: Comparison, evidence: Evidence, baseline: BaselineEntry 
             cpu = judge(evidence.cpu.samples_ms, cpu_base, dataclasses.replace(options, confirm=0),
                         benchmark_id=benchmark_id, baseline_file=baseline_file, can_fail=can_fail)
     return _clock_chosen(wall, cpu, invalid, evidence.host_busy)
+
+
+def with_reference(c: Comparison, evidence: Evidence, baseline: BaselineEntry | None, options: BenchOptions, *,
+                   benchmark_id: str = "benchmark", baseline_file: str | None = None, can_fail: bool = True,
+                   prior: "Prior | None" = None) -> Comparison:
+    """The stored-baseline timing verdict read on the reference clock where the wall clock (and CPU
+    time) left it inconclusive (a step of :func:`evaluate`, after :func:`with_cpu_time`; the
+    stored stage's counterpart of :func:`ab_with_reference`): on the CPU backend, on a quiet host,
+    with two or more worker processes on each side measured with the same reference probe,
+    :func:`judge_replicates` on this run's ``evidence.ref_medians`` against the baseline's
+    (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.ref_view`), both in ms at this run's
+    median probe time (the time per call at this run's median speed), read with ``prior`` (the
+    session's spread on this clock). A decisive verdict there stands, labelled ``clock`` ``"ref"``
+    with a note giving the wall clock's reading; otherwise ``c`` is returned as it is. A regression
+    decided here is confirmed by A/B like any other (:mod:`pytest_gpuperf.plugin.replicates`). Why
+    (issue 45): the VM's speed modes move whole processes' medians (8 processes: 1.73x apart on the
+    wall clock, 1.07x on this one; docs/verdicts.md)."""
+    from pytest_gpuperf.core.units import format_ratio
+    from pytest_gpuperf.verdict.cputime import CLOCK_NAMES, REF, WALL
+
+    ref, level = evidence.ref_medians, evidence.probe_ms
+    if (c.verdict is not Verdict.INCONCLUSIVE or evidence.host_busy or baseline is None or not ref or len(ref) < 2
+            or evidence.probe is None or not level or evidence.process_samples_ms is None
+            or not _cpu_backend(evidence.device)):
+        return c
+    view = baseline.ref_view(evidence.probe, level)
+    if view is None:
+        return c
+    r = judge_replicates([(m * level,) for m in ref], view, options, benchmark_id=benchmark_id,
+                         baseline_file=baseline_file, can_fail=can_fail, prior=prior)
+    if r.verdict is Verdict.INCONCLUSIVE:
+        return c
+    said = f"{CLOCK_NAMES[c.clock or WALL]} inconclusive" + (f" {format_ratio(c.ratio)}" if c.ratio else "")
+    return dataclasses.replace(
+        with_note(r, f"decided on the wall clock relative to the reference probe timed beside each round ({said})"),
+        clock=REF)
 
 
 def with_gpu_clock(timing: Comparison, evidence: Evidence, baseline: BaselineEntry | None, options: BenchOptions, *,

@@ -25,7 +25,9 @@ class RunRecord:
     ``"varied": {"traffic_bytes": [lo, hi]}`` for counts that differed between its calls; see
     :mod:`pytest_gpuperf.verdict.counts`), None when the run was recorded without them. ``probe_ms``: the
     median time (ms) of the interleaved machine-speed probe during the run, ``probe`` its name
-    (``"compute: 256x256 float32 matmul"``); None when recorded without a probe.
+    (``"compute: 256x256 float32 matmul"``); None when recorded without a probe. ``ref_medians``:
+    on the reference clock, each process's median of its rounds over that probe beside them
+    (dimensionless; :mod:`pytest_gpuperf.verdict.refclock`), None when recorded without.
     """
 
     median_ms: float
@@ -42,6 +44,7 @@ class RunRecord:
     dirty: bool | None = None
     cpu_median_ms: float | None = None
     cpu_process_medians_ms: tuple[float, ...] | None = None
+    ref_medians: tuple[float, ...] | None = None
 
     @property
     def estimate_ms(self) -> float:
@@ -66,7 +69,7 @@ class RunRecord:
         """From a stored history record (unknown keys are ignored)."""
         kw = {f: d.get(f) for f in _RUN_FIELDS
               if f not in ("median_ms", "counts", "probe_ms", "probe", "process_medians_ms", "dirty",
-                           "cpu_median_ms", "cpu_process_medians_ms")}
+                           "cpu_median_ms", "cpu_process_medians_ms", "ref_medians")}
         probe_ms = d.get("probe_ms")
         probe_ms = float(probe_ms) if _positive_number(probe_ms) else None
         probe = d.get("probe") if isinstance(d.get("probe"), str) else None
@@ -75,7 +78,8 @@ class RunRecord:
         return cls(**kw, median_ms=float(d["median_ms"]), counts=_run_counts(d.get("counts")),
                    probe_ms=probe_ms, probe=probe, process_medians_ms=_process_medians(d), dirty=dirty,
                    cpu_median_ms=float(cpu) if _positive_number(cpu) else None,
-                   cpu_process_medians_ms=_process_medians(d, "cpu_process_medians_ms"))
+                   cpu_process_medians_ms=_process_medians(d, "cpu_process_medians_ms"),
+                   ref_medians=_process_medians(d, "ref_medians") if probe else None)
 
 
 def _process_medians(d: Mapping[str, Any], key: str = "process_medians_ms") -> tuple[float, ...] | None:
@@ -91,7 +95,8 @@ def _positive_number(v: Any) -> bool:
 
 
 _RUN_FIELDS = ("median_ms", "iqr_ms", "rounds", "timestamp_utc", "environment", "git_commit", "peak_memory_bytes",
-               "counts", "probe_ms", "probe", "process_medians_ms", "dirty", "cpu_median_ms", "cpu_process_medians_ms")
+               "counts", "probe_ms", "probe", "process_medians_ms", "dirty", "cpu_median_ms", "cpu_process_medians_ms",
+               "ref_medians")
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,20 @@ class BaselineEntry:
             runs = (RunRecord(cpu.median_ms, process_medians_ms=cpu.process_medians_ms),)
         return BaselineEntry(self.benchmark_id, cpu.samples_ms, runs, options=self.options)
 
+    def ref_view(self, probe: str, level_ms: float) -> "BaselineEntry | None":
+        """This entry on the reference clock (:mod:`pytest_gpuperf.verdict.refclock`) in ms at the
+        probe time ``level_ms``: one run whose process medians are the newest run's ``ref_medians``
+        times ``level_ms`` (its median theirs). None unless the newest run was measured with the
+        probe named ``probe`` by two or more processes. What
+        :func:`pytest_gpuperf.verdict.gate.with_reference` compares this run's reference clock with."""
+        newest = self.history[-1]
+        if newest.probe != probe or newest.ref_medians is None or len(newest.ref_medians) < 2 or level_ms <= 0:
+            return None
+        medians = tuple(m * level_ms for m in newest.ref_medians)
+        return BaselineEntry(self.benchmark_id, medians, (RunRecord(float(statistics.median(medians)),
+                                                                    process_medians_ms=medians),),
+                             options=self.options)
+
     @property
     def dirty(self) -> bool | None:
         """Whether the newest run was recorded from uncommitted changes to tracked files (baseline
@@ -288,6 +307,9 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
     if _positive_number(entry.get("probe_ms")) and isinstance(entry.get("probe"), str):
         record["probe_ms"] = float(entry["probe_ms"])
         record["probe"] = entry["probe"]
+        ref = _process_medians(entry, "ref_medians")
+        if ref is not None:
+            record["ref_medians"] = list(ref)
     medians = _process_medians(entry)
     if medians is not None:
         record["process_medians_ms"] = list(medians)

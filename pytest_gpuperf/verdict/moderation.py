@@ -64,41 +64,51 @@ class Prior:
 class Priors:
     """A session's priors, one per clock (:func:`fit_priors`): ``wall`` for the wall clock's (or CUDA
     events') process medians, ``cpu`` for the calling thread's CPU-time ones; None where too few
-    benchmarks have that spread. :func:`pytest_gpuperf.verdict.gate.evaluate` reads each clock's
-    verdict with its own."""
+    benchmarks have that spread; ``ref`` for the reference clock's (:mod:`pytest_gpuperf.verdict.refclock`).
+    :func:`pytest_gpuperf.verdict.gate.evaluate` reads each clock's verdict with its own."""
 
     wall: Prior | None = None
     cpu: Prior | None = None
+    ref: Prior | None = None
 
     def __bool__(self) -> bool:
-        return self.wall is not None or self.cpu is not None
+        return self.wall is not None or self.cpu is not None or self.ref is not None
 
 
 def fit_priors(wall: Sequence[tuple[Sequence[float], Sequence[float]]],
-               cpu: Sequence[tuple[Sequence[float], Sequence[float]]] = ()) -> Priors:
+               cpu: Sequence[tuple[Sequence[float], Sequence[float]]] = (),
+               ref: Sequence[tuple[Sequence[float], Sequence[float]]] = ()) -> Priors:
     """Each clock's prior (:func:`fit_prior` of :func:`spread`) from the session's benchmarks'
     ``(this run's, the baseline's)`` process medians (ms) on that clock."""
     def fit(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> Prior | None:
         return fit_prior([x for x in (spread(c, b) for c, b in pairs if c and b) if x is not None])
 
-    return Priors(fit(wall), fit(cpu))
+    return Priors(fit(wall), fit(cpu), fit(ref))
 
 
-def session_priors(sides: Iterable[tuple[Sequence[float] | None, Sequence[float] | None, Any]]) -> Priors:
+def session_priors(sides: Iterable[tuple[Any, ...]]) -> Priors:
     """:func:`fit_priors` of a session's (or a compared file's) benchmarks, each given as ``(this
-    run's process medians, this run's CPU-time process medians or None, its baseline entry)`` (ms;
-    a :class:`~pytest_gpuperf.verdict.history.BaselineEntry`): the wall clock's pairs where this run
+    run's process medians, this run's CPU-time process medians or None, its baseline entry[, this
+    run's reference clock as (probe name, ref_medians) or None])`` (ms; a
+    :class:`~pytest_gpuperf.verdict.history.BaselineEntry`): the wall clock's pairs where this run
     has 2 or more processes and the baseline replicate medians, CPU time's where both have CPU-time
-    process medians (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.cpu_view`)."""
-    wall, cpu = [], []
-    for medians, cpu_medians, base in sides:
+    process medians (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.cpu_view`), the reference
+    clock's where both have its levels with the same probe
+    (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.ref_view`; the spread of log levels is
+    scale-free, so at level 1)."""
+    wall, cpu, ref = [], [], []
+    for medians, cpu_medians, base, *rest in sides:
         if base is None or len(medians or ()) < 2 or not base.replicate_medians_ms:
             continue
         wall.append((medians, base.replicate_medians_ms))
         view = base.cpu_view()
         if cpu_medians and view is not None:
             cpu.append((cpu_medians, view.replicate_medians_ms))
-    return fit_priors(wall, cpu)
+        mine = rest[0] if rest else None
+        ref_view = base.ref_view(mine[0], 1.0) if mine and mine[0] and mine[1] else None
+        if mine and ref_view is not None and len(mine[1]) >= 2:
+            ref.append((mine[1], ref_view.replicate_medians_ms))
+    return fit_priors(wall, cpu, ref)
 
 
 def spread(current_medians_ms: Sequence[float], baseline_medians_ms: Sequence[float]) -> tuple[float, int] | None:

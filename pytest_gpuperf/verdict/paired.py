@@ -97,13 +97,10 @@ class Block:
         time. None when the probes do not cover the rounds (not timed, or misaligned). Whatever
         slowed the whole machine for a stretch (the VM's speed modes) slows both and cancels;
         what slowed the benchmark's own code does not (the probe is fixed code)."""
-        n, every = len(self.samples_ms), max(1, self.probe_every)
-        if not n or len(self.probe_ms) != -(-n // every) or min(self.probe_ms) <= 0:
-            return None
-        p = self.probe_ms
-        level = [p[0] if j == 0 else math.sqrt(p[j - 1] * p[j]) for j in range(len(p))]
-        return Block(self.side, self.process, self.position,
-                     tuple(v / level[i // every] for i, v in enumerate(self.samples_ms)))
+        from pytest_gpuperf.verdict.refclock import referenced
+
+        r = referenced(self.samples_ms, self.probe_ms, self.probe_every)
+        return None if r is None else Block(self.side, self.process, self.position, r)
 
     @property
     def cpu(self) -> "Block | None":

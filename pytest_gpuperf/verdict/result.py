@@ -46,7 +46,10 @@ class BenchTiming:
     aligned with ``samples_ms``), None where it was not read (CUDA, scripted timings without it).
     ``gpu_clock``: on CUDA with NVML, the SM clock of the same rounds
     (:class:`~pytest_gpuperf.verdict.gpuclock.GpuClock`, aligned with ``samples_ms``; throttled
-    rounds already left out), None where it was not read.
+    rounds already left out), None where it was not read. ``ref_medians``: on the reference clock
+    (:mod:`pytest_gpuperf.verdict.refclock`), each process's median of its rounds over the reference
+    probe beside them (dimensionless: multiples of the time of the probe named ``probe``; process
+    order, one per process), None where no reference probe ran (CUDA, torchrun).
     """
 
     samples_ms: tuple[float, ...]
@@ -60,6 +63,7 @@ class BenchTiming:
     ranks: Any = None  # pytest_gpuperf.verdict.distributed.RankTiming
     cpu: Any = None  # pytest_gpuperf.verdict.cputime.CpuTime
     gpu_clock: Any = None  # pytest_gpuperf.verdict.gpuclock.GpuClock
+    ref_medians: tuple[float, ...] | None = None
 
     @classmethod
     def of(cls, samples_ms: Sequence[float], **fields: Any) -> "BenchTiming":
@@ -212,6 +216,7 @@ class BenchResult:
     ranks = _via("timing", "ranks")
     cpu = _via("timing", "cpu")
     gpu_clock = _via("timing", "gpu_clock")
+    ref_medians = _via("timing", "ref_medians")
     mean_ms = _stat("mean_ms")
     std_ms = _stat("std_ms")
     min_ms = _stat("min_ms")
