@@ -566,11 +566,28 @@ def _thin(result: Any, updating: bool) -> bool:
     if updating:
         from pytest_gpuperf.verdict.stats import geometric_mean_ci
 
-        ci = geometric_mean_ci(result.process_medians_ms or (), result.options.alpha)
+        ci = geometric_mean_ci(baseline_levels(result), result.options.alpha)
         return ci is not None and (ci[2] / ci[0] - 1 > BASELINE_WIDTH * threshold)
     lo, hi = c.ratio_ci or (None, None)
     return (c.verdict.value == "inconclusive" and lo is not None and hi is not None
             and lo < 1 + threshold and hi > 1)
+
+
+def baseline_levels(result: Any) -> tuple[float, ...]:
+    """The process levels whose spread says whether a recorded baseline is precise enough (an
+    update run's :func:`needs_more`): the wall clock's process medians, or, on the CPU backend where
+    every process has its level on the reference clock (``ref_medians``), those when their spread
+    is narrower. A later comparison that the wall clock leaves inconclusive is decided on the
+    reference clock (:func:`pytest_gpuperf.verdict.gate.with_reference`), so a baseline precise on
+    that clock needs no more processes (issue 45: "no process that cannot help")."""
+    from pytest_gpuperf.verdict.escalation import log_sd
+
+    wall = tuple(result.process_medians_ms or ())
+    ref = tuple(result.ref_medians or ())
+    if len(ref) != len(wall) or len(ref) < 2:
+        return wall
+    sd_wall, sd_ref = log_sd(wall), log_sd(ref)
+    return ref if sd_wall is not None and sd_ref is not None and sd_ref < sd_wall else wall
 
 
 def cannot_decide(result: Any, updating: bool, max_processes: int, by_time: bool = False) -> str | None:
@@ -619,7 +636,7 @@ def _undecidable(result: Any, updating: bool, max_processes: int, by_time: bool 
         return (f"not measured in more worker processes: the time for them (--gpuperf-more-processes-time) "
                 f"had run out{detect}"), False
     if updating:
-        b = escalation.predict_baseline(result.process_medians_ms or (), BASELINE_WIDTH * threshold,
+        b = escalation.predict_baseline(baseline_levels(result), BASELINE_WIDTH * threshold,
                                         max_processes, result.options.alpha)
         if b is None or b.narrows:
             return None, False
