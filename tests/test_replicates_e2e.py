@@ -202,7 +202,7 @@ def test_slower_code_in_every_process_fails_with_one_median_and_ratio_on_every_s
 
 
 def test_process_speed_modes_cancel_on_the_reference_clock_and_slower_code_still_fails(
-        pytester: pytest.Pytester, pair: None) -> None:
+        pytester: pytest.Pytester, pair: None, capsys: pytest.CaptureFixture[str]) -> None:
     # issue 45: this project's VM runs whole processes 1.5-2x slower for a while; the probe timed
     # beside the rounds (the reference clock) slows with them. Both benchmarks' processes land in
     # modes of 0.75x-1.45x, the probe in the same mode, which leaves the wall clock inconclusive:
@@ -225,6 +225,14 @@ def test_process_speed_modes_cancel_on_the_reference_clock_and_slower_code_still
         assert len(entry["ref_medians"]) == 3
     rec.stdout.fnmatch_lines(["regressed 1.*x*speed-normalized median*",
                               "*test_other*relative to the reference probe*"])
+    from pytest_gpuperf.cli.reports import main  # gpuperf compare reads the two files the same way
+
+    capsys.readouterr()
+    (path,) = pytester.path.joinpath("baselines").rglob("*.json")
+    assert main(["compare", str(path), str(pytester.path / "r.json")]) == 1  # test_other fails
+    rows = {n: ln for ln in capsys.readouterr().out.splitlines() for n in ("test_loop", "test_other")
+            if ln.startswith(f"test_bench.py::{n} ")}
+    assert "unchanged" in rows["test_loop"] and "regressed" in rows["test_other"], rows
 
 
 def test_a_crashed_or_raising_worker_fails_its_benchmarks_names_why_and_stores_nothing(
