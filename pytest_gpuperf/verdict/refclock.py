@@ -9,7 +9,11 @@ seconds, CPU time included) slows both and cancels; what slowed the benchmark's 
 since the probe is fixed code. Measured (issue 45, 2-core VM, quiet, 2026-11-29,
 ``benchmarks/speed_modes.py``; docs/verdicts.md): process medians of 8 processes spread 1.73x on
 the wall clock and 1.07x on this one; stored 3-vs-3 windows within 10% of each other 40% of the
-time raw and 97% normalized.
+time raw and 97% normalized. The probe has a spread of its own from one process to the next
+(the loop's layout in memory, not the minute): a JSON round trip over the loop beside it had a
+log SD of 3.2% over 12 processes where the round trip alone had 1.0%, and cattrs' update read
+4.6% on this clock against 0.8% on the wall clock (same VM, 2026-11-29, second session;
+docs/verdicts.md). So this clock decides only what the wall clock leaves inconclusive.
 
 The same normalization serves the A/B's blocks (:attr:`pytest_gpuperf.verdict.paired.Block.referenced`)
 and the stored stage, where each worker process keeps the median of its normalized rounds
