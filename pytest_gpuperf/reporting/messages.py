@@ -235,8 +235,8 @@ def _find_all(text: str, mark: str) -> list[int]:
 
 def _median_word(c: Comparison) -> str:
     """What the first line calls the medians: ``"CPU time median"`` for a verdict decided on CPU time
-    (:mod:`pytest_gpuperf.verdict.cputime`), ``"speed-normalized median"`` on the A/B's reference
-    clock (:func:`pytest_gpuperf.verdict.gate.ab_with_reference`), else ``"median"`` (the wall clock,
+    (:mod:`pytest_gpuperf.verdict.cputime`), ``"speed-normalized median"`` on the reference clock
+    (:mod:`pytest_gpuperf.verdict.refclock`: an A/B's or the stored stage's), else ``"median"`` (the wall clock,
     or CUDA events)."""
     return {"cpu": "CPU time median", "ref": "speed-normalized median"}.get(c.clock or "", "median")
 
@@ -245,7 +245,7 @@ def _tail(c: Comparison, intended_hint: str) -> str:
     """The end of a timing message: the clock it was decided on (where CPU time was read beside the
     wall clock), confirmation, the baseline file (none in A/B mode), the note with its advice
     (:func:`comparison_note`), and for a regression what to do when the change is intended."""
-    # "ref" (the A/B's reference clock): its note says so, with the wall clock's reading
+    # "ref" (the reference clock, A/B or stored stage): its note says so, with the wall clock's reading
     text = {"wall": "; decided on the wall clock", "cpu": "; decided on CPU time (the calling thread's)"}.get(
         c.clock or "", "")
     text += {True: "; confirmed on re-measure", False: "; not confirmed on re-measure (noise)"}.get(c.confirmed, "")

@@ -203,8 +203,8 @@ def _verdict_text(r: BenchResult, updated: bool) -> str:
     text = r.comparison.verdict.value if r.comparison else "-"
     if r.comparison is not None and comparison_note(r.comparison) and r.comparison.verdict.value == "unchanged":
         text += "*"
-    if r.comparison is not None and r.comparison.clock in ("cpu", "ref"):  # "ref": the A/B's reference clock
-        text += " on CPU time" if r.comparison.clock == "cpu" else " speed-normalized"
+    if r.comparison is not None:  # the clock that decided, where not the wall clock (verdict.cputime)
+        text += {"cpu": " on CPU time", "ref": " speed-normalized"}.get(r.comparison.clock or "", "")
     m = r.memory_comparison
     if m is not None and m.verdict.value in ("regressed", "improved"):
         text += f", memory {m.verdict.value}"

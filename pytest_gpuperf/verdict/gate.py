@@ -592,8 +592,7 @@ def with_reference(c: Comparison, evidence: Evidence, baseline: BaselineEntry | 
     decided here is confirmed by A/B like any other (:mod:`pytest_gpuperf.plugin.replicates`). Why
     (issue 45): the VM's speed modes move whole processes' medians (8 processes: 1.73x apart on the
     wall clock, 1.07x on this one; docs/verdicts.md)."""
-    from pytest_gpuperf.core.units import format_ratio
-    from pytest_gpuperf.verdict.cputime import CLOCK_NAMES, REF, WALL
+    from pytest_gpuperf.verdict.cputime import REF
 
     ref, level = evidence.ref_medians, evidence.probe_ms
     if (c.verdict is not Verdict.INCONCLUSIVE or evidence.host_busy or baseline is None or not ref or len(ref) < 2
@@ -607,10 +606,17 @@ def with_reference(c: Comparison, evidence: Evidence, baseline: BaselineEntry | 
                          baseline_file=baseline_file, can_fail=can_fail, prior=prior)
     if r.verdict is Verdict.INCONCLUSIVE:
         return c
+    return dataclasses.replace(_on_reference(r, c, "decided"), clock=REF)
+
+
+def _on_reference(r: Comparison, c: Comparison, what: str) -> Comparison:
+    """``r`` (read on the reference clock) with the note saying it was ``what`` ("decided", …)
+    there and what ``c``'s clock (inconclusive) read."""
+    from pytest_gpuperf.core.units import format_ratio
+    from pytest_gpuperf.verdict.cputime import CLOCK_NAMES, WALL
+
     said = f"{CLOCK_NAMES[c.clock or WALL]} inconclusive" + (f" {format_ratio(c.ratio)}" if c.ratio else "")
-    return dataclasses.replace(
-        with_note(r, f"decided on the wall clock relative to the reference probe timed beside each round ({said})"),
-        clock=REF)
+    return with_note(r, f"{what} on the wall clock relative to the reference probe timed beside each round ({said})")
 
 
 def with_gpu_clock(timing: Comparison, evidence: Evidence, baseline: BaselineEntry | None, options: BenchOptions, *,
@@ -720,8 +726,7 @@ def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, o
     lasting tens of ms to seconds, CPU time slowed as much) fall between adjacent blocks and widen
     the A/B's CI; the probe timed beside each round moves with them (docs/verdicts.md). Unchanged
     on a busy host (CPU time's rule stands), without probes, without side A, or when already decided."""
-    from pytest_gpuperf.core.units import format_ratio
-    from pytest_gpuperf.verdict.cputime import CLOCK_NAMES, REF, WALL
+    from pytest_gpuperf.verdict.cputime import REF
 
     blocks = evidence.ab_blocks or ()
     if c.verdict is not Verdict.INCONCLUSIVE or evidence.host_busy or not blocks or not _cpu_backend(evidence.device):
@@ -733,9 +738,7 @@ def ab_with_reference(c: Comparison, evidence: Evidence, reference: Reference, o
                  confirm_from=confirm_from)
     if r.ab is None or c.ab is None or (r.verdict is Verdict.INCONCLUSIVE and not _narrower(r, c)):
         return c
-    said = f"{CLOCK_NAMES[c.clock or WALL]} inconclusive" + (f" {format_ratio(c.ratio)}" if c.ratio else "")
-    what = "decided" if r.verdict is not Verdict.INCONCLUSIVE else "read, with a narrower CI,"
-    r = with_note(r, f"{what} on the wall clock relative to the reference probe timed beside each round ({said})")
+    r = _on_reference(r, c, "decided" if r.verdict is not Verdict.INCONCLUSIVE else "read, with a narrower CI,")
     import statistics
 
     level = statistics.median(p for b in blocks for p in b.probe_ms)  # ms: the probe at this run's median speed

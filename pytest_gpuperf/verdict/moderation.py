@@ -88,8 +88,8 @@ def fit_priors(wall: Sequence[tuple[Sequence[float], Sequence[float]]],
 
 def session_priors(sides: Iterable[tuple[Any, ...]]) -> Priors:
     """:func:`fit_priors` of a session's (or a compared file's) benchmarks, each given as ``(this
-    run's process medians, this run's CPU-time process medians or None, its baseline entry[, this
-    run's reference clock as (probe name, ref_medians) or None])`` (ms; a
+    run's process medians, this run's CPU-time process medians or None, its baseline entry, this
+    run's reference clock as (probe name or None, ref_medians or None))`` (ms; a
     :class:`~pytest_gpuperf.verdict.history.BaselineEntry`): the wall clock's pairs where this run
     has 2 or more processes and the baseline replicate medians, CPU time's where both have CPU-time
     process medians (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.cpu_view`), the reference
@@ -97,17 +97,16 @@ def session_priors(sides: Iterable[tuple[Any, ...]]) -> Priors:
     (:meth:`~pytest_gpuperf.verdict.history.BaselineEntry.ref_view`; the spread of log levels is
     scale-free, so at level 1)."""
     wall, cpu, ref = [], [], []
-    for medians, cpu_medians, base, *rest in sides:
+    for medians, cpu_medians, base, (probe, levels) in sides:
         if base is None or len(medians or ()) < 2 or not base.replicate_medians_ms:
             continue
         wall.append((medians, base.replicate_medians_ms))
         view = base.cpu_view()
         if cpu_medians and view is not None:
             cpu.append((cpu_medians, view.replicate_medians_ms))
-        mine = rest[0] if rest else None
-        ref_view = base.ref_view(mine[0], 1.0) if mine and mine[0] and mine[1] else None
-        if mine and ref_view is not None and len(mine[1]) >= 2:
-            ref.append((mine[1], ref_view.replicate_medians_ms))
+        ref_view = base.ref_view(probe, 1.0) if probe and levels and len(levels) >= 2 else None
+        if ref_view is not None:
+            ref.append((levels, ref_view.replicate_medians_ms))
     return fit_priors(wall, cpu, ref)
 
 

@@ -25,7 +25,6 @@ time) left the verdict inconclusive.
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Sequence
 
 
@@ -42,11 +41,4 @@ def referenced(samples_ms: Sequence[float], probe_ms: Sequence[float], every: in
     p = probe_ms
     level = [p[0] if j == 0 else math.sqrt(p[j - 1] * p[j]) for j in range(len(p))]
     return tuple(v / level[i // every] for i, v in enumerate(samples_ms))
-
-
-def process_reference(samples_ms: Sequence[float], probe_ms: Sequence[float], every: int) -> float | None:
-    """One process's level on the reference clock: the median of :func:`referenced` (a multiple of
-    the probe's time), None where the probes do not cover the rounds."""
-    r = referenced(samples_ms, probe_ms, every)
-    return float(statistics.median(r)) if r else None
 
