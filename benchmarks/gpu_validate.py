@@ -802,8 +802,9 @@ def oom_snapshot(device: Any, quick: bool) -> dict[str, Any]:
                           "--gpuperf-processes=1", "--gpuperf-memory-snapshot=snaps"], tmp, _clean_env(), 600)
         snaps = sorted(p.name for p in Path(tmp, "snaps").glob("*.pickle")) if Path(tmp, "snaps").exists() else []
     return {"exit": run["exit"], "s": run["s"], "snapshots": snaps,
-            "budget_failed": "memory budget exceeded" in run["tail"],
-            "oom_reported": "out of memory in benchmark" in run["tail"], "tail": run["tail"][-1500:]}
+            # the summary lines (the tail keeps the end of the output; the messages themselves come earlier)
+            "budget_failed": "FAILED test_mem.py::test_budget - pytest_gpuperf.measure.memory.MemoryLimit" in run["tail"],
+            "oom_reported": "FAILED test_mem.py::test_oom - pytest_gpuperf.measure.memory.MemoryLimit" in run["tail"], "tail": run["tail"][-1500:]}
 
 
 LAUNCH_BENCH = """
@@ -880,13 +881,20 @@ def clock_rules(device: Any, quick: bool) -> dict[str, Any]:
                                    options=BenchOptions(max_time=1.0, steady_clock=steady, target_precision=0.0)))
         clock = gpu_clock_of(t)
         median = statistics.median(t.samples_ms)
+        reasons: dict[str, int] = {}  # NVML clocks-event reasons per round (which bits flag "throttled")
+        for r in getattr(t, "clock_reasons", None) or ():
+            reasons[hex(r) if r is not None else "none"] = reasons.get(hex(r) if r is not None else "none", 0) + 1
         out[name] = {"median_us": median * 1e3, "sm_clock_mhz": clock.median_mhz if clock else None,
+                     "default_clock_mhz": getattr(t, "default_clock_mhz", None), "clock_reasons": reasons,
                      "kcycles": median * clock.median_mhz if clock else None,
                      "dropped_rounds": t.throttled_dropped, "notes": list(t.notes)}
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_clock.py").write_text(CLOCK_BENCH.format(n=n))
         Path(tmp, "pytest.ini").write_text("[pytest]\n")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpuperf-no-ab-confirm"]
+        # 3 worker processes at most (no escalation): each process of the compare run warms up for the
+        # steady clock's 30 s, and the section must fit a 15-minute GPU lease with the others
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpuperf-no-ab-confirm",
+               "-o", "gpuperf_max_processes=3"]
         update = _run_timed([*cmd, "--gpuperf-update-baselines"], tmp, _clean_env(), 900)
         compare = _run_timed([*cmd, "--gpuperf", "--gpuperf-json=r.json", "-o",
                               f"gpuperf_steady_clock={10 if quick else 30}"], tmp, _clean_env(), 1800)

@@ -50,7 +50,11 @@ class ConvBlock(nn.Module):
         return torch.relu(self.bn2(self.conv2(y)) + x)
 
 
-@pytest.mark.gpu_bench(group="training", expect_bottleneck="compute", max_syncs=0)
+# On an H200 (2026-11-29, fp32 with batch 64, 128 channels, 56x56) the step ran at 23% of peak FLOP/s
+# and 28% of peak bandwidth with an arithmetic intensity of 79.5 FLOP/B against a ridge point of
+# 97 FLOP/B: memory-bound by the roofline (the BatchNorm and ReLU passes between the convolutions);
+# on the 2-core CPU VMs it is compute-bound. Both classes are accepted, as for the transformer layer.
+@pytest.mark.gpu_bench(group="training", expect_bottleneck=("compute", "memory"), max_syncs=0)
 def test_conv_block_train_step(gpu_bench, on_cuda):
     """Forward + backward + SGD step of a small ResNet-style network (stem, 2 blocks, head)."""
     _seeded()
