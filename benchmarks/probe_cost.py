@@ -4,9 +4,10 @@ Usage (from the repository root, in an environment with the plugin installed; CP
 
     python benchmarks/probe_cost.py [--repeats 5] [--max-time 1.0]
 
-For three workloads (a small matmul, a large elementwise add, a loop of tiny ops) and each probe
-class, it measures the workload with the probe interleaved (``pytest_gpuperf.measure.timing.measure``,
-``probe=``) ``--repeats`` times and prints: rounds per probe call (k), the probe's share of the
+For three workloads (a small matmul, a large elementwise add, a loop of tiny ops) it measures the
+workload with the CPU's probe interleaved (``make_probe`` on the CPU: the reference clock's
+pure-Python loop, whatever the class; ``pytest_gpuperf.measure.timing.measure``, ``probe=``)
+``--repeats`` times and prints: rounds per probe call (k), the probe's share of the
 measuring time (sum of probe times / (sum of round times + sum of probe times)), the probe's
 median (ms), and the within-run Spearman rho and one-sided p between the per-block benchmark
 medians and the probe times (what ``gate.judge`` tests before it normalizes).
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pytest_gpuperf.verdict.gate import probe_correlation
     from pytest_gpuperf.core.options import BenchOptions
-    from pytest_gpuperf.measure.probe import PROBE_KINDS, make_probe
+    from pytest_gpuperf.measure.probe import make_probe, probe_kind
     from pytest_gpuperf.verdict.machine import ProbeEvidence
     from pytest_gpuperf.measure.timing import measure
 
@@ -47,16 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     print("| workload | probe | k (rounds/probe) | probe share of time | probe median | Spearman rho | p |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for wname, (fn, fargs) in workloads.items():
-        for kind in PROBE_KINDS:
-            probe = make_probe(kind, cpu)
-            for _ in range(args.repeats):
-                t = measure(fn, fargs, {}, options=opts, device=cpu, probe=probe)
-                rounds_ms = sum(t.samples_ms) * t.calls_per_round
-                share = sum(t.probe_ms) / (rounds_ms + sum(t.probe_ms))
-                corr = probe_correlation(t.samples_ms, ProbeEvidence(t.probe_ms, 1.0, probe.name, t.probe_every))
-                rho, p = (f"{corr[0]:.2f}", f"{corr[1]:.2g}") if corr else ("-", "-")
-                print(f"| {wname} | {probe.name} | {t.probe_every} | {share * 100:.1f}% | "
-                      f"{statistics.median(t.probe_ms):.3f} ms | {rho} | {p} |")
+        probe = make_probe(probe_kind(None), cpu)  # the CPU's one probe
+        for _ in range(args.repeats):
+            t = measure(fn, fargs, {}, options=opts, device=cpu, probe=probe)
+            rounds_ms = sum(t.samples_ms) * t.calls_per_round
+            share = sum(t.probe_ms) / (rounds_ms + sum(t.probe_ms))
+            corr = probe_correlation(t.samples_ms, ProbeEvidence(t.probe_ms, 1.0, probe.name, t.probe_every))
+            rho, p = (f"{corr[0]:.2f}", f"{corr[1]:.2g}") if corr else ("-", "-")
+            print(f"| {wname} | {probe.name} | {t.probe_every} | {share * 100:.1f}% | "
+                  f"{statistics.median(t.probe_ms):.3f} ms | {rho} | {p} |")
     return 0
 
 

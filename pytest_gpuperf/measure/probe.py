@@ -10,19 +10,21 @@ stored with each result and baseline run, and :func:`pytest_gpuperf.verdict.gate
 (see :class:`ProbeEvidence`) to normalize and to tell "the machine differs" from "the code
 got slower".
 
-Probes, one per class (``kind``):
+On the CPU backend every benchmark's probe is :func:`reference_probe`, a fixed pure-Python loop
+(no torch): the VM's speed modes slow the whole core, and the reference clock
+(:mod:`pytest_gpuperf.verdict.refclock`) reads each round over the probe beside it. On a GPU
+there is one probe per class (``kind``):
 
-* ``compute``: a 256x256 fp32 matmul on the CPU; a 2048x2048 bf16 matmul on CUDA (~17 GFLOP,
-  tens of µs on a datacenter GPU);
-* ``memory``: a copy of a 2 MiB slice of a source buffer of 4x the last-level cache (32 MiB at
-  least, 256 MiB at most), the next slice each call, so every call reads from DRAM, on the CPU;
-  a 128 MiB device-to-device copy on CUDA (at least 2x the L2 of current GPUs);
+* ``compute``: a 2048x2048 bf16 matmul (~17 GFLOP, tens of µs on a datacenter GPU);
+* ``memory``: a 128 MiB device-to-device copy (at least 2x the L2 of current GPUs);
 * ``overhead``: 16 ``torch.add`` calls on a 16-element tensor (per-op dispatch and launch latency).
 
 The benchmark's class comes from the first entry of its ``expect_bottleneck`` option
 (:func:`probe_kind`); ``sync`` and ``data`` map to ``overhead`` (host-side latency: host-device
 round trips, DataLoader Python work), ``transfer`` to ``memory`` (bandwidth-bound copies);
-without one, ``memory``.
+without one, ``memory``. (Until 2026-11-29 the CPU had its own three: a 256x256 fp32 matmul, a
+2 MiB copy from a buffer of 4x the last-level cache, and the tiny adds; their costs are measured
+in docs/verdicts.md, and ``benchmarks/probe_cost.py`` measures the probe used now.)
 
 Pure at import: torch is imported inside :func:`make_probe` only. Probes are built once per
 process, device and kind (their buffers are allocated once).
@@ -43,11 +45,6 @@ KIND_OF_BOTTLENECK = {"compute": "compute", "memory": "memory", "overhead": "ove
                       "sync": "overhead", "data": "overhead", "transfer": "memory"}
 #: The probe class of a benchmark that declares no ``expect_bottleneck``.
 DEFAULT_KIND = "memory"
-#: CPU memory probe: bytes copied per call, and the least size of the buffer the slices rotate through.
-CPU_COPY_BYTES = 2 << 20
-CPU_COPY_MIN_BUFFER_BYTES = 32 << 20
-#: ... and its largest size (where ``/sys`` reports the L3 of the whole package, not of one core's complex).
-CPU_COPY_MAX_BUFFER_BYTES = 256 << 20
 #: CUDA memory probe: bytes copied per call.
 CUDA_COPY_BYTES = 128 << 20
 #: Overhead probe: tiny ops per call.
@@ -77,25 +74,6 @@ def probe_kind(expect_bottleneck: tuple[str, ...] | None) -> str:
     return DEFAULT_KIND
 
 
-def last_level_cache_bytes(default: int = 32 << 20) -> int:
-    """The CPU's last-level cache in bytes, from ``/sys/devices/system/cpu/cpu0/cache`` (Linux);
-    ``default`` where it cannot be read."""
-    from pathlib import Path
-
-    best = 0
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (index / "size").read_text().strip().upper()
-        except OSError:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        try:
-            best = max(best, int(text.rstrip("KMG")) * scale)
-        except ValueError:
-            continue
-    return best or default
-
-
 def python_loop(n: int = 20_000) -> int:
     """The CPU's single-thread reference: ``n`` iterations of integer arithmetic and a dict update in
     the interpreter (a median of 3.2-4.7 ms of thread CPU time for the default on this project's
@@ -115,7 +93,7 @@ REFERENCE_LOOP_ITERATIONS = 1500
 
 
 def reference_probe() -> Probe:
-    """The A/B's reference probe on the CPU: a fixed pure-Python loop
+    """The CPU's probe (every timed worker process's and the A/B's blocks'): a fixed pure-Python loop
     (:func:`python_loop`, :data:`REFERENCE_LOOP_ITERATIONS`
     iterations; no torch), timed between a block's rounds so that each round can be read relative
     to the machine's speed at that moment (:attr:`pytest_gpuperf.verdict.paired.Block.referenced`).
@@ -132,12 +110,16 @@ _CACHE: dict[tuple[str, str], Probe] = {}
 
 
 def make_probe(kind: str, device: Any) -> Probe:
-    """The probe of class ``kind`` for ``device`` (a ``torch.device``), built once per process.
+    """The probe of class ``kind`` for ``device`` (a ``torch.device``), built once per process: on
+    the CPU :func:`reference_probe` whatever the class (no torch is imported), on a GPU the class's
+    own workload.
 
     Raises ``ValueError`` for an unknown ``kind``. Inputs are seeded (``torch.Generator`` seed 0).
     """
     if kind not in PROBE_KINDS:
         raise ValueError(f"probe kind {kind!r}: expected one of {', '.join(PROBE_KINDS)}")
+    if getattr(device, "type", str(device)) == "cpu":
+        return reference_probe()
     key = (kind, str(device))
     if key not in _CACHE:
         _CACHE[key] = _build(kind, device)
@@ -145,37 +127,21 @@ def make_probe(kind: str, device: Any) -> Probe:
 
 
 def _build(kind: str, device: Any) -> Probe:
+    """The GPU probe of class ``kind`` on ``device`` (its buffers allocated once)."""
     import torch
 
-    cuda = getattr(device, "type", "cpu") == "cuda"
     if kind == "compute":
         g = torch.Generator(device=device).manual_seed(0)
-        n, dt = (2048, torch.bfloat16) if cuda else (256, torch.float32)
+        n, dt = 2048, torch.bfloat16
         a = torch.randn(n, n, device=device, generator=g).to(dt)
         b = torch.randn(n, n, device=device, generator=g).to(dt)
         out = torch.empty(n, n, device=device, dtype=dt)
         return Probe(kind, f"compute: {n}x{n} {str(dt).removeprefix('torch.')} matmul",
                      lambda: torch.mm(a, b, out=out))
     if kind == "memory":
-        if cuda:
-            numel = CUDA_COPY_BYTES // 4
-            src = torch.ones(numel, device=device)
-            dst = torch.empty_like(src)
-            return Probe(kind, f"memory: {CUDA_COPY_BYTES >> 20} MiB copy", lambda: dst.copy_(src))
-        numel = CPU_COPY_BYTES // 4
-        buffer_bytes = min(max(CPU_COPY_MIN_BUFFER_BYTES, 4 * last_level_cache_bytes()), CPU_COPY_MAX_BUFFER_BYTES)
-        slots = max(2, buffer_bytes // CPU_COPY_BYTES)
-        src = torch.ones(slots * numel)
-        dst = torch.empty(numel)
-        state = [0]
-
-        def copy_slice() -> Any:
-            i = state[0]
-            state[0] = (i + 1) % slots
-            return dst.copy_(src[i * numel:(i + 1) * numel])
-
-        # the name leaves the buffer size out (it follows this machine's cache): same name, same probe
-        return Probe(kind, f"memory: {CPU_COPY_BYTES >> 20} MiB copy (rotating source)", copy_slice)
+        src = torch.ones(CUDA_COPY_BYTES // 4, device=device)
+        dst = torch.empty_like(src)
+        return Probe(kind, f"memory: {CUDA_COPY_BYTES >> 20} MiB copy", lambda: dst.copy_(src))
     x = torch.ones(16, device=device)
     y = torch.empty_like(x)
 

@@ -813,14 +813,11 @@ class InProcess(Measuring):
         return written if Path(written).is_file() else None
 
     def _probe(self) -> Any:
-        """The interleaved machine-speed probe: on the CPU backend the reference probe
-        (:func:`pytest_gpuperf.measure.probe.reference_probe`, the reference clock's; no torch), on
-        a GPU the probe of this benchmark's class (:func:`pytest_gpuperf.measure.probe.make_probe`;
-        the class from ``expect_bottleneck``)."""
-        from pytest_gpuperf.measure.probe import make_probe, probe_kind, reference_probe
+        """The interleaved machine-speed probe (:func:`pytest_gpuperf.measure.probe.make_probe`): on
+        the CPU backend the reference clock's probe (no torch), on a GPU the probe of this
+        benchmark's class (from ``expect_bottleneck``)."""
+        from pytest_gpuperf.measure.probe import make_probe, probe_kind
 
-        if getattr(self.context.device, "type", "cpu") == "cpu":
-            return reference_probe()
         return make_probe(probe_kind(self.options.expect_bottleneck), self.context.device)
 
     @staticmethod
