@@ -98,8 +98,9 @@ def drop_throttled(t: Any) -> Any:
     def pick(xs: tuple) -> tuple:
         return tuple(xs[i] for i in kept.indices) if len(xs) == len(t.samples_ms) else xs
 
-    note = (f"{kept.dropped} of {len(t.samples_ms)} rounds ran while the GPU was throttled (SM clock below 75% of "
-            f"its default, or a power, thermal or hardware cap): left out, as nvbench does")
+    note = (f"{kept.dropped} of {len(t.samples_ms)} rounds ran while the GPU was throttled (a thermal, power-brake "
+            f"or hardware slowdown; without NVML's reasons, an SM clock below 75% of its default): left out, as "
+            f"nvbench does")
     return dataclasses.replace(t, samples_ms=kept.samples_ms, rounds=len(kept.samples_ms), notes=t.notes + (note,),
                                cpu_samples_ms=pick(t.cpu_samples_ms),
                                process_cpu_samples_ms=pick(t.process_cpu_samples_ms),

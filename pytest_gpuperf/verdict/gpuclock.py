@@ -8,12 +8,15 @@ round, the SM clock read around it (NVML) goes beside the time, and:
 
 * **cycles per call** = time x SM clock (ms x MHz = thousands of cycles, :func:`kcycles`): what the
   call costs at any clock, for work whose speed follows the SM clock;
-* **throttled rounds** (:func:`throttled_rounds`): a round whose clock was below
-  :data:`THROTTLED_FRACTION` of the GPU's default application clock, or during which NVML named a
-  clocks-event reason other than idle and application-clock setting (power or thermal capping,
-  hardware slowdown), is flagged, and dropped (:func:`kept_rounds`) unless that would leave fewer
-  than :data:`MIN_KEPT` of the rounds — then all are kept and the verdict's note says the clock
-  was capped throughout;
+* **throttled rounds** (:func:`throttled_rounds`): a round during which NVML named a throttle
+  reason (hardware slowdown, software or hardware thermal, hardware power brake: the telemetry's
+  :data:`~pytest_gpuperf.verdict.machine.THROTTLE_REASONS`) or, where its reasons were not read,
+  whose clock was below :data:`THROTTLED_FRACTION` of the GPU's default application clock, is
+  flagged, and dropped (:func:`kept_rounds`) unless that would leave fewer than :data:`MIN_KEPT`
+  of the rounds — then all are kept and the verdict's note says the clock was capped throughout.
+  The software power cap is no throttle: it is a GPU's designed state at its power limit (on an
+  H200, 2026-11-29, a sustained bf16 GEMM ran at 1440-1500 MHz, 73-76% of its 1980 MHz, at the
+  700 W cap; flagging it marked 89-100% of the rounds throttled);
 * **the verdict** (:func:`decide_with_cycles`): where the baseline's and this run's median clocks
   differ by more than :data:`CLOCK_DIFFERS`, a timing regression is checked in cycle space too:
   cycles per call that did not regress mean the clock, not the code, made the call slower, and the
@@ -26,7 +29,8 @@ does not follow it) a lower SM clock overstates the cycles' drop, so the rule on
 a regression (inconclusive), never makes one.
 
 Sources: nvbench reads the SM clock per sample, discards samples below 75% of the default clock
-("throttle detection", ``nvbench::detail::measure_cold``; nvbench issue #231), and its robust
+("throttle detection", ``nvbench::detail::measure_cold``; nvbench issue #231; here the clock
+threshold stands in only where NVML's reasons were not read, as in the telemetry's rule), and its robust
 compare checks a gap in cycle space; NVML ``nvmlDeviceGetClockInfo(NVML_CLOCK_SM)``,
 ``nvmlDeviceGetDefaultApplicationsClock`` and ``nvmlDeviceGetCurrentClocksEventReasons``.
 """
@@ -37,17 +41,19 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-#: A round whose SM clock is below this fraction of the default application clock is throttled
-#: (nvbench's default: 75%).
+from pytest_gpuperf.verdict.machine import THROTTLE_REASONS
+
+#: Where a round's clocks-event reasons were not read: its SM clock below this fraction of the
+#: default application clock makes it throttled (nvbench's default: 75%).
 THROTTLED_FRACTION = 0.75
 #: Throttled rounds are dropped only while at least this share of the rounds is kept.
 MIN_KEPT = 0.5
 #: Median SM clocks that differ by more than this (relative) make the verdict look at cycles.
 CLOCK_DIFFERS = 0.02
-#: NVML clocks-event reasons that are no throttle: GPU idle (0x1) and the application-clock
-#: setting (0x2). Every other bit (SW power cap 0x4, HW slowdown 0x8, sync boost 0x10, SW thermal
-#: 0x20, HW thermal 0x40, HW power brake 0x80, display clock 0x100) throttles.
-NOT_THROTTLING = 0x1 | 0x2
+#: NVML clocks-event reasons that throttle a round: HW slowdown 0x8, SW thermal 0x20, HW thermal
+#: 0x40, HW power brake 0x80 (the telemetry's rule, one definition). GPU idle, the
+#: application-clock setting, the SW power cap, sync boost and the display clock do not.
+THROTTLING = sum(THROTTLE_REASONS)  # distinct bits: their sum is their OR
 
 
 def kcycles(samples_ms: Sequence[float], clock_mhz: Sequence[float | None]) -> list[float | None]:
@@ -60,16 +66,20 @@ def kcycles(samples_ms: Sequence[float], clock_mhz: Sequence[float | None]) -> l
 
 def throttled_rounds(clock_mhz: Sequence[float | None], reasons: Sequence[int | None] | None,
                      default_clock_mhz: float | None, fraction: float = THROTTLED_FRACTION) -> list[bool]:
-    """Per round: throttled (its clock below ``fraction`` x ``default_clock_mhz``, or a clocks-event
-    reason outside :data:`NOT_THROTTLING`). A round without a reading is not flagged. ``reasons``:
-    the NVML bitmask per round (None: not read). Raises ``ValueError`` for a fraction outside (0, 1]."""
+    """Per round: throttled (a clocks-event reason in :data:`THROTTLING`; where the round's reasons
+    were not read, its clock below ``fraction`` x ``default_clock_mhz``). A round without a reading
+    is not flagged. ``reasons``: the NVML bitmask per round (None: not read). Raises
+    ``ValueError`` for a fraction outside (0, 1]."""
     if not 0 < fraction <= 1:
         raise ValueError(f"throttled fraction {fraction!r}: expected a fraction in (0, 1]")
     low = fraction * default_clock_mhz if default_clock_mhz else None
     out = []
     for i, c in enumerate(clock_mhz):
         r = reasons[i] if reasons is not None and i < len(reasons) else None
-        out.append(bool((low is not None and c is not None and c < low) or (r is not None and r & ~NOT_THROTTLING)))
+        if r is not None:
+            out.append(bool(r & THROTTLING))
+        else:
+            out.append(low is not None and c is not None and c < low)
     return out
 
 

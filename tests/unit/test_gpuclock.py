@@ -21,11 +21,18 @@ def test_cycles_per_call_are_time_times_clock() -> None:
         kcycles([1.0], [])
 
 
-def test_throttled_rounds_by_clock_or_by_reason() -> None:
-    clocks = [1980, 1400, 1500, 1980, None]
-    reasons = [0x1, 0x0, 0x0, 0x4, 0x20]  # idle; none; none; SW power cap; SW thermal
-    assert throttled_rounds(clocks, reasons, default_clock_mhz=1980) == [False, True, False, True, True]
-    assert throttled_rounds(clocks, None, default_clock_mhz=None) == [False] * 5
+def test_throttled_rounds_by_reason_or_else_by_clock() -> None:
+    # idle; none at a low clock; none; SW power cap at the H200's power-capped GEMM clock
+    # (2026-11-29: 1455 MHz, 73% of 1980); SW thermal; HW slowdown; HW power brake; HW thermal
+    clocks = [1980, 1400, 1500, 1455, None, 1980, 1980, 1980]
+    reasons = [0x1, 0x0, 0x0, 0x4, 0x20, 0x8, 0x80, 0x40 | 0x4]
+    assert throttled_rounds(clocks, reasons, default_clock_mhz=1980) == [False, False, False, False, True, True,
+                                                                          True, True]
+    # without the reasons, the clock decides (nvbench's 75% of the default clock)
+    assert throttled_rounds(clocks, None, default_clock_mhz=1980) == [False, True, False, True, False, False,
+                                                                      False, False]
+    assert throttled_rounds(clocks, [None, None], default_clock_mhz=1980)[:3] == [False, True, False]
+    assert throttled_rounds(clocks, None, default_clock_mhz=None) == [False] * 8
     with pytest.raises(ValueError, match="fraction"):
         throttled_rounds(clocks, None, 1980, fraction=0)
 

@@ -21,6 +21,8 @@ from pytest_gpuperf.verdict.result import BenchResult  # noqa: E402
 
 CUDA0 = torch.device("cuda", 0)
 HW_THERMAL = 0x40
+HW_SLOWDOWN = 0x8
+SW_POWER_CAP = 0x4
 
 
 @pytest.fixture
@@ -63,11 +65,17 @@ def test_throttled_rounds_are_left_out_and_kept_when_they_are_most(sim: Simulate
     assert t.throttled_dropped > 0 and clock.dropped == t.throttled_dropped and clock.throttled == 0
     assert len(t.samples_ms) == len(clock.mhz) == t.rounds
     assert any("throttled" in n and "left out" in n for n in t.notes)
-    # below 75% of the default clock for the whole run: nothing would be left, so all are kept
-    sim.nvml.clock_script = lambda ns: 1000
+    # a hardware slowdown for the whole run: nothing would be left, so all are kept
+    sim.nvml.clock_script = lambda ns: (1000, HW_SLOWDOWN)
     t = measure(sim)
     assert t.throttled_dropped == 0 and gpu_clock_of(t).throttled == t.rounds
     assert any("all kept" in n for n in t.notes)
+    # the power-capped clock of a sustained GEMM (an H200, 2026-11-29: 73% of its maximum, SW power
+    # cap): the GPU's normal state at its power limit, no throttle, nothing left out, no note
+    sim.nvml.clock_script = lambda ns: (1455, SW_POWER_CAP)
+    t = measure(sim)
+    assert t.throttled_dropped == 0 and gpu_clock_of(t).throttled == 0
+    assert not any("throttled" in n for n in t.notes)
 
 
 def test_the_steady_clock_warmup_waits_for_the_clock_within_its_bound(sim: SimulatedCuda) -> None:
