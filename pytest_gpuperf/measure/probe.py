@@ -26,8 +26,11 @@ without one, ``memory``. (Until 2026-11-29 the CPU had its own three: a 256x256 
 2 MiB copy from a buffer of 4x the last-level cache, and the tiny adds; their costs are measured
 in docs/verdicts.md, and ``benchmarks/probe_cost.py`` measures the probe used now.)
 
-Pure at import: torch is imported inside :func:`make_probe` only. Probes are built once per
-process, device and kind (their buffers are allocated once).
+Pure at import: torch is imported inside :func:`make_probe` only, and only for a GPU. A GPU probe
+is built for each measurement and its buffers are freed with it (the memory probe's are 256 MiB),
+so what a later ``memory_budget`` block finds allocated is the code's own: an H200 run
+(2026-11-29) read 352 MiB "allocated before the block" where the test had allocated 64 MiB while
+the probes were kept for the process.
 """
 
 from __future__ import annotations
@@ -106,13 +109,11 @@ def reference_probe() -> Probe:
     return Probe("python", f"python: {n}-iteration interpreter loop", lambda: python_loop(n))
 
 
-_CACHE: dict[tuple[str, str], Probe] = {}
-
-
 def make_probe(kind: str, device: Any) -> Probe:
-    """The probe of class ``kind`` for ``device`` (a ``torch.device``), built once per process: on
-    the CPU :func:`reference_probe` whatever the class (no torch is imported), on a GPU the class's
-    own workload.
+    """The probe of class ``kind`` for ``device`` (a ``torch.device``): on the CPU
+    :func:`reference_probe` whatever the class (no torch is imported), on a GPU the class's own
+    workload, built anew (its buffers live as long as the returned probe: keep it for one
+    measurement).
 
     Raises ``ValueError`` for an unknown ``kind``. Inputs are seeded (``torch.Generator`` seed 0).
     """
@@ -120,14 +121,11 @@ def make_probe(kind: str, device: Any) -> Probe:
         raise ValueError(f"probe kind {kind!r}: expected one of {', '.join(PROBE_KINDS)}")
     if getattr(device, "type", str(device)) == "cpu":
         return reference_probe()
-    key = (kind, str(device))
-    if key not in _CACHE:
-        _CACHE[key] = _build(kind, device)
-    return _CACHE[key]
+    return _build(kind, device)
 
 
 def _build(kind: str, device: Any) -> Probe:
-    """The GPU probe of class ``kind`` on ``device`` (its buffers allocated once)."""
+    """The GPU probe of class ``kind`` on ``device``, its buffers allocated for it."""
     import torch
 
     if kind == "compute":

@@ -161,6 +161,24 @@ def test_the_probe_does_not_leave_rounds_with_a_cold_l2(sim):
     assert min(flushed.samples_ms) == pytest.approx(1.5, rel=0.02)  # flush_l2 still gives cold rounds
 
 
+def test_a_gpu_probe_frees_its_buffers_with_it(sim):
+    # An H200 run (2026-11-29): probes kept for the process left 256 MiB allocated, which a later
+    # memory_budget block reported as "allocated before the block". Each measurement builds its own.
+    import gc
+
+    from pytest_gpuperf.measure.probe import CUDA_COPY_BYTES, make_probe
+
+    before = sim.memory_allocated(CUDA0)
+    probe = make_probe("memory", CUDA0)
+    assert sim.memory_allocated(CUDA0) - before == 2 * CUDA_COPY_BYTES
+    assert make_probe("memory", CUDA0) is not probe  # no probe is kept between measurements
+    gc.collect()
+    assert sim.memory_allocated(CUDA0) - before == 2 * CUDA_COPY_BYTES  # the second one is gone
+    del probe
+    gc.collect()
+    assert sim.memory_allocated(CUDA0) == before
+
+
 def test_use_device_makes_the_measured_gpu_current(sim):
     # Defect 1 (the unit): "cuda" in a test's own code must mean the GPU being measured.
     timing.use_device(torch.device("cuda", 1))
