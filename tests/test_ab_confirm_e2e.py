@@ -16,6 +16,7 @@ for all of its suspects, and the stored stage needs its worker processes whateve
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,12 @@ def test_slower_machine_passes_and_slower_code_fails_after_ab(pytester: pytest.P
     rec.assert_outcomes(passed=2, failed=1)
     rec.stdout.fnmatch_lines(["gpuperf: 2 regression(s), 1 inconclusive: measuring by A/B against the baselines' commit "
                               f"({first[:7]}) on this machine"])
+    # the closing line says where the time went (issue 45: the cost of each step, measured)
+    assert re.search(r"gpuperf: the session took [\d.]+ s in all, [\d.]+ s of it in worker processes before the "
+                     r"tests: \d worker processes \d+ s, A/B confirmation \d+ s \(", " ".join(rec.stdout.str().split()))
+    measuring = json.loads(pytester.path.joinpath("r.json").read_text())["measuring_s"]
+    assert list(measuring["steps"])[-1] == "A/B confirmation" and measuring["before_tests"] >= sum(
+        measuring["steps"].values()) * 0.99
     c = _comparison(pytester, "test_c")
     assert c["verdict"] == "unchanged" and c["ab_ref"] == f"the baselines' commit ({first[:7]})", c
     assert c["ab_confirmation"].startswith("the stored baseline said inconclusive 1."), c["ab_confirmation"]

@@ -11,8 +11,10 @@ results. A worker process (replicate, extras, A/B, pytest-xdist) never has one.
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
@@ -34,8 +36,9 @@ class Coordinator:
     decision used, when more were added), ``not_escalated`` (the same, for thin evidence that more
     processes could not decide: :func:`_thin`), ``stored_entries`` (full id -> its baseline entry)
     ``priors`` (the session's spreads over worker processes that every inconclusive verdict is read
-    with: :func:`_priors`) and ``stopped`` (how Ctrl-C or
-    SIGTERM stopped the measuring, None when it did not).
+    with: :func:`_priors`), ``stopped`` (how Ctrl-C or
+    SIGTERM stopped the measuring, None when it did not) and ``phases_s`` (where its time went:
+    step -> wall seconds, in the order run; :func:`_phase`).
     """
 
     def __init__(self, config: pytest.Config, settings: SessionSettings, progress: Callable[[], Any],
@@ -55,6 +58,7 @@ class Coordinator:
         self.priors: Any = None  # the session's spreads (verdict.moderation.Priors), fitted after the first decisions
         self.reference: dict[str, Any] | None = None  # the reference workloads, median over the timed processes
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
+        self.phases_s: dict[str, float] = {}
         self.instructions = InstructionMode(settings, lambda line: self.progress().line(line), warn)
 
     def run(self) -> None:
@@ -94,8 +98,9 @@ class Coordinator:
         with sigterm_raises():  # also between the workers and in the steps after them
             try:
                 args, logs = _worker_args(self.config), _replicate_logs(self.settings.rootpath)
-                runs, extras, unreported, self.stopped = _measure_replicates(self.config, self.settings,
-                                                                             self.progress(), args, logs, self.instructions)
+                with _phase(self.phases_s, f"{self.settings.processes} worker processes"):
+                    runs, extras, unreported, self.stopped = _measure_replicates(
+                        self.config, self.settings, self.progress(), args, logs, self.instructions)
                 self.reference = _run_reference(runs)
                 commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
                 def decide(key: str, entries: list[dict[str, Any]], *more: Any) -> Any:
@@ -129,18 +134,22 @@ class Coordinator:
         from pytest_gpuperf.plugin.stopping import Stopped
 
         try:
-            runs += self._measure_more(finished, commits, runs, extras, args, logs)
+            with _phase(self.phases_s, "more processes"):
+                runs += self._measure_more(finished, commits, runs, extras, args, logs)
         except Stopped as exc:
             self.stopped = f"stopped ({exc.why}) while measuring more processes for thin evidence"
             return
         if not self.settings.updating:  # a regression no A/B confirms, against the machine's own speed
             _machine_check(finished, self.reference, self.stored_entries, lambda k: self._ab_will_confirm(k, commits))
         if self.settings.ab_confirm and not self.settings.updating:
-            self._confirm_by_ab(finished, commits)
+            with _phase(self.phases_s, "A/B confirmation"):
+                self._confirm_by_ab(finished, commits)
             if self.settings.bisect_on_regression:
-                self._bisect_regressions(finished, commits)
+                with _phase(self.phases_s, "bisection"):
+                    self._bisect_regressions(finished, commits)
         if self.settings.why and not self.settings.updating:
-            self._diff_stored(finished, runs, args, logs)
+            with _phase(self.phases_s, "op profiles (why)"):
+                self._diff_stored(finished, runs, args, logs)
 
     def _measure_more(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]],
                       runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> list[Any]:
@@ -415,6 +424,19 @@ class Coordinator:
         for note in outcome.notes:
             self.warn(note)
         return outcome
+
+
+@contextmanager
+def _phase(ledger: dict[str, float], step: str) -> Iterator[None]:
+    """Add the wall time of the block to ``ledger[step]`` (seconds), also when it raises (a stop);
+    a step that took under 0.05 s (nothing to do) is not entered."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        spent = time.monotonic() - started
+        if spent >= 0.05 or step in ledger:
+            ledger[step] = ledger.get(step, 0.0) + spent
 
 
 def _op_free(stored: Mapping[str, Any]) -> frozenset[str]:

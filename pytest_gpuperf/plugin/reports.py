@@ -120,6 +120,10 @@ class ReportWriter:
             "machine_info": machine_info,
             "commit_info": commit_info,
         }
+        if s.before_tests_s is not None:  # where the measuring before the tests went (issue 45)
+            steps = s.coordinator.phases_s if s.coordinator is not None else {}
+            data["measuring_s"] = {"before_tests": round(s.before_tests_s, 3),
+                                   "steps": {k: round(v, 3) for k, v in steps.items()}}
         for entry in data["benchmarks"].values():
             entry.pop("op_profile", None)  # the baselines keep it (compact); the report has the op diff
         problems += update_json(s.config, [rec.result for rec in s.recorded], data)
@@ -170,7 +174,8 @@ class TerminalSummary:
             import time
 
             closing.append(whole_time_line(time.monotonic() - s.started, s.before_tests_s,
-                                           ab=s.settings.ab is not None))
+                                           ab=s.settings.ab is not None,
+                                           phases_s=coordinator.phases_s if coordinator is not None else None))
         for line in closing:  # wrapped to the terminal, as the notes and warnings are
             for part in wrap(line, width):
                 terminalreporter.write_line(part)

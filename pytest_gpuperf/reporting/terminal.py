@@ -321,13 +321,19 @@ def cut_end(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(0, width - 1)] + "…"
 
 
-def whole_time_line(total_s: float, before_tests_s: float, *, ab: bool = False) -> str:
+def whole_time_line(total_s: float, before_tests_s: float, *, ab: bool = False,
+                    phases_s: Mapping[str, float] | None = None) -> str:
     """The session's whole wall time (s), with the part spent measuring in worker processes (or the
     A/B run) before the tests: pytest's closing ``in N s`` counts from its own session start, after
-    that measuring, so it leaves it out."""
+    that measuring, so it leaves it out. ``phases_s``: where that part went (step -> seconds, in
+    order; the coordinator's ``phases_s``), shown when there is more than one step, e.g. ``(3 worker
+    processes 66 s, A/B confirmation 152 s)``."""
     what = "the A/B measurement" if ab else "worker processes"
+    steps = ""
+    if phases_s and len(phases_s) > 1:
+        steps = ": " + ", ".join(f"{step} {s:.0f} s" for step, s in phases_s.items())
     return (f"gpuperf: the session took {total_s:.1f} s in all, {before_tests_s:.1f} s of it in {what} before the "
-            f"tests (pytest's closing time counts the tests only)")
+            f"tests{steps} (pytest's closing time counts the tests only)")
 
 
 def more_processes_line(used: Mapping[str, int], processes: int, not_escalated: int = 0,

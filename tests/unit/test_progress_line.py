@@ -64,3 +64,33 @@ def test_without_a_terminal_reporter_nothing_is_written() -> None:
     p.tick("z")
     p.close()
     assert p.live is False
+
+
+def test_the_closing_line_says_where_the_time_before_the_tests_went() -> None:
+    from pytest_gpuperf.reporting.terminal import whole_time_line
+
+    line = whole_time_line(240.0, 233.8, phases_s={"3 worker processes": 66.2, "A/B confirmation": 152.4})
+    assert line == ("gpuperf: the session took 240.0 s in all, 233.8 s of it in worker processes before the tests: "
+                    "3 worker processes 66 s, A/B confirmation 152 s (pytest's closing time counts the tests only)")
+    # one step alone is the whole of it: no list
+    assert whole_time_line(70.0, 66.0, phases_s={"3 worker processes": 66.0}).endswith(
+        "66.0 s of it in worker processes before the tests (pytest's closing time counts the tests only)")
+
+
+def test_a_phase_is_timed_also_when_it_is_stopped() -> None:
+    import time
+
+    from pytest_gpuperf.plugin.coordinator import _phase
+
+    ledger: dict[str, float] = {}
+    with _phase(ledger, "nothing to do"):
+        pass
+    assert ledger == {}  # a step with nothing to do is not listed
+    with pytest.raises(KeyboardInterrupt):
+        with _phase(ledger, "more processes"):
+            time.sleep(0.06)
+            raise KeyboardInterrupt
+    assert ledger["more processes"] >= 0.06
+    with _phase(ledger, "more processes"):  # a step run again adds up
+        pass
+    assert list(ledger) == ["more processes"] and ledger["more processes"] >= 0.06
