@@ -134,22 +134,19 @@ class Coordinator:
         from pytest_gpuperf.plugin.stopping import Stopped
 
         try:
-            with _phase(self.phases_s, "more processes"):
-                runs += self._measure_more(finished, commits, runs, extras, args, logs)
+            runs += _timed(self.phases_s, "more processes", self._measure_more,
+                           finished, commits, runs, extras, args, logs)
         except Stopped as exc:
             self.stopped = f"stopped ({exc.why}) while measuring more processes for thin evidence"
             return
         if not self.settings.updating:  # a regression no A/B confirms, against the machine's own speed
             _machine_check(finished, self.reference, self.stored_entries, lambda k: self._ab_will_confirm(k, commits))
         if self.settings.ab_confirm and not self.settings.updating:
-            with _phase(self.phases_s, "A/B confirmation"):
-                self._confirm_by_ab(finished, commits)
+            _timed(self.phases_s, "A/B confirmation", self._confirm_by_ab, finished, commits)
             if self.settings.bisect_on_regression:
-                with _phase(self.phases_s, "bisection"):
-                    self._bisect_regressions(finished, commits)
+                _timed(self.phases_s, "bisection", self._bisect_regressions, finished, commits)
         if self.settings.why and not self.settings.updating:
-            with _phase(self.phases_s, "op profiles (why)"):
-                self._diff_stored(finished, runs, args, logs)
+            _timed(self.phases_s, "op profiles (why)", self._diff_stored, finished, runs, args, logs)
 
     def _measure_more(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]],
                       runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> list[Any]:
@@ -437,6 +434,12 @@ def _phase(ledger: dict[str, float], step: str) -> Iterator[None]:
         spent = time.monotonic() - started
         if spent >= 0.05 or step in ledger:
             ledger[step] = ledger.get(step, 0.0) + spent
+
+
+def _timed(ledger: dict[str, float], step: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, its wall time added to ``ledger[step]`` (:func:`_phase`)."""
+    with _phase(ledger, step):
+        return fn(*args)
 
 
 def _op_free(stored: Mapping[str, Any]) -> frozenset[str]:

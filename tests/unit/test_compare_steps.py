@@ -432,6 +432,25 @@ def test_a_process_a_slow_period_disturbed_is_set_aside_and_the_note_says_so():
     assert slower.verdict is Verdict.REGRESSED
 
 
+def test_an_improvement_seen_only_once_a_slow_process_is_set_aside_is_not_trusted():
+    # tensordict's suite, unchanged code (2026-11-29): this run's processes 0.67, 0.67, 1.13 (one set
+    # aside), the baseline's 1.0, 1.0, 2.4 (one set aside): its kept processes ran in a slower mode
+    # than this run's, and the kept ones' agreement read "improved 0.67x". The processes run at
+    # different speeds: inconclusive (an A/B settles it), with both set-aside notes and the reason.
+    from pytest_gpuperf.verdict.compare import decide_replicates
+
+    c = decide_replicates([[m] * 50 for m in (0.67, 0.672, 1.13)], [1.0, 1.01, 2.4])
+    assert c.verdict is Verdict.INCONCLUSIVE and c.ratio == pytest.approx(0.67, abs=0.01)
+    assert c.note.startswith("this run's process 3 of 3 set aside: 1.68x the others' median")
+    assert "the baseline's process 3 of 3 set aside" in c.note
+    assert c.note.endswith("faster (0.668x) only once a slow process was set aside: its processes ran at different "
+                           "speeds, so an improvement is not trusted from them (an A/B run against the baseline's "
+                           "commit decides it)")
+    # the same improvement with no process set aside stands; a regression so decided stays one (an A/B confirms it)
+    assert decide_replicates([[m] * 50 for m in (0.67, 0.672, 0.671)], [1.0, 1.01, 1.005]).verdict is Verdict.IMPROVED
+    assert decide_replicates([[m] * 50 for m in (1.5, 1.51, 2.6)], [1.0, 1.01, 2.4]).verdict is Verdict.REGRESSED
+
+
 def test_an_unchanged_benchmark_passes_decided_once_its_noninferiority_bound_is_under_1_plus_t():
     # issue 45, item 3: the gate asks "slower by more than T?" (one-sided); an A/A whose 99% CI
     # spans 1 and 1+T is unchanged once the one-sided 97.5% upper bound lies under 1+T
