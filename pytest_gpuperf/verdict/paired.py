@@ -27,12 +27,7 @@ Chromium Pinpoint measure A and B in one job too).
   (``shift_verdict``, shared with the stored-baseline gate) *and* the median ratio of every pair
   of worker processes is above 1 + ``threshold``/2: blocks of one process share that process's
   speed mode, so a slowdown carried by some process pairs only is reported ``inconclusive``, not
-  ``regressed`` (improved: the mirror image); *and* the pairs' median ratios themselves show it:
-  the one-sided 97.5% Student t bound over their logs (df = pairs - 1) lies beyond 1
-  (:func:`pairs_bound`). A bootstrap over 2-3 pairs cannot reach past their smallest ratio, so
-  where a benchmark's processes run at different speeds three pairs that all happen to land
-  above 1 + T/2 read "regressed": on tensordict (2026-11-29) unchanged code did, at pair ratios
-  2.63x, 1.40x and 1.44x;
+  ``regressed`` (improved: the mirror image);
 * **improved**, **inconclusive**, **unchanged**: as in :func:`pytest_gpuperf.verdict.compare.shift_verdict`,
   and read as non-inferiority, as the stored stage reads it (issue 45): an ``inconclusive`` whose
   one-sided 97.5% upper bound (the upper end of the same bootstrap's 95% CI) lies under
@@ -204,48 +199,6 @@ def per_process_ratios(ratios: Sequence[PairedRatio]) -> tuple[float, ...]:
     return tuple(math.exp(_median(v)) for v in log_ratios_by_process(ratios))
 
 
-def pairs_bound(per_process: Sequence[float], slower: bool) -> float:
-    """The one-sided :data:`~pytest_gpuperf.verdict.compare.NONINFERIORITY_CONFIDENCE` (97.5%)
-    Student t bound of the ratio B/A over the pairs of worker processes' median ratios
-    ``per_process`` (at least 2; df = pairs - 1): the lower bound when ``slower``, else the upper.
-    Over the +20% and +50% A/B decisions of issue 45's studies (267 regressions, 2026-11-29) it
-    lay above 1 for 266; for both wrong A/A decisions (an "improved" on 2 pairs, a "regressed" on 3)
-    it did not. Raises ``ValueError`` for fewer than 2 ratios or a non-positive one."""
-    import statistics
-
-    from scipy import stats
-
-    from pytest_gpuperf.verdict.compare import NONINFERIORITY_CONFIDENCE
-
-    if len(per_process) < 2 or not all(r > 0 for r in per_process):
-        raise ValueError(f"pair ratios {list(per_process)!r}: expected two or more positive ratios")
-    logs = [math.log(r) for r in per_process]
-    half = float(stats.t.ppf(NONINFERIORITY_CONFIDENCE, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(statistics.fmean(logs) + (-half if slower else half))
-
-
-def _pairs_show_it(verdict: Verdict, note: str | None, per_process: Sequence[float],
-                   threshold: float) -> tuple[Verdict, str | None, tuple[Advice, ...]]:
-    """A moved A/B verdict (regressed, improved) that the pairs of worker processes do not each show
-    (by half the threshold), or whose :func:`pairs_bound` does not lie beyond 1, becomes
-    ``INCONCLUSIVE`` with the note that says why and the advice to measure more pairs; any other
-    comes back as it is, with no advice."""
-    if verdict not in (Verdict.REGRESSED, Verdict.IMPROVED) or not per_process:
-        return verdict, note, ()
-    slower, half = verdict is Verdict.REGRESSED, 1 + threshold / 2
-    pairs = ", ".join(format_ratio(v) for v in per_process)
-    moved = "slower" if slower else "faster"
-    if (min(per_process) <= half) if slower else (max(per_process) >= 1 / half):
-        return (Verdict.INCONCLUSIVE, f"B is {moved} overall but not by half the threshold in every pair of worker "
-                f"processes (per pair {pairs}): a process-level speed mode can explain it", (Advice.MORE_AB_PROCESSES,))
-    bound = pairs_bound(per_process, slower) if len(per_process) >= 2 else None
-    if bound is not None and ((bound <= 1) if slower else (bound >= 1)):
-        return (Verdict.INCONCLUSIVE, f"B is {moved} overall, but its pairs of worker processes differ too much to "
-                f"exclude chance (per pair {pairs}; the one-sided 97.5% t bound over the pairs {format_ratio(bound)}): "
-                "a process-level speed mode can explain it", (Advice.MORE_AB_PROCESSES,))
-    return verdict, note, ()
-
-
 def _noninferior(decided: tuple[Verdict, str | None], logs: Sequence[float], by_process: Sequence[Sequence[float]],
                  threshold: float, ci: tuple[float, float]) -> tuple[Verdict, str | None]:
     """The non-inferiority reading of an A/B verdict (issue 45; the stored stage's is
@@ -312,7 +265,16 @@ def decide_ab(
     p_slower, p_faster = signed_rank_pvalues(logs)
     verdict, note = shift_verdict(ratio, ci, p_slower, p_faster, floor=threshold, alpha=alpha, test="signed-rank test")
     verdict, note = _noninferior((verdict, note), logs, by_process, threshold, ci)
-    verdict, note, advice = _pairs_show_it(verdict, note, per_process, threshold)
+    disagree, half, advice = None, 1 + threshold / 2, ()
+    if verdict is Verdict.REGRESSED and min(per_process) <= half:
+        disagree = "slower"
+    elif verdict is Verdict.IMPROVED and max(per_process) >= 1 / half:
+        disagree = "faster"
+    if disagree:
+        verdict = Verdict.INCONCLUSIVE
+        note = (f"B is {disagree} overall but not by half the threshold in every pair of worker processes (per pair "
+                f"{', '.join(format_ratio(v) for v in per_process)}): a process-level speed mode can explain it")
+        advice = (Advice.MORE_AB_PROCESSES,)
     return Comparison(verdict=verdict, ratio=ratio, ratio_ci=ci, p_slower=p_slower, p_faster=p_faster, note=note,
                       advice=advice, **common)
 
