@@ -868,6 +868,8 @@ def clock_rules(device: Any, quick: bool) -> dict[str, Any]:
         return _skip("CUDA only: the SM clock is read through NVML")
     import torch
 
+    from collections import Counter
+
     from pytest_gpuperf.core.options import BenchOptions
     from pytest_gpuperf.measure.gpuclock import drop_throttled, gpu_clock_of
     from pytest_gpuperf.measure.timing import measure
@@ -881,11 +883,10 @@ def clock_rules(device: Any, quick: bool) -> dict[str, Any]:
                                    options=BenchOptions(max_time=1.0, steady_clock=steady, target_precision=0.0)))
         clock = gpu_clock_of(t)
         median = statistics.median(t.samples_ms)
-        reasons: dict[str, int] = {}  # NVML clocks-event reasons per round (which bits flag "throttled")
-        for r in getattr(t, "clock_reasons", None) or ():
-            reasons[hex(r) if r is not None else "none"] = reasons.get(hex(r) if r is not None else "none", 0) + 1
+        # NVML clocks-event reasons per round, counted (which bits flag "throttled")
+        reasons = Counter(hex(r) if r is not None else "none" for r in getattr(t, "clock_reasons", None) or ())
         out[name] = {"median_us": median * 1e3, "sm_clock_mhz": clock.median_mhz if clock else None,
-                     "default_clock_mhz": getattr(t, "default_clock_mhz", None), "clock_reasons": reasons,
+                     "default_clock_mhz": getattr(t, "default_clock_mhz", None), "clock_reasons": dict(reasons),
                      "kcycles": median * clock.median_mhz if clock else None,
                      "dropped_rounds": t.throttled_dropped, "notes": list(t.notes)}
     with tempfile.TemporaryDirectory() as tmp:

@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = BenchOptions(max_time=args.max_time, target_precision=0.0)
     print("| workload | probe | k (rounds/probe) | probe share of time | probe median | Spearman rho | p |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    probe = make_probe(probe_kind(None), cpu)  # the CPU's one probe, whatever the class
     for wname, (fn, fargs) in workloads.items():
-        probe = make_probe(probe_kind(None), cpu)  # the CPU's one probe
         for _ in range(args.repeats):
             t = measure(fn, fargs, {}, options=opts, device=cpu, probe=probe)
             rounds_ms = sum(t.samples_ms) * t.calls_per_round
