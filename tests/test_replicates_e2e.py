@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from pytest_gpuperf.core import allocator
 from scripted import SUITE_BASE, SUITE_CURRENT, script_timings, set_timings
 
 pytest_plugins = ["pytester"]
@@ -64,6 +66,7 @@ def _record(pytester: pytest.Pytester, processes: int = 2, bench: str = PAIR) ->
     processes (its outcome and mode line checked): the stored benchmarks by name."""
     pytester.makepyfile(test_bench=bench)
     script_timings(pytester, RECORDED, conftest=COUNT_WRITES)
+    before = {k: os.environ.get(k) for k in allocator.FIXED}
     rec = pytester.runpytest("--gpuperf-update-baselines", f"--gpuperf-processes={processes}", *RUN)
     rec.assert_outcomes(passed=bench.count("def test_"))
     rec.stdout.fnmatch_lines([f"*mode: update baselines ({processes} worker processes per benchmark)*"])
@@ -71,7 +74,13 @@ def _record(pytester: pytest.Pytester, processes: int = 2, bench: str = PAIR) ->
     # the tests' baselines are written once per file at the session's end, not once per test
     # (issue 45: per-test writes of a 5 MB file took 95 s of a real suite's 159 s update run)
     assert pytester.path.joinpath("writes.txt").read_text().split() == [path.name]
-    return json.loads(path.read_text())["benchmarks"]
+    stored = json.loads(path.read_text())["benchmarks"]
+    # the worker processes ran with glibc's thresholds fixed (a value set here stands), the
+    # session's own process and its tests with the environment they started with
+    assert {e["environment"]["allocator"] for e in stored.values()} == {allocator.describe({**allocator.FIXED,
+                                                                                             **os.environ})}
+    assert {k: os.environ.get(k) for k in allocator.FIXED} == before
+    return stored
 
 
 @pytest.fixture(scope="module")
@@ -410,18 +419,24 @@ def test_a_stored_regression_is_replicated_in_later_processes_before_it_fails(py
 
 
 def test_a_cpu_time_regression_is_read_against_the_cpus_own_speed(pytester: pytest.Pytester,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # The machine check of a verdict decided on CPU time (issue 45): with one core busy, this
     # project's VM once ran every cattrs benchmark's thread CPU time about 2x its baseline's (16 of
     # 64 false failures: the CPU itself slower, not only the core taken away). Each timed worker
     # times a pure-Python loop's thread CPU time at session start (scripted: reference.json). On a
     # busy host, a 1.25x CPU-time "regression" while that loop reads 1.3x is inconclusive (machine
-    # differs); a 2x one is beyond it and fails.
+    # differs); a 2x one is beyond it and fails. The baseline was recorded with gpuperf_allocator =
+    # inherit (glibc's adaptive thresholds), the rerun at the default: the verdicts say so.
+    for name in allocator.FIXED:
+        monkeypatch.delenv(name, raising=False)
     pytester.makepyfile(test_bench=PAIR)
     script_timings(pytester, {**RECORDED, "cpu": {"share": 1.0}})
-    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", *RUN).assert_outcomes(passed=2)
+    pytester.runpytest("--gpuperf-update-baselines", "--gpuperf-processes=2", "-o", "gpuperf_allocator=inherit",
+                       *RUN).assert_outcomes(passed=2)
     (path,) = pytester.path.joinpath("baselines").rglob("*.json")
-    assert json.loads(path.read_text())["benchmarks"]["test_loop"]["environment"]["reference"]["python_cpu_ms"] == 1.0
+    stored = json.loads(path.read_text())["benchmarks"]["test_loop"]["environment"]
+    assert (stored["reference"]["python_cpu_ms"], stored["allocator"]) == (1.0, allocator.ADAPTIVE)
     pytester.path.joinpath("reference.json").write_text(json.dumps({"python_cpu_ms": 1.3}))
     busy = {"cv": 0.01, "seed": 3, "host_load": 0.98, "machine": {"every": 7, "factors": [1.0, 3.0, 1.5, 2.5]}}
     set_timings(pytester, dict(busy, ms=1.25, cpu={"ms": 1.25, "cv": 0.01, "seed": 3}),  # the neighbour's bursts
@@ -436,6 +451,9 @@ def test_a_cpu_time_regression_is_read_against_the_cpus_own_speed(pytester: pyte
                                    "median of this run's worker processes, now/baseline)"), loop["note"]
     assert (other["verdict"], other["clock"]) == ("regressed", "cpu"), other["message"]
     assert benchmarks["test_bench.py::test_loop"]["environment"]["reference"]["python_cpu_ms"] == 1.3
+    fixed = allocator.describe(dict(allocator.FIXED))
+    assert (f"test_bench.py::test_other: environment differs from the baseline's: allocator {allocator.ADAPTIVE} -> "
+            f"{fixed}") in json.loads(pytester.path.joinpath("r.json").read_text())["warnings"]
     # gpuperf compare reads the two files the same way: the share of CPU time in the wall time from
     # the report's rounds (as the plugin read them), the decision over the process medians
     from pytest_gpuperf.cli.reports import main
@@ -486,6 +504,9 @@ def test_processes_option_is_checked(pytester: pytest.Pytester) -> None:
     rec = pytester.runpytest("--gpuperf", "--gpuperf-processes=0", *RUN)
     assert rec.ret == pytest.ExitCode.USAGE_ERROR
     rec.stderr.fnmatch_lines(["*--gpuperf-processes '0': expected an integer >= 1*"])
+    rec = pytester.runpytest("--gpuperf", "-o", "gpuperf_allocator=adaptive", *RUN)
+    assert rec.ret == pytest.ExitCode.USAGE_ERROR
+    rec.stderr.fnmatch_lines(["*ini gpuperf_allocator = 'adaptive': expected one of fixed, inherit*"])
 
 
 def test_replicates_under_xdist_are_measured_once_and_merged_and_the_marker_limits_the_workers(

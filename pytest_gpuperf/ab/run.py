@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from pytest_gpuperf.core.allocator import FIXED as FIXED_ALLOCATOR
 from pytest_gpuperf.core.flags import ALL_FLAGS
 from pytest_gpuperf.core.git import GitError, run as run_git
 from pytest_gpuperf.core.launch import popen_dying_with_parent
@@ -1060,9 +1061,10 @@ PROFILE_PAIRS = 3
 #: sets them for its CPU benchmarks: every large block comes from the heap and stays there, so no
 #: process runs its large allocations in another mode (glibc adapts its mmap threshold per process
 #: as blocks are freed; a 2x ``index_select`` ran at A's speed in one of three B processes without
-#: them). Only the profiles see them, never a timed process: the diagnosis is steadier, what is
-#: timed and decided is what the user's environment gives. A value already in the environment stands.
-PROFILE_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
+#: them). Since issue 45 every worker the coordinator starts has them unless ``gpuperf_allocator =
+#: inherit`` (:mod:`pytest_gpuperf.core.allocator`); the profiles keep them even then, so the
+#: diagnosis never depends on which mode each process fell into. A value already in the environment stands.
+PROFILE_ALLOCATOR_ENV = FIXED_ALLOCATOR
 #: More pairs for a benchmark whose diff named no op after :data:`PROFILE_PAIRS`: with 5 pairs one
 #: may disagree (:data:`pytest_gpuperf.verdict.opdiff.DISSENT_FROM_PAIRS`; docs/why.md).
 MORE_PROFILE_PAIRS = 2

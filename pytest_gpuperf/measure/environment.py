@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpuperf import __version__
+from pytest_gpuperf.core.allocator import describe as describe_allocator
 
 #: Fingerprint fields whose change between baseline and now is reported next to the verdict.
 COMPARED_KEYS = (
@@ -23,6 +24,7 @@ COMPARED_KEYS = (
     "torch_version",
     "python_version",
     "torch_num_threads",
+    "allocator",
 )
 
 
@@ -134,7 +136,8 @@ def fingerprint(device: Any) -> dict[str, Any]:
 
     Keys: device_type, device_name (GPU name or CPU model), compute_capability ("9.0" or None),
     cpu_model, driver_version (NVML; None without it), cuda_version, torch_version,
-    python_version, plugin_version, torch_num_threads, platform, ``cpu`` (governor, frequency,
+    python_version, plugin_version, torch_num_threads, allocator (glibc's thresholds in this process's
+    environment: :func:`pytest_gpuperf.core.allocator.describe`), platform, ``cpu`` (governor, frequency,
     load average: :func:`pytest_gpuperf.measure.telemetry.cpu_info`) and ``gpu`` (NVML facts:
     :func:`pytest_gpuperf.measure.telemetry.gpu_info`, plus SM count and L2 size; None on CPU or without
     NVML). The plugin adds ``reference`` (machine-speed reference medians) when measuring.
@@ -149,6 +152,7 @@ def fingerprint(device: Any) -> dict[str, Any]:
         "python_version": platform.python_version(),
         "plugin_version": __version__,
         "torch_num_threads": torch.get_num_threads(),
+        "allocator": describe_allocator(),
         "platform": f"{platform.system()}-{platform.machine()}",
         "driver_version": None,
         "compute_capability": None,

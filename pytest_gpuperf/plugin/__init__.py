@@ -74,6 +74,9 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "this many seconds in all (default: as long as the first gpuperf_processes took)", default="")
     parser.addini("gpuperf_settle_time", "the A/B that settles inconclusive comparisons may take about this many "
                   "seconds; regressions are always confirmed (default: no limit)", default="")
+    parser.addini("gpuperf_allocator", "glibc's allocator thresholds in the worker processes: fixed (MALLOC_MMAP_"
+                  "THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB where unset, so no process runs its large "
+                  "allocations in another mode) or inherit (the environment as it is); default fixed", default="")
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
                   f"(default {_LIMITS.worker_timeout_s:g})", default="")
     parser.addini("gpuperf_rank_timeout", "under torchrun: how long a rank waits for the others in their setup, "

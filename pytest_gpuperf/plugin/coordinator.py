@@ -59,6 +59,7 @@ class Coordinator:
         self.reference: dict[str, Any] | None = None  # the reference workloads, median over the timed processes
         self._commit_known: dict[str, bool] = {}  # baseline commit -> whether this clone has it (A/B can confirm)
         self.phases_s: dict[str, float] = {}
+        self.allocator: str | None = None  # its workers' allocator thresholds (core.allocator; set by the session)
         self.instructions = InstructionMode(settings, lambda line: self.progress().line(line), warn)
 
     def run(self) -> None:

@@ -198,12 +198,14 @@ class GpuPerfSession:
             return
         import time
 
+        from pytest_gpuperf.core.allocator import for_workers
         from pytest_gpuperf.plugin.coordinator import Coordinator
 
         start = time.monotonic()
         self.coordinator = Coordinator(self.config, s, self._progress, self.baseline, self.warn)
         try:
-            self.coordinator.run()
+            with for_workers(s.limits.allocator) as self.coordinator.allocator:  # its workers' env, not the tests'
+                self.coordinator.run()
         finally:
             self._progress().close()
             self.ab_results, self.ab_removed = self.coordinator.results, self.coordinator.removed
@@ -656,10 +658,14 @@ def _runs_no_test(config: pytest.Config) -> bool:
 def _replicated_environment(device: Any, coordinator: Any) -> dict[str, Any]:
     """The environment of ``device`` in the session that measured through worker processes: its
     fingerprint with, where the timed worker processes timed them, the reference workloads' medians
-    over those processes (the :class:`~pytest_gpuperf.plugin.coordinator.Coordinator`'s ``reference``)."""
+    over those processes (the :class:`~pytest_gpuperf.plugin.coordinator.Coordinator`'s ``reference``)
+    and their ``allocator`` (the coordinator's: :func:`pytest_gpuperf.core.allocator.describe` of the
+    environment they were started with)."""
     from pytest_gpuperf.measure.environment import fingerprint
 
     env = fingerprint(device)
+    if getattr(coordinator, "allocator", None) is not None:
+        env["allocator"] = coordinator.allocator
     reference = coordinator.reference if coordinator is not None else None
     if reference:
         env["reference"] = reference

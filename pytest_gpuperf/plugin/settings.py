@@ -47,7 +47,10 @@ class ProcessLimits:
     verdicts that moved whose ops the profiling processes of a run (an A/B, then the diff against
     stored op profiles) profile for the why, at most (``--gpuperf-why-max``; the largest first);
     ``settle_time_s``: seconds the A/B that settles inconclusive comparisons may take, about
-    (``--gpuperf-settle-time``; None: no limit; :func:`~pytest_gpuperf.ab.run.measure_ab`)."""
+    (``--gpuperf-settle-time``; None: no limit; :func:`~pytest_gpuperf.ab.run.measure_ab`);
+    ``allocator``: glibc's allocator thresholds in every worker process the session starts, one of
+    :data:`~pytest_gpuperf.core.allocator.MODES` (ini ``gpuperf_allocator``; ``"fixed"``, the
+    default, or ``"inherit"``: :mod:`pytest_gpuperf.core.allocator`)."""
 
     max_processes: int = 10
     more_time_s: float | None = None
@@ -55,6 +58,7 @@ class ProcessLimits:
     nproc: int | None = None
     why_max: int = WHY_MAX
     settle_time_s: float | None = None
+    allocator: str = "fixed"
 
 
 @dataclass(frozen=True)
@@ -519,6 +523,12 @@ def _bisect(config: pytest.Config, in_worker: bool, updating: bool, ab_fields: d
         value = _number_option(config, option, ini, kind)
         if value is not None:
             (limits if key in _LIMITS else out)[key] = value
+    from pytest_gpuperf.core.allocator import parse_mode
+
+    try:
+        limits["allocator"] = parse_mode(config.getini("gpuperf_allocator"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-gpuperf: {exc}") from None
     out["limits"] = ProcessLimits(**limits)
     n = config.getoption("--gpuperf-ab-processes")
     if n is not None and str(n).isdigit() and int(n) >= 1:
