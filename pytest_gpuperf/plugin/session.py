@@ -134,9 +134,8 @@ class GpuPerfSession:
         key = str(device)
         if key not in self._environments:
             from pytest_gpuperf.measure.drift import measure_reference
-            from pytest_gpuperf.measure.environment import fingerprint
 
-            env = fingerprint(device)
+            env = _workers_environment(device, self.coordinator)  # an A/B run's: its workers' allocator
             env["reference"] = _reference_for(device, measure_reference, self.settings.xdist_dir, self.device_lock(device))
             self._environments[key] = env
             if device.type == "cuda":
@@ -299,7 +298,7 @@ class GpuPerfSession:
             return _Stored(module, env, device_key(env))
         if not s.measuring:
             return _Stored(module)
-        env = _replicated_environment(device, self.coordinator) if s.replicated else self.environment(device)
+        env = _workers_environment(device, self.coordinator) if s.replicated else self.environment(device)
         key, scaling = device_key(env), None
         if s.world_size > 1:  # torchrun or --gpuperf-nproc: a folder per world size, 2-rank and 8-rank runs never mix
             from pytest_gpuperf.storage.scaling import ScalingReference
@@ -655,12 +654,12 @@ def _runs_no_test(config: pytest.Config) -> bool:
                 or config.getoption("setupplan", False))
 
 
-def _replicated_environment(device: Any, coordinator: Any) -> dict[str, Any]:
-    """The environment of ``device`` in the session that measured through worker processes: its
-    fingerprint with, where the timed worker processes timed them, the reference workloads' medians
-    over those processes (the :class:`~pytest_gpuperf.plugin.coordinator.Coordinator`'s ``reference``)
-    and their ``allocator`` (the coordinator's: :func:`pytest_gpuperf.core.allocator.describe` of the
-    environment they were started with)."""
+def _workers_environment(device: Any, coordinator: Any) -> dict[str, Any]:
+    """The fingerprint of ``device`` as the worker processes of ``coordinator`` (a
+    :class:`~pytest_gpuperf.plugin.coordinator.Coordinator`, or None: this process measures) saw it:
+    their ``allocator`` (:func:`pytest_gpuperf.core.allocator.describe` of the environment they were
+    started with) and, where timed worker processes timed them, the reference workloads' medians
+    over those processes (the coordinator's ``reference``)."""
     from pytest_gpuperf.measure.environment import fingerprint
 
     env = fingerprint(device)
