@@ -66,11 +66,15 @@ def ab_result(key: str, blocks: list[Any], entries: dict[str, dict[str, Any]], r
                              counts=a.counts if a is not None and isinstance(a.counts, Counts) else None,
                              missing_note=why)
     # other processes took cores while the blocks ran (CPU host load of either side's first worker):
-    # they slow A's and B's processes unequally, so a regression is not trusted (as a throttled GPU)
+    # they may slow A's and B's processes unequally, so a regression is not trusted (as a throttled
+    # GPU) unless both sides' loads were alike and every pair regressed (gate.judge_ab)
+    from pytest_gpuperf.verdict.machine import busy_alike
+
     evidence = Evidence(ab_blocks=b_blocks, peak_memory_bytes=b.peak_memory_bytes,
                         counts=b.counts if isinstance(b.counts, Counts) else None,
                         throttle=b.host_busy or (a.host_busy if a is not None else None), device=b.device,
-                        host_busy=b.host_busy or (a.host_busy if a is not None else None))
+                        host_busy=b.host_busy or (a.host_busy if a is not None else None),
+                        busy_alike=busy_alike(a.telemetry if a is not None else None, b.telemetry))
     ev = evaluate(evidence, reference, options, benchmark_id=key, confirm_from=confirm_from)
     comparison, memory, count_comparison = ev.comparison, ev.memory, ev.counts
     rounds = len(b_samples)

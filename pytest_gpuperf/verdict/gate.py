@@ -398,7 +398,10 @@ class Evidence:
     ``ref_medians``: on the CPU backend, each worker process's level on the reference clock
     (:mod:`~pytest_gpuperf.verdict.refclock`; multiples of the time of the probe named ``probe``,
     whose median time over the processes is ``probe_ms``; None: not timed): where the wall clock
-    left the verdict inconclusive it may decide (:func:`with_reference`).
+    left the verdict inconclusive it may decide (:func:`with_reference`). ``busy_alike``: in an A/B
+    run on a busy host, the two sides' host loads over their blocks where they were alike
+    (:func:`~pytest_gpuperf.verdict.machine.busy_alike`; None: not alike, quiet or not read): then a
+    wall-clock regression beyond 1 + T in every pair stands (:func:`judge_ab`).
     """
 
     samples_ms: tuple[float, ...] = ()
@@ -415,6 +418,7 @@ class Evidence:
     ref_medians: tuple[float, ...] | None = None
     probe: str | None = None
     probe_ms: float | None = None
+    busy_alike: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -704,7 +708,7 @@ def _ab_timing(evidence: Evidence, reference: Reference, options: BenchOptions, 
     :func:`ab_with_cpu_time` and :func:`ab_with_reference` (which clock decides)."""
     assert evidence.ab_blocks is not None
     comparison = judge_ab(evidence.ab_blocks, reference, options, benchmark_id=benchmark_id,
-                          confirm_from=confirm_from, throttle=evidence.throttle)
+                          confirm_from=confirm_from, throttle=evidence.throttle, busy_alike=evidence.busy_alike)
     comparison = ab_with_cpu_time(comparison, evidence, reference, options, benchmark_id=benchmark_id,
                                   confirm_from=confirm_from)
     return ab_with_reference(comparison, evidence, reference, options, benchmark_id=benchmark_id,
@@ -764,6 +768,7 @@ def judge_ab(
     benchmark_id: str = "benchmark",
     confirm_from: int | None = None,
     throttle: str | None = None,
+    busy_alike: str | None = None,
 ) -> Comparison:
     """The A/B timing verdict (a step of :func:`evaluate`): :func:`pytest_gpuperf.verdict.paired.decide_ab`
     on all ``blocks`` of both sides at once - the first process pairs and those of a confirmation
@@ -772,7 +777,12 @@ def judge_ab(
     ``confirmed`` is None without confirmation blocks, else whether the pooled verdict is
     regressed. ``ab_blocks`` records (side, process, position, block median ms) for the report.
     ``throttle`` (e.g. a busy host: other processes slow A's and B's processes unequally) turns a
-    regression into inconclusive. Without A (``reference.ab_measured`` False) the verdict is
+    regression into inconclusive, unless ``busy_alike`` (the two sides' host loads, alike:
+    :func:`~pytest_gpuperf.verdict.machine.busy_alike`) and the regression is beyond 1 + T at the
+    CI's lower end and in every one of 2 or more process pairs (:func:`beyond_in_every_pair`): the
+    neighbour then slowed both sides' blocks alike, and no pair's speed mode explains the change
+    (issue 45: on tensordict with one core busy, 7 of 28 true +50% slowdowns read so, pair ratios
+    1.24x-18.9x, and were passed as inconclusive). Without A (``reference.ab_measured`` False) the verdict is
     ``no-baseline`` with ``reference.ab_missing_note``. Raises ``ValueError`` for no B blocks.
     """
     import statistics
@@ -797,4 +807,15 @@ def judge_ab(
     recorded = tuple((blk.side, blk.process, blk.position, statistics.median(blk.samples_ms)) for blk in blocks)
     assert c.ab is not None  # decide_ab always sets it
     c = dataclasses.replace(c, ab=dataclasses.replace(c.ab, blocks=recorded))
+    if throttle is not None and busy_alike is not None and beyond_in_every_pair(c, options.threshold):
+        return with_note(c, f"{throttle}, alike on both sides ({busy_alike}): the regression stands, beyond "
+                            f"1+T={1 + options.threshold:.3f}x at the CI's lower end and in every pair of worker processes")
     return downgrade_throttled(c, throttle)
+
+
+def beyond_in_every_pair(c: Comparison, threshold: float) -> bool:
+    """Whether the A/B comparison ``c`` is a regression beyond ``1 + threshold`` at its CI's lower
+    end and in each of its 2 or more process pairs' median ratios (``c.ab.process_ratios``). Pure."""
+    ratios = c.ab.process_ratios if c.ab is not None else ()
+    return (c.verdict is Verdict.REGRESSED and c.ratio_ci is not None and c.ratio_ci[0] > 1 + threshold
+            and len(ratios) >= 2 and min(ratios) > 1 + threshold)

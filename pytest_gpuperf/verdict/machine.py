@@ -203,6 +203,25 @@ def host_busy(telemetry: dict[str, Any] | None) -> str | None:
     return f"host busy: other processes used {other:.2f}{of} CPU cores while it ran"
 
 
+#: Two host loads (other processes' CPU cores) are alike when they differ by at most this much:
+#: a neighbour that took that share of a core from both sides' blocks slowed them alike.
+HOST_ALIKE_CORES = 0.25
+
+
+def busy_alike(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str | None:
+    """``"A 0.74, B 0.77 of 2 CPU cores"`` when the telemetries of an A/B run's two sides
+    (:class:`~pytest_gpuperf.measure.telemetry.HostLoadMeter` over each side's blocks) both read
+    ``other_cpu_cores``, at least one is busy (:func:`host_busy`) and they differ by at most
+    :data:`HOST_ALIKE_CORES`; else None. Pure."""
+    loads = [(t or {}).get("other_cpu_cores") for t in (a, b)]
+    if not all(isinstance(x, (int, float)) for x in loads) or max(loads) <= HOST_BUSY_CORES:
+        return None
+    if abs(loads[0] - loads[1]) > HOST_ALIKE_CORES:
+        return None
+    cores = (b or {}).get("cpu_count") or (a or {}).get("cpu_count")
+    return f"A {loads[0]:.2f}, B {loads[1]:.2f}" + (f" of {cores}" if cores else "") + " CPU cores"
+
+
 def throttle_verdict(telemetry: dict[str, Any] | None) -> str | None:
     """``"throttled: HW thermal 34% of samples"`` when a run was throttled, else None. Pure.
 

@@ -242,6 +242,55 @@ def test_ab_on_a_busy_host_decides_on_cpu_time():
     assert (c.verdict, c.clock) == (Verdict.REGRESSED, WALL)
 
 
+def _threaded_ab_blocks(b_factors: tuple[float, ...]) -> tuple:
+    """A/B blocks of a call with intra-op threads (process CPU time twice the thread's, so CPU time
+    cannot decide and the wall clock does): B's blocks ``b_factors[p]`` times A's in process pair p."""
+    from pytest_gpuperf.verdict.paired import Block, abba_schedule
+
+    out = []
+    for p, factor in enumerate(b_factors):
+        for pos, side in enumerate(abba_schedule(4, seed=p)):
+            wall = draw(100 * p + pos, 20, factor if side == "B" else 1.0, 0.01)
+            out.append(Block(side, p, pos, wall, wall, tuple(2 * v for v in wall)))
+    return tuple(out)
+
+
+def test_a_busy_ab_regression_stands_only_when_both_sides_were_alike_and_every_pair_regressed():
+    # issue 45: with one core busy, tensordict's true +50% slowdowns of threaded calls read 1.24x-18.9x
+    # in every A/B pair and were passed as inconclusive ("host busy: the regression is not trusted")
+    from pytest_gpuperf.verdict.machine import busy_alike
+
+    ref = Reference.ab("main", measured=True)
+    alike = busy_alike({"other_cpu_cores": 0.74, "cpu_count": 2}, {"other_cpu_cores": 0.77, "cpu_count": 2})
+    assert alike == "A 0.74, B 0.77 of 2 CPU cores"
+
+    def judged(factors: tuple[float, ...], both: str | None):
+        return evaluate(Evidence(ab_blocks=_threaded_ab_blocks(factors), throttle=BUSY, host_busy=BUSY,
+                                 busy_alike=both), ref, OPTS).comparison
+
+    c = judged((1.5, 1.6, 1.5), alike)
+    assert (c.verdict, c.clock) == (Verdict.REGRESSED, WALL), c
+    assert "alike on both sides (A 0.74, B 0.77 of 2 CPU cores): the regression stands" in c.note
+    assert "CPU time cannot decide" in c.note
+    # the neighbour took more from one side's blocks (a neighbour that hit B's): not trusted
+    c = judged((1.5, 1.6, 1.5), busy_alike({"other_cpu_cores": 0.2}, {"other_cpu_cores": 0.95}))
+    assert c.verdict is Verdict.INCONCLUSIVE and "the regression is not trusted" in c.note
+    # alike, but one pair at 1.02x (under 1+T = 1.05x): a process's speed mode may carry it, not trusted
+    c = judged((1.5, 1.02, 1.5), alike)
+    assert c.verdict is Verdict.INCONCLUSIVE, c
+    # alike and unchanged code: nothing to trust, nothing fails
+    assert judged((1.0, 1.0, 1.0), alike).verdict is not Verdict.REGRESSED
+
+
+def test_two_host_loads_are_alike_only_when_read_close_and_busy():
+    from pytest_gpuperf.verdict.machine import busy_alike
+
+    assert busy_alike({"other_cpu_cores": 0.2}, {"other_cpu_cores": 0.3}) is None  # quiet: nothing to lift
+    assert busy_alike({"other_cpu_cores": 0.6}, {"other_cpu_cores": 0.9}) is None  # 0.3 apart
+    assert busy_alike({"other_cpu_cores": 0.7}, {"other_cpu_cores": 0.9}) == "A 0.70, B 0.90 CPU cores"
+    assert busy_alike(None, {"other_cpu_cores": 0.9}) is None and busy_alike({}, {}) is None
+
+
 def test_a_baseline_recorded_on_a_busy_host_says_so_and_that_its_cpu_time_stays_valid():
     from pytest_gpuperf.reporting.report import noisy_baseline_warning
 
