@@ -120,13 +120,13 @@ WORKER = textwrap.dedent('''
 
 def profile_side(sizes: dict[str, float], added: bool, process: int, call_ms: float | None) -> dict:
     """One profiling process of one side, in the environment the A/B run's profiling pairs get
-    (``PROFILE_ALLOCATOR_ENV``: glibc's thresholds fixed, unless set already). Its timed per-call
+    (``pytest_gpuperf.core.allocator.FIXED``: glibc's thresholds fixed, unless set already). Its timed per-call
     median stands for the verdict's (in the plugin that comes from the timed pairs, in the user's
     environment)."""
     sys.path.insert(0, str(ROOT))
-    from pytest_gpuperf.ab.run import PROFILE_ALLOCATOR_ENV
+    from pytest_gpuperf.core.allocator import FIXED
 
-    env = {**PROFILE_ALLOCATOR_ENV, **os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**FIXED, **os.environ, "PYTHONPATH": str(ROOT)}
     spec = {"sizes": sizes, "added": added, "process": process, "call_ms": call_ms}
     out = subprocess.run([sys.executable, "-c", WORKER, json.dumps(spec)], capture_output=True, text=True, env=env,
                          check=True)

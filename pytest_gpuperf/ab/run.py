@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from pytest_gpuperf.core.allocator import FIXED as FIXED_ALLOCATOR
+from pytest_gpuperf.core import allocator
 from pytest_gpuperf.core.flags import ALL_FLAGS
 from pytest_gpuperf.core.git import GitError, run as run_git
 from pytest_gpuperf.core.launch import popen_dying_with_parent
@@ -724,8 +724,9 @@ class Coordinator:
         })
         if not spec.pythonpath:
             env.pop("PYTHONPATH")
-        if self.profiling:  # both sides alike; a value the user set stands
-            for name, value in PROFILE_ALLOCATOR_ENV.items():
+        if self.profiling:  # both sides alike, a value the user set standing: glibc's thresholds fixed even under
+            # gpuperf_allocator = inherit, so no diagnosis depends on a process's allocator mode (issue 47)
+            for name, value in allocator.FIXED.items():
                 env.setdefault(name, value)
         log = self.log_dir / f"worker-{spec.side}{process + 1}.log"
         cmd = [sys.executable, "-c", _BOOT, *self.args]
@@ -1057,14 +1058,6 @@ def _with_why(coordinator: Coordinator, moved: set[str], results: dict[str, Any]
 #: Process pairs that profile the benchmarks an A/B run found regressed or improved (the diff's CI
 #: groups their cycles by process, so it needs two or more per side).
 PROFILE_PAIRS = 3
-#: glibc's allocator thresholds in the profiling pairs' worker processes (issue 47), as ``tox -e perf``
-#: sets them for its CPU benchmarks: every large block comes from the heap and stays there, so no
-#: process runs its large allocations in another mode (glibc adapts its mmap threshold per process
-#: as blocks are freed; a 2x ``index_select`` ran at A's speed in one of three B processes without
-#: them). Since issue 45 every worker the coordinator starts has them unless ``gpuperf_allocator =
-#: inherit`` (:mod:`pytest_gpuperf.core.allocator`); the profiles keep them even then, so the
-#: diagnosis never depends on which mode each process fell into. A value already in the environment stands.
-PROFILE_ALLOCATOR_ENV = FIXED_ALLOCATOR
 #: More pairs for a benchmark whose diff named no op after :data:`PROFILE_PAIRS`: with 5 pairs one
 #: may disagree (:data:`pytest_gpuperf.verdict.opdiff.DISSENT_FROM_PAIRS`; docs/why.md).
 MORE_PROFILE_PAIRS = 2

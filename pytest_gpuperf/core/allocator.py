@@ -4,14 +4,14 @@ glibc's ``malloc`` serves a block above its mmap threshold with a fresh ``mmap``
 zeroing on every call) and below it from the heap, and it *moves* that threshold up each time such
 a block is freed (the "dynamic mmap threshold", up to 32 MiB on 64-bit; ``mallopt(3)``). Which
 mode a call's large allocations run in therefore depends on what the process allocated and freed
-before: two worker processes timing the same allocation-heavy call can differ by 2x for their whole
-life. On tensordict's suite that was the between-process spread that no number of processes
-decided (docs/verdicts.md, "The allocator's thresholds in the timed workers").
+before: two worker processes timing the same allocation-heavy call can differ several-fold for their
+whole life. On tensordict's suite that was the between-process spread that no number of processes
+decided (docs/verdicts.md, "The allocator's thresholds in the worker processes").
 
 Setting ``MALLOC_MMAP_THRESHOLD_`` turns the adaptation off (``mallopt(3)``: setting any of the
 thresholds disables it); with both thresholds at 4 GiB every large block comes from the heap and
 stays there, so every process runs in the same mode. ``tox -e perf`` has set them for this project's
-own CPU benchmarks, and the A/B's profiling pairs since issue 47. :func:`for_workers` sets them, for
+own CPU benchmarks, and the A/B's profiling pairs since issue 47 (whatever the mode). :func:`for_workers` sets them, for
 the time the coordinator measures, in the environment every worker inherits (replicate, extras,
 A/B and bisection workers, torchrun launches, the instruction worker); the session's own process
 and its tests keep the environment they started with. A value the user set stands, and

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuperf.core import allocator
 from pytest_gpuperf.verdict.paired import abba_schedule
 from pytest_gpuperf.ab.run import (ABError, Block, Coordinator, Measured, Revision, WorkerSpec, foreign_modules,
                                   hash_seed, map_path, prepare_worktree, resolve_revision, side_specs, worker_args)
@@ -450,7 +451,7 @@ def test_only_the_profiling_pairs_get_the_allocator_thresholds_and_a_users_value
     timed, *profiled = started
     assert "MALLOC_MMAP_THRESHOLD_" not in timed and timed["MALLOC_TRIM_THRESHOLD_"] == "123"
     for env in profiled:
-        assert env["MALLOC_MMAP_THRESHOLD_"] == abrun.PROFILE_ALLOCATOR_ENV["MALLOC_MMAP_THRESHOLD_"] == "4294967296"
+        assert env["MALLOC_MMAP_THRESHOLD_"] == allocator.FIXED["MALLOC_MMAP_THRESHOLD_"] == "4294967296"
         assert env["MALLOC_TRIM_THRESHOLD_"] == "123"
 
 
