@@ -280,6 +280,7 @@ class GpuPerfSession:
         # marker processes=N: a replicate worker past the first N only runs the test (one call)
         measuring = self.settings.measuring and not (slot is not None and slot[0] >= (options.processes or 10 ** 9))
         stored = self._stored(item, device, measuring)
+        options = _aimed(options, self.settings, stored, item.nodeid) if measuring and slot is not None else options
         bench = GpuBench(self._context(request, _gpuperf_measurer, options, device, measuring, stored),
                          lambda result: self._record(item, bench, device, stored, result))
         item.stash[BENCH_KEY] = bench
@@ -537,6 +538,23 @@ def _merged_options(item: pytest.Item, session_options: opts.BenchOptions, slot:
     return options
 
 
+def _aimed(options: opts.BenchOptions, s: SessionSettings, stored: "_Stored", nodeid: str) -> opts.BenchOptions:
+    """A timed replicate worker's options with the early stop aimed no finer than the spread between
+    the processes of the test's baseline (:func:`~pytest_gpuperf.verdict.allocation.process_precision`,
+    issue 45), read from its baseline file as it is (:func:`~pytest_gpuperf.storage.baseline.process_spreads`);
+    ``options`` as they are elsewhere (the extras process, torchrun ranks, no baseline)."""
+    slot = s.replicate_slot
+    if slot is None or slot[0] < 0 or s.ranks is not None or stored.key is None or options.target_precision <= 0:
+        return options
+    from pytest_gpuperf.storage.baseline import baseline_path, process_spreads
+    from pytest_gpuperf.verdict.allocation import process_precision
+
+    module, test_id = _split_nodeid(nodeid)
+    medians = process_spreads(str(baseline_path(s.baseline_dir, stored.key, module))).get(test_id, ())
+    aim = process_precision(options.target_precision, options.threshold, *medians)
+    return options if aim == options.target_precision else dataclasses.replace(options, target_precision=aim)
+
+
 def _marker_options(item: pytest.Item) -> dict[str, Any]:
     """Merge every gpu_bench marker on the item; the closest (function) marker wins."""
     merged: dict[str, Any] = {}
@@ -643,7 +661,30 @@ def _result_warnings(s: SessionSettings, name: str, device: Any, stored: "_Store
         diffs = differences(entry.environment, stored.env)
         if diffs:
             out.append(f"{name}: environment differs from the baseline's: " + "; ".join(diffs))
+        unrecorded = _allocator_unrecorded(entry.environment, stored.env, s.relpath(stored.path) if stored.path else None,
+                                           s.updating)
+        if unrecorded:  # the same line for every benchmark of the file: printed once
+            out.append(unrecorded)
     return out
+
+
+def _allocator_unrecorded(baseline_env: Any, env: dict[str, Any], path: Any, updating: bool) -> str | None:
+    """One line for a baseline file whose entry (``baseline_env``, its environment) records no
+    ``allocator`` while this run's processes (``env``) measured with glibc's thresholds fixed: it
+    was recorded before pytest-gpuperf fixed them (issue 45), when allocation-heavy calls could run
+    several times slower in some worker processes. None where that does not apply, or in an update
+    (which records it again)."""
+    from pytest_gpuperf.core.allocator import ADAPTIVE
+
+    if updating or not isinstance(baseline_env, dict) or "allocator" in baseline_env:
+        return None
+    now = env.get("allocator")
+    if now is None or now == ADAPTIVE:
+        return None
+    where = str(path) if path is not None else "a baseline file"
+    return (f"{where}: its baselines record no allocator thresholds (recorded before pytest-gpuperf fixed glibc's in "
+            f"its worker processes; now {now}): allocation-heavy benchmarks may read faster than recorded; record "
+            "them again with --gpuperf-update-baselines")
 
 
 def _runs_no_test(config: pytest.Config) -> bool:

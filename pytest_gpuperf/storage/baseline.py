@@ -321,6 +321,37 @@ def load(path: os.PathLike[str] | str) -> BaselineFile | None:
     return parse(p, text)
 
 
+@functools.lru_cache(maxsize=64)
+def process_spreads(path: str) -> dict[str, tuple[tuple[float, ...], ...]]:
+    """For each benchmark of the baseline file at ``path``: its newest run's process medians (ms),
+    the wall clock's and, where stored, the CPU time's (``process_medians_ms``, its newest
+    history record's ``cpu_process_medians_ms``), for a timed worker process's early stop
+    (:mod:`pytest_gpuperf.verdict.allocation`). Read once per process and forgiving: a missing,
+    unreadable or malformed file, or entry, gives nothing (the worker then times as without a
+    baseline; its coordinator reports the file's problem when it decides). Never writes."""
+    try:
+        benchmarks = json.loads(Path(path).read_bytes().decode("utf-8")).get("benchmarks")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out: dict[str, tuple[tuple[float, ...], ...]] = {}
+    for bid, entry in (benchmarks.items() if isinstance(benchmarks, dict) else ()):
+        history = entry.get("history") if isinstance(entry, dict) else None
+        newest = history[-1] if isinstance(history, list) and history else None
+        medians = tuple(tuple(m) for m in (_numbers(entry, "process_medians_ms"),
+                                           _numbers(newest, "cpu_process_medians_ms")) if m)
+        if medians:
+            out[str(bid)] = medians
+    return out
+
+
+def _numbers(entry: Any, key: str) -> list[float] | None:
+    """``entry[key]`` when it is a list of positive finite numbers, else None."""
+    v = entry.get(key) if isinstance(entry, dict) else None
+    ok = isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                     and math.isfinite(x) and x > 0 for x in v)
+    return [float(x) for x in v] if ok and v else None
+
+
 def dumps(data: Mapping[str, Any]) -> str:
     """Serialize as the project writes every JSON file: sorted keys, 2-space indent, trailing newline."""
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
