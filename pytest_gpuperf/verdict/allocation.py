@@ -9,8 +9,8 @@ process's median over its n rounds. This is two-stage sampling, and its cost-opt
 ``s_w^2 / n`` is small beside ``s_b^2``: past that point the rounds buy nothing the next process
 would not. A timed round loop already stops early once the 95% CI half-width of its median is below
 ``target_precision`` (0.5% by default); that is far finer than needed where processes differ by
-10-50% (a torch.compile'd suite measured 17% between-process SD at its median benchmark, its
-processes' medians within 1% each, 2026-12-07).
+10-50% (kornia's torch.compile'd suite: 6-30% between-process SD at its median benchmark, its
+processes' medians within about 1% each; docs/verdicts.md, "Two more suites: kornia and pint").
 
 :func:`process_precision` gives the half-width a worker process aims at for one benchmark:
 ``BETWEEN_SHARE`` of the between-process SD its baseline stored (the smaller of the wall clock's and the
