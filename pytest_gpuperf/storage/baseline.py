@@ -321,14 +321,23 @@ def load(path: os.PathLike[str] | str) -> BaselineFile | None:
     return parse(p, text)
 
 
-@functools.lru_cache(maxsize=64)
 def process_spreads(path: str) -> dict[str, tuple[tuple[float, ...], ...]]:
     """For each benchmark of the baseline file at ``path``: its newest run's process medians (ms),
     the wall clock's and, where stored, the CPU time's (``process_medians_ms``, its newest
     history record's ``cpu_process_medians_ms``), for a timed worker process's early stop
-    (:mod:`pytest_gpuperf.verdict.allocation`). Read once per process and forgiving: a missing,
+    (:mod:`pytest_gpuperf.verdict.allocation`). Read once per version of the file, and forgiving: a missing,
     unreadable or malformed file, or entry, gives nothing (the worker then times as without a
     baseline; its coordinator reports the file's problem when it decides). Never writes."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}
+    return _process_spreads(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _process_spreads(path: str, _mtime_ns: int, _size: int) -> dict[str, tuple[tuple[float, ...], ...]]:
+    """:func:`process_spreads` of the file as it was at that modification time and size (cached)."""
     try:
         benchmarks = json.loads(Path(path).read_bytes().decode("utf-8")).get("benchmarks")
     except (OSError, ValueError, AttributeError):

@@ -56,3 +56,13 @@ def test_a_worker_reads_the_spreads_from_the_baseline_file_as_it_is_and_forgives
     bad.write_text("{not json")
     assert process_spreads(str(bad)) == {} == process_spreads(str(tmp_path / "missing.json"))
     assert bad.read_text() == "{not json"  # never writes
+
+
+def test_a_baseline_file_written_again_is_read_again(tmp_path) -> None:
+    from pytest_gpuperf.storage.baseline import process_spreads
+
+    path = tmp_path / "test_x.json"
+    path.write_text(json.dumps({"benchmarks": {"test_a": {"process_medians_ms": [1.0, 1.3, 0.8]}}}))
+    assert process_spreads(str(path)) == {"test_a": ((1.0, 1.3, 0.8),)}
+    path.write_text(json.dumps({"benchmarks": {"test_a": {"process_medians_ms": [2.0, 2.0, 2.0, 2.1]}}}))
+    assert process_spreads(str(path)) == {"test_a": ((2.0, 2.0, 2.0, 2.1),)}
