@@ -74,9 +74,10 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "this many seconds in all (default: as long as the first gpuperf_processes took)", default="")
     parser.addini("gpuperf_settle_time", "the A/B that settles inconclusive comparisons may take about this many "
                   "seconds; regressions are always confirmed (default: no limit)", default="")
-    parser.addini("gpuperf_allocator", "glibc's allocator thresholds in the worker processes: fixed (MALLOC_MMAP_"
-                  "THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB where unset, so no process runs its large "
-                  "allocations in another mode) or inherit (the environment as it is); default fixed", default="")
+    parser.addini("gpuperf_allocator", "glibc's allocator thresholds in the processes that time: fixed (MALLOC_MMAP_"
+                  "THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB for the worker processes where unset, mallopt's "
+                  "in a process that times in itself, so no process runs its large allocations in another mode) "
+                  "or inherit (the environment as it is); default fixed", default="")
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
                   f"(default {_LIMITS.worker_timeout_s:g})", default="")
     parser.addini("gpuperf_rank_timeout", "under torchrun: how long a rank waits for the others in their setup, "
@@ -134,6 +135,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.settings.worker_id is None and writer:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
     s = session.settings
+    if s.measuring and not s.replicated and s.replicate_slot is None and not s.in_ab_worker and s.ab is None \
+            and s.bisect is None:  # this process times (one process, a torchrun rank): glibc's thresholds pinned here
+        from pytest_gpuperf.core.allocator import fix_in_process
+
+        fix_in_process(s.limits.allocator)
     if s.replicate is not None and s.replicate.then is not None:  # a timed worker that makes the extras after its timing
         from pytest_gpuperf.plugin.extras_pass import ExtrasPass
 

@@ -48,7 +48,8 @@ class ProcessLimits:
     stored op profiles) profile for the why, at most (``--gpuperf-why-max``; the largest first);
     ``settle_time_s``: seconds the A/B that settles inconclusive comparisons may take, about
     (``--gpuperf-settle-time``; None: no limit; :func:`~pytest_gpuperf.ab.run.measure_ab`);
-    ``allocator``: glibc's allocator thresholds in every worker process the session starts, one of
+    ``allocator``: glibc's allocator thresholds in every worker process the session starts (and,
+    by ``mallopt``, in a process that times in itself), one of
     :data:`~pytest_gpuperf.core.allocator.MODES` (ini ``gpuperf_allocator``; ``"fixed"``, the
     default, or ``"inherit"``: :mod:`pytest_gpuperf.core.allocator`)."""
 

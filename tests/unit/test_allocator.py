@@ -39,3 +39,23 @@ def test_the_mode_is_parsed(raw: object, mode: str) -> None:
 def test_a_bad_mode_names_the_option_and_the_accepted_values() -> None:
     with pytest.raises(ValueError, match=r"ini gpuperf_allocator = 'adaptive': expected one of fixed, inherit"):
         allocator.parse_mode("adaptive")
+
+
+def test_a_process_that_times_in_itself_pins_the_thresholds_with_mallopt_unless_told_or_set(monkeypatch) -> None:
+    # --gpuperf-processes 1 and torchrun ranks time in the user's own process, which the workers'
+    # environment variables never reach: glibc's mallopt pins the same thresholds there (issue 45)
+    import ctypes
+
+    for name in allocator.FIXED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(allocator, "_fixed_here", False)
+    assert allocator.fix_in_process("inherit") is None and allocator.describe() == allocator.ADAPTIVE
+    assert allocator.fix_in_process("fixed", {"MALLOC_TRIM_THRESHOLD_": "1"}) is None  # a value you set stands
+    try:
+        ctypes.CDLL(None).gnu_get_libc_version
+    except AttributeError:
+        pytest.skip("not glibc")
+    assert allocator.fix_in_process("fixed") == allocator.IN_PROCESS_TEXT == allocator.describe()
+    assert allocator.describe({}) == allocator.ADAPTIVE  # a worker's environment is described as it is
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert allocator.describe() == "MALLOC_MMAP_THRESHOLD_=65536"  # the environment's, where set
