@@ -17,8 +17,8 @@ the time the coordinator measures, in the environment every worker inherits (rep
 A/B and bisection workers, torchrun launches, the instruction worker); the session's own process
 and its tests keep the environment they started with. A value the user set stands, and
 ``gpuperf_allocator = inherit`` (ini) leaves the environment alone. A process that times in itself
-(``--gpuperf-processes 1``, a torchrun rank) never sees that environment: :func:`fix_in_process`
-pins the same thresholds there with ``mallopt(3)``.
+(``--gpuperf-processes 1``) never sees that environment: :func:`fix_in_process` pins the same
+thresholds there with ``mallopt(3)``. torchrun ranks keep theirs as they are (measured, not adopted).
 
 Stdlib only.
 """
@@ -92,7 +92,8 @@ _fixed_here = False
 
 
 def fix_in_process(mode: str, environ: MutableMapping[str, str] | None = None) -> str | None:
-    """In a process that times in itself (``--gpuperf-processes 1``, a torchrun rank), with ``mode``
+    """In a process that times in itself (``--gpuperf-processes 1``; not yet a torchrun rank: see
+    docs/verdicts.md), with ``mode``
     ``"fixed"``: pin glibc's mmap and trim thresholds with ``mallopt(3)`` (setting them turns the
     dynamic threshold off, as the environment variables do for the worker processes), unless the
     environment (default ``os.environ``) sets any malloc threshold or tunable already (yours

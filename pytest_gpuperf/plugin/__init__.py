@@ -76,7 +76,7 @@ def _ini_values(parser: pytest.Parser) -> None:
                   "seconds; regressions are always confirmed (default: no limit)", default="")
     parser.addini("gpuperf_allocator", "glibc's allocator thresholds in the processes that time: fixed (MALLOC_MMAP_"
                   "THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB for the worker processes where unset, mallopt's "
-                  "in a process that times in itself, so no process runs its large allocations in another mode) "
+                  "in the one process of --gpuperf-processes 1, so no process runs its large allocations in another mode) "
                   "or inherit (the environment as it is); default fixed", default="")
     parser.addini("gpuperf_worker_timeout", "stop a worker process still running after this many seconds "
                   f"(default {_LIMITS.worker_timeout_s:g})", default="")
@@ -136,7 +136,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(TerminalSummary(session), "gpuperf-summary")
     s = session.settings
     if s.measuring and not s.replicated and s.replicate_slot is None and not s.in_ab_worker and s.ab is None \
-            and s.bisect is None:  # this process times (one process, a torchrun rank): glibc's thresholds pinned here
+            and s.bisect is None and ranks is None:  # this one process times: glibc's thresholds pinned here too
         from pytest_gpuperf.core.allocator import fix_in_process
 
         fix_in_process(s.limits.allocator)

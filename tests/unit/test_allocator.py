@@ -42,7 +42,7 @@ def test_a_bad_mode_names_the_option_and_the_accepted_values() -> None:
 
 
 def test_a_process_that_times_in_itself_pins_the_thresholds_with_mallopt_unless_told_or_set(monkeypatch) -> None:
-    # --gpuperf-processes 1 and torchrun ranks time in the user's own process, which the workers'
+    # --gpuperf-processes 1 times in the user's own process, which the workers'
     # environment variables never reach: glibc's mallopt pins the same thresholds there (issue 45)
     import ctypes
 
