@@ -499,7 +499,7 @@ def test_a_cpu_time_regression_is_read_against_the_cpus_own_speed(pytester: pyte
     # the entry that records no thresholds: one line for its file, saying what to do (no per-benchmark note)
     unrecorded = [w for w in warnings if "record no allocator thresholds" in w]
     assert unrecorded == [f"{path.relative_to(pytester.path)}: its baselines record no allocator thresholds (recorded "
-                          f"before pytest-gpuperf fixed glibc's in its worker processes; now {fixed}): allocation-heavy "
+                          f"before pytest-gpuperf fixed glibc's in the processes that time; now {fixed}): allocation-heavy "
                           "benchmarks may read faster than recorded; record them again with --gpuperf-update-baselines"]
     assert not any(w.startswith("test_bench.py::test_loop: environment differs") for w in warnings), warnings
     # gpuperf compare reads the two files the same way: the share of CPU time in the wall time from

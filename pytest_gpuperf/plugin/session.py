@@ -280,7 +280,7 @@ class GpuPerfSession:
         # marker processes=N: a replicate worker past the first N only runs the test (one call)
         measuring = self.settings.measuring and not (slot is not None and slot[0] >= (options.processes or 10 ** 9))
         stored = self._stored(item, device, measuring)
-        options = _aimed(options, self.settings, stored, item.nodeid) if measuring and slot is not None else options
+        options = _aimed(options, self.settings, stored, item.nodeid) if measuring else options  # a timed worker's aim
         bench = GpuBench(self._context(request, _gpuperf_measurer, options, device, measuring, stored),
                          lambda result: self._record(item, bench, device, stored, result))
         item.stash[BENCH_KEY] = bench
@@ -683,7 +683,7 @@ def _allocator_unrecorded(baseline_env: Any, env: dict[str, Any], path: Any, upd
         return None
     where = str(path) if path is not None else "a baseline file"
     return (f"{where}: its baselines record no allocator thresholds (recorded before pytest-gpuperf fixed glibc's in "
-            f"its worker processes; now {now}): allocation-heavy benchmarks may read faster than recorded; record "
+            f"the processes that time; now {now}): allocation-heavy benchmarks may read faster than recorded; record "
             "them again with --gpuperf-update-baselines")
 
 

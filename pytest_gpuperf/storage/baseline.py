@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 from pytest_gpuperf.core.files import write_atomic
 # The typed records live with the verdict code (pure); this module reads and writes them.
 from pytest_gpuperf.core.options import BenchOptions
-from pytest_gpuperf.verdict.history import BaselineEntry, RunRecord, history_of, run_record  # noqa: F401
+from pytest_gpuperf.verdict.history import BaselineEntry, RunRecord, history_of, process_medians, run_record  # noqa: F401
 
 SCHEMA_VERSION = 2
 #: Stored runs kept per benchmark when the entry's options do not say: the ``history`` option's
@@ -345,20 +345,12 @@ def _process_spreads(path: str, _mtime_ns: int, _size: int) -> dict[str, tuple[t
     out: dict[str, tuple[tuple[float, ...], ...]] = {}
     for bid, entry in (benchmarks.items() if isinstance(benchmarks, dict) else ()):
         history = entry.get("history") if isinstance(entry, dict) else None
-        newest = history[-1] if isinstance(history, list) and history else None
-        medians = tuple(tuple(m) for m in (_numbers(entry, "process_medians_ms"),
-                                           _numbers(newest, "cpu_process_medians_ms")) if m)
+        newest = history[-1] if isinstance(history, list) and history and isinstance(history[-1], dict) else {}
+        medians = tuple(m for m in (process_medians(entry) if isinstance(entry, dict) else None,
+                                    process_medians(newest, "cpu_process_medians_ms")) if m)
         if medians:
             out[str(bid)] = medians
     return out
-
-
-def _numbers(entry: Any, key: str) -> list[float] | None:
-    """``entry[key]`` when it is a list of positive finite numbers, else None."""
-    v = entry.get(key) if isinstance(entry, dict) else None
-    ok = isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                     and math.isfinite(x) and x > 0 for x in v)
-    return [float(x) for x in v] if ok and v else None
 
 
 def dumps(data: Mapping[str, Any]) -> str:

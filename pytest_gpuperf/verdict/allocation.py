@@ -24,8 +24,9 @@ early stop: ``max_time``, ``min_rounds`` and ``max_rounds`` bound the rounds as 
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
+
+from pytest_gpuperf.verdict.escalation import log_sd
 
 #: A process's 95% CI half-width may be this share of the baseline's between-process SD (of the
 #: log process medians): its variance is then (0.25 / 1.96)^2 = 1.6% of the between-process one.
@@ -35,13 +36,11 @@ THRESHOLD_SHARE = 0.25
 
 
 def between_sd(replicate_medians_ms: Sequence[float]) -> float | None:
-    """The sample SD of the log process medians (a fraction, e.g. 0.17), None for fewer than 3
-    positive ones (2 give a spread on one degree of freedom: too rough to act on)."""
-    logs = [math.log(v) for v in replicate_medians_ms if isinstance(v, (int, float)) and v > 0]
-    if len(logs) < 3:
-        return None
-    mean = sum(logs) / len(logs)
-    return math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    """The sample SD of the log process medians (a fraction, e.g. 0.17:
+    :func:`~pytest_gpuperf.verdict.escalation.log_sd`), None for fewer than 3 positive ones (2 give a
+    spread on one degree of freedom: too rough to act on)."""
+    positive = [v for v in replicate_medians_ms if isinstance(v, (int, float)) and v > 0]
+    return log_sd(positive) if len(positive) >= 3 else None
 
 
 def process_precision(target_precision: float, threshold: float,

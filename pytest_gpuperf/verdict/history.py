@@ -76,14 +76,14 @@ class RunRecord:
         dirty = d.get("dirty") if isinstance(d.get("dirty"), bool) else None
         cpu = d.get("cpu_median_ms")
         return cls(**kw, median_ms=float(d["median_ms"]), counts=_run_counts(d.get("counts")),
-                   probe_ms=probe_ms, probe=probe, process_medians_ms=_process_medians(d), dirty=dirty,
+                   probe_ms=probe_ms, probe=probe, process_medians_ms=process_medians(d), dirty=dirty,
                    cpu_median_ms=float(cpu) if _positive_number(cpu) else None,
-                   cpu_process_medians_ms=_process_medians(d, "cpu_process_medians_ms"),
-                   ref_medians=_process_medians(d, "ref_medians") if probe else None)
+                   cpu_process_medians_ms=process_medians(d, "cpu_process_medians_ms"),
+                   ref_medians=process_medians(d, "ref_medians") if probe else None)
 
 
-def _process_medians(d: Mapping[str, Any], key: str = "process_medians_ms") -> tuple[float, ...] | None:
-    """An entry's or run's ``process_medians_ms`` (or ``key``; positive numbers), else None."""
+def process_medians(d: Mapping[str, Any], key: str = "process_medians_ms") -> tuple[float, ...] | None:
+    """An entry's or run's ``process_medians_ms`` (or ``key``; positive finite numbers, ms), else None."""
     v = d.get(key)
     if isinstance(v, list) and v and all(_positive_number(x) for x in v):
         return tuple(float(x) for x in v)
@@ -307,10 +307,10 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
     if _positive_number(entry.get("probe_ms")) and isinstance(entry.get("probe"), str):
         record["probe_ms"] = float(entry["probe_ms"])
         record["probe"] = entry["probe"]
-        ref = _process_medians(entry, "ref_medians")
+        ref = process_medians(entry, "ref_medians")
         if ref is not None:
             record["ref_medians"] = list(ref)
-    medians = _process_medians(entry)
+    medians = process_medians(entry)
     if medians is not None:
         record["process_medians_ms"] = list(medians)
     if isinstance(entry.get("dirty"), bool):
@@ -318,7 +318,7 @@ def run_record(entry: Mapping[str, Any]) -> dict[str, Any]:
     cpu = entry.get("cpu_time")
     if isinstance(cpu, Mapping) and _positive_number(cpu.get("median_ms")):
         record["cpu_median_ms"] = float(cpu["median_ms"])
-        cpu_medians = _process_medians(cpu)
+        cpu_medians = process_medians(cpu)
         if cpu_medians is not None:
             record["cpu_process_medians_ms"] = list(cpu_medians)
     counts = _run_counts(entry.get("counts"))
