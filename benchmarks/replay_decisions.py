@@ -20,7 +20,10 @@ process medians of each side (``--processes``), under:
   neighbouring benchmarks, divided out within each run (tried, not adopted);
 * ``t-mod``: the plugin's rule with each pair of runs' spread as every benchmark's prior
   (:mod:`pytest_gpuperf.verdict.moderation`: Smyth's moderated t, for "unchanged" only), and the
-  injected slowdowns it passed as unchanged.
+  injected slowdowns it passed as unchanged;
+* ``t-mod-2+1``: ``t-mod`` as a compare run decides now (issue 45): on the first 2 current
+  processes, and on all 3 only where those 2 did not decide a pass; with how many benchmark-runs
+  needed the 3rd process.
 
 It prints, per suite and rule: A/A decided (not inconclusive) and false regressions out of all A/A
 benchmark-runs, and slowdowns caught. Pure replay: no process is started, nothing is timed.
@@ -186,7 +189,36 @@ def replay(study: Path, thresholds: Sequence[float], confidence: float, first: i
                 lines.append(f"{suite_dir.name} T={threshold:g} {name:6s} A/A decided {dec}/{n}, false regressions "
                              f"{ff}; caught " + ", ".join(caught))
             lines.append(_moderated_line(suite_dir.name, runs, pairs, slow, threshold))
+            lines.append(_two_stage_line(suite_dir.name, runs, pairs, slow, threshold))
     return lines
+
+
+def _two_stage(cur: dict[str, list[float]], base: dict[str, list[float]], threshold: float) -> tuple[list[str], int]:
+    """The plugin's compare run (``t-mod``) in two stages: every benchmark decided on its first 2
+    current processes; one decided passing (``unchanged``, ``improved``) keeps that verdict, the
+    others are decided on all 3 (the coordinator's ``_last_process``). Returns the verdicts and how
+    many benchmarks the 3rd process measured."""
+    keys = [k for k in cur if k in base and len(cur[k]) >= 3]
+    first = dict(zip(keys, _moderated_pair({k: cur[k][:2] for k in keys}, {k: base[k] for k in keys}, threshold)))
+    full = dict(zip(keys, _moderated_pair({k: cur[k] for k in keys}, {k: base[k] for k in keys}, threshold)))
+    open_ = [k for k in keys if first[k] not in ("unchanged", "improved")]
+    return [full[k] if k in open_ else first[k] for k in keys], len(open_)
+
+
+def _two_stage_line(suite: str, runs: dict, pairs: list, slow: list, threshold: float) -> str:
+    """``t-mod-2+1``: :func:`_two_stage` on every A/A pair and injected slowdown, with the share of
+    benchmark-runs the 3rd process measured."""
+    n = dec = ff = third = 0
+    for b, c in pairs:
+        got, o = _two_stage(runs[c], runs[b], threshold)
+        n, dec, ff, third = n + len(got), dec + sum(v != "inconclusive" for v in got), ff + got.count("regressed"), third + o
+    caught = []
+    for s in slow:
+        got, o = _two_stage(runs[s], runs["update"], threshold)
+        caught.append(f"{s.split('-')[1]}: {got.count('regressed')}/{len(got)} (passed {got.count('unchanged')}, "
+                      f"3rd process {o})")
+    return (f"{suite} T={threshold:g} t-mod-2+1 A/A decided {dec}/{n}, false regressions {ff}, 3rd process for "
+            f"{third}; caught " + ", ".join(caught))
 
 
 def _moderated_pair(cur: dict[str, list[float]], base: dict[str, list[float]], threshold: float) -> list[str]:

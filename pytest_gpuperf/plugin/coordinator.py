@@ -98,19 +98,19 @@ class Coordinator:
         finished: dict[str, Any] = {}
         with sigterm_raises():  # also between the workers and in the steps after them
             try:
-                args, logs = _worker_args(self.config), _replicate_logs(self.settings.rootpath)
-                with _phase(self.phases_s, f"{self.settings.processes} worker processes"):
+                args, logs, first = _worker_args(self.config), _replicate_logs(self.settings.rootpath), _first(self.settings)
+                with _phase(self.phases_s, f"{first} worker processes"):
                     runs, extras, unreported, self.stopped = _measure_replicates(
-                        self.config, self.settings, self.progress(), args, logs, self.instructions)
+                        self.config, self.settings, self.progress(), args, logs, self.instructions, first)
                 self.reference = _run_reference(runs)
                 commits: dict[str, tuple[str | None, bool | None]] = {}  # key -> its baseline's (commit, dirty)
-                def decide(key: str, entries: list[dict[str, Any]], *more: Any) -> Any:
-                    return self._decide_replicated(key, entries, commits, *more)
-
-                _decide_all(finished, runs, extras, self.settings.processes, decide)
-                self.priors = _priors(finished, self.stored_entries)
-                if self.priors:  # read again with the session's spreads: only an inconclusive verdict can move
-                    _decide_all(finished, runs, extras, self.settings.processes, decide, only=_inconclusive(finished))
+                self._decide(finished, runs, extras, first, commits)
+                if self.stopped is None and first < self.settings.processes:  # the last process: what is open
+                    open_, now, self.stopped = _timed(self.phases_s, f"worker process {self.settings.processes}",
+                                                      _last_process, self.config, self.settings, self.progress(),
+                                                      args, logs, finished, runs, first)
+                    runs += now
+                    self._decide(finished, runs, extras, self.settings.processes, commits, set(open_))
                 if self.stopped is None:
                     self._after_decisions(finished, commits, runs, extras, args, logs)
                 for r in runs + extras:
@@ -123,10 +123,20 @@ class Coordinator:
         if self.stopped is not None:
             finished[STOPPED] = self.stopped
         self.results = finished
-        if self.settings.xdist_dir is not None:
-            from pytest_gpuperf.ab.results import dump_results
+        _hand_to_xdist(self.settings, finished)
 
-            dump_results(self.settings.xdist_dir / "ab-results.json", finished)
+    def _decide(self, finished: dict[str, Any], runs: list[Any], extras: list[Any], processes: int,
+                commits: dict[str, tuple[str | None, bool | None]], only: set[str] | None = None) -> None:
+        """Decide the benchmarks ``runs`` measured (those in ``only``, when given) on their first
+        ``processes``, then read each inconclusive one again with the session's spreads (``priors``)."""
+        def decide(key: str, entries: list[dict[str, Any]], *more: Any) -> Any:
+            return self._decide_replicated(key, entries, commits, *more)
+
+        self.priors = None
+        _decide_all(finished, runs, extras, processes, decide, only)
+        self.priors = _priors(finished, self.stored_entries)
+        if self.priors:  # only an inconclusive verdict can move
+            _decide_all(finished, runs, extras, processes, decide, _inconclusive(finished) & set(only or finished))
 
     def _after_decisions(self, finished: dict[str, Any], commits: dict[str, tuple[str | None, bool | None]],
                          runs: list[Any], extras: list[Any], args: list[str], logs: Path) -> None:
@@ -372,13 +382,7 @@ class Coordinator:
             can_fail=not self.settings.updating, extras=extras, extras_missing=extras_missing,
             priors=self.priors), baseline)
         if self.settings.nproc and env.get("device_type"):  # scaling efficiency, communication's change
-            from pytest_gpuperf.storage.scaling import ScalingReference
-            from pytest_gpuperf.verdict.distributed import launched_result
-
-            s = self.settings
-            reference = ScalingReference(self.baseline, Path(s.baseline_dir), device_key(env), module, s.nproc,
-                                         s.relpath)
-            result, note = launched_result(result, baseline, reference(bid), reference.folder, s.nproc)
+            result, note = _launched(self.settings, self.baseline, device_key(env), module, bid, result, baseline)
             if note:  # a benchmark decided again (priors) warns again: the summary prints each line once
                 self.warn(f"{key}: {note}")
         return result
@@ -388,10 +392,7 @@ class Coordinator:
         self.progress().line(f"gpuperf: A/B vs {rev.label}: preparing the worktree of {rev.ref}")
         outcome = self._measure_ab(rev)
         self.results, self.removed = outcome.results, outcome.removed
-        if self.settings.xdist_dir is not None:
-            from pytest_gpuperf.ab.results import dump_results
-
-            dump_results(self.settings.xdist_dir / "ab-results.json", self.results)
+        _hand_to_xdist(self.settings, self.results)
 
     def _measure_ab(self, rev: Any, only: set[str] | None = None,
                     must: frozenset[str] | set[str] = frozenset()) -> Any:
@@ -422,6 +423,25 @@ class Coordinator:
         for note in outcome.notes:
             self.warn(note)
         return outcome
+
+
+def _hand_to_xdist(s: SessionSettings, results: Mapping[str, Any]) -> None:
+    """Under pytest-xdist, the finished results for its workers' sessions (``ab-results.json``)."""
+    if s.xdist_dir is not None:
+        from pytest_gpuperf.ab.results import dump_results
+
+        dump_results(s.xdist_dir / "ab-results.json", results)
+
+
+def _launched(s: SessionSettings, baseline: Callable[[Path], Any], key: str, module: str, bid: str, result: Any,
+              entry: Any) -> tuple[Any, str | None]:
+    """A ``--gpuperf-nproc`` benchmark's result with its scaling efficiency and communication's change
+    (:func:`~pytest_gpuperf.verdict.distributed.launched_result`), and its note or None."""
+    from pytest_gpuperf.storage.scaling import ScalingReference
+    from pytest_gpuperf.verdict.distributed import launched_result
+
+    reference = ScalingReference(baseline, Path(s.baseline_dir), key, module, s.nproc, s.relpath)
+    return launched_result(result, entry, reference(bid), reference.folder, s.nproc)
 
 
 @contextmanager
@@ -656,9 +676,62 @@ def _budget(runs: list[Any], more_time_s: float | None) -> Any:
 _IN_EXTRAS = "while measuring the extras (peak memory, counts, bottleneck)"
 
 
+def _first(s: SessionSettings) -> int:
+    """How many timed worker processes measure every benchmark before the first decisions: in a
+    compare run of P >= 3 processes (not ``--gpuperf-nproc``), P - 1, and the P-th measures only
+    what they left open (:func:`_last_process`); else all P."""
+    return s.processes - 1 if s.processes >= 3 and not s.updating and not s.nproc else s.processes
+
+
+def _open(result: Any, first: int) -> bool:
+    """Whether a benchmark decided on the first ``first`` processes still needs the last one: every
+    comparison but a pass that is decided (``unchanged``, ``improved``: the upper bound of its CI
+    already below 1 + threshold, which another process cannot fail at the CI's level), except one
+    whose ``processes`` option asked for no more than ``first``. A string (no result) never does."""
+    if isinstance(result, str):
+        return False
+    if result.options.processes is not None:
+        return result.options.processes > first
+    c = result.comparison
+    return c is None or c.verdict.value not in ("unchanged", "improved")
+
+
+def _last_process(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str], logs: Path,
+                  finished: Mapping[str, Any], runs: list[Any], first: int) -> tuple[list[str], list[Any], str | None]:
+    """The last of the P timed worker processes, for the benchmarks the first ``first`` (P - 1) did
+    not decide as passing (:func:`_open`), run with only their tests (hidden ``--gpuperf-select``):
+    a process whose measurements cannot change a verdict is not started (issue 45; two-stage
+    sampling: the second stage only where the first is not conclusive). Its regression, as every
+    regression, stands on all P processes. Returns (the open benchmarks, the run, how Ctrl-C or
+    SIGTERM stopped it or None); none is started when nothing is open."""
+    from pytest_gpuperf.plugin.replicates import run_workers
+    from pytest_gpuperf.plugin.stopping import Stopped
+
+    open_ = [key for key, r in finished.items() if _open(r, first)]
+    nodeids = sorted({next((r.entries[key].get("nodeid") for r in runs if key in r.entries), "") for key in open_}
+                     - {""})
+    progress.line(f"gpuperf: {len(finished) - len(open_)} of {len(finished)} benchmark(s) decided passing after "
+                  f"{first} worker processes" + (f"; measuring the other {len(open_)} in worker process "
+                                                 f"{s.processes}/{s.processes}" if nodeids else ""))
+    if not nodeids:
+        return open_, [], None
+    select = logs / "select-last.txt"
+    select.write_text("\n".join(nodeids) + "\n", encoding="utf-8")
+    try:
+        now = run_workers([*args, "--gpuperf-select", str(select)], Path(config.invocation_params.dir), s.processes,
+                          logs, progress=progress.line, first=first, count=1, timeout_s=s.limits.worker_timeout_s,
+                          tick=progress.tick if progress.live else None)
+    except Stopped as exc:
+        return open_, list(exc.runs), f"stopped ({exc.why}) during worker process {s.processes}/{s.processes}"
+    finally:
+        progress.close()
+    return open_, now, None
+
+
 def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str],
-                        logs: Path, instructions: Any = None) -> tuple[list[Any], list[Any], str | None, str | None]:
-    """The timed worker processes, then the extras (peak memory, counts, bottleneck), after all
+                        logs: Path, instructions: Any = None, first: int | None = None
+                        ) -> tuple[list[Any], list[Any], str | None, str | None]:
+    """The first ``first`` (default: all) timed worker processes, then the extras (peak memory, counts, bottleneck), after all
     timing: an update run's in two processes, so that what differs between processes is seen as
     variable. The last timed processes make them after their timing
     (:mod:`~pytest_gpuperf.plugin.extras_pass`; not under torchrun), and an extras process of its
@@ -671,19 +744,21 @@ def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any
     from pytest_gpuperf.plugin.replicates import run_extras, run_workers, unreported_message
     from pytest_gpuperf.plugin.stopping import Stopped
 
+    first = s.processes if first is None else first
     progress.line(f"gpuperf: measuring in {s.processes} worker processes in turn (--gpuperf-processes)"
-                  + (f", each a torchrun launch of {s.nproc} ranks (--gpuperf-nproc)" if s.nproc else ""))
+                  + (f", each a torchrun launch of {s.nproc} ranks (--gpuperf-nproc)" if s.nproc else "")
+                  + (f", the last only for what the first {first} leave open" if first < s.processes else ""))
     here, count = Path(config.invocation_params.dir), 2 if s.updating else 1
     timeout_s, op_profile = s.limits.worker_timeout_s, s.updating and s.why
-    passes, then = plan(s.processes, count, op_profile, logs) if not s.nproc else ({}, {})
+    passes, then = plan(first, count, op_profile, logs) if not s.nproc else ({}, {})
     try:
-        runs = run_workers(args, here, s.processes, logs, timeout_s=timeout_s, nproc=s.nproc,
+        runs = run_workers(args, here, s.processes, logs, timeout_s=timeout_s, nproc=s.nproc, count=first,
                            progress=progress, tick=progress.tick if progress.live else None, then=then)
     except Stopped as exc:
         runs = list(exc.runs)
         extras, _ = collect(runs, passes)  # a stop in the last process's pass: its timing finished
         done = sum(not r.stopped for r in runs)
-        if done < s.processes:
+        if done < first:
             stopped = (f"stopped ({exc.why}) during worker process {done + 1}/{s.processes}, after {done} finished"
                        if done < len(runs) else f"stopped ({exc.why}) {_IN_EXTRAS}, after {done} of {s.processes} "
                        f"worker processes")
