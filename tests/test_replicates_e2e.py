@@ -200,7 +200,7 @@ def test_slower_code_in_every_process_fails_with_one_median_and_ratio_on_every_s
     with HistoryStore(str(pytester.path / "h.sqlite"), read_only=True) as store:
         (row,) = store.series("test_bench.py::test_loop")
     assert row["estimate_ms"] == pytest.approx(median) and row["ratio"] == pytest.approx(ratio)
-    rec.stdout.fnmatch_lines(["*mode: compare (3 worker processes per benchmark)*",
+    rec.stdout.fnmatch_lines(["*mode: compare (3 worker processes per benchmark; 1 decided on 2)*",
                               "median = geometric mean of this run's per-process medians*"])
     assert "stored runs' medians" not in rec.stdout.str()
     (baseline,) = pytester.path.joinpath("baselines").rglob("*.json")

@@ -4,8 +4,10 @@ Scripted timings (tests/scripted.py); the inner sessions run in a subprocess of 
 signal reaches them and not this test process. One update session in 3 worker processes covers the
 replicated case: the second worker sends its coordinator SIGTERM while it measures the third
 benchmark; again, the last worker sends it while it makes the extras after its timing. One
-single-process session covers the other: the session itself gets SIGTERM in its second test. The first session again, with SIGKILL for SIGTERM, checks that the killed
-coordinator's worker does not measure on.
+single-process session covers the other: the session itself gets SIGTERM in its second test. A
+compare run is stopped in its last process, which measures only what the first two left open. The
+first session again, with SIGKILL for SIGTERM, checks that the killed coordinator's worker does not
+measure on.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def test_b(gpu_bench):
 @pytest.mark.gpu_bench(**OPTS)
 def test_c(gpu_bench):
     if os.environ.get("STOP_IN_PASS") != "1":
-        _stop_in_worker("1/3")
+        _stop_in_worker(os.environ.get("STOP_SLOT", "1/3"))
     if os.environ.get("STOP_SELF") == "1":
         os.kill(os.getpid(), signal.SIGTERM)
     gpu_bench.pedantic(sum, args=(range(100),), rounds=20, warmup_rounds=1)
@@ -112,6 +114,26 @@ def test_sigterm_keeps_the_benchmarks_finished_so_far_and_says_which_were_not_me
     assert _stored(pytester) == ["test_a", "test_b", "test_c", "test_d"]
     rec.stdout.fnmatch_lines(["*stopped (SIGTERM) while measuring the extras (peak memory, counts, bottleneck)*"])
     monkeypatch.delenv("STOP_IN_PASS")
+
+    # a compare run stopped in its last process, which measures only what the first 2 left open
+    # (test_c: its 2nd process 30% slower): every benchmark is decided on the processes that
+    # measured it, test_c on its 2, and the run says where it stopped
+    from scripted import set_timings
+
+    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 1},
+                test_c={"ms": 1.0, "cv": 0.02, "seed": 1, "process_factors": [1.0, 1.3, 1.0]})
+    monkeypatch.setenv("STOP_SLOT", "2/3")
+    rec = pytester.runpytest_subprocess("--gpuperf", "--gpuperf-processes=3", "--gpuperf-no-ab-confirm", *RUN)
+    assert rec.ret == pytest.ExitCode.INTERRUPTED
+    rec.assert_outcomes(passed=4)
+    rec.stdout.fnmatch_lines(["gpuperf: 3 of 4 benchmark(s) decided passing after 2 worker processes; measuring the "
+                              "other 1 in worker process 3/3",
+                              "*stopped (SIGTERM) during worker process 3/3*"])
+    reported = json.loads(pytester.path.joinpath("r.json").read_text())["benchmarks"]
+    assert [len(reported[f"test_bench.py::test_{n}"]["process_medians_ms"]) for n in "abcd"] == [2, 2, 2, 2]
+    assert reported["test_bench.py::test_c"]["verdict"] == "inconclusive"
+    monkeypatch.delenv("STOP_SLOT")
+    set_timings(pytester, {"ms": 1.0, "cv": 0.02, "seed": 1})
 
     # SIGKILL (no handler runs): the worker still goes with its coordinator (PR_SET_PDEATHSIG; issue 46)
     import time

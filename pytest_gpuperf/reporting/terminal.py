@@ -142,8 +142,10 @@ def _mode_detail(s: SessionSummary) -> str:
         return f"{launches} of {s.world_size} ranks per benchmark; a round = the slowest rank's"
     if s.replicated:  # the real counts (issue 47): processes added for thin evidence too
         used = [c.processes for c in (r.result.comparison for r in s.rows) if c is not None and c.processes]
-        more = [n for n in used if n > s.processes]
+        more, fewer = [n for n in used if n > s.processes], [n for n in used if n < s.processes]
         return (f"{s.processes} worker process{'' if s.processes == 1 else 'es'} per benchmark"
+                + (f"; {len(fewer)} decided on {max(fewer)}{'' if len(set(fewer)) == 1 else ' or fewer'}"
+                   if fewer else "")  # a pass decided before the last process, or a stopped run
                 + (f"; {len(more)} measured in up to {max(more)}" if more else ""))
     if s.world_size is not None:
         return f"torchrun: {s.world_size} ranks in step; a round = the slowest rank's"
