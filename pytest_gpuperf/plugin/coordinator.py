@@ -710,7 +710,9 @@ def _last_process(config: pytest.Config, s: SessionSettings, progress: Any, args
     open_ = [key for key, r in finished.items() if _open(r, first)]
     nodeids = sorted({next((r.entries[key].get("nodeid") for r in runs if key in r.entries), "") for key in open_}
                      - {""})
-    progress.line(f"gpuperf: {len(finished) - len(open_)} of {len(finished)} benchmark(s) decided passing after "
+    passing = sum(not isinstance(r, str) and r.comparison is not None
+                  and r.comparison.verdict.value in ("unchanged", "improved") for r in finished.values())
+    progress.line(f"gpuperf: {passing} of {len(finished)} benchmark(s) decided passing after "
                   f"{first} worker processes" + (f"; measuring the other {len(open_)} in worker process "
                                                  f"{s.processes}/{s.processes}" if nodeids else ""))
     if not nodeids:
