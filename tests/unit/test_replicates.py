@@ -295,8 +295,8 @@ def test_no_worker_outlives_a_coordinator_stopped_by_sigterm(tmp_path: Path) -> 
     coordinator, child = _coordinator_with_a_worker(tmp_path, f"""
 from pytest_gpuperf.plugin.replicates import _killed_with_us
 child = subprocess.Popen({WORKER})
-open(PID_FILE, "w").write(str(child.pid))
 with _killed_with_us(child):
+    open(PID_FILE, "w").write(str(child.pid))  # once the handler is in place: the signal may come at once
     child.wait()
 """)
     coordinator.send_signal(signal.SIGTERM)
