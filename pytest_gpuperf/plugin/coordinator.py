@@ -683,17 +683,22 @@ def _first(s: SessionSettings) -> int:
     return s.processes - 1 if s.processes >= 3 and not s.updating and not s.nproc else s.processes
 
 
+def _passing(result: Any) -> bool:
+    """A decided pass: ``unchanged`` or ``improved`` (the upper bound of its CI already below
+    1 + threshold, which another process cannot fail at the CI's level)."""
+    return (not isinstance(result, str) and result.comparison is not None
+            and result.comparison.verdict.value in ("unchanged", "improved"))
+
+
 def _open(result: Any, first: int) -> bool:
     """Whether a benchmark decided on the first ``first`` processes still needs the last one: every
-    comparison but a pass that is decided (``unchanged``, ``improved``: the upper bound of its CI
-    already below 1 + threshold, which another process cannot fail at the CI's level), except one
-    whose ``processes`` option asked for no more than ``first``. A string (no result) never does."""
+    comparison but a decided pass (:func:`_passing`), except one whose ``processes`` option asked
+    for no more than ``first``. A string (no result) never does."""
     if isinstance(result, str):
         return False
     if result.options.processes is not None:
         return result.options.processes > first
-    c = result.comparison
-    return c is None or c.verdict.value not in ("unchanged", "improved")
+    return not _passing(result)
 
 
 def _last_process(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str], logs: Path,
@@ -710,8 +715,7 @@ def _last_process(config: pytest.Config, s: SessionSettings, progress: Any, args
     open_ = [key for key, r in finished.items() if _open(r, first)]
     nodeids = sorted({next((r.entries[key].get("nodeid") for r in runs if key in r.entries), "") for key in open_}
                      - {""})
-    passing = sum(not isinstance(r, str) and r.comparison is not None
-                  and r.comparison.verdict.value in ("unchanged", "improved") for r in finished.values())
+    passing = sum(_passing(r) for r in finished.values())
     progress.line(f"gpuperf: {passing} of {len(finished)} benchmark(s) decided passing after "
                   f"{first} worker processes" + (f"; measuring the other {len(open_)} in worker process "
                                                  f"{s.processes}/{s.processes}" if nodeids else ""))
@@ -731,9 +735,8 @@ def _last_process(config: pytest.Config, s: SessionSettings, progress: Any, args
 
 
 def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any, args: list[str],
-                        logs: Path, instructions: Any = None, first: int | None = None
-                        ) -> tuple[list[Any], list[Any], str | None, str | None]:
-    """The first ``first`` (default: all) timed worker processes, then the extras (peak memory, counts, bottleneck), after all
+                        logs: Path, instructions: Any, first: int) -> tuple[list[Any], list[Any], str | None, str | None]:
+    """The first ``first`` (:func:`_first`) timed worker processes, then the extras (peak memory, counts, bottleneck), after all
     timing: an update run's in two processes, so that what differs between processes is seen as
     variable. The last timed processes make them after their timing
     (:mod:`~pytest_gpuperf.plugin.extras_pass`; not under torchrun), and an extras process of its
@@ -746,7 +749,6 @@ def _measure_replicates(config: pytest.Config, s: SessionSettings, progress: Any
     from pytest_gpuperf.plugin.replicates import run_extras, run_workers, unreported_message
     from pytest_gpuperf.plugin.stopping import Stopped
 
-    first = s.processes if first is None else first
     progress.line(f"gpuperf: measuring in {s.processes} worker processes in turn (--gpuperf-processes)"
                   + (f", each a torchrun launch of {s.nproc} ranks (--gpuperf-nproc)" if s.nproc else "")
                   + (f", the last only for what the first {first} leave open" if first < s.processes else ""))
